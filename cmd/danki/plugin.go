@@ -1,0 +1,34 @@
+package main
+
+import (
+	"log/slog"
+	"os"
+
+	"github.com/danki-dev/danki/rollouts"
+	"github.com/spf13/cobra"
+)
+
+func init() { subcommands = append(subcommands, newPluginCmd) }
+
+func newPluginCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "plugin",
+		Short: "Serve an Argo Rollouts plugin (started by the Argo Rollouts controller)",
+		Long: `Serve one of danki's Argo Rollouts plugins over go-plugin RPC.
+
+The Argo Rollouts controller starts this command itself, once per plugin name
+listed in its argo-rollouts-config ConfigMap, with args ["plugin"]. The kind is
+read from the ARGO_ROLLOUTS_RPC_PLUGIN handshake variable:
+
+  step           danki/warmup   warm canary pods until their latency converges
+  trafficrouter  danki/istio    raise the canary weight gradually, gated on tail latency
+  metricprovider danki/latency  tail-latency SLOs for AnalysisTemplates
+
+Logs go to stderr (they show in the controller log); stdout belongs to go-plugin.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			logger := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+			return rollouts.Serve(logger)
+		},
+	}
+}

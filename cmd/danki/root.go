@@ -1,0 +1,42 @@
+package main
+
+import (
+	"log/slog"
+	"os"
+
+	"github.com/spf13/cobra"
+)
+
+// subcommands are added by the files that define them (warmup.go, shift.go,
+// …) so that each command lives in its own file.
+var subcommands []func() *cobra.Command
+
+func newRootCmd() *cobra.Command {
+	var verbose bool
+	root := &cobra.Command{
+		Use:   "danki",
+		Short: "Warm-up-aware, tail-latency-gated canary rollouts on Istio",
+		Long: `danki (暖機, "warm-up run") warms new canary pods of JVM services with synthetic
+load until their latency converges, shifts Istio traffic to them gradually, and
+gates every step on tail latency (p99, p99.9) measured against stable.
+
+It runs as Argo Rollouts plugins (danki/warmup, danki/istio, danki/latency; see
+"danki plugin") and as this CLI to do the same by hand.`,
+		SilenceUsage: true,
+		PersistentPreRun: func(cmd *cobra.Command, _ []string) {
+			level := slog.LevelInfo
+			if verbose {
+				level = slog.LevelDebug
+			}
+			// Logs go to stderr: stdout is for command output (and, for
+			// `danki plugin`, belongs to go-plugin).
+			slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})))
+		},
+	}
+	root.PersistentFlags().BoolVarP(&verbose, "verbose", "v", false, "log debug messages to stderr")
+	root.AddCommand(newVersionCmd())
+	for _, sub := range subcommands {
+		root.AddCommand(sub())
+	}
+	return root
+}
