@@ -62,7 +62,7 @@ chmod 600 "$kubeconfig"
 start kube-controller-manager "$bin/kube-controller-manager" --kubeconfig "$kubeconfig" \
 	--leader-elect=false --bind-address 127.0.0.1 --secure-port "$KCM_PORT" \
 	--service-account-private-key-file "$pki/sa.key" --root-ca-file "$pki/apiserver.crt" \
-	--use-service-account-credentials=false --controllers '*,-nodeipam,-nodelifecycle,-cloud-node-lifecycle'
+	--use-service-account-credentials=false --controllers '*,-nodeipam'
 start kube-scheduler "$bin/kube-scheduler" --kubeconfig "$kubeconfig" \
 	--leader-elect=false --bind-address 127.0.0.1 --secure-port "$SCHEDULER_PORT"
 start kwok "$bin/kwok" --kubeconfig "$kubeconfig" --config "$bin/kwok-stages.yaml" \

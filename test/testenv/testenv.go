@@ -5,17 +5,21 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
 	argoclient "github.com/argoproj/argo-rollouts/pkg/client/clientset/versioned"
+	"github.com/go-logr/logr"
 	istioclient "istio.io/client-go/pkg/clientset/versioned"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 )
 
 // Env is a running API server with the Istio and Argo Rollouts CRDs installed.
@@ -58,9 +62,12 @@ func New() (*Env, error) {
 	if err != nil {
 		return nil, err
 	}
+	// envtest logs through controller-runtime's logger; send it to slog
+	// (stderr) instead of letting it complain that none was set.
+	ctrllog.SetLogger(logr.FromSlogHandler(slog.Default().Handler()))
 	env := &envtest.Environment{
 		BinaryAssetsDirectory:    bin,
-		ControlPlaneStartTimeout: 60 * time.Second,
+		ControlPlaneStartTimeout: 2 * time.Minute,
 		ControlPlaneStopTimeout:  30 * time.Second,
 		CRDInstallOptions: envtest.CRDInstallOptions{
 			Paths:              crds,
@@ -68,9 +75,13 @@ func New() (*Env, error) {
 			MaxTime:            60 * time.Second,
 		},
 	}
+	// Keep the servers' output: when a start fails, its tail is the reason.
+	var apiOut, etcdOut tailBuffer
+	env.ControlPlane.GetAPIServer().Out, env.ControlPlane.GetAPIServer().Err = &apiOut, &apiOut
+	env.ControlPlane.Etcd = &envtest.Etcd{Out: &etcdOut, Err: &etcdOut}
 	cfg, err := env.Start()
 	if err != nil {
-		return nil, fmt.Errorf("start API server from %s: %w", bin, err)
+		return nil, fmt.Errorf("start API server from %s: %w\nkube-apiserver output:\n%s\netcd output:\n%s", bin, err, apiOut.String(), etcdOut.String())
 	}
 	e := &Env{Config: cfg, env: env}
 	if e.Kube, err = kubernetes.NewForConfig(cfg); err == nil {
@@ -178,4 +189,26 @@ func ModuleDir(path string) (string, error) {
 		return "", fmt.Errorf("go mod download %s: %s", path, mod.Error)
 	}
 	return mod.Dir, nil
+}
+
+// tailBuffer keeps the last 8 KiB written to it.
+type tailBuffer struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+func (b *tailBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.buf = append(b.buf, p...)
+	if over := len(b.buf) - 8<<10; over > 0 {
+		b.buf = b.buf[over:]
+	}
+	return len(p), nil
+}
+
+func (b *tailBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return string(b.buf)
 }
