@@ -1,0 +1,446 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/danki-dev/danki/pkg/analysis"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
+
+func init() { subcommands = append(subcommands, newAnalyzeCmd) }
+
+// analyzeFlags holds the flag values; apply copies the ones set into a Config.
+type analyzeFlags struct {
+	configFile string
+	output     string
+
+	prometheus, bearerToken, bearerTokenFile, caFile string
+	insecureSkipVerify                               bool
+
+	source                   string
+	canary, stable           string
+	namespace, reporter      string
+	canaryWorkload           string
+	stableWorkload           string
+	canaryVersion            string
+	stableVersion            string
+	responseCodeLabel        string
+	histogram, requests      string
+	errorsQuery, unit        string
+	window, timeout          string
+	minSamples, minTailCount int
+
+	latency      map[string]*time.Duration // p50 … p999, max
+	ratio        map[string]*float64       // p50 … p999
+	maxErrorRate string
+
+	tailTest                      bool
+	confidence, tailQuantile, mrg float64
+}
+
+var analyzePercentiles = []string{"p50", "p90", "p95", "p99", "p999"}
+
+func newAnalyzeCmd() *cobra.Command {
+	f := &analyzeFlags{latency: map[string]*time.Duration{}, ratio: map[string]*float64{}}
+	cmd := &cobra.Command{
+		Use:   "analyze",
+		Short: "Judge a canary's tail latency against SLOs, absolute and relative to stable",
+		Long: `Fetch canary and stable latency histograms over the same window (from Prometheus:
+Istio standard metrics, Envoy cluster metrics or custom PromQL; or from fortio
+result files), print canary vs stable per percentile, and judge the SLOs — the
+same analysis the danki/latency metric plugin runs in an AnalysisTemplate.
+
+--canary and --stable select the versions; what they mean depends on --source:
+  istio   destination_service (e.g. app-canary.default.svc.cluster.local);
+          add --canary-workload / --canary-version / --namespace to narrow it
+  envoy   cluster_name (e.g. "outbound|8080||app-canary.default.svc.cluster.local")
+  promql  label matchers for <<.Selector>> (e.g. 'app="checkout",version="v2"')
+  fortio  a fortio result JSON file or http(s) URL
+
+Exit status: 0 only when every SLO holds (Pass); non-zero on Fail,
+Inconclusive (not enough data — never a pass) and Error. See docs/latency.md.`,
+		Example: `  danki analyze --prometheus http://127.0.0.1:9090 --source istio \
+    --canary app-canary.default.svc.cluster.local --stable app-stable.default.svc.cluster.local \
+    --window 10m --p99 250ms --p999 1s --p99-ratio 1.2 --max-error-rate 1% --tail-test
+
+  danki analyze --source fortio --canary canary.json --stable stable.json --p99 50ms --max 500ms`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runAnalyze(cmd, f) },
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.configFile, "config", "", "danki/latency config JSON file (the plugin's format); flags given override its fields")
+	fl.StringVarP(&f.output, "output", "o", "table", "output format: table or json")
+
+	fl.StringVar(&f.prometheus, "prometheus", "", "Prometheus URL, e.g. http://prometheus.istio-system:9090")
+	fl.StringVar(&f.bearerToken, "bearer-token", "", "bearer token for Prometheus")
+	fl.StringVar(&f.bearerTokenFile, "bearer-token-file", "", "file holding the bearer token for Prometheus (re-read per request)")
+	fl.StringVar(&f.caFile, "ca-file", "", "CA certificate file to verify an https Prometheus")
+	fl.BoolVar(&f.insecureSkipVerify, "insecure-skip-verify", false, "do not verify Prometheus' TLS certificate")
+
+	fl.StringVar(&f.source, "source", "istio", "latency source: istio, envoy, promql or fortio")
+	fl.StringVar(&f.canary, "canary", "", "the canary: service (istio), cluster_name (envoy), label matchers (promql) or result file/URL (fortio)")
+	fl.StringVar(&f.stable, "stable", "", "the stable version, in the same form as --canary")
+	fl.StringVar(&f.namespace, "namespace", "", "istio: destination_workload_namespace of both versions")
+	fl.StringVar(&f.reporter, "reporter", "", "istio: reporter label, destination (default) or source")
+	fl.StringVar(&f.canaryWorkload, "canary-workload", "", "istio: destination_workload of the canary")
+	fl.StringVar(&f.stableWorkload, "stable-workload", "", "istio: destination_workload of stable")
+	fl.StringVar(&f.canaryVersion, "canary-version", "", "istio: destination_version of the canary")
+	fl.StringVar(&f.stableVersion, "stable-version", "", "istio: destination_version of stable")
+	fl.StringVar(&f.responseCodeLabel, "response-code-label", "", "envoy: response-code label of envoy_cluster_upstream_rq (default response_code)")
+	fl.StringVar(&f.histogram, "histogram-query", "", "promql: histogram query template, e.g. 'sum by (le) (increase(http_server_requests_seconds_bucket{<<.Selector>>}[<<.Window>>]))'")
+	fl.StringVar(&f.requests, "requests-query", "", "promql: request-count query template")
+	fl.StringVar(&f.errorsQuery, "errors-query", "", "promql: failed-request-count query template")
+	fl.StringVar(&f.unit, "unit", "", "promql: unit of the histogram's le label, s (default) or ms")
+
+	fl.StringVar(&f.window, "window", "5m", "how far back every query looks, e.g. 5m (the CLI has no analysis start, so no \"cumulative\")")
+	fl.StringVar(&f.timeout, "timeout", "", "timeout for the whole analysis (default 30s)")
+	fl.IntVar(&f.minSamples, "min-samples", 0, "requests each side needs before any check can pass (default 100)")
+	fl.IntVar(&f.minTailCount, "min-tail-count", 0, "a check on quantile q needs min-tail-count/(1-q) requests (default 5)")
+
+	for _, key := range analyzePercentiles {
+		label := strings.Replace(key, "p999", "p99.9", 1)
+		f.latency[key] = fl.Duration(key, 0, "SLO: canary "+label+" at most this, e.g. 250ms")
+		f.ratio[key] = fl.Float64(key+"-ratio", 0, "SLO: canary "+label+" at most this many times stable's, e.g. 1.2")
+	}
+	f.latency["max"] = fl.Duration("max", 0, "SLO: canary maximum latency at most this (fortio only: Prometheus keeps no raw maximum)")
+	fl.StringVar(&f.maxErrorRate, "max-error-rate", "", "SLO: canary error rate (5xx) at most this, a fraction (0.01) or percentage (1%)")
+
+	fl.BoolVar(&f.tailTest, "tail-test", false, "run the sequential tail test: does the canary exceed stable's p99 bucket bound more often than stable?")
+	fl.Float64Var(&f.confidence, "confidence", 0, "tail test: confidence of a Fail (default 0.95)")
+	fl.Float64Var(&f.tailQuantile, "tail-quantile", 0, "tail test: quantile whose stable bucket bound is the threshold (default 0.99)")
+	fl.Float64Var(&f.mrg, "margin", 0, "tail test: how much more often (a fraction) the canary may exceed the threshold")
+	return cmd
+}
+
+func runAnalyze(cmd *cobra.Command, f *analyzeFlags) error {
+	if f.output != "table" && f.output != "json" {
+		return fmt.Errorf("--output %q: use table or json", f.output)
+	}
+	cfg, err := f.config(cmd.Flags())
+	if err != nil {
+		return err
+	}
+	a, err := analysis.NewAnalyzer(cfg)
+	if err != nil {
+		return analyzeFlagError(err)
+	}
+	if cfg.Source != analysis.SourceFortio {
+		fmt.Fprintf(cmd.ErrOrStderr(), "querying %s (%s, window %s)…\n", cfg.Prometheus.Address, cfg.Source, a.Window())
+	}
+	v := a.Analyze(cmd.Context(), time.Now())
+
+	out := cmd.OutOrStdout()
+	if f.output == "json" {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(v); err != nil {
+			return err
+		}
+	} else {
+		printAnalyzeVerdict(out, cfg, v)
+	}
+	switch v.Phase {
+	case analysis.Pass:
+		return nil
+	case analysis.Error:
+		return fmt.Errorf("could not measure: %s", v.Error)
+	}
+	return fmt.Errorf("verdict %s", v.Phase)
+}
+
+// config builds the Config from --config and the flags that were set.
+func (f *analyzeFlags) config(fl *pflag.FlagSet) (analysis.Config, error) {
+	var c analysis.Config
+	if f.configFile != "" {
+		data, err := os.ReadFile(f.configFile)
+		if err != nil {
+			return c, fmt.Errorf("--config: %w", err)
+		}
+		dec := json.NewDecoder(strings.NewReader(string(data)))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&c); err != nil {
+			return c, fmt.Errorf("--config %s: %w", f.configFile, err)
+		}
+	}
+	set := func(name string) bool { return f.configFile == "" || fl.Changed(name) }
+
+	if set("source") {
+		c.Source = f.source
+	}
+	if c.Source != analysis.SourceFortio && (set("prometheus") || set("bearer-token") || set("bearer-token-file") || set("ca-file") || set("insecure-skip-verify")) {
+		if c.Prometheus == nil {
+			c.Prometheus = &analysis.PrometheusConfig{}
+		}
+		p := c.Prometheus
+		analyzeAssign(set("prometheus"), &p.Address, f.prometheus)
+		analyzeAssign(set("bearer-token"), &p.BearerToken, f.bearerToken)
+		analyzeAssign(set("bearer-token-file"), &p.BearerTokenFile, f.bearerTokenFile)
+		analyzeAssign(set("ca-file"), &p.CAFile, f.caFile)
+		if set("insecure-skip-verify") {
+			p.InsecureSkipVerify = f.insecureSkipVerify
+		}
+	}
+
+	switch c.Source {
+	case analysis.SourceIstio:
+		if c.Istio == nil {
+			c.Istio = &analysis.IstioConfig{}
+		}
+		ic := c.Istio
+		analyzeAssign(set("reporter"), &ic.Reporter, f.reporter)
+		analyzeAssign(set("canary"), &ic.Canary.Service, f.canary)
+		analyzeAssign(set("canary-workload"), &ic.Canary.Workload, f.canaryWorkload)
+		analyzeAssign(set("canary-version"), &ic.Canary.Version, f.canaryVersion)
+		analyzeAssign(set("namespace"), &ic.Canary.Namespace, f.namespace)
+		if f.stable != "" || f.stableWorkload != "" || f.stableVersion != "" {
+			if ic.Stable == nil {
+				ic.Stable = &analysis.IstioSelector{}
+			}
+			analyzeAssign(set("stable"), &ic.Stable.Service, f.stable)
+			analyzeAssign(set("stable-workload"), &ic.Stable.Workload, f.stableWorkload)
+			analyzeAssign(set("stable-version"), &ic.Stable.Version, f.stableVersion)
+			analyzeAssign(set("namespace"), &ic.Stable.Namespace, f.namespace)
+		}
+	case analysis.SourceEnvoy:
+		if c.Envoy == nil {
+			c.Envoy = &analysis.EnvoyConfig{}
+		}
+		analyzeAssign(set("canary"), &c.Envoy.CanaryCluster, f.canary)
+		analyzeAssign(set("stable"), &c.Envoy.StableCluster, f.stable)
+		analyzeAssign(set("response-code-label"), &c.Envoy.ResponseCodeLabel, f.responseCodeLabel)
+	case analysis.SourcePromQL:
+		if c.PromQL == nil {
+			c.PromQL = &analysis.PromQLConfig{}
+		}
+		pc := c.PromQL
+		analyzeAssign(set("canary"), &pc.Canary, f.canary)
+		analyzeAssign(set("stable"), &pc.Stable, f.stable)
+		analyzeAssign(set("histogram-query"), &pc.Histogram, f.histogram)
+		analyzeAssign(set("requests-query"), &pc.Requests, f.requests)
+		analyzeAssign(set("errors-query"), &pc.Errors, f.errorsQuery)
+		analyzeAssign(set("unit"), &pc.Unit, f.unit)
+	case analysis.SourceFortio:
+		if c.Fortio == nil {
+			c.Fortio = &analysis.FortioConfig{}
+		}
+		analyzeAssign(set("canary"), &c.Fortio.Canary, f.canary)
+		analyzeAssign(set("stable"), &c.Fortio.Stable, f.stable)
+	}
+
+	if set("window") {
+		if f.window == analysis.WindowCumulative {
+			return c, errors.New(`--window cumulative needs an analysis start, which the CLI does not have; give a duration such as --window 10m`)
+		}
+		c.Window = analysis.Duration(f.window)
+	} else if c.Window == "" || c.Window == analysis.WindowCumulative {
+		c.Window = analysis.Duration(f.window)
+	}
+	if set("timeout") {
+		c.Timeout = analysis.Duration(f.timeout)
+	}
+	if fl.Changed("min-samples") {
+		c.MinSamples = analysis.Number(strconv.Itoa(f.minSamples))
+	}
+	if fl.Changed("min-tail-count") {
+		c.MinTailCount = analysis.Number(strconv.Itoa(f.minTailCount))
+	}
+
+	latency := map[string]*analysis.Duration{"p50": &c.SLO.P50, "p90": &c.SLO.P90, "p95": &c.SLO.P95, "p99": &c.SLO.P99, "p999": &c.SLO.P999, "max": &c.SLO.Max}
+	for key, d := range f.latency {
+		if fl.Changed(key) {
+			if *d <= 0 {
+				return c, fmt.Errorf("--%s %s: give a positive latency, e.g. 250ms", key, *d)
+			}
+			*latency[key] = analysis.Duration(d.String())
+		}
+	}
+	ratio := map[string]*analysis.Number{"p50": &c.SLO.Ratio.P50, "p90": &c.SLO.Ratio.P90, "p95": &c.SLO.Ratio.P95, "p99": &c.SLO.Ratio.P99, "p999": &c.SLO.Ratio.P999}
+	for key, r := range f.ratio {
+		if fl.Changed(key + "-ratio") {
+			*ratio[key] = analysis.Number(strconv.FormatFloat(*r, 'g', -1, 64))
+		}
+	}
+	if fl.Changed("max-error-rate") {
+		c.SLO.MaxErrorRate = analysis.Number(f.maxErrorRate)
+	}
+	if f.tailTest || fl.Changed("confidence") || fl.Changed("tail-quantile") || fl.Changed("margin") {
+		if c.TailTest == nil {
+			c.TailTest = &analysis.TailTestConfig{}
+		}
+		num := func(name string, v float64, dst *analysis.Number) {
+			if fl.Changed(name) {
+				*dst = analysis.Number(strconv.FormatFloat(v, 'g', -1, 64))
+			}
+		}
+		num("confidence", f.confidence, &c.TailTest.Confidence)
+		num("tail-quantile", f.tailQuantile, &c.TailTest.Quantile)
+		num("margin", f.mrg, &c.TailTest.Margin)
+	}
+	return c, nil
+}
+
+func analyzeAssign(ok bool, dst *string, v string) {
+	if ok && v != "" {
+		*dst = v
+	}
+}
+
+// analyzeFlagNames translates config field paths in validation errors into the
+// flags that set them.
+var analyzeFlagNames = strings.NewReplacer(
+	"prometheus.address", "--prometheus (prometheus.address)",
+	"prometheus.bearerTokenFile", "--bearer-token-file (prometheus.bearerTokenFile)",
+	"prometheus.caFile", "--ca-file (prometheus.caFile)",
+	"istio.canary:", "--canary (istio.canary):",
+	"envoy.canaryCluster", "--canary (envoy.canaryCluster)",
+	"promql.canary", "--canary (promql.canary)",
+	"promql.histogram", "--histogram-query (promql.histogram)",
+	"promql.requests", "--requests-query (promql.requests)",
+	"fortio.canary", "--canary (fortio.canary)",
+	"set istio.stable", "set --stable (istio.stable)",
+	"set envoy.stableCluster", "set --stable (envoy.stableCluster)",
+	"set promql.stable", "set --stable (promql.stable)",
+	"set fortio.stable", "set --stable (fortio.stable)",
+	"slo.maxErrorRate", "--max-error-rate (slo.maxErrorRate)",
+	"slo.max:", "--max (slo.max):",
+	"tailTest.confidence", "--confidence (tailTest.confidence)",
+	"tailTest.quantile", "--tail-quantile (tailTest.quantile)",
+	"tailTest.margin", "--margin (tailTest.margin)",
+	"window:", "--window:",
+	"source:", "--source:",
+)
+
+func analyzeFlagError(err error) error { return errors.New(analyzeFlagNames.Replace(err.Error())) }
+
+// printAnalyzeVerdict prints canary vs stable per percentile, the checks and the
+// one-line summary.
+func printAnalyzeVerdict(out io.Writer, cfg analysis.Config, v analysis.Verdict) {
+	checks := map[string][]analysis.Check{}
+	for _, c := range v.Checks {
+		row := strings.TrimPrefix(c.Name, "ratio:")
+		checks[row] = append(checks[row], c)
+	}
+	fmt.Fprintf(out, "danki analyze: source %s, window %s\n\n", cfg.Source, v.Window)
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "\tcanary\tstable\tcanary/stable\tSLO\tresult")
+	c, s := v.Canary, v.Stable
+	if c == nil {
+		c = &analysis.SideStats{}
+	}
+	fmt.Fprintf(tw, "requests\t%s\t%s\t\t\t\n", analyzeRequests(c), analyzeRequests(s))
+	if c.ErrorRate != nil || checks["error-rate"] != nil {
+		fmt.Fprintf(tw, "error rate\t%s\t%s\t\t%s\t%s\n", analyzePercent(c.ErrorRate), analyzePercent(analyzeErrorRate(s)), analyzeSLO(checks["error-rate"]), analyzeResult(checks["error-rate"]))
+	}
+	for _, key := range analyzePercentiles {
+		label := strings.Replace(key, "p999", "p99.9", 1)
+		cv, sv := c.Percentile(key), s.Percentile(key)
+		ratio := ""
+		if cv != nil && sv != nil && *sv > 0 {
+			ratio = fmt.Sprintf("%.2f", *cv / *sv)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", label, analyzeMillis(cv), analyzeMillis(sv), ratio, analyzeSLO(checks[key]), analyzeResult(checks[key]))
+	}
+	if c.Max != nil || checks["max"] != nil {
+		var sMax *float64
+		if s != nil {
+			sMax = s.Max
+		}
+		fmt.Fprintf(tw, "max\t%s\t%s\t\t%s\t%s\n", analyzeMillis(c.Max), analyzeMillis(sMax), analyzeSLO(checks["max"]), analyzeResult(checks["max"]))
+	}
+	if t := v.Tail; t != nil {
+		fmt.Fprintf(tw, "> %s (stable p%g bound)\t%.2f%%\t%.2f%%\t\te=%.3g, fail at %g (%g%%)\t%s\n",
+			strings.TrimSuffix(strconv.FormatFloat(t.ThresholdMs, 'f', -1, 64), ".0")+"ms", t.Quantile*100,
+			100*t.CanaryRate, 100*t.StableRate, t.EValue, t.RejectAt, t.Confidence*100, analyzeResult(checks["tail-test"]))
+	} else if cs := checks["tail-test"]; cs != nil {
+		fmt.Fprintf(tw, "tail test\t\t\t\t\t%s\n", analyzeResult(cs))
+	}
+	for _, cs := range v.Checks {
+		if strings.HasPrefix(cs.Name, "query") && cs.Value != nil {
+			fmt.Fprintf(tw, "%s\t%.4g\t\t\t≤ %g\t%s\n", cs.Name, *cs.Value, cs.Limit, strings.ToLower(string(cs.Phase)))
+		}
+	}
+	_ = tw.Flush()
+
+	fmt.Fprintln(out)
+	for _, cs := range v.Checks {
+		fmt.Fprintf(out, "  %-12s %s\n", strings.ToUpper(string(cs.Phase)), cs.Message)
+	}
+	if len(v.Checks) > 0 {
+		fmt.Fprintln(out)
+	}
+	fmt.Fprintln(out, v.Summary)
+}
+
+func analyzeRequests(s *analysis.SideStats) string {
+	switch {
+	case s == nil:
+		return "-"
+	case s.Requests != nil:
+		return strconv.FormatFloat(*s.Requests, 'f', 0, 64)
+	}
+	return strconv.FormatFloat(s.Count, 'f', 0, 64)
+}
+
+func analyzeErrorRate(s *analysis.SideStats) *float64 {
+	if s == nil {
+		return nil
+	}
+	return s.ErrorRate
+}
+
+func analyzeMillis(v *float64) string {
+	switch {
+	case v == nil:
+		return "-"
+	case *v >= 1000:
+		return fmt.Sprintf("%.2fs", *v/1000)
+	case *v >= 100:
+		return fmt.Sprintf("%.0fms", *v)
+	case *v >= 10:
+		return fmt.Sprintf("%.1fms", *v)
+	}
+	return fmt.Sprintf("%.2fms", *v)
+}
+
+func analyzePercent(v *float64) string {
+	if v == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f%%", 100**v)
+}
+
+func analyzeSLO(cs []analysis.Check) string {
+	var parts []string
+	for _, c := range cs {
+		switch c.Unit {
+		case "ms":
+			parts = append(parts, "≤ "+analyzeMillis(&c.Limit))
+		case "ratio":
+			parts = append(parts, fmt.Sprintf("≤ %g× stable", c.Limit))
+		case "fraction":
+			parts = append(parts, fmt.Sprintf("≤ %.2f%%", 100*c.Limit))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// analyzeResult is the worst result of a row's checks.
+func analyzeResult(cs []analysis.Check) string {
+	worst := ""
+	rank := map[analysis.Phase]int{analysis.Pass: 1, analysis.Inconclusive: 2, analysis.Fail: 3}
+	for _, c := range cs {
+		if rank[c.Phase] > rank[analysis.Phase(worst)] {
+			worst = string(c.Phase)
+		}
+	}
+	return strings.ToLower(worst)
+}

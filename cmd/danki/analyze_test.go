@@ -1,0 +1,189 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// analyzeBounds are Istio/Envoy's default bucket bounds (ms), and the counts
+// per bucket (last: +Inf) of a stable version, a healthy canary with the
+// same shape and a slow canary.
+var (
+	analyzeBounds  = []float64{0.5, 1, 5, 10, 25, 50, 100, 250, 500, 1000}
+	analyzeStable  = []float64{0, 0, 100, 2000, 4000, 2500, 1350, 45, 5, 0, 0}
+	analyzeHealthy = []float64{0, 0, 10, 200, 400, 250, 135, 4, 1, 0, 0}
+	analyzeSlow    = []float64{0, 0, 0, 50, 200, 300, 300, 120, 30, 0, 0}
+)
+
+// analyzeFakeProm answers Envoy cluster queries on 127.0.0.1.
+func analyzeFakeProm(t *testing.T) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = r.ParseForm()
+		q := r.Form.Get("query")
+		var counts []float64
+		switch {
+		case strings.Contains(q, "app-canary"):
+			counts = analyzeHealthy
+		case strings.Contains(q, "app-slow"):
+			counts = analyzeSlow
+		case strings.Contains(q, "app-stable"):
+			counts = analyzeStable
+		}
+		var result []string
+		total := 0.0
+		for i, c := range counts {
+			total += c
+			if strings.Contains(q, "_bucket") {
+				le := "+Inf"
+				if i < len(analyzeBounds) {
+					le = strconv.FormatFloat(analyzeBounds[i], 'g', -1, 64)
+				}
+				result = append(result, fmt.Sprintf(`{"metric":{"le":%q},"value":[1,"%g"]}`, le, total))
+			}
+		}
+		if counts != nil && !strings.Contains(q, "_bucket") {
+			if strings.Contains(q, `=~"5.."`) {
+				total = total / 200 // 0.5 % errors
+			}
+			result = append(result, fmt.Sprintf(`{"metric":{},"value":[1,"%g"]}`, total))
+		}
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"status":"success","data":{"resultType":"vector","result":[%s]}}`, strings.Join(result, ","))
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func runDanki(args ...string) (string, string, error) {
+	var out, errOut bytes.Buffer
+	root := newRootCmd()
+	root.SetOut(&out)
+	root.SetErr(&errOut)
+	root.SetArgs(args)
+	err := root.Execute()
+	return out.String(), errOut.String(), err
+}
+
+func TestAnalyzeEnvoyPass(t *testing.T) {
+	srv := analyzeFakeProm(t)
+	out, _, err := runDanki("analyze", "--prometheus", srv.URL, "--source", "envoy",
+		"--canary", "outbound|8080||app-canary.default.svc.cluster.local",
+		"--stable", "outbound|8080||app-stable.default.svc.cluster.local",
+		"--window", "10m", "--p99", "250ms", "--p99-ratio", "1.5", "--max-error-rate", "1%", "--tail-test")
+	if err != nil {
+		t.Fatalf("danki analyze failed on a healthy canary: %v\n%s", err, out)
+	}
+	for _, w := range []string{
+		"danki analyze: source envoy, window 10m",
+		"requests", "1000", "10000",
+		"error rate", "0.50%", "≤ 1.00%",
+		"p99 ", "≤ 250ms, ≤ 1.5× stable", "pass",
+		"p99.9",
+		"> 100ms (stable p99 bound)",
+		"PASS         p99",
+		"Pass: all SLOs hold",
+	} {
+		if !strings.Contains(out, w) {
+			t.Errorf("output lacks %q:\n%s", w, out)
+		}
+	}
+}
+
+func TestAnalyzeSlowCanaryExitsNonZero(t *testing.T) {
+	srv := analyzeFakeProm(t)
+	out, _, err := runDanki("analyze", "--prometheus", srv.URL, "--source", "envoy",
+		"--canary", "outbound|8080||app-slow.default.svc.cluster.local",
+		"--stable", "outbound|8080||app-stable.default.svc.cluster.local",
+		"--p99", "250ms", "--tail-test")
+	if err == nil || !strings.Contains(err.Error(), "verdict Fail") {
+		t.Fatalf("err = %v, want verdict Fail\n%s", err, out)
+	}
+	if !strings.Contains(out, "FAIL         p99") || !strings.Contains(out, "Fail: p99") {
+		t.Errorf("output does not show the breach:\n%s", out)
+	}
+}
+
+func TestAnalyzeJSONOutput(t *testing.T) {
+	srv := analyzeFakeProm(t)
+	out, _, err := runDanki("analyze", "-o", "json", "--prometheus", srv.URL, "--source", "istio",
+		"--canary", "app-canary.default.svc.cluster.local", "--stable", "app-stable.default.svc.cluster.local", "--p99-ratio", "1.2")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	var v struct {
+		Phase   string   `json:"phase"`
+		Queries []string `json:"queries"`
+	}
+	if err := json.Unmarshal([]byte(out), &v); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, out)
+	}
+	if v.Phase != "Pass" || len(v.Queries) != 6 || !strings.Contains(v.Queries[0], `istio_request_duration_milliseconds_bucket{destination_service="app-canary.default.svc.cluster.local",reporter="destination"}[5m]`) {
+		t.Errorf("phase %s queries %q", v.Phase, v.Queries)
+	}
+}
+
+func TestAnalyzeFortioFiles(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name string, maxSeconds float64) string {
+		p := filepath.Join(dir, name)
+		data := fmt.Sprintf(`{"RunType":"HTTP","RetCodes":{"200":1000},"DurationHistogram":{"Count":1000,"Min":0.001,"Max":%g,
+		  "Data":[{"Start":0.001,"End":0.002,"Percent":50,"Count":500},{"Start":0.002,"End":%g,"Percent":100,"Count":500}]}}`, maxSeconds, maxSeconds)
+		if err := os.WriteFile(p, []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	canary, stable := write("canary.json", 0.9), write("stable.json", 0.05)
+	out, _, err := runDanki("analyze", "--source", "fortio", "--canary", canary, "--stable", stable, "--max", "500ms", "--p50", "10ms")
+	if err == nil || !strings.Contains(out, "max 900ms > 500ms SLO") || !strings.Contains(out, "max  ") {
+		t.Fatalf("err %v, want a max breach:\n%s", err, out)
+	}
+}
+
+func TestAnalyzeFlagErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"analyze", "--canary", "c", "--p99", "250"}, `invalid argument "250" for "--p99" flag`},
+		{[]string{"analyze", "--canary", "c", "--p99", "250ms"}, "--prometheus (prometheus.address): missing"},
+		{[]string{"analyze", "--prometheus", "http://127.0.0.1:9", "--p99", "250ms"}, "--canary (istio.canary): selects nothing"},
+		{[]string{"analyze", "--prometheus", "http://127.0.0.1:9", "--canary", "c", "--p99-ratio", "1.2"}, "set --stable (istio.stable)"},
+		{[]string{"analyze", "--prometheus", "http://127.0.0.1:9", "--canary", "c", "--p99", "1s", "--window", "cumulative"}, "--window cumulative needs an analysis start"},
+		{[]string{"analyze", "--source", "datadog", "--p99", "1s"}, `--source: "datadog" is not a source`},
+		{[]string{"analyze", "--source", "fortio", "--canary", "c.json", "--max-error-rate", "lots"}, `--max-error-rate (slo.maxErrorRate): "lots" is not a number`},
+		{[]string{"analyze", "-o", "yaml"}, `--output "yaml"`},
+	} {
+		_, _, err := runDanki(tc.args...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("danki %s: err %v, want %q", strings.Join(tc.args, " "), err, tc.want)
+		}
+	}
+}
+
+func TestAnalyzeConfigFileWithOverrides(t *testing.T) {
+	srv := analyzeFakeProm(t)
+	cfg := filepath.Join(t.TempDir(), "latency.json")
+	data := `{"source":"envoy","prometheus":{"address":"` + srv.URL + `"},
+	  "envoy":{"canaryCluster":"outbound|8080||app-slow.default.svc.cluster.local","stableCluster":"outbound|8080||app-stable.default.svc.cluster.local"},
+	  "window":"cumulative","slo":{"p99":"250ms"}}`
+	if err := os.WriteFile(cfg, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := runDanki("analyze", "--config", cfg); err == nil || !strings.Contains(err.Error(), "verdict Fail") {
+		t.Fatalf("slow canary from the config file: err %v, want Fail", err)
+	}
+	out, _, err := runDanki("analyze", "--config", cfg, "--canary", "outbound|8080||app-canary.default.svc.cluster.local")
+	if err != nil {
+		t.Fatalf("--canary overriding the file's canary: %v\n%s", err, out)
+	}
+}

@@ -1,0 +1,371 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/danki-dev/danki/pkg/analysis"
+	"github.com/danki-dev/danki/pkg/shift"
+	"github.com/spf13/cobra"
+	istioclient "istio.io/client-go/pkg/clientset/versioned"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+func init() { subcommands = append(subcommands, newShiftCmd) }
+
+// shiftOptions are the flags every shift subcommand shares: where the
+// VirtualService is and which of its routes and destinations are managed.
+type shiftOptions struct {
+	kubeconfig, namespace, virtualService string
+	routes, tlsRoutes, tcpRoutes          []string
+	stableHost, canaryHost                string
+	destinationRule                       string
+	stableSubset, canarySubset            string
+	managedRoutes                         []string
+}
+
+func newShiftCmd() *cobra.Command {
+	o := &shiftOptions{}
+	cmd := &cobra.Command{
+		Use:   "shift",
+		Short: "Read, set or gradually ramp the canary weight on an Istio VirtualService",
+		Long: `Read, set or gradually ramp the canary weight on an Istio VirtualService, the
+same way the danki/istio Argo Rollouts traffic-router plugin does.
+
+Routing is host-level (--stable-host and --canary-host: two Services) or
+subset-level (--destination-rule with --stable-subset and --canary-subset).
+Without --route/--tls-route/--tcp-route, every route holding both the stable
+and the canary destination is managed. Only those routes' weights change;
+every other route and field stays as it was, and weights always sum to 100.`,
+		Example: `  danki shift get  -n shop --virtual-service reviews --stable-host reviews-stable --canary-host reviews-canary
+  danki shift set  -n shop --virtual-service reviews --stable-host reviews-stable --canary-host reviews-canary --canary-weight 10
+  danki shift ramp -n shop --virtual-service reviews --destination-rule reviews --canary-weight 60 --step 10 --interval 1m`,
+	}
+	f := cmd.PersistentFlags()
+	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster)")
+	f.StringVarP(&o.namespace, "namespace", "n", "", "namespace of the VirtualService (default: the kubeconfig context's)")
+	f.StringVar(&o.virtualService, "virtual-service", "", "name of the VirtualService (required)")
+	f.StringArrayVar(&o.routes, "route", nil, "name of an http route to manage (repeatable; default: every route holding both destinations)")
+	f.StringArrayVar(&o.tlsRoutes, "tls-route", nil, "tls route to manage, by match: PORT or PORT:SNI[,SNI...] (repeatable)")
+	f.StringArrayVar(&o.tcpRoutes, "tcp-route", nil, "tcp route to manage, by match: PORT (repeatable)")
+	f.StringVar(&o.stableHost, "stable-host", "", "stable destination host (host-level routing), e.g. the stable Service")
+	f.StringVar(&o.canaryHost, "canary-host", "", "canary destination host (host-level routing), e.g. the canary Service")
+	f.StringVar(&o.destinationRule, "destination-rule", "", "DestinationRule whose subsets split traffic (subset-level routing)")
+	f.StringVar(&o.stableSubset, "stable-subset", "stable", "stable subset name (with --destination-rule)")
+	f.StringVar(&o.canarySubset, "canary-subset", "canary", "canary subset name (with --destination-rule)")
+	f.StringArrayVar(&o.managedRoutes, "managed-route", nil, "name of a header/mirror route danki manages (repeatable, in precedence order); mirror routes follow the weights")
+	cmd.AddCommand(newShiftGetCmd(o), newShiftSetCmd(o), newShiftRampCmd(o))
+	return cmd
+}
+
+// target builds the shift.Target; needRoles requires hosts or subsets.
+func (o *shiftOptions) target(needRoles bool) (shift.Target, error) {
+	if o.virtualService == "" {
+		return shift.Target{}, errors.New("--virtual-service: required (the VirtualService to manage)")
+	}
+	t := shift.Target{VirtualService: o.virtualService, HTTPRoutes: o.routes, ManagedRoutes: o.managedRoutes}
+	for _, s := range o.tlsRoutes {
+		portStr, snis, _ := strings.Cut(s, ":")
+		port, err := strconv.ParseUint(portStr, 10, 32)
+		if err != nil || port == 0 {
+			return t, fmt.Errorf("--tls-route %q: want PORT or PORT:SNI[,SNI...], e.g. 443:shop.example.com", s)
+		}
+		sel := shift.TLSRouteSelector{Port: uint32(port)}
+		if snis != "" {
+			sel.SNIHosts = strings.Split(snis, ",")
+		}
+		t.TLSRoutes = append(t.TLSRoutes, sel)
+	}
+	for _, s := range o.tcpRoutes {
+		port, err := strconv.ParseUint(s, 10, 32)
+		if err != nil || port == 0 {
+			return t, fmt.Errorf("--tcp-route %q: want a port number, e.g. 9000", s)
+		}
+		t.TCPRoutes = append(t.TCPRoutes, shift.TCPRouteSelector{Port: uint32(port)})
+	}
+	hosts := o.stableHost != "" || o.canaryHost != ""
+	switch {
+	case hosts && o.destinationRule != "":
+		return t, errors.New("--stable-host/--canary-host and --destination-rule: use one (host-level or subset-level routing), not both")
+	case o.destinationRule != "":
+		t.Subsets = &shift.Subsets{DestinationRule: o.destinationRule, StableSubset: o.stableSubset, CanarySubset: o.canarySubset}
+	case hosts:
+		if o.stableHost == "" || o.canaryHost == "" {
+			return t, errors.New("--stable-host and --canary-host: give both")
+		}
+		t.StableHost, t.CanaryHost = o.stableHost, o.canaryHost
+	case needRoles:
+		return t, errors.New("--stable-host and --canary-host (host-level routing) or --destination-rule (subset-level): required to know which destinations to weigh")
+	}
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = o.kubeconfig
+	overrides := &clientcmd.ConfigOverrides{}
+	if o.namespace != "" {
+		overrides.Context.Namespace = o.namespace
+	}
+	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides)
+	ns, _, err := cc.Namespace()
+	if err != nil {
+		return t, fmt.Errorf("--kubeconfig: %w", err)
+	}
+	t.Namespace = ns
+	return t, nil
+}
+
+// newIstioClient builds the Istio client from the kubeconfig flags; tests
+// replace it.
+var newIstioClient = func(o *shiftOptions) (istioclient.Interface, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = o.kubeconfig
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("--kubeconfig: load client configuration: %w", err)
+	}
+	client, err := istioclient.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("Istio client for %s: %w", cfg.Host, err)
+	}
+	return client, nil
+}
+
+// shifter builds a Shifter from the kubeconfig flags.
+func (o *shiftOptions) shifter() (*shift.Shifter, error) {
+	client, err := newIstioClient(o)
+	if err != nil {
+		return nil, err
+	}
+	// pkg/shift logs each move; the command prints its own progress lines,
+	// so its logs show only with --verbose.
+	var log *slog.Logger
+	if slog.Default().Enabled(context.Background(), slog.LevelDebug) {
+		log = slog.Default()
+	}
+	return shift.New(client, log), nil
+}
+
+func newShiftGetCmd(o *shiftOptions) *cobra.Command {
+	return &cobra.Command{
+		Use:   "get",
+		Short: "Print the VirtualService's routes, destinations, roles and weights",
+		Long: `Print every route of the VirtualService with its destinations and weights.
+With --stable-host/--canary-host or --destination-rule, also mark the stable
+and canary destinations and the routes danki manages, and show the ramp state.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			t, err := o.target(false)
+			if err != nil {
+				return err
+			}
+			s, err := o.shifter()
+			if err != nil {
+				return err
+			}
+			st, err := s.Get(cmd.Context(), t)
+			if err != nil {
+				return err
+			}
+			return printStatus(cmd.OutOrStdout(), t, st)
+		},
+	}
+}
+
+func printStatus(w io.Writer, t shift.Target, st *shift.Status) error {
+	head := "VirtualService " + t.String()
+	if st.CanaryWeight >= 0 {
+		head += fmt.Sprintf("  canary weight %d%%", st.CanaryWeight)
+	}
+	if r := st.Ramp; r != nil {
+		switch r.Phase {
+		case shift.PhaseRamping:
+			head += "  " + r.Progress(r.Weight)
+		default:
+			head += fmt.Sprintf("  ramp %s toward %d%%", strings.ToLower(string(r.Phase)), r.Target)
+			if r.Reason != "" {
+				head += " (" + r.Reason + ")"
+			}
+		}
+	}
+	fmt.Fprintln(w, head)
+	if st.Problem != "" {
+		fmt.Fprintln(w, "problem: "+st.Problem)
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "KIND\tROUTE\tMANAGED\tDESTINATION\tROLE\tWEIGHT")
+	dash := func(s string) string {
+		if s == "" {
+			return "-"
+		}
+		return s
+	}
+	for _, r := range st.Routes {
+		route := fmt.Sprintf("[%d]", r.Index)
+		if r.Name != "" {
+			route += " " + r.Name
+		}
+		if len(r.Destinations) == 0 {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t-\t-\t-\n", r.Kind, route, dash(r.Managed))
+		}
+		for _, d := range r.Destinations {
+			dest := d.Host
+			if d.Subset != "" {
+				dest += "/" + d.Subset
+			}
+			if d.Port != 0 {
+				dest += fmt.Sprintf(":%d", d.Port)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", r.Kind, route, dash(r.Managed), dest, dash(d.Role), d.Weight)
+		}
+	}
+	return tw.Flush()
+}
+
+func newShiftSetCmd(o *shiftOptions) *cobra.Command {
+	var weight int
+	cmd := &cobra.Command{
+		Use:   "set",
+		Short: "Set the canary weight at once (no ramp, no gate)",
+		Long: `Set the canary weight on every managed route at once; the stable destination
+gets the rest. No ramp and no gate: use "danki shift ramp" for that.
+--canary-weight 0 is the abort: all traffic back to stable, ramp state cleared.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !cmd.Flags().Changed("canary-weight") {
+				return errors.New("--canary-weight: required (0–100 percent)")
+			}
+			t, err := o.target(true)
+			if err != nil {
+				return err
+			}
+			s, err := o.shifter()
+			if err != nil {
+				return err
+			}
+			if err := s.SetWeight(cmd.Context(), t, weight); err != nil {
+				return err
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "VirtualService %s: canary %d%%, stable %d%%\n", t, weight, 100-weight)
+			return err
+		},
+	}
+	cmd.Flags().IntVar(&weight, "canary-weight", 0, "canary weight in percent (0–100)")
+	return cmd
+}
+
+// gateOptions holds the ramp's latency gate: a danki/latency configuration
+// file, the same JSON as the danki/istio plugin's "gate" field.
+type gateOptions struct{ configFile string }
+
+func (g *gateOptions) addFlags(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&g.configFile, "gate-config", "",
+		"latency gate: a danki/latency config JSON file (see docs/latency.md); each weight is held until it passes. Without it the ramp moves on time alone")
+}
+
+// gate builds the ramp's latency gate from the flags; nil means no gate.
+func (g *gateOptions) gate() (shift.Gate, error) {
+	if g.configFile == "" {
+		return nil, nil
+	}
+	data, err := os.ReadFile(g.configFile)
+	if err != nil {
+		return nil, fmt.Errorf("--gate-config: %w", err)
+	}
+	cfg, err := analysis.ParseConfig(data)
+	if err != nil {
+		return nil, fmt.Errorf("--gate-config %s: %w", g.configFile, err)
+	}
+	return analysis.NewGate(cfg)
+}
+
+func newShiftRampCmd(o *shiftOptions) *cobra.Command {
+	var (
+		weight int
+		plan   shift.Plan
+		poll   time.Duration
+		gates  gateOptions
+	)
+	cmd := &cobra.Command{
+		Use:   "ramp",
+		Short: "Raise the canary weight gradually to a target, holding each weight until the gate passes",
+		Long: `Raise the canary weight from where it is to --canary-weight in increments of
+--step percentage points (or along the --weights ladder), no faster than
+--interval, each weight held until the latency gate passes there. On a breach
+the weight goes back to the last good weight and the increment halves; after
+--max-breaches breaches the ramp fails (exit status 1). Lowering the weight is
+immediate; --canary-weight 0 aborts.
+
+The ramp's state is kept in the danki.dev/ramp annotation on the VirtualService:
+interrupting this command leaves the weight where it is, and running it again
+resumes. Progress goes to stderr, one line per move.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !cmd.Flags().Changed("canary-weight") {
+				return errors.New("--canary-weight: required (the target, 0–100 percent)")
+			}
+			if err := plan.Validate(); err != nil {
+				return flagNames(err)
+			}
+			t, err := o.target(true)
+			if err != nil {
+				return err
+			}
+			s, err := o.shifter()
+			if err != nil {
+				return err
+			}
+			gate, err := gates.gate()
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			r := &shift.Ramp{Shifter: s, Target: t, Plan: plan, Gate: gate}
+			progress := cmd.ErrOrStderr()
+			d, err := r.Run(ctx, weight, poll, func(d shift.Decision) {
+				switch d.Action {
+				case shift.ActionHold:
+					return
+				case shift.ActionDone:
+					if d.From == d.Weight && !strings.HasPrefix(d.Reason, "reached") {
+						return
+					}
+				}
+				fmt.Fprintf(progress, "%s  %-8s %3d%% → %3d%%  %s\n", time.Now().Format("15:04:05"), d.Action, d.From, d.Weight, d.Reason)
+			})
+			out := cmd.OutOrStdout()
+			switch {
+			case errors.Is(err, context.Canceled) && cmd.Context().Err() == nil:
+				fmt.Fprintf(out, "VirtualService %s: interrupted at %d%%; the ramp state is kept: run the same command to resume, or set --canary-weight 0 to abort\n", t, d.Weight)
+				return err
+			case err != nil:
+				return err
+			}
+			_, err = fmt.Fprintf(out, "VirtualService %s: canary at %d%% (%s)\n", t, d.Weight, d.Reason)
+			return err
+		},
+	}
+	fl := cmd.Flags()
+	fl.IntVar(&weight, "canary-weight", 0, "target canary weight in percent (0–100)")
+	fl.IntVar(&plan.Step, "step", 0, fmt.Sprintf("increment in percentage points (default %d unless --weights)", shift.DefaultStep))
+	fl.IntSliceVar(&plan.Weights, "weights", nil, "explicit ladder of canary weights instead of --step, e.g. 1,5,10,25,50")
+	fl.DurationVar(&plan.Interval, "interval", shift.DefaultInterval, "least time between two weight changes (0: move as soon as the gate passes)")
+	fl.IntVar(&plan.MaxBreaches, "max-breaches", shift.DefaultMaxBreaches, "gate breaches that fail the ramp")
+	fl.DurationVar(&poll, "poll", 5*time.Second, "how often to ask the gate while holding a weight")
+	gates.addFlags(cmd)
+	return cmd
+}
+
+// flagNames rewrites the plan's field names as this command's flags.
+func flagNames(err error) error {
+	r := strings.NewReplacer("ramp.step", "--step", "ramp.weights", "--weights", "ramp.interval", "--interval", "ramp.maxBreaches", "--max-breaches")
+	return errors.New(r.Replace(err.Error()))
+}

@@ -1,0 +1,136 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+
+	networking "istio.io/api/networking/v1"
+	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
+	istioclient "istio.io/client-go/pkg/clientset/versioned"
+	"istio.io/client-go/pkg/clientset/versioned/fake"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+func shiftVS() *networkingv1.VirtualService {
+	vs := &networkingv1.VirtualService{ObjectMeta: metav1.ObjectMeta{Name: "reviews", Namespace: "shop"}}
+	vs.Spec.Hosts = []string{"reviews"}
+	d := func(host string, w int32) *networking.HTTPRouteDestination {
+		return &networking.HTTPRouteDestination{Destination: &networking.Destination{Host: host, Port: &networking.PortSelector{Number: 8080}}, Weight: w}
+	}
+	vs.Spec.Http = []*networking.HTTPRoute{
+		{Name: "other", Route: []*networking.HTTPRouteDestination{d("ratings", 100)}},
+		{Name: "primary", Route: []*networking.HTTPRouteDestination{d("reviews-stable", 100), d("reviews-canary", 0)}},
+	}
+	return vs
+}
+
+// runShift runs `danki shift ARGS` against a fake Istio clientset.
+func runShift(t *testing.T, client istioclient.Interface, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	saved := newIstioClient
+	newIstioClient = func(*shiftOptions) (istioclient.Interface, error) { return client, nil }
+	t.Cleanup(func() { newIstioClient = saved })
+	var out, errOut bytes.Buffer
+	root := newRootCmd()
+	root.SetOut(&out)
+	root.SetErr(&errOut)
+	root.SetArgs(append([]string{"shift"}, args...))
+	err = root.Execute()
+	return out.String(), errOut.String(), err
+}
+
+var hostFlags = []string{"-n", "shop", "--virtual-service", "reviews", "--stable-host", "reviews-stable", "--canary-host", "reviews-canary"}
+
+func canaryWeightOf(t *testing.T, client istioclient.Interface) int32 {
+	t.Helper()
+	vs, err := client.NetworkingV1().VirtualServices("shop").Get(context.Background(), "reviews", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return vs.Spec.Http[1].Route[1].Weight
+}
+
+func TestShiftSetAndGet(t *testing.T) {
+	client := fake.NewSimpleClientset(shiftVS())
+	out, _, err := runShift(t, client, append([]string{"set", "--canary-weight", "25"}, hostFlags...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out != "VirtualService shop/reviews: canary 25%, stable 75%\n" {
+		t.Fatalf("set printed %q", out)
+	}
+	if w := canaryWeightOf(t, client); w != 25 {
+		t.Fatalf("canary weight %d, want 25", w)
+	}
+	out, _, err = runShift(t, client, append([]string{"get"}, hostFlags...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"VirtualService shop/reviews  canary weight 25%",
+		"KIND  ROUTE        MANAGED  DESTINATION          ROLE    WEIGHT",
+		"http  [0] other    -        ratings:8080         other   100",
+		"http  [1] primary  primary  reviews-stable:8080  stable  75",
+		"http  [1] primary  primary  reviews-canary:8080  canary  25",
+	} {
+		if !strings.Contains(out, want+"\n") {
+			t.Fatalf("get output lacks %q:\n%s", want, out)
+		}
+	}
+	// Without roles, get still prints the table.
+	out, _, err = runShift(t, client, "get", "-n", "shop", "--virtual-service", "reviews")
+	if err != nil || !strings.Contains(out, "reviews-canary:8080  -     25") {
+		t.Fatalf("role-less get: %v\n%s", err, out)
+	}
+}
+
+func TestShiftRampReachesTheTargetWithProgress(t *testing.T) {
+	client := fake.NewSimpleClientset(shiftVS())
+	out, errOut, err := runShift(t, client, append([]string{"ramp", "--canary-weight", "60", "--weights", "10,30", "--interval", "0", "--poll", "1ms"}, hostFlags...)...)
+	if err != nil {
+		t.Fatalf("ramp: %v\n%s", err, errOut)
+	}
+	if w := canaryWeightOf(t, client); w != 60 {
+		t.Fatalf("canary weight %d after ramp, want 60", w)
+	}
+	var moves []string
+	for _, line := range strings.Split(strings.TrimSpace(errOut), "\n") {
+		if strings.Contains(line, "move") {
+			moves = append(moves, line)
+		}
+	}
+	if len(moves) != 3 || !strings.Contains(moves[0], "0% →  10%") || !strings.Contains(moves[2], "30% →  60%") {
+		t.Fatalf("progress lines:\n%s", errOut)
+	}
+	if !strings.Contains(out, "VirtualService shop/reviews: canary at 60% (reached 60%, gate passes)") {
+		t.Fatalf("ramp printed %q", out)
+	}
+}
+
+func TestShiftFlagErrors(t *testing.T) {
+	client := fake.NewSimpleClientset(shiftVS())
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"set", "--canary-weight", "10", "-n", "shop"}, "--virtual-service: required"},
+		{[]string{"set", "-n", "shop", "--virtual-service", "reviews", "--canary-weight", "10"}, "--stable-host and --canary-host (host-level routing) or --destination-rule"},
+		{append([]string{"set"}, hostFlags...), "--canary-weight: required"},
+		{append([]string{"set", "--canary-weight", "10", "--destination-rule", "reviews"}, hostFlags...), "use one (host-level or subset-level routing)"},
+		{append([]string{"set", "--canary-weight", "10", "--route", "nope"}, hostFlags...), `http route "nope"`},
+		{append([]string{"set", "--canary-weight", "10", "--tls-route", "x:y"}, hostFlags...), `--tls-route "x:y"`},
+		{append([]string{"ramp", "--canary-weight", "10", "--weights", "30,20"}, hostFlags...), "--weights[1] = 20: must be greater"},
+		{append([]string{"ramp", "--canary-weight", "10", "--step", "5", "--weights", "30"}, hostFlags...), "--step and --weights: set one of them"},
+	}
+	for _, c := range cases {
+		_, _, err := runShift(t, client, c.args...)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("danki shift %v: error %v, want it to mention %q", c.args, err, c.want)
+		}
+	}
+	if w := canaryWeightOf(t, client); w != 0 {
+		t.Fatalf("a refused command changed the weight to %d", w)
+	}
+}

@@ -1,0 +1,143 @@
+package analysis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// Analyzer runs one analysis: fetch a sample from the configured Source and
+// judge it under the SLOs. It is safe for concurrent use.
+type Analyzer struct {
+	rules  *rules
+	source Source
+	now    func() time.Time
+	logger *slog.Logger
+	kind   string
+}
+
+// Option customises an Analyzer.
+type Option func(*Analyzer)
+
+// WithLogger sets the logger (default slog.Default()).
+func WithLogger(l *slog.Logger) Option { return func(a *Analyzer) { a.logger = l } }
+
+// WithSource replaces the Source the Config would build (tests, embedding).
+func WithSource(s Source) Option { return func(a *Analyzer) { a.source = s } }
+
+// WithClock sets the clock used for cumulative windows.
+func WithClock(now func() time.Time) Option { return func(a *Analyzer) { a.now = now } }
+
+// NewAnalyzer validates cfg and builds its Source. Building makes no network
+// calls: an unreachable Prometheus shows up as an Error verdict later.
+func NewAnalyzer(cfg Config, opts ...Option) (*Analyzer, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	a := &Analyzer{rules: cfg.rules, now: time.Now, logger: slog.Default(), kind: cfg.Source}
+	for _, o := range opts {
+		o(a)
+	}
+	if a.source != nil {
+		return a, nil
+	}
+	switch cfg.Source {
+	case SourceFortio:
+		f, err := NewFortio(cfg)
+		if err != nil {
+			return nil, err
+		}
+		a.source = f
+	default:
+		p, err := NewPrometheus(cfg, a.logger)
+		if err != nil {
+			return nil, err
+		}
+		p.now = a.now
+		a.source = p
+	}
+	return a, nil
+}
+
+// Analyze fetches and judges one window. since is when the analysis started;
+// it is only used (and required) with window: cumulative, where the window
+// runs from since to now.
+func (a *Analyzer) Analyze(ctx context.Context, since time.Time) Verdict {
+	window, label, err := a.window(since)
+	if err != nil {
+		return errorVerdict(err, label, nil)
+	}
+	ctx, cancel := context.WithTimeout(ctx, a.rules.timeout)
+	defer cancel()
+	sample, err := a.source.Fetch(ctx, window)
+	if err != nil {
+		var queries []string
+		if sample != nil {
+			queries = sample.Queries
+		}
+		a.logger.Warn("latency analysis could not fetch its data", "window", label, "error", err)
+		return errorVerdict(err, label, queries)
+	}
+	v := evaluate(a.rules, sample, label)
+	a.logger.Debug("latency analysis", "phase", v.Phase, "summary", v.Summary)
+	return v
+}
+
+// Evaluate judges an already fetched sample (benchmarks, custom sources).
+func (a *Analyzer) Evaluate(s *Sample, window string) Verdict {
+	return evaluate(a.rules, s, window)
+}
+
+// Queries renders the PromQL the analysis runs (the fortio files for
+// fortio), for display. With window: cumulative the range shows as <window>.
+func (a *Analyzer) Queries() []string {
+	window := time.Duration(0)
+	if !a.rules.cumulative {
+		window = a.rules.window
+	}
+	if p, ok := a.source.(*Prometheus); ok {
+		return p.Queries(window)
+	}
+	if f, ok := a.source.(*Fortio); ok {
+		out := []string{f.canary}
+		if f.stable != "" {
+			out = append(out, f.stable)
+		}
+		return out
+	}
+	return nil
+}
+
+// Source is the configured source name (istio, envoy, promql, fortio).
+func (a *Analyzer) Source() string { return a.kind }
+
+// Window describes the configured window: a duration or "cumulative".
+func (a *Analyzer) Window() string {
+	switch {
+	case a.kind == SourceFortio:
+		return "whole fortio run"
+	case a.rules.cumulative:
+		return WindowCumulative
+	}
+	return promRange(a.rules.window)
+}
+
+// window resolves the configured window at this moment.
+func (a *Analyzer) window(since time.Time) (time.Duration, string, error) {
+	if a.kind == SourceFortio {
+		return 0, "whole fortio run", nil
+	}
+	if !a.rules.cumulative {
+		return a.rules.window, promRange(a.rules.window), nil
+	}
+	if since.IsZero() {
+		return 0, WindowCumulative, errors.New(`window: "cumulative" needs the time the analysis started; pass it, or set a fixed window such as "5m"`)
+	}
+	w := a.now().Sub(since)
+	if w < time.Second {
+		w = time.Second
+	}
+	return w, fmt.Sprintf("%s (cumulative)", promRange(w)), nil
+}

@@ -1,0 +1,27 @@
+// Package analysis judges a canary's tail latency against SLOs: absolute
+// percentile limits (p50 … p99.9, max, error rate), limits relative to the
+// stable version over the same window, and a sequential statistical test of
+// the tail that stays valid however often it is checked.
+//
+// Data comes from a Source (one small interface, one file per
+// implementation, in the style of Flagger's metric providers):
+//
+//   - Prometheus (prometheus.go): Istio standard metrics, Envoy cluster
+//     metrics, or a custom PromQL query set. Canary and stable *bucket
+//     counts* are fetched with sum by (le) (increase(…[window])), so the
+//     percentiles and the tail test see exactly the same requests.
+//   - Fortio (fortio.go): fortio's result JSON (danki's warm-up step writes
+//     the same format), with finer buckets and the raw min and max.
+//
+// Percentiles are interpolated inside buckets exactly as Prometheus'
+// histogram_quantile does, so they are only as fine as the buckets (Istio's
+// and Envoy's defaults read a true p99 of 15 ms as ~24 ms).
+//
+// A verdict is Pass, Fail, Inconclusive (not enough data: never a pass) or
+// Error (could not measure), with every number it was decided on and a
+// one-line summary. Analyzer runs one analysis; Gate wraps it for pkg/shift;
+// the Argo Rollouts metric plugin danki/latency (package rollouts) and
+// `danki analyze` use the same Config. See docs/latency.md.
+//
+// This package imports neither Argo nor cobra.
+package analysis

@@ -1,0 +1,135 @@
+package analysis
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"fortio.org/fortio/fhttp"
+	"fortio.org/fortio/stats"
+)
+
+// maxFortioResult bounds how much of a result file or URL is read.
+const maxFortioResult = 64 << 20
+
+// Fortio is a Source that reads fortio HTTP result JSON (fhttp.HTTPRunnerResults,
+// what `fortio load -json` writes and what danki's warm-up step emits) from
+// files or http(s) URLs. Unlike Prometheus histograms, fortio keeps the raw
+// minimum and maximum, so slo.max can be checked; its buckets are also much
+// finer. The window does not apply: a result file is one whole run.
+type Fortio struct {
+	canary, stable string
+	client         *http.Client
+}
+
+// NewFortio builds the fortio source for a validated Config.
+func NewFortio(cfg Config) (*Fortio, error) {
+	if cfg.Fortio == nil {
+		return nil, fmt.Errorf("fortio: missing")
+	}
+	return &Fortio{canary: cfg.Fortio.Canary, stable: cfg.Fortio.Stable, client: &http.Client{}}, nil
+}
+
+// Fetch reads the canary's (and stable's) result.
+func (f *Fortio) Fetch(ctx context.Context, _ time.Duration) (*Sample, error) {
+	s := &Sample{Queries: []string{f.canary}}
+	canary, err := f.read(ctx, "canary", f.canary)
+	if err != nil {
+		return s, err
+	}
+	s.Canary = canary
+	if f.stable != "" {
+		s.Queries = append(s.Queries, f.stable)
+		stable, err := f.read(ctx, "stable", f.stable)
+		if err != nil {
+			return s, err
+		}
+		s.Stable = &stable
+	}
+	return s, nil
+}
+
+func (f *Fortio) read(ctx context.Context, name, location string) (Side, error) {
+	data, err := f.load(ctx, location)
+	if err != nil {
+		return Side{}, fmt.Errorf("read %s fortio result %s: %w", name, location, err)
+	}
+	var res fhttp.HTTPRunnerResults
+	if err := json.Unmarshal(data, &res); err != nil {
+		return Side{}, fmt.Errorf("%s fortio result %s is not fortio HTTP result JSON: %w", name, location, err)
+	}
+	return FortioSide(name, location, &res), nil
+}
+
+func (f *Fortio) load(ctx context.Context, location string) ([]byte, error) {
+	if !strings.HasPrefix(location, "http://") && !strings.HasPrefix(location, "https://") {
+		return os.ReadFile(location)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, location, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := f.client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET answered %s", resp.Status)
+	}
+	return io.ReadAll(io.LimitReader(resp.Body, maxFortioResult))
+}
+
+// FortioSide converts a fortio HTTP result into a Side: the duration
+// histogram (seconds → milliseconds) with its raw min and max, the request
+// count, and the error count (5xx and fortio's -1 for connection errors).
+func FortioSide(name, from string, res *fhttp.HTTPRunnerResults) Side {
+	side := Side{
+		Name:        name,
+		LatencyFrom: from,
+		Latency:     FortioHistogram(res.DurationHistogram),
+		Requests:    Measured{From: from, Found: true},
+		Errors:      Measured{From: from, Found: true},
+	}
+	for code, n := range res.RetCodes {
+		side.Requests.Value += float64(n)
+		if code < 100 || code >= 500 {
+			side.Errors.Value += float64(n)
+		}
+	}
+	if len(res.RetCodes) == 0 && res.DurationHistogram != nil {
+		side.Requests.Value = float64(res.DurationHistogram.Count)
+	}
+	return side
+}
+
+// FortioHistogram converts fortio's histogram (seconds, non-cumulative
+// buckets that skip empty ranges) into a cumulative Histogram in
+// milliseconds. A gap between two exported buckets becomes an empty bucket
+// so that interpolation never spreads counts over a range fortio saw empty.
+func FortioHistogram(hd *stats.HistogramData) Histogram {
+	h := Histogram{HasRaw: true}
+	if hd == nil || hd.Count == 0 || len(hd.Data) == 0 {
+		return Histogram{}
+	}
+	const ms = 1000.0
+	h.Min, h.Max = hd.Min*ms, hd.Max*ms
+	cum := 0.0
+	prevEnd := hd.Min * ms
+	for _, b := range hd.Data {
+		start, end := b.Start*ms, b.End*ms
+		if len(h.Buckets) > 0 && start > prevEnd {
+			h.Buckets = append(h.Buckets, Bucket{UpperBound: start, Count: cum})
+		}
+		cum += float64(b.Count)
+		h.Buckets = append(h.Buckets, Bucket{UpperBound: end, Count: cum})
+		prevEnd = end
+	}
+	h.normalize()
+	return h
+}

@@ -1,0 +1,485 @@
+package analysis
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"text/template"
+	"time"
+
+	"github.com/prometheus/client_golang/api"
+	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
+	promconfig "github.com/prometheus/common/config"
+	"github.com/prometheus/common/model"
+)
+
+// Built-in query sets. <<.Selector>> and <<.Window>> are filled per side and
+// per check. Counts come from increase() of the *bucket* series so that the
+// percentiles and the tail test see the same requests.
+const (
+	istioHistogram = `sum by (le) (increase(istio_request_duration_milliseconds_bucket{<<.Selector>>}[<<.Window>>]))`
+	istioRequests  = `sum(increase(istio_requests_total{<<.Selector>>}[<<.Window>>]))`
+	istioErrors    = `sum(increase(istio_requests_total{<<.Selector>>,response_code=~"` + defaultErrorCodeRegex + `"}[<<.Window>>]))`
+
+	envoyHistogram = `sum by (le) (increase(envoy_cluster_upstream_rq_time_bucket{<<.Selector>>}[<<.Window>>]))`
+	envoyRequests  = `sum(increase(envoy_cluster_upstream_rq{<<.Selector>>}[<<.Window>>]))`
+	// envoyErrors has a %s for the response-code label name.
+	envoyErrors = `sum(increase(envoy_cluster_upstream_rq{<<.Selector>>,%s=~"` + defaultErrorCodeRegex + `"}[<<.Window>>]))`
+)
+
+// Prometheus is a Source that reads Istio's or Envoy's standard metrics, or a
+// custom PromQL query set, through the Prometheus HTTP API.
+//
+// Known limits of the data (see docs/latency.md): rate() and increase() never
+// see what a series did before its first scrape, so a new pod's coldest
+// requests can be missing; and histogram buckets bound the resolution of
+// every percentile (Istio/Envoy defaults: 0.5 1 5 10 25 50 100 250 500 1000
+// 2500 5000 … ms, so a true p99 of 15 ms reads as ~24 ms).
+type Prometheus struct {
+	api     promv1.API
+	address string
+	timeout time.Duration
+	now     func() time.Time
+	logger  *slog.Logger
+	sides   []promSide // canary, then stable when configured
+}
+
+type promSide struct {
+	name      string
+	data      QueryData // Window is filled per fetch
+	histogram *template.Template
+	requests  *template.Template
+	errors    *template.Template
+	leScale   float64 // le label × leScale = milliseconds
+	values    []promValue
+}
+
+type promValue struct {
+	name  string
+	query *template.Template
+	data  QueryData
+}
+
+// NewPrometheusAPI builds a Prometheus API client with the bearer token
+// (inline or from a file re-read on every request) and TLS settings, using
+// prometheus/common's HTTP client configuration.
+func NewPrometheusAPI(pc PrometheusConfig) (promv1.API, error) {
+	httpCfg := promconfig.HTTPClientConfig{
+		FollowRedirects: true,
+		EnableHTTP2:     true,
+		TLSConfig: promconfig.TLSConfig{
+			CAFile:             pc.CAFile,
+			InsecureSkipVerify: pc.InsecureSkipVerify,
+		},
+	}
+	switch {
+	case pc.BearerToken != "":
+		httpCfg.Authorization = &promconfig.Authorization{Type: "Bearer", Credentials: promconfig.Secret(pc.BearerToken)}
+	case pc.BearerTokenFile != "":
+		httpCfg.Authorization = &promconfig.Authorization{Type: "Bearer", CredentialsFile: pc.BearerTokenFile}
+	}
+	if err := httpCfg.Validate(); err != nil {
+		return nil, fmt.Errorf("prometheus client settings: %w", err)
+	}
+	rt, err := promconfig.NewRoundTripperFromConfig(httpCfg, "danki")
+	if err != nil {
+		return nil, fmt.Errorf("prometheus TLS/auth settings (prometheus.caFile, prometheus.bearerTokenFile): %w", err)
+	}
+	client, err := api.NewClient(api.Config{Address: pc.Address, RoundTripper: rt})
+	if err != nil {
+		return nil, fmt.Errorf("prometheus.address %q: %w", pc.Address, err)
+	}
+	return promv1.NewAPI(client), nil
+}
+
+// NewPrometheus builds the Prometheus source for a validated Config.
+func NewPrometheus(cfg Config, logger *slog.Logger) (*Prometheus, error) {
+	if cfg.rules == nil {
+		if err := cfg.Validate(); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.Prometheus == nil {
+		return nil, errors.New("prometheus.address: missing")
+	}
+	promAPI, err := NewPrometheusAPI(*cfg.Prometheus)
+	if err != nil {
+		return nil, err
+	}
+	return newPrometheusWithAPI(cfg, promAPI, logger)
+}
+
+func newPrometheusWithAPI(cfg Config, promAPI promv1.API, logger *slog.Logger) (*Prometheus, error) {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	p := &Prometheus{
+		api:     promAPI,
+		address: cfg.Prometheus.Address,
+		timeout: cfg.rules.timeout,
+		now:     time.Now,
+		logger:  logger,
+	}
+
+	var canary, stable string // label matchers
+	var histogram, requests, errorsQuery string
+	leScale := 1.0
+	hasStable := false
+	switch cfg.Source {
+	case SourceIstio:
+		ic := cfg.Istio
+		canary = istioMatchers(ic.Reporter, ic.Canary)
+		if ic.Stable != nil {
+			stable, hasStable = istioMatchers(ic.Reporter, *ic.Stable), true
+		}
+		histogram, requests, errorsQuery = istioHistogram, istioRequests, istioErrors
+	case SourceEnvoy:
+		ec := cfg.Envoy
+		canary = envoyMatchers(ec.CanaryCluster, ec.Labels)
+		if ec.StableCluster != "" {
+			stable, hasStable = envoyMatchers(ec.StableCluster, ec.Labels), true
+		}
+		histogram, requests, errorsQuery = envoyHistogram, envoyRequests, fmt.Sprintf(envoyErrors, ec.ResponseCodeLabel)
+	case SourcePromQL:
+		pc := cfg.PromQL
+		canary, stable, hasStable = pc.Canary, pc.Stable, pc.Stable != ""
+		histogram, requests, errorsQuery = pc.Histogram, pc.Requests, pc.Errors
+		if pc.Unit == "s" {
+			leScale = 1000
+		}
+	default:
+		return nil, fmt.Errorf("source %q does not read Prometheus", cfg.Source)
+	}
+
+	mk := func(name, text string) (*template.Template, error) {
+		if text == "" {
+			return nil, nil
+		}
+		return parseQueryTemplate(name, text)
+	}
+	names := []string{"canary"}
+	if hasStable {
+		names = append(names, "stable")
+	}
+	for _, name := range names {
+		s := promSide{name: name, leScale: leScale}
+		s.data = QueryData{Side: name, Canary: canary, Stable: stable, Selector: canary}
+		if name == "stable" {
+			s.data.Selector = stable
+		}
+		var err error
+		if s.histogram, err = mk("histogram", histogram); err != nil {
+			return nil, err
+		}
+		if s.requests, err = mk("requests", requests); err != nil {
+			return nil, err
+		}
+		if s.errors, err = mk("errors", errorsQuery); err != nil {
+			return nil, err
+		}
+		for _, q := range cfg.Queries {
+			t, err := parseQueryTemplate(q.Name, q.Query)
+			if err != nil {
+				return nil, fmt.Errorf("queries %s: %w", q.Name, err)
+			}
+			d := QueryData{Side: name, Canary: q.Canary, Stable: q.Stable, Selector: q.Canary}
+			if name == "stable" {
+				d.Selector = q.Stable
+			}
+			s.values = append(s.values, promValue{name: q.Name, query: t, data: d})
+		}
+		p.sides = append(p.sides, s)
+	}
+	// Queries comparing with stable need a stable side even when latency
+	// has none (source istio without istio.stable, but queries[].stable set).
+	if !hasStable {
+		var values []promValue
+		for _, q := range cfg.Queries {
+			if q.Stable == "" {
+				continue
+			}
+			t, _ := parseQueryTemplate(q.Name, q.Query)
+			values = append(values, promValue{name: q.Name, query: t, data: QueryData{Side: "stable", Canary: q.Canary, Stable: q.Stable, Selector: q.Stable}})
+		}
+		if len(values) > 0 {
+			p.sides = append(p.sides, promSide{name: "stable", values: values, leScale: leScale})
+		}
+	}
+	return p, nil
+}
+
+func istioMatchers(reporter string, s IstioSelector) string {
+	labels := map[string]string{"reporter": reporter}
+	for k, v := range s.Labels {
+		labels[k] = v
+	}
+	set := func(k, v string) {
+		if v != "" {
+			labels[k] = v
+		}
+	}
+	set("destination_workload", s.Workload)
+	set("destination_workload_namespace", s.Namespace)
+	set("destination_service", s.Service)
+	set("destination_version", s.Version)
+	return matchers(labels)
+}
+
+func envoyMatchers(cluster string, extra map[string]string) string {
+	labels := map[string]string{"cluster_name": cluster}
+	for k, v := range extra {
+		labels[k] = v
+	}
+	return matchers(labels)
+}
+
+// matchers renders equality matchers in a stable order, quoting values as
+// PromQL string literals.
+func matchers(labels map[string]string) string {
+	keys := make([]string, 0, len(labels))
+	for k := range labels {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = k + "=" + strconv.Quote(labels[k])
+	}
+	return strings.Join(parts, ",")
+}
+
+// Queries renders every query for a window, for GetMetadata and messages.
+// A zero window renders as <window> (a cumulative window is only known at
+// measurement time).
+func (p *Prometheus) Queries(window time.Duration) []string {
+	var out []string
+	for _, s := range p.sides {
+		for _, t := range []*template.Template{s.histogram, s.requests, s.errors} {
+			if t != nil {
+				out = append(out, render(t, s.data, window))
+			}
+		}
+		for _, v := range s.values {
+			out = append(out, render(v.query, v.data, window))
+		}
+	}
+	return out
+}
+
+func render(t *template.Template, d QueryData, window time.Duration) string {
+	d.Window = "<window>"
+	if window > 0 {
+		d.Window = promRange(window)
+	}
+	var b strings.Builder
+	if err := t.Execute(&b, d); err != nil {
+		// Validate executed every template with the same fields.
+		return fmt.Sprintf("<template %s: %v>", t.Name(), err)
+	}
+	return b.String()
+}
+
+// promRange renders a window as a PromQL range, rounded up to whole seconds.
+func promRange(w time.Duration) string {
+	if rem := w % time.Second; rem != 0 {
+		w += time.Second - rem
+	}
+	return model.Duration(w).String()
+}
+
+type promJob struct {
+	side  int
+	kind  string // histogram, requests, errors, value
+	index int    // value index
+	query string
+	vec   model.Vector
+	err   error
+}
+
+// Fetch runs all queries of both sides concurrently at one evaluation time.
+func (p *Prometheus) Fetch(ctx context.Context, window time.Duration) (*Sample, error) {
+	at := p.now()
+	var jobs []*promJob
+	for i, s := range p.sides {
+		add := func(kind string, t *template.Template, d QueryData, idx int) {
+			if t != nil {
+				jobs = append(jobs, &promJob{side: i, kind: kind, index: idx, query: render(t, d, window)})
+			}
+		}
+		add("histogram", s.histogram, s.data, 0)
+		add("requests", s.requests, s.data, 0)
+		add("errors", s.errors, s.data, 0)
+		for j, v := range s.values {
+			add("value", v.query, v.data, j)
+		}
+	}
+	var wg sync.WaitGroup
+	for _, j := range jobs {
+		wg.Go(func() { j.vec, j.err = p.instant(ctx, j.query, at) })
+	}
+	wg.Wait()
+
+	sample := &Sample{}
+	sides := make([]*Side, len(p.sides))
+	for i, s := range p.sides {
+		side := &Side{Name: s.name, Values: make([]Measured, len(s.values))}
+		for j, v := range s.values {
+			side.Values[j] = Measured{Name: v.name}
+		}
+		sides[i] = side
+	}
+	var errs []error
+	for _, j := range jobs {
+		sample.Queries = append(sample.Queries, j.query)
+		if j.err != nil {
+			errs = append(errs, j.err)
+			continue
+		}
+		side := sides[j.side]
+		switch j.kind {
+		case "histogram":
+			h, err := toHistogram(j.vec, p.sides[j.side].leScale, j.query)
+			if err != nil {
+				errs = append(errs, err)
+			}
+			side.Latency, side.LatencyFrom = h, j.query
+		case "requests", "errors", "value":
+			m, err := toMeasured(j.vec, j.query)
+			if err != nil {
+				errs = append(errs, err)
+			}
+			switch j.kind {
+			case "requests":
+				side.Requests = m
+			case "errors":
+				side.Errors = m
+			default:
+				m.Name = side.Values[j.index].Name
+				side.Values[j.index] = m
+			}
+		}
+	}
+	sample.Canary = *sides[0]
+	if len(sides) > 1 {
+		sample.Stable = sides[1]
+	}
+	return sample, firstError(errs)
+}
+
+// instant runs one instant query and returns its vector.
+func (p *Prometheus) instant(ctx context.Context, query string, at time.Time) (model.Vector, error) {
+	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
+	val, warnings, _, err := p.api.Query(ctx, query, at, promv1.WithTimeout(p.timeout))
+	if err != nil {
+		return nil, p.explain(query, err)
+	}
+	if len(warnings) > 0 {
+		p.logger.Warn("prometheus query returned warnings", "query", query, "warnings", []string(warnings))
+	}
+	switch v := val.(type) {
+	case model.Vector:
+		return v, nil
+	case *model.Scalar:
+		return model.Vector{{Value: v.Value, Timestamp: v.Timestamp}}, nil
+	case nil:
+		return nil, nil
+	}
+	return nil, fmt.Errorf("prometheus query %s returned a %s; it must return an instant vector", query, val.Type())
+}
+
+func (p *Prometheus) explain(query string, err error) error {
+	var apiErr *promv1.Error
+	var certErr *tls.CertificateVerificationError
+	var unknownCA x509.UnknownAuthorityError
+	var hostErr x509.HostnameError
+	var netErr net.Error
+	var urlErr *url.Error
+	switch {
+	case errors.As(err, &apiErr) && apiErr.Type == promv1.ErrBadData:
+		return fmt.Errorf("prometheus rejected query %s: %s; fix the PromQL", query, apiErr.Msg)
+	case errors.As(err, &apiErr):
+		msg := apiErr.Msg
+		if detail := oneLine(apiErr.Detail); detail != "" {
+			if len(detail) > 300 {
+				detail = detail[:300] + "…"
+			}
+			msg += ": " + detail
+		}
+		return fmt.Errorf("prometheus query %s failed (%s): %s", query, apiErr.Type, msg)
+	case errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("prometheus query %s: no answer within %s; raise timeout or check Prometheus' load: %w", query, p.timeout, err)
+	case errors.As(err, &certErr), errors.As(err, &unknownCA), errors.As(err, &hostErr):
+		return fmt.Errorf("prometheus at %s: TLS verification failed (query %s): %w; set prometheus.caFile to the CA that signed its certificate (or insecureSkipVerify for a test setup)", p.address, query, err)
+	case errors.As(err, &netErr), errors.As(err, &urlErr):
+		return fmt.Errorf("prometheus at %s unreachable (query %s): %w; check prometheus.address and the network path", p.address, query, err)
+	}
+	return fmt.Errorf("prometheus query %s: %w", query, err)
+}
+
+// firstError reports the first failure in full and counts the others: when
+// Prometheus is down every query fails the same way.
+func firstError(errs []error) error {
+	switch len(errs) {
+	case 0:
+		return nil
+	case 1:
+		return errs[0]
+	}
+	return fmt.Errorf("%w (and %d more queries failed)", errs[0], len(errs)-1)
+}
+
+// toHistogram turns a `sum by (le)` result into a Histogram in milliseconds.
+// Series with the same le (e.g. a query without sum by (le)) are added up.
+func toHistogram(vec model.Vector, leScale float64, query string) (Histogram, error) {
+	var h Histogram
+	for _, s := range vec {
+		le, ok := s.Metric[model.BucketLabel]
+		if !ok {
+			return h, fmt.Errorf("histogram query %s returned a series without an le label (%s); aggregate it with sum by (le) (increase(…_bucket[…]))", query, s.Metric)
+		}
+		bound, err := strconv.ParseFloat(string(le), 64)
+		if err != nil {
+			return h, fmt.Errorf("histogram query %s returned le=%q, which is not a number", query, le)
+		}
+		v := float64(s.Value)
+		if math.IsNaN(v) {
+			continue
+		}
+		if !math.IsInf(bound, +1) {
+			bound *= leScale
+		}
+		h.Buckets = append(h.Buckets, Bucket{UpperBound: bound, Count: v})
+	}
+	h.normalize()
+	return h, nil
+}
+
+// toMeasured turns a single-number result into a Measured. No series (or
+// NaN, e.g. 0/0) is "not found"; several series is an error, because which
+// one to compare would be a guess.
+func toMeasured(vec model.Vector, query string) (Measured, error) {
+	m := Measured{From: query}
+	switch len(vec) {
+	case 0:
+		return m, nil
+	case 1:
+		v := float64(vec[0].Value)
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return m, nil
+		}
+		m.Value, m.Found = v, true
+		return m, nil
+	}
+	return m, fmt.Errorf("query %s returned %d series; it must return one number, wrap it in sum(…) or max(…)", query, len(vec))
+}

@@ -1,0 +1,307 @@
+package analysis
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/common/model"
+)
+
+// knownSamples are n latencies at the distribution's exact quantiles
+// (i+½)/n: a sample whose empirical distribution is the known one, without
+// sampling noise.
+func knownSamples(d lognormal, n int) []float64 {
+	out := make([]float64, n)
+	for i := range out {
+		out[i] = d.quantile((float64(i) + 0.5) / float64(n))
+	}
+	return out
+}
+
+// prometheusBinary finds the Prometheus the lab installs (Debian's 2.42).
+func prometheusBinary(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("DANKI_PROMETHEUS"); p != "" {
+		return p
+	}
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			break
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("cannot find the repository root (go.mod) above the test directory")
+		}
+		dir = parent
+	}
+	bin := filepath.Join(dir, ".cache", "lab", "bin", "prometheus")
+	if _, err := os.Stat(bin); err != nil {
+		t.Fatalf("Prometheus binary not found at %s (%v). The lab build links Debian's prometheus there "+
+			"(apt-get install -y --no-install-recommends prometheus; ln -s /usr/bin/prometheus %s), "+
+			"or set DANKI_PROMETHEUS to a prometheus 2.x binary. Run with -short to skip this test.", bin, err, bin)
+	}
+	return bin
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// startPrometheus runs Prometheus on 127.0.0.1 scraping target every second
+// and returns its URL once it is ready.
+func startPrometheus(t *testing.T, target string) string {
+	t.Helper()
+	bin := prometheusBinary(t)
+	dir := t.TempDir()
+	cfg := fmt.Sprintf(`global:
+  scrape_interval: 1s
+  evaluation_interval: 1s
+scrape_configs:
+- job_name: exporter
+  scrape_interval: 1s
+  scrape_timeout: 900ms
+  static_configs:
+  - targets: [%q]
+`, target)
+	cfgFile := filepath.Join(dir, "prometheus.yml")
+	if err := os.WriteFile(cfgFile, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	var logs bytes.Buffer
+	cmd := exec.Command(bin,
+		"--config.file="+cfgFile,
+		"--storage.tsdb.path="+filepath.Join(dir, "data"),
+		"--web.listen-address="+addr,
+		"--log.level=warn")
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", bin, err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		if t.Failed() {
+			t.Logf("prometheus log:\n%s", logs.String())
+		}
+	})
+	url := "http://" + addr
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := http.Get(url + "/-/ready")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return url
+			}
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("prometheus exited: %v\n%s", err, logs.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("prometheus not ready at %s after 10s\n%s", url, logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestRealPrometheus feeds known latency distributions through a
+// client_golang exporter with Istio's and Envoy's metric names and bucket
+// bounds, lets a real Prometheus scrape it every second, and checks danki's
+// percentiles and verdicts against what was fed in.
+func TestRealPrometheus(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a real Prometheus (skipped with -short)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+
+	reg := prometheus.NewRegistry()
+	istioHist := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "istio_request_duration_milliseconds", Help: "Istio standard metric", Buckets: istioBuckets,
+	}, []string{"reporter", "destination_service"})
+	istioReqs := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "istio_requests_total", Help: "Istio standard metric",
+	}, []string{"reporter", "destination_service", "response_code"})
+	envoyHist := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "envoy_cluster_upstream_rq_time", Help: "Envoy cluster metric", Buckets: istioBuckets,
+	}, []string{"cluster_name"})
+	envoyReqs := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "envoy_cluster_upstream_rq", Help: "Envoy cluster metric",
+	}, []string{"cluster_name", "response_code"})
+	reg.MustRegister(istioHist, istioReqs, envoyHist, envoyReqs)
+
+	slowDist := typical
+	slowDist.scale = 2 // every percentile 2× stable's
+	versions := []struct {
+		name string
+		dist lognormal
+		n    int
+	}{
+		{"app-stable", typical, 9000},
+		{"app-canary", typical, 1000},
+		{"app-slow", slowDist, 1000},
+	}
+	service := func(v string) string { return v + ".default.svc.cluster.local" }
+	cluster := func(v string) string { return "outbound|8080||" + service(v) }
+	// Create every series at zero before the first scrape, so increase()
+	// sees all requests (it never counts what came before a series' first
+	// scrape).
+	for _, v := range versions {
+		istioHist.WithLabelValues("destination", service(v.name))
+		envoyHist.WithLabelValues(cluster(v.name))
+		for _, code := range []string{"200", "503"} {
+			istioReqs.WithLabelValues("destination", service(v.name), code)
+			envoyReqs.WithLabelValues(cluster(v.name), code)
+		}
+	}
+	exporter := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	defer exporter.Close()
+
+	promURL := startPrometheus(t, strings.TrimPrefix(exporter.URL, "http://"))
+	api, err := NewPrometheusAPI(PrometheusConfig{Address: promURL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor := func(what, query string, want float64) {
+		t.Helper()
+		for {
+			v, _, _, err := api.Query(ctx, query, time.Now())
+			if vec, ok := v.(model.Vector); err == nil && ok && len(vec) == 1 && float64(vec[0].Value) == want {
+				return
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("waiting for %s (%s == %g): %v (last: %v)", what, query, want, ctx.Err(), v)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	waitFor("the first scrape", `count(istio_request_duration_milliseconds_bucket{le="+Inf"} == 0)`, 3)
+
+	// Feed the known distributions; 0.2 % of each version's requests fail.
+	exact := map[string]Histogram{}
+	for _, v := range versions {
+		lat := knownSamples(v.dist, v.n)
+		for i, x := range lat {
+			code := "200"
+			if i%500 == 499 {
+				code = "503"
+			}
+			istioHist.WithLabelValues("destination", service(v.name)).Observe(x)
+			istioReqs.WithLabelValues("destination", service(v.name), code).Inc()
+			envoyHist.WithLabelValues(cluster(v.name)).Observe(x)
+			envoyReqs.WithLabelValues(cluster(v.name), code).Inc()
+		}
+		exact[v.name] = histogramOf(istioBuckets, lat)
+	}
+	waitFor("the scrape after feeding", `sum(envoy_cluster_upstream_rq{cluster_name="`+cluster("app-stable")+`"})`, 9000)
+	waitFor("the scrape after feeding", `sum(istio_requests_total{destination_service="`+service("app-slow")+`"})`, 1000)
+
+	slo := SLO{P99: "250ms", MaxErrorRate: "1%", Ratio: RatioSLO{P99: "1.5"}}
+	configs := map[string]func(canary string) Config{
+		"istio": func(canary string) Config {
+			return Config{Source: SourceIstio, Prometheus: &PrometheusConfig{Address: promURL},
+				Istio:  &IstioConfig{Canary: IstioSelector{Service: service(canary)}, Stable: &IstioSelector{Service: service("app-stable")}},
+				Window: "1m", SLO: slo, TailTest: &TailTestConfig{}}
+		},
+		"envoy": func(canary string) Config {
+			return Config{Source: SourceEnvoy, Prometheus: &PrometheusConfig{Address: promURL},
+				Envoy:  &EnvoyConfig{CanaryCluster: cluster(canary), StableCluster: cluster("app-stable")},
+				Window: "1m", SLO: slo, TailTest: &TailTestConfig{}}
+		},
+	}
+	for source, mk := range configs {
+		for _, canary := range []struct {
+			name  string
+			dist  lognormal
+			phase Phase
+		}{{"app-canary", typical, Pass}, {"app-slow", slowDist, Fail}} {
+			t.Run(source+"/"+canary.name, func(t *testing.T) {
+				a, err := NewAnalyzer(mk(canary.name), WithLogger(quiet))
+				if err != nil {
+					t.Fatal(err)
+				}
+				v := a.Analyze(ctx, time.Time{})
+				t.Logf("%s", v.Summary)
+				if v.Phase != canary.phase {
+					t.Fatalf("phase %s, want %s: %s", v.Phase, canary.phase, v.Summary)
+				}
+				if canary.phase == Fail && (!strings.Contains(v.Summary, "canary's tail is heavier") || !strings.Contains(v.Summary, "p99 canary/stable 2.")) {
+					t.Errorf("the slow canary's summary does not name the tail test and the 2× p99 ratio: %s", v.Summary)
+				}
+				checkPercentiles(t, ctx, api, a, v, canary.name, canary.dist, exact[canary.name])
+				if v.Canary.ErrorRate == nil || math.Abs(*v.Canary.ErrorRate-0.002) > 1e-9 {
+					t.Errorf("canary error rate %v, want 0.002 (2 of every 1,000 answered 503)", v.Canary.ErrorRate)
+				}
+				// increase() extrapolates to the window's end: counts are
+				// close to, not exactly, what was sent.
+				if n := v.Canary.Count; n < 1000 || n > 1150 {
+					t.Errorf("canary count %v, want ~1000", n)
+				}
+			})
+		}
+	}
+}
+
+// checkPercentiles compares danki's percentiles with (1) the same
+// interpolation on the exact bucket counts fed in, (2) Prometheus' own
+// histogram_quantile over the same window, and (3) the known distribution,
+// within bucket resolution.
+func checkPercentiles(t *testing.T, ctx context.Context, api promv1.API, a *Analyzer, v Verdict, name string, dist lognormal, exact Histogram) {
+	t.Helper()
+	histQuery := a.Queries()[0]
+	for _, qs := range quantiles[:4] { // p99.9 needs 5,000 requests
+		got := v.Canary.Percentile(qs.key)
+		if got == nil {
+			t.Fatalf("%s: no %s", name, qs.label)
+		}
+		if want := exact.Quantile(qs.q); math.Abs(*got-want) > 1e-6*want {
+			t.Errorf("%s %s: danki %.4f ms, exact buckets %.4f ms", name, qs.label, *got, want)
+		}
+		pv, _, _, err := api.Query(ctx, fmt.Sprintf("histogram_quantile(%g, %s)", qs.q, histQuery), time.Now())
+		if vec, ok := pv.(model.Vector); err != nil || !ok || len(vec) != 1 {
+			t.Errorf("histogram_quantile: %v %v", pv, err)
+		} else if prom := float64(vec[0].Value); math.Abs(*got-prom) > 1e-6*prom {
+			t.Errorf("%s %s: danki %.4f ms, Prometheus' histogram_quantile %.4f ms", name, qs.label, *got, prom)
+		}
+		truth := dist.quantile(qs.q)
+		lo, hi, _ := exact.boundsAround(truth)
+		if *got <= lo || *got > hi {
+			t.Errorf("%s %s: danki %.2f ms outside the bucket (%g, %g] of the true %.2f ms", name, qs.label, *got, lo, hi, truth)
+		}
+	}
+}

@@ -1,0 +1,549 @@
+package analysis
+
+import (
+	"context"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// fakeProm is a Prometheus HTTP API on 127.0.0.1 that answers instant
+// queries from synthetic data, keyed by a substring of the query's selector.
+type fakeProm struct {
+	mu      sync.Mutex
+	queries []string
+	auth    []string
+	sides   map[string]fakeSide // selector substring → data
+	values  map[string]float64  // query substring → value (custom queries)
+	// respond, when set, overrides everything (status, body).
+	respond func(query string) (int, string)
+	delay   time.Duration
+}
+
+type fakeSide struct {
+	hist     Histogram // ms; leScale divides the le labels (1000 for seconds)
+	leScale  float64
+	requests *float64
+	errors   *float64
+}
+
+func f64(v float64) *float64 { return &v }
+
+func (f *fakeProm) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if err := r.ParseForm(); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	q := r.Form.Get("query")
+	f.mu.Lock()
+	f.queries = append(f.queries, q)
+	f.auth = append(f.auth, r.Header.Get("Authorization"))
+	f.mu.Unlock()
+	if f.delay > 0 {
+		select {
+		case <-time.After(f.delay):
+		case <-r.Context().Done():
+			return
+		}
+	}
+	status, body := f.answer(q)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write([]byte(body))
+}
+
+func (f *fakeProm) answer(q string) (int, string) {
+	if f.respond != nil {
+		return f.respond(q)
+	}
+	for key, v := range f.values {
+		if strings.Contains(q, key) {
+			return 200, vectorJSON(sample(nil, v))
+		}
+	}
+	for key, s := range f.sides {
+		if !strings.Contains(q, key) {
+			continue
+		}
+		switch {
+		case strings.Contains(q, "_bucket"):
+			var out []string
+			for _, b := range s.hist.Buckets {
+				le := b.UpperBound
+				if s.leScale != 0 && !math.IsInf(le, 0) {
+					le /= s.leScale
+				}
+				out = append(out, sample(map[string]string{"le": strconv.FormatFloat(le, 'g', -1, 64)}, b.Count))
+			}
+			return 200, vectorJSON(out...)
+		case strings.Contains(q, `~"5.."`):
+			if s.errors == nil {
+				return 200, vectorJSON()
+			}
+			return 200, vectorJSON(sample(nil, *s.errors))
+		default:
+			if s.requests == nil {
+				return 200, vectorJSON()
+			}
+			return 200, vectorJSON(sample(nil, *s.requests))
+		}
+	}
+	return 200, vectorJSON()
+}
+
+func sample(labels map[string]string, v float64) string {
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	m, _ := json.Marshal(labels)
+	return fmt.Sprintf(`{"metric":%s,"value":[1700000000,"%s"]}`, m, strconv.FormatFloat(v, 'g', -1, 64))
+}
+
+func vectorJSON(samples ...string) string {
+	return `{"status":"success","data":{"resultType":"vector","result":[` + strings.Join(samples, ",") + `]}}`
+}
+
+func (f *fakeProm) seen() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.queries...)
+}
+
+func startFake(t *testing.T, f *fakeProm) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(f) // listens on 127.0.0.1
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func istioConfig(address string) Config {
+	return Config{
+		Source:     SourceIstio,
+		Prometheus: &PrometheusConfig{Address: address},
+		Istio: &IstioConfig{
+			Canary: IstioSelector{Service: "app-canary.default.svc.cluster.local"},
+			Stable: &IstioSelector{Service: "app-stable.default.svc.cluster.local"},
+		},
+		Window:   "5m",
+		SLO:      SLO{P99: "250ms", MaxErrorRate: "0.01", Ratio: RatioSLO{P99: "1.5"}},
+		TailTest: &TailTestConfig{},
+	}
+}
+
+func analyze(t *testing.T, c Config) Verdict {
+	t.Helper()
+	a, err := NewAnalyzer(c, WithLogger(quiet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a.Analyze(context.Background(), time.Time{})
+}
+
+func healthyIstio(rng *rand.Rand, canaryDist lognormal) *fakeProm {
+	c := sampleHistogram(rng, canaryDist, 2000)
+	s := sampleHistogram(rng, typical, 18000)
+	return &fakeProm{sides: map[string]fakeSide{
+		"app-canary": {hist: c, requests: f64(c.Count()), errors: f64(4)},
+		"app-stable": {hist: s, requests: f64(s.Count()), errors: f64(20)},
+	}}
+}
+
+func TestPrometheusIstioQueriesAndPass(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	fake := healthyIstio(rng, typical)
+	srv := startFake(t, fake)
+	v := analyze(t, istioConfig(srv.URL))
+	if v.Phase != Pass {
+		t.Fatalf("phase %s, want Pass: %s", v.Phase, v.Summary)
+	}
+	const c, s = `destination_service="app-canary.default.svc.cluster.local",reporter="destination"`, `destination_service="app-stable.default.svc.cluster.local",reporter="destination"`
+	want := []string{
+		`sum by (le) (increase(istio_request_duration_milliseconds_bucket{` + c + `}[5m]))`,
+		`sum(increase(istio_requests_total{` + c + `}[5m]))`,
+		`sum(increase(istio_requests_total{` + c + `,response_code=~"5.."}[5m]))`,
+		`sum by (le) (increase(istio_request_duration_milliseconds_bucket{` + s + `}[5m]))`,
+		`sum(increase(istio_requests_total{` + s + `}[5m]))`,
+		`sum(increase(istio_requests_total{` + s + `,response_code=~"5.."}[5m]))`,
+	}
+	got := fake.seen()
+	for _, w := range want {
+		if !containsString(got, w) {
+			t.Errorf("query not sent: %s\nsent: %q", w, got)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("sent %d queries, want %d", len(got), len(want))
+	}
+	// The verdict carries the numbers: canary p99 is histogram_quantile's.
+	cp99 := fake.sides["app-canary"].hist.Quantile(0.99)
+	if v.Canary.P99 == nil || *v.Canary.P99 != cp99 {
+		t.Errorf("canary p99 %v, want %v", v.Canary.P99, cp99)
+	}
+	if v.Canary.ErrorRate == nil || math.Abs(*v.Canary.ErrorRate-4.0/2000) > 1e-12 {
+		t.Errorf("canary error rate %v, want 0.002", v.Canary.ErrorRate)
+	}
+	if v.Tail == nil || v.Tail.ThresholdMs != 100 || v.Tail.Rejected {
+		t.Errorf("tail test %+v, want threshold 100 ms, not rejected", v.Tail)
+	}
+	if !strings.HasPrefix(v.Summary, "Pass: all SLOs hold | canary p99") {
+		t.Errorf("summary %q", v.Summary)
+	}
+}
+
+func TestPrometheusSlowCanaryFails(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	slow := typical
+	slow.scale = 2
+	srv := startFake(t, healthyIstio(rng, slow))
+	v := analyze(t, istioConfig(srv.URL))
+	if v.Phase != Fail {
+		t.Fatalf("phase %s, want Fail: %s", v.Phase, v.Summary)
+	}
+	for _, w := range []string{"p99 canary/stable", "> 1.5", "tail test", "canary's tail is heavier"} {
+		if !strings.Contains(v.Summary, w) {
+			t.Errorf("summary %q does not name the breach %q", v.Summary, w)
+		}
+	}
+}
+
+func TestPrometheusEnvoyQueries(t *testing.T) {
+	rng := rand.New(rand.NewPCG(15, 16))
+	c := sampleHistogram(rng, typical, 1000)
+	const canary, stable = "outbound|8080||app-canary.default.svc.cluster.local", "outbound|8080||app-stable.default.svc.cluster.local"
+	fake := &fakeProm{sides: map[string]fakeSide{
+		"app-canary": {hist: c, requests: f64(1000)},
+		"app-stable": {hist: c, requests: f64(1000)},
+	}}
+	srv := startFake(t, fake)
+	cfg := Config{
+		Source:     SourceEnvoy,
+		Prometheus: &PrometheusConfig{Address: srv.URL},
+		Envoy:      &EnvoyConfig{CanaryCluster: canary, StableCluster: stable},
+		Window:     "90s",
+		SLO:        SLO{P99: "1s", MaxErrorRate: "1%"},
+	}
+	v := analyze(t, cfg)
+	if v.Phase != Pass {
+		t.Fatalf("phase %s: %s", v.Phase, v.Summary)
+	}
+	for _, w := range []string{
+		`sum by (le) (increase(envoy_cluster_upstream_rq_time_bucket{cluster_name="` + canary + `"}[1m30s]))`,
+		`sum(increase(envoy_cluster_upstream_rq{cluster_name="` + canary + `"}[1m30s]))`,
+		`sum(increase(envoy_cluster_upstream_rq{cluster_name="` + canary + `",response_code=~"5.."}[1m30s]))`,
+		`sum by (le) (increase(envoy_cluster_upstream_rq_time_bucket{cluster_name="` + stable + `"}[1m30s]))`,
+	} {
+		if !containsString(fake.seen(), w) {
+			t.Errorf("query not sent: %s\nsent: %q", w, fake.seen())
+		}
+	}
+	// No errors series at all means zero errors, not missing data.
+	if v.Canary.ErrorRate == nil || *v.Canary.ErrorRate != 0 {
+		t.Errorf("error rate %v, want 0 when the errors query is empty", v.Canary.ErrorRate)
+	}
+}
+
+func TestPrometheusCustomPromQLAndQueries(t *testing.T) {
+	rng := rand.New(rand.NewPCG(17, 18))
+	c := sampleHistogram(rng, typical, 1000)
+	fake := &fakeProm{
+		sides: map[string]fakeSide{
+			`version="v2"`: {hist: c, leScale: 1000, requests: f64(1000), errors: f64(1)},
+			`version="v1"`: {hist: c, leScale: 1000, requests: f64(1000), errors: f64(1)},
+		},
+		values: map[string]float64{
+			`jvm_gc_pause_seconds_sum{pod=~"app-v2.*"}`: 0.09,
+			`jvm_gc_pause_seconds_sum{pod=~"app-v1.*"}`: 0.03,
+		},
+	}
+	srv := startFake(t, fake)
+	cfg := Config{
+		Source:     SourcePromQL,
+		Prometheus: &PrometheusConfig{Address: srv.URL},
+		PromQL: &PromQLConfig{
+			Canary:    `app="checkout",version="v2"`,
+			Stable:    `app="checkout",version="v1"`,
+			Histogram: `sum by (le) (increase(http_server_requests_seconds_bucket{<<.Selector>>}[<<.Window>>]))`,
+			Requests:  `sum(increase(http_server_requests_seconds_count{<<.Selector>>}[<<.Window>>]))`,
+			Errors:    `sum(increase(http_server_requests_seconds_count{<<.Selector>>,status=~"5.."}[<<.Window>>]))`,
+		},
+		Queries: []QueryCheck{{
+			Name:     "gc-pause-fraction",
+			Query:    `sum(rate(jvm_gc_pause_seconds_sum{<<.Selector>>}[<<.Window>>]))`,
+			Canary:   `pod=~"app-v2.*"`,
+			Stable:   `pod=~"app-v1.*"`,
+			Max:      "0.05",
+			MaxRatio: "2",
+		}},
+		Window: "2m",
+		SLO:    SLO{P99: "250ms", Ratio: RatioSLO{P50: "1.1"}},
+	}
+	v := analyze(t, cfg)
+	if v.Phase != Fail {
+		t.Fatalf("phase %s, want Fail on GC: %s", v.Phase, v.Summary)
+	}
+	if !strings.Contains(v.Summary, "gc-pause-fraction 0.09 > 0.05") || !strings.Contains(v.Summary, "gc-pause-fraction canary/stable 3.00") {
+		t.Errorf("summary %q does not name the GC breach", v.Summary)
+	}
+	// le in seconds was converted to milliseconds.
+	if want := c.Quantile(0.99); v.Canary.P99 == nil || math.Abs(*v.Canary.P99-want) > 1e-9 {
+		t.Errorf("canary p99 %v ms, want %v ms (le labels were seconds)", v.Canary.P99, want)
+	}
+	if !containsString(fake.seen(), `sum by (le) (increase(http_server_requests_seconds_bucket{app="checkout",version="v2"}[2m]))`) {
+		t.Errorf("custom histogram query not rendered as expected: %q", fake.seen())
+	}
+	for _, c := range v.Checks {
+		if c.Name == "p99" && c.Phase != Pass {
+			t.Errorf("p99 check %s: %s", c.Phase, c.Message)
+		}
+	}
+}
+
+func TestPrometheusUnreachableIsError(t *testing.T) {
+	srv := httptest.NewServer(http.NotFoundHandler())
+	addr := srv.URL
+	srv.Close() // nothing listens there any more
+	v := analyze(t, istioConfig(addr))
+	if v.Phase != Error {
+		t.Fatalf("phase %s, want Error: %s", v.Phase, v.Summary)
+	}
+	if !strings.Contains(v.Summary, "unreachable") || !strings.Contains(v.Summary, addr) || !strings.Contains(v.Summary, "check prometheus.address") {
+		t.Errorf("summary %q does not explain the unreachable Prometheus", v.Summary)
+	}
+	if v.Err() == nil {
+		t.Error("Err() is nil for an Error verdict")
+	}
+}
+
+func TestPrometheusBadQueryIsError(t *testing.T) {
+	fake := &fakeProm{respond: func(q string) (int, string) {
+		return http.StatusBadRequest, `{"status":"error","errorType":"bad_data","error":"1:44: parse error: unexpected \"}\" in label matching"}`
+	}}
+	srv := startFake(t, fake)
+	cfg := istioConfig(srv.URL)
+	v := analyze(t, cfg)
+	if v.Phase != Error {
+		t.Fatalf("phase %s, want Error: %s", v.Phase, v.Summary)
+	}
+	for _, w := range []string{"prometheus rejected query", "istio_request_duration_milliseconds_bucket", "parse error", "fix the PromQL"} {
+		if !strings.Contains(v.Summary, w) {
+			t.Errorf("summary %q does not contain %q", v.Summary, w)
+		}
+	}
+}
+
+func TestPrometheusServerErrorIsError(t *testing.T) {
+	fake := &fakeProm{respond: func(q string) (int, string) {
+		return http.StatusServiceUnavailable, `{"status":"error","errorType":"unavailable","error":"TSDB not ready"}`
+	}}
+	srv := startFake(t, fake)
+	v := analyze(t, istioConfig(srv.URL))
+	if v.Phase != Error || !strings.Contains(v.Summary, "TSDB not ready") || !strings.Contains(v.Summary, "and 5 more queries failed") {
+		t.Fatalf("phase %s, want Error naming the cause: %s", v.Phase, v.Summary)
+	}
+}
+
+func TestPrometheusTimeoutIsError(t *testing.T) {
+	fake := &fakeProm{delay: 5 * time.Second}
+	srv := startFake(t, fake)
+	cfg := istioConfig(srv.URL)
+	cfg.Timeout = "200ms"
+	start := time.Now()
+	v := analyze(t, cfg)
+	if v.Phase != Error || !strings.Contains(v.Summary, "no answer within 200ms") {
+		t.Fatalf("phase %s, want Error on timeout: %s", v.Phase, v.Summary)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("analysis took %s despite the 200ms timeout", d)
+	}
+}
+
+func TestPrometheusEmptyResultIsInconclusiveNamingTheQuery(t *testing.T) {
+	rng := rand.New(rand.NewPCG(19, 20))
+	s := sampleHistogram(rng, typical, 9000)
+	fake := &fakeProm{sides: map[string]fakeSide{
+		// no canary series at all: e.g. the canary selector is wrong, or no traffic yet
+		"app-stable": {hist: s, requests: f64(9000)},
+	}}
+	srv := startFake(t, fake)
+	v := analyze(t, istioConfig(srv.URL))
+	if v.Phase != Inconclusive {
+		t.Fatalf("phase %s, want Inconclusive: %s", v.Phase, v.Summary)
+	}
+	for _, w := range []string{
+		"no data, query returned no series",
+		`sum by (le) (increase(istio_request_duration_milliseconds_bucket{destination_service="app-canary.default.svc.cluster.local",reporter="destination"}[5m]))`,
+		`sum(increase(istio_requests_total{destination_service="app-canary.default.svc.cluster.local",reporter="destination"}[5m]))`,
+	} {
+		if !strings.Contains(v.Summary, w) {
+			t.Errorf("summary %q does not contain %q", v.Summary, w)
+		}
+	}
+}
+
+func TestPrometheusRatioWithStableMissingIsInconclusive(t *testing.T) {
+	rng := rand.New(rand.NewPCG(21, 22))
+	c := sampleHistogram(rng, typical, 2000)
+	fake := &fakeProm{sides: map[string]fakeSide{"app-canary": {hist: c, requests: f64(2000)}}}
+	srv := startFake(t, fake)
+	cfg := istioConfig(srv.URL)
+	cfg.SLO = SLO{Ratio: RatioSLO{P99: "1.2"}}
+	cfg.TailTest = nil
+	v := analyze(t, cfg)
+	if v.Phase != Inconclusive {
+		t.Fatalf("phase %s, want Inconclusive: %s", v.Phase, v.Summary)
+	}
+	want := `p99 ratio: stable: no data, query returned no series: sum by (le) (increase(istio_request_duration_milliseconds_bucket{destination_service="app-stable.default.svc.cluster.local",reporter="destination"}[5m]))`
+	if !strings.Contains(v.Summary, want) {
+		t.Errorf("summary %q\ndoes not contain %q", v.Summary, want)
+	}
+}
+
+func TestPrometheusZeroTrafficIsInconclusive(t *testing.T) {
+	// The series exist but nothing happened in the window: counts are 0.
+	zero := cumulative(istioBuckets, make([]float64, len(istioBuckets)+1))
+	fake := &fakeProm{sides: map[string]fakeSide{
+		"app-canary": {hist: zero, requests: f64(0)},
+		"app-stable": {hist: zero, requests: f64(0)},
+	}}
+	srv := startFake(t, fake)
+	v := analyze(t, istioConfig(srv.URL))
+	if v.Phase != Inconclusive || !strings.Contains(v.Summary, "canary has 0 requests in the window") {
+		t.Fatalf("phase %s, want Inconclusive on zero traffic: %s", v.Phase, v.Summary)
+	}
+}
+
+func TestPrometheusSeveralSeriesIsError(t *testing.T) {
+	fake := &fakeProm{respond: func(q string) (int, string) {
+		if strings.Contains(q, "_bucket") {
+			return 200, vectorJSON(sample(map[string]string{"le": "+Inf"}, 10))
+		}
+		return 200, vectorJSON(sample(map[string]string{"pod": "a"}, 1), sample(map[string]string{"pod": "b"}, 2))
+	}}
+	srv := startFake(t, fake)
+	v := analyze(t, istioConfig(srv.URL))
+	if v.Phase != Error || !strings.Contains(v.Summary, "returned 2 series") {
+		t.Fatalf("phase %s, want Error: %s", v.Phase, v.Summary)
+	}
+}
+
+func TestPrometheusHistogramWithoutLeIsError(t *testing.T) {
+	fake := &fakeProm{respond: func(q string) (int, string) {
+		return 200, vectorJSON(sample(map[string]string{"pod": "a"}, 1))
+	}}
+	srv := startFake(t, fake)
+	v := analyze(t, istioConfig(srv.URL))
+	if v.Phase != Error || !strings.Contains(v.Summary, "without an le label") {
+		t.Fatalf("phase %s, want Error: %s", v.Phase, v.Summary)
+	}
+}
+
+func TestPrometheusBearerToken(t *testing.T) {
+	rng := rand.New(rand.NewPCG(23, 24))
+	fake := healthyIstio(rng, typical)
+	srv := startFake(t, fake)
+
+	cfg := istioConfig(srv.URL)
+	cfg.Prometheus.BearerToken = "inline-token"
+	if v := analyze(t, cfg); v.Phase == Error {
+		t.Fatal(v.Summary)
+	}
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte("file-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg = istioConfig(srv.URL)
+	cfg.Prometheus.BearerTokenFile = tokenFile
+	if v := analyze(t, cfg); v.Phase == Error {
+		t.Fatal(v.Summary)
+	}
+	fake.mu.Lock()
+	defer fake.mu.Unlock()
+	seen := map[string]int{}
+	for _, a := range fake.auth {
+		seen[a]++
+	}
+	if seen["Bearer inline-token"] != 6 || seen["Bearer file-token"] != 6 {
+		t.Fatalf("Authorization headers seen %v, want 6 inline and 6 from the file", seen)
+	}
+}
+
+func TestPrometheusTLS(t *testing.T) {
+	rng := rand.New(rand.NewPCG(25, 26))
+	srv := httptest.NewUnstartedServer(healthyIstio(rng, typical)) // 127.0.0.1, self-signed
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0)               // expected handshake failures
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	caFile := filepath.Join(t.TempDir(), "ca.pem")
+	pemBytes := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+	if err := os.WriteFile(caFile, pemBytes, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	cfg := istioConfig(srv.URL)
+	if v := analyze(t, cfg); v.Phase != Error || !strings.Contains(v.Summary, "TLS verification failed") || !strings.Contains(v.Summary, "prometheus.caFile") {
+		t.Errorf("without the CA: phase %s, want Error about the certificate: %s", v.Phase, v.Summary)
+	}
+	cfg = istioConfig(srv.URL)
+	cfg.Prometheus.CAFile = caFile
+	if v := analyze(t, cfg); v.Phase != Pass {
+		t.Errorf("with caFile: phase %s: %s", v.Phase, v.Summary)
+	}
+	cfg = istioConfig(srv.URL)
+	cfg.Prometheus.InsecureSkipVerify = true
+	if v := analyze(t, cfg); v.Phase != Pass {
+		t.Errorf("with insecureSkipVerify: phase %s: %s", v.Phase, v.Summary)
+	}
+	cfg = istioConfig(srv.URL)
+	cfg.Prometheus.CAFile = filepath.Join(t.TempDir(), "missing.pem")
+	if _, err := NewAnalyzer(cfg); err == nil || !strings.Contains(err.Error(), "prometheus.caFile") {
+		t.Errorf("missing CA file: err %v, want one naming prometheus.caFile", err)
+	}
+}
+
+func TestPrometheusCumulativeWindow(t *testing.T) {
+	rng := rand.New(rand.NewPCG(27, 28))
+	fake := healthyIstio(rng, typical)
+	srv := startFake(t, fake)
+	cfg := istioConfig(srv.URL)
+	cfg.Window = ""
+	now := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
+	a, err := NewAnalyzer(cfg, WithLogger(quiet), WithClock(func() time.Time { return now }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := a.Analyze(context.Background(), time.Time{}); v.Phase != Error || !strings.Contains(v.Summary, "needs the time the analysis started") {
+		t.Fatalf("cumulative without a start: %s", v.Summary)
+	}
+	v := a.Analyze(context.Background(), now.Add(-(3*time.Minute + 200*time.Millisecond)))
+	if v.Phase != Pass || v.Window != "3m1s (cumulative)" {
+		t.Fatalf("phase %s window %q: %s", v.Phase, v.Window, v.Summary)
+	}
+	if !strings.Contains(fake.seen()[0], "[3m1s]") {
+		t.Errorf("query %q does not use the cumulative range [3m1s]", fake.seen()[0])
+	}
+}
+
+var quiet = slog.New(slog.DiscardHandler)
+
+func containsString(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

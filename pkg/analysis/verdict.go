@@ -1,0 +1,493 @@
+package analysis
+
+import (
+	"fmt"
+	"math"
+	"strings"
+)
+
+// Phase is the outcome of one analysis.
+type Phase string
+
+// The four outcomes. Only Pass lets a canary proceed; Inconclusive means "not
+// enough data yet" and Error "could not measure" — neither is a pass.
+const (
+	Pass         Phase = "Pass"
+	Fail         Phase = "Fail"
+	Inconclusive Phase = "Inconclusive"
+	Error        Phase = "Error"
+)
+
+// Verdict is the outcome with every number it was decided on.
+type Verdict struct {
+	Phase   Phase      `json:"phase"`
+	Summary string     `json:"summary"` // one line for humans
+	Window  string     `json:"window"`
+	Canary  *SideStats `json:"canary,omitempty"`
+	Stable  *SideStats `json:"stable,omitempty"`
+	Checks  []Check    `json:"checks,omitempty"`
+	Tail    *TailTest  `json:"tailTest,omitempty"`
+	Queries []string   `json:"queries,omitempty"`
+	Error   string     `json:"error,omitempty"`
+
+	err error
+}
+
+// Err is the error behind an Error verdict.
+func (v Verdict) Err() error { return v.err }
+
+// SideStats are one version's measured numbers; latencies in milliseconds.
+// A nil field was not measured (or had no data).
+type SideStats struct {
+	Count     float64            `json:"count"` // latency observations
+	Requests  *float64           `json:"requests,omitempty"`
+	Errors    *float64           `json:"errors,omitempty"`
+	ErrorRate *float64           `json:"errorRate,omitempty"`
+	P50       *float64           `json:"p50Ms,omitempty"`
+	P90       *float64           `json:"p90Ms,omitempty"`
+	P95       *float64           `json:"p95Ms,omitempty"`
+	P99       *float64           `json:"p99Ms,omitempty"`
+	P999      *float64           `json:"p999Ms,omitempty"`
+	Min       *float64           `json:"minMs,omitempty"`
+	Max       *float64           `json:"maxMs,omitempty"`
+	Values    map[string]float64 `json:"values,omitempty"`
+}
+
+// Percentile returns the percentile by key (p50, p90, p95, p99, p999).
+func (s *SideStats) Percentile(key string) *float64 {
+	if s == nil {
+		return nil
+	}
+	switch key {
+	case "p50":
+		return s.P50
+	case "p90":
+		return s.P90
+	case "p95":
+		return s.P95
+	case "p99":
+		return s.P99
+	case "p999":
+		return s.P999
+	}
+	return nil
+}
+
+// Check is one SLO's outcome.
+type Check struct {
+	Name    string   `json:"name"` // p99, ratio:p99, max, error-rate, tail-test, query:<name>, query-ratio:<name>
+	Phase   Phase    `json:"result"`
+	Value   *float64 `json:"value,omitempty"`
+	Limit   float64  `json:"limit"`
+	Unit    string   `json:"unit,omitempty"` // ms, ratio, fraction, e-value
+	Message string   `json:"message"`
+}
+
+// evaluate turns a sample into a verdict under the validated rules.
+func evaluate(r *rules, s *Sample, window string) Verdict {
+	v := Verdict{Window: window, Queries: s.Queries}
+	v.Canary = sideStats(&s.Canary)
+	if s.Stable != nil {
+		v.Stable = sideStats(s.Stable)
+	}
+	add := func(c Check) { v.Checks = append(v.Checks, c) }
+
+	for _, l := range r.limits {
+		add(absoluteCheck(r, l, &s.Canary))
+	}
+	for _, l := range r.ratios {
+		add(ratioCheck(r, l, &s.Canary, s.Stable))
+	}
+	if r.maxMs > 0 {
+		add(maxCheck(r, &s.Canary))
+	}
+	if r.hasErrorRate {
+		add(errorRateCheck(r, &s.Canary))
+	}
+	if r.tail != nil {
+		c, t := tailCheck(r, &s.Canary, s.Stable)
+		add(c)
+		v.Tail = t
+	}
+	for i, q := range r.queries {
+		if q.max > 0 {
+			add(queryCheck(q, &s.Canary, i))
+		}
+		if q.maxRatio > 0 {
+			add(queryRatioCheck(q, &s.Canary, s.Stable, i))
+		}
+	}
+
+	v.Phase = Pass
+	for _, c := range v.Checks {
+		if c.Phase == Fail {
+			v.Phase = Fail
+			break
+		}
+		if c.Phase == Inconclusive {
+			v.Phase = Inconclusive
+		}
+	}
+	v.Summary = summarize(v)
+	return v
+}
+
+// errorVerdict is the verdict when nothing could be measured.
+func errorVerdict(err error, window string, queries []string) Verdict {
+	return Verdict{
+		Phase:   Error,
+		Window:  window,
+		Queries: queries,
+		Error:   err.Error(),
+		Summary: "Error: " + oneLine(err.Error()),
+		err:     err,
+	}
+}
+
+func sideStats(side *Side) *SideStats {
+	st := &SideStats{Count: side.Latency.Count()}
+	if side.Latency.usable() {
+		set := func(q float64) *float64 { return num(side.Latency.Quantile(q)) }
+		st.P50, st.P90, st.P95, st.P99, st.P999 = set(0.5), set(0.9), set(0.95), set(0.99), set(0.999)
+		if side.Latency.HasRaw {
+			st.Min, st.Max = num(side.Latency.Min), num(side.Latency.Max)
+		}
+	}
+	if side.Requests.Found {
+		st.Requests = num(side.Requests.Value)
+		errs := 0.0
+		if side.Errors.Found {
+			errs = side.Errors.Value
+		}
+		if side.Errors.configured() {
+			st.Errors = num(errs)
+			if side.Requests.Value > 0 {
+				st.ErrorRate = num(math.Min(1, errs/side.Requests.Value))
+			}
+		}
+	}
+	for _, m := range side.Values {
+		if m.Found {
+			if st.Values == nil {
+				st.Values = map[string]float64{}
+			}
+			st.Values[m.Name] = m.Value
+		}
+	}
+	return st
+}
+
+// latencyProblem says why a side's latency cannot support a check that needs
+// `need` observations, or "" when it can.
+func latencyProblem(side *Side, need float64, why string) string {
+	switch {
+	case side == nil:
+		return "no stable version is configured"
+	case side.LatencyFrom == "":
+		return side.Name + " latency is not measured"
+	case len(side.Latency.Buckets) == 0:
+		return fmt.Sprintf("%s: no data, query returned no series: %s", side.Name, side.LatencyFrom)
+	case side.Latency.Count() < need:
+		return fmt.Sprintf("%s has %s requests in the window, needs %s (%s); from %s",
+			side.Name, count(side.Latency.Count()), count(need), why, side.LatencyFrom)
+	case !side.Latency.usable():
+		return fmt.Sprintf("%s: histogram has no le=\"+Inf\" bucket, so its total is unknown: %s", side.Name, side.LatencyFrom)
+	}
+	return ""
+}
+
+// needFor is how many observations a check on quantile q needs.
+func needFor(r *rules, q float64) (float64, string) {
+	tail := math.Ceil(r.minTailCount / (1 - q))
+	if tail > r.minSamples {
+		return tail, fmt.Sprintf("minTailCount %g ÷ (1−%g)", r.minTailCount, q)
+	}
+	return r.minSamples, "minSamples"
+}
+
+func absoluteCheck(r *rules, l quantileLimit, canary *Side) Check {
+	c := Check{Name: l.key, Limit: l.limit, Unit: "ms"}
+	need, why := needFor(r, l.q)
+	if p := latencyProblem(canary, need, why); p != "" {
+		return inconclusive(c, "%s: %s", l.label, p)
+	}
+	val := canary.Latency.Quantile(l.q)
+	c.Value = num(val)
+	note := ""
+	if lo, hi, ok := canary.Latency.boundsAround(val); ok && lo < l.limit && l.limit < hi && !canary.Latency.HasRaw {
+		note = fmt.Sprintf(" (limit inside the %s–%s bucket: decided by interpolation)", ms(lo), ms(hi))
+	}
+	if val <= l.limit {
+		return pass(c, "%s %s ≤ %s%s", l.label, ms(val), ms(l.limit), note)
+	}
+	return fail(c, "%s %s > %s SLO%s", l.label, ms(val), ms(l.limit), note)
+}
+
+func ratioCheck(r *rules, l quantileLimit, canary, stable *Side) Check {
+	c := Check{Name: "ratio:" + l.key, Limit: l.limit, Unit: "ratio"}
+	need, why := needFor(r, l.q)
+	if p := latencyProblem(canary, need, why); p != "" {
+		return inconclusive(c, "%s ratio: %s", l.label, p)
+	}
+	if p := latencyProblem(stable, need, why); p != "" {
+		return inconclusive(c, "%s ratio: %s", l.label, p)
+	}
+	cv, sv := canary.Latency.Quantile(l.q), stable.Latency.Quantile(l.q)
+	if !(sv > 0) {
+		return inconclusive(c, "%s ratio: stable's %s is %s, the ratio is undefined", l.label, l.label, ms(sv))
+	}
+	ratio := cv / sv
+	c.Value = num(ratio)
+	if ratio <= l.limit {
+		return pass(c, "%s canary/stable %.2f (%s / %s) ≤ %g", l.label, ratio, ms(cv), ms(sv), l.limit)
+	}
+	return fail(c, "%s canary/stable %.2f (%s / %s) > %g", l.label, ratio, ms(cv), ms(sv), l.limit)
+}
+
+func maxCheck(r *rules, canary *Side) Check {
+	c := Check{Name: "max", Limit: r.maxMs, Unit: "ms"}
+	h := canary.Latency
+	if canary.LatencyFrom == "" || !h.HasRaw || h.Count() == 0 {
+		return inconclusive(c, "max: %s", latencyProblem(canary, 1, "raw latencies"))
+	}
+	c.Value = num(h.Max)
+	// The maximum only grows with more samples: a breach is final even
+	// before minSamples, a pass is not.
+	if h.Max > r.maxMs {
+		return fail(c, "max %s > %s SLO", ms(h.Max), ms(r.maxMs))
+	}
+	if p := latencyProblem(canary, r.minSamples, "minSamples"); p != "" {
+		return inconclusive(c, "max: %s", p)
+	}
+	return pass(c, "max %s ≤ %s", ms(h.Max), ms(r.maxMs))
+}
+
+func errorRateCheck(r *rules, canary *Side) Check {
+	c := Check{Name: "error-rate", Limit: r.errorRate, Unit: "fraction"}
+	req := canary.Requests
+	switch {
+	case !req.configured():
+		return inconclusive(c, "error rate: requests are not measured")
+	case !req.Found:
+		return inconclusive(c, "error rate: canary: no data, query returned no series: %s", req.From)
+	case req.Value < r.minSamples:
+		return inconclusive(c, "error rate: canary has %s requests in the window, needs %s (minSamples); from %s",
+			count(req.Value), count(r.minSamples), req.From)
+	}
+	errs := 0.0 // no series of failed requests means none failed
+	if canary.Errors.Found {
+		errs = canary.Errors.Value
+	}
+	rate := math.Min(1, errs/req.Value)
+	c.Value = num(rate)
+	if rate <= r.errorRate {
+		return pass(c, "error rate %s ≤ %s (%s of %s)", pct(rate), pct(r.errorRate), count(errs), count(req.Value))
+	}
+	return fail(c, "error rate %s > %s SLO (%s of %s)", pct(rate), pct(r.errorRate), count(errs), count(req.Value))
+}
+
+func tailCheck(r *rules, canary, stable *Side) (Check, *TailTest) {
+	t := r.tail
+	c := Check{Name: "tail-test", Unit: "e-value", Limit: 1 / (1 - t.confidence)}
+	if p := latencyProblem(canary, r.minSamples, "minSamples"); p != "" {
+		return inconclusive(c, "tail test: %s", p), nil
+	}
+	need, why := needFor(r, t.q)
+	if p := latencyProblem(stable, need, why); p != "" {
+		return inconclusive(c, "tail test: %s", p), nil
+	}
+	res, err := RunTailTest(canary.Latency, stable.Latency, t.q, t.confidence, t.margin)
+	if err != nil {
+		return inconclusive(c, "tail test: %v", err), nil
+	}
+	c.Value = num(res.EValue)
+	margin := ""
+	if t.margin > 0 {
+		margin = " + margin " + pct(t.margin)
+	}
+	detail := fmt.Sprintf("canary %s vs stable %s%s above stable's p%s bound %s (%s/%s vs %s/%s), e=%s",
+		pct(res.CanaryRate), pct(res.StableRate), margin, quantileName(t.q), ms(res.ThresholdMs),
+		count(res.CanaryAbove), count(res.CanaryCount), count(res.StableAbove), count(res.StableCount), evalue(res.EValue))
+	if res.Rejected {
+		return fail(c, "tail test: %s ≥ %g: canary's tail is heavier (%g%% confidence)", detail, res.RejectAt, t.confidence*100), &res
+	}
+	return pass(c, "tail test: %s < %g", detail, res.RejectAt), &res
+}
+
+func queryCheck(q queryRule, canary *Side, i int) Check {
+	c := Check{Name: "query:" + q.name, Limit: q.max}
+	m := canary.Values[i]
+	if !m.Found {
+		return inconclusive(c, "%s: canary: no data, query returned no series: %s", q.name, m.From)
+	}
+	c.Value = num(m.Value)
+	if m.Value <= q.max {
+		return pass(c, "%s %.4g ≤ %g", q.name, m.Value, q.max)
+	}
+	return fail(c, "%s %.4g > %g", q.name, m.Value, q.max)
+}
+
+func queryRatioCheck(q queryRule, canary, stable *Side, i int) Check {
+	c := Check{Name: "query-ratio:" + q.name, Limit: q.maxRatio, Unit: "ratio"}
+	cm := canary.Values[i]
+	if !cm.Found {
+		return inconclusive(c, "%s ratio: canary: no data, query returned no series: %s", q.name, cm.From)
+	}
+	if stable == nil || i >= len(stable.Values) {
+		return inconclusive(c, "%s ratio: no stable version is configured", q.name)
+	}
+	sm := stable.Values[i]
+	if !sm.Found {
+		return inconclusive(c, "%s ratio: stable: no data, query returned no series: %s", q.name, sm.From)
+	}
+	switch {
+	case sm.Value == 0 && cm.Value == 0:
+		c.Value = num(1)
+		return pass(c, "%s ratio: canary and stable both 0", q.name)
+	case sm.Value == 0:
+		return inconclusive(c, "%s ratio: stable's value is 0, the ratio is undefined (canary %.4g)", q.name, cm.Value)
+	}
+	ratio := cm.Value / sm.Value
+	c.Value = num(ratio)
+	if ratio <= q.maxRatio {
+		return pass(c, "%s canary/stable %.2f (%.4g / %.4g) ≤ %g", q.name, ratio, cm.Value, sm.Value, q.maxRatio)
+	}
+	return fail(c, "%s canary/stable %.2f (%.4g / %.4g) > %g", q.name, ratio, cm.Value, sm.Value, q.maxRatio)
+}
+
+func pass(c Check, format string, args ...any) Check {
+	c.Phase, c.Message = Pass, fmt.Sprintf(format, args...)
+	return c
+}
+
+func fail(c Check, format string, args ...any) Check {
+	c.Phase, c.Message = Fail, fmt.Sprintf(format, args...)
+	return c
+}
+
+func inconclusive(c Check, format string, args ...any) Check {
+	c.Phase, c.Message = Inconclusive, fmt.Sprintf(format, args...)
+	return c
+}
+
+// summarize writes the one-line summary: the phase, why (failed or
+// inconclusive checks), and the key numbers.
+func summarize(v Verdict) string {
+	var reasons []string
+	seen := map[string]bool{}
+	for _, c := range v.Checks {
+		if c.Phase == v.Phase && (v.Phase == Fail || v.Phase == Inconclusive) && !seen[c.Message] {
+			seen[c.Message] = true
+			reasons = append(reasons, c.Message)
+		}
+	}
+	var b strings.Builder
+	b.WriteString(string(v.Phase))
+	b.WriteString(": ")
+	if len(reasons) > 0 {
+		b.WriteString(strings.Join(reasons, "; "))
+		b.WriteString(" | ")
+	} else if v.Phase == Pass {
+		b.WriteString("all SLOs hold | ")
+	}
+	b.WriteString(keyNumbers(v))
+	return oneLine(b.String())
+}
+
+func keyNumbers(v Verdict) string {
+	c, s := v.Canary, v.Stable
+	if c == nil {
+		return "no data"
+	}
+	var parts []string
+	for _, key := range []string{"p99", "p999"} {
+		if p := c.Percentile(key); p != nil {
+			label := map[string]string{"p99": "p99", "p999": "p99.9"}[key]
+			part := fmt.Sprintf("canary %s %s", label, ms(*p))
+			if sp := s.Percentile(key); sp != nil {
+				part += fmt.Sprintf(" (stable %s)", ms(*sp))
+			}
+			parts = append(parts, part)
+		}
+	}
+	if c.ErrorRate != nil {
+		part := "errors " + pct(*c.ErrorRate)
+		if s != nil && s.ErrorRate != nil {
+			part += fmt.Sprintf(" (stable %s)", pct(*s.ErrorRate))
+		}
+		parts = append(parts, part)
+	}
+	if c.Count > 0 || c.Requests != nil || v.Tail != nil {
+		n := fmt.Sprintf("n=%s", count(c.Count))
+		if c.Count == 0 && c.Requests != nil {
+			n = fmt.Sprintf("n=%s", count(*c.Requests))
+		}
+		if s != nil {
+			sn := s.Count
+			if sn == 0 && s.Requests != nil {
+				sn = *s.Requests
+			}
+			n += "/" + count(sn)
+		}
+		parts = append(parts, n)
+	}
+	for _, ch := range v.Checks {
+		if strings.HasPrefix(ch.Name, "query:") && ch.Value != nil {
+			parts = append(parts, fmt.Sprintf("%s %.4g", strings.TrimPrefix(ch.Name, "query:"), *ch.Value))
+		}
+	}
+	if v.Tail != nil {
+		parts = append(parts, "tail e="+evalue(v.Tail.EValue))
+	}
+	parts = append(parts, "window "+v.Window)
+	return strings.Join(parts, ", ")
+}
+
+// num returns a pointer to a finite value, nil otherwise (JSON has no NaN).
+func num(f float64) *float64 {
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return nil
+	}
+	return &f
+}
+
+// ms formats milliseconds: three significant digits, seconds from 1 s up.
+func ms(v float64) string {
+	switch {
+	case math.IsNaN(v):
+		return "n/a"
+	case math.IsInf(v, 0):
+		return "+Inf"
+	case v >= 10000:
+		return fmt.Sprintf("%.1fs", v/1000)
+	case v >= 1000:
+		return fmt.Sprintf("%.2fs", v/1000)
+	case v >= 100:
+		return fmt.Sprintf("%.0fms", v)
+	case v >= 10:
+		return fmt.Sprintf("%.1fms", v)
+	}
+	return fmt.Sprintf("%.2fms", v)
+}
+
+func pct(f float64) string {
+	switch {
+	case f == 0:
+		return "0%"
+	case f < 0.001:
+		return fmt.Sprintf("%.3f%%", f*100)
+	}
+	return fmt.Sprintf("%.2f%%", f*100)
+}
+
+// count formats a request count (increase() extrapolates, so round).
+func count(f float64) string { return fmt.Sprintf("%.0f", f) }
+
+func evalue(e float64) string {
+	if e >= 1e6 {
+		return fmt.Sprintf("%.2g", e)
+	}
+	return fmt.Sprintf("%.3g", e)
+}
+
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }

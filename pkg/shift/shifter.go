@@ -1,0 +1,242 @@
+package shift
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"strings"
+
+	"google.golang.org/protobuf/proto"
+	networking "istio.io/api/networking/v1"
+	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
+	istioclient "istio.io/client-go/pkg/clientset/versioned"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
+)
+
+// Annotations danki keeps on the objects it manages.
+const (
+	// RampAnnotation holds the ramp's State (JSON) on the VirtualService.
+	RampAnnotation = "danki.dev/ramp"
+	// ExtrasAnnotation lists the additional destinations danki added to the
+	// managed routes (JSON [{host, subset}]), so it can remove them — and
+	// only them — once they are no longer asked for.
+	ExtrasAnnotation = "danki.dev/extra-destinations"
+	// ExtraSubsetsAnnotation lists the DestinationRule subsets danki added
+	// for additional destinations (JSON [name]).
+	ExtraSubsetsAnnotation = "danki.dev/extra-subsets"
+	// PodTemplateHashLabel is the label Argo Rollouts puts on every pod of a
+	// ReplicaSet; subset-level routing selects the stable and canary pods by
+	// it.
+	PodTemplateHashLabel = "rollouts-pod-template-hash"
+)
+
+// Shifter reads and changes weights on VirtualServices. It is safe for
+// concurrent use: it keeps no state between calls; everything lives on the
+// objects, and every write is an optimistic-concurrency Update.
+type Shifter struct {
+	client istioclient.Interface
+	log    *slog.Logger
+	// Backoff paces retries after a 409 Conflict; each retry reads the
+	// object afresh. The default is client-go's retry.DefaultRetry (5 tries).
+	Backoff wait.Backoff
+}
+
+// New returns a Shifter over an Istio clientset. A nil logger discards logs.
+func New(client istioclient.Interface, log *slog.Logger) *Shifter {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Shifter{client: client, log: log, Backoff: retry.DefaultRetry}
+}
+
+// ErrNotFound is wrapped by errors about a VirtualService or DestinationRule
+// that does not exist.
+var ErrNotFound = errors.New("not found")
+
+func (s *Shifter) getVS(ctx context.Context, t Target) (*networkingv1.VirtualService, error) {
+	vs, err := s.client.NetworkingV1().VirtualServices(t.Namespace).Get(ctx, t.VirtualService, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("VirtualService %s %w: create it, or fix the virtual service name/namespace", t, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read VirtualService %s: %w", t, err)
+	}
+	return vs, nil
+}
+
+func (t Target) drNamespace() string {
+	if t.Subsets != nil && t.Subsets.Namespace != "" {
+		return t.Subsets.Namespace
+	}
+	return t.Namespace
+}
+
+func (s *Shifter) getDR(ctx context.Context, t Target) (*networkingv1.DestinationRule, error) {
+	ns, name := t.drNamespace(), t.Subsets.DestinationRule
+	dr, err := s.client.NetworkingV1().DestinationRules(ns).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("DestinationRule %s/%s %w: create it, or fix the destination rule name", ns, name, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read DestinationRule %s/%s: %w", ns, name, err)
+	}
+	return dr, nil
+}
+
+// matcher builds the destination classifier for t. Subset-level routing
+// reads the DestinationRule for its host.
+func (s *Shifter) matcher(ctx context.Context, t Target) (*matcher, error) {
+	m := &matcher{ns: t.Namespace, stableHost: t.StableHost, canaryHost: t.CanaryHost}
+	if t.Subsets != nil {
+		dr, err := s.getDR(ctx, t)
+		if err != nil {
+			return nil, err
+		}
+		if dr.Spec.GetHost() == "" {
+			return nil, fmt.Errorf("DestinationRule %s/%s: spec.host is empty: set it to the Service the subsets belong to", dr.Namespace, dr.Name)
+		}
+		m.subset = true
+		m.host = dr.Spec.GetHost()
+		if dr.Namespace != t.Namespace && !strings.Contains(m.host, ".") {
+			// A short host resolves in the DestinationRule's namespace.
+			m.host += "." + dr.Namespace
+		}
+		m.stableSubset, m.canarySubset = t.Subsets.StableSubset, t.Subsets.CanarySubset
+	}
+	return m, nil
+}
+
+// staleExtras reads the additional destinations danki added earlier.
+func staleExtras(vs *networkingv1.VirtualService) ([]Extra, error) {
+	raw, ok := vs.Annotations[ExtrasAnnotation]
+	if !ok || raw == "" {
+		return nil, nil
+	}
+	var out []Extra
+	if err := json.Unmarshal([]byte(raw), &out); err != nil {
+		return nil, fmt.Errorf("annotation %s on VirtualService %s/%s: %w: fix or delete the annotation", ExtrasAnnotation, vs.Namespace, vs.Name, err)
+	}
+	return out, nil
+}
+
+func setAnnotation(obj *metav1.ObjectMeta, key, value string) {
+	if value == "" {
+		delete(obj.Annotations, key)
+		return
+	}
+	if obj.Annotations == nil {
+		obj.Annotations = map[string]string{}
+	}
+	obj.Annotations[key] = value
+}
+
+// update reads the VirtualService, lets mutate change a deep copy, and
+// writes it back when it changed. A 409 Conflict starts over with a fresh
+// read; an error from mutate writes nothing.
+func (s *Shifter) update(ctx context.Context, t Target, what string, mutate func(vs *networkingv1.VirtualService) error) (*networkingv1.VirtualService, error) {
+	if err := t.Validate(); err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	var (
+		attempts int
+		result   *networkingv1.VirtualService
+	)
+	err := retry.RetryOnConflict(s.Backoff, func() error {
+		attempts++
+		cur, err := s.getVS(ctx, t)
+		if err != nil {
+			return err
+		}
+		next := cur.DeepCopy()
+		if err := mutate(next); err != nil {
+			return err
+		}
+		if proto.Equal(&cur.Spec, &next.Spec) && maps.Equal(cur.Annotations, next.Annotations) {
+			result = cur
+			return nil
+		}
+		result, err = s.client.NetworkingV1().VirtualServices(t.Namespace).Update(ctx, next, metav1.UpdateOptions{})
+		if apierrors.IsConflict(err) {
+			s.log.Debug("VirtualService changed under us; retrying with a fresh read", "virtualService", t.String(), "attempt", attempts)
+		}
+		return err
+	})
+	if apierrors.IsConflict(err) {
+		return nil, fmt.Errorf("%s on VirtualService %s: gave up after %d conflicting writes (something else keeps changing it; nothing was written): %w", what, t, attempts, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s on VirtualService %s: %w", what, t, err)
+	}
+	return result, nil
+}
+
+// applyWeights sets the canary weight and extras on every managed route of
+// vs (primary and mirror routes) and records the extras. m must be fresh.
+func applyWeights(vs *networkingv1.VirtualService, t Target, m *matcher, canary int, extras []Extra) error {
+	if err := validateExtras(canary, extras); err != nil {
+		return err
+	}
+	stale, err := staleExtras(vs)
+	if err != nil {
+		return err
+	}
+	mm := m.withExtras(extras, stale)
+	for _, e := range mm.extras {
+		if r, _ := m.classify(&networking.Destination{Host: e.Host, Subset: e.Subset}); r == roleStable || r == roleCanary {
+			return fmt.Errorf("additional destination %s: is the %s destination itself: additional destinations must be other services/subsets", e, r)
+		}
+	}
+	routes, err := primaryRoutes(&vs.Spec, t, mm)
+	if err != nil {
+		return err
+	}
+	routes = append(routes, mirrorRoutes(&vs.Spec, t, mm)...)
+	var errs []error
+	for _, r := range routes {
+		errs = append(errs, reweigh(&vs.Spec, r, mm, canary, mm.extras))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	var added []Extra
+	for _, e := range mm.extras {
+		added = append(added, Extra{Host: e.Host, Subset: e.Subset})
+	}
+	value := ""
+	if len(added) > 0 {
+		b, _ := json.Marshal(added)
+		value = string(b)
+	}
+	setAnnotation(&vs.ObjectMeta, ExtrasAnnotation, value)
+	return nil
+}
+
+// SetWeight sets the canary weight (percent) on every managed route at once,
+// with the stable destination taking the rest after any additional
+// destinations. It is a direct jump, not a ramp; weight 0 (abort) also
+// clears the ramp state.
+func (s *Shifter) SetWeight(ctx context.Context, t Target, canary int, extras ...Extra) error {
+	_, err := s.update(ctx, t, fmt.Sprintf("set canary weight %d", canary), func(vs *networkingv1.VirtualService) error {
+		m, err := s.matcher(ctx, t)
+		if err != nil {
+			return err
+		}
+		if err := applyWeights(vs, t, m, canary, extras); err != nil {
+			return err
+		}
+		if canary == 0 {
+			setAnnotation(&vs.ObjectMeta, RampAnnotation, "")
+		}
+		return nil
+	})
+	if err == nil {
+		s.log.Info("set canary weight", "virtualService", t.String(), "canary", canary, "extras", len(extras))
+	}
+	return err
+}

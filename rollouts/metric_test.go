@@ -1,0 +1,300 @@
+package rollouts
+
+import (
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/argoproj/argo-rollouts/metricproviders/plugin/rpc"
+	"github.com/argoproj/argo-rollouts/pkg/apis/rollouts/v1alpha1"
+	"github.com/danki-dev/danki/pkg/analysis"
+	goplugin "github.com/hashicorp/go-plugin"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+var quietLog = slog.New(slog.DiscardHandler)
+
+// Istio's default bucket bounds (ms) and per-bucket counts (the last is +Inf).
+var (
+	testBounds = []float64{0.5, 1, 5, 10, 25, 50, 100, 250, 500, 1000}
+	// stable: 10,000 requests, p99 in (50, 100] ms, 0.5 % above 100 ms.
+	stableCounts = []float64{0, 0, 100, 2000, 4000, 2500, 1350, 45, 5, 0, 0}
+	// healthy canary: the same shape, 1,000 requests.
+	healthyCounts = []float64{0, 0, 10, 200, 400, 250, 135, 4, 1, 0, 0}
+	// slow canary: 15 % above 100 ms, p99 ≈ 420 ms.
+	slowCounts = []float64{0, 0, 0, 50, 200, 300, 300, 120, 30, 0, 0}
+)
+
+// fakePrometheus answers Istio queries for services app-canary, app-slow and
+// app-stable (app-empty has no series), and rejects queries containing BAD
+// with Prometheus' 400 bad_data answer.
+type fakePrometheus struct {
+	mu      sync.Mutex
+	queries []string
+}
+
+func (f *fakePrometheus) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	_ = r.ParseForm()
+	q := r.Form.Get("query")
+	f.mu.Lock()
+	f.queries = append(f.queries, q)
+	f.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	if strings.Contains(q, "BAD") {
+		w.WriteHeader(http.StatusBadRequest)
+		_, _ = w.Write([]byte(`{"status":"error","errorType":"bad_data","error":"1:1: parse error: unexpected identifier \"BAD\""}`))
+		return
+	}
+	var counts []float64
+	switch {
+	case strings.Contains(q, "app-canary"):
+		counts = healthyCounts
+	case strings.Contains(q, "app-slow"):
+		counts = slowCounts
+	case strings.Contains(q, "app-stable"):
+		counts = stableCounts
+	}
+	var result []string
+	if counts != nil {
+		total := 0.0
+		for i, c := range counts {
+			total += c
+			if strings.Contains(q, "_bucket") {
+				le := "+Inf"
+				if i < len(testBounds) {
+					le = strconv.FormatFloat(testBounds[i], 'g', -1, 64)
+				}
+				result = append(result, fmt.Sprintf(`{"metric":{"le":%q},"value":[1700000000,"%g"]}`, le, total))
+			}
+		}
+		if !strings.Contains(q, "_bucket") {
+			if strings.Contains(q, `=~"5.."`) {
+				total = 0
+			}
+			result = append(result, fmt.Sprintf(`{"metric":{},"value":[1700000000,"%g"]}`, total))
+		}
+	}
+	_, _ = fmt.Fprintf(w, `{"status":"success","data":{"resultType":"vector","result":[%s]}}`, strings.Join(result, ","))
+}
+
+func (f *fakePrometheus) seen() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.queries...)
+}
+
+// dispenseLatency serves the registered metric-provider plugin over
+// go-plugin's real net/rpc connection and returns the controller's side of
+// it, the same client Argo Rollouts uses.
+func dispenseLatency(t *testing.T, now time.Time) (rpc.MetricProviderPlugin, *latencyProvider) {
+	t.Helper()
+	f, ok := factories[KindMetricProvider]
+	if !ok || f.mapKey != "RpcMetricProviderPlugin" {
+		t.Fatalf("metric provider registered as %+v, want kind %q with map key RpcMetricProviderPlugin", f, KindMetricProvider)
+	}
+	plugin := f.build(quietLog)
+	impl := plugin.(*rpc.RpcMetricProviderPlugin).Impl.(*latencyProvider)
+	impl.now = func() time.Time { return now }
+	impl.options = []analysis.Option{analysis.WithClock(func() time.Time { return now })}
+
+	client, _ := goplugin.TestPluginRPCConn(t, map[string]goplugin.Plugin{f.mapKey: plugin}, nil)
+	t.Cleanup(func() { _ = client.Close() })
+	raw, err := client.Dispense(f.mapKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mp, ok := raw.(rpc.MetricProviderPlugin)
+	if !ok {
+		t.Fatalf("dispensed %T, want rpc.MetricProviderPlugin", raw)
+	}
+	if e := mp.InitPlugin(); e.HasError() {
+		t.Fatalf("InitPlugin: %v", e)
+	}
+	return mp, impl
+}
+
+func latencyMetric(name, config string) v1alpha1.Metric {
+	return v1alpha1.Metric{
+		Name:     name,
+		Interval: "1m",
+		Provider: v1alpha1.MetricProvider{Plugin: map[string]json.RawMessage{LatencyPluginName: json.RawMessage(config)}},
+	}
+}
+
+func istioPluginConfig(address, canaryService string) string {
+	return fmt.Sprintf(`{
+	  "source": "istio",
+	  "prometheus": {"address": %q},
+	  "istio": {
+	    "canary": {"service": "%s.default.svc.cluster.local"},
+	    "stable": {"service": "app-stable.default.svc.cluster.local"}
+	  },
+	  "slo": {"p99": "250ms", "maxErrorRate": "1%%", "ratio": {"p99": "1.5"}},
+	  "tailTest": {}
+	}`, address, canaryService)
+}
+
+func TestLatencyMetricPhasesThroughRPC(t *testing.T) {
+	fake := &fakePrometheus{}
+	srv := httptest.NewServer(fake)
+	defer srv.Close()
+	now := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
+	mp, _ := dispenseLatency(t, now)
+	started := metav1.NewTime(now.Add(-5 * time.Minute))
+	run := &v1alpha1.AnalysisRun{
+		ObjectMeta: metav1.ObjectMeta{Name: "app-7d9f-2", Namespace: "default"},
+		Status:     v1alpha1.AnalysisRunStatus{StartedAt: &started},
+	}
+
+	for _, tc := range []struct {
+		name     string
+		config   string
+		phase    v1alpha1.AnalysisPhase
+		message  []string
+		hasValue bool
+	}{
+		{"healthy canary", istioPluginConfig(srv.URL, "app-canary"), v1alpha1.AnalysisPhaseSuccessful,
+			[]string{"Pass: all SLOs hold", "window 5m (cumulative)"}, true},
+		{"slow canary", istioPluginConfig(srv.URL, "app-slow"), v1alpha1.AnalysisPhaseFailed,
+			[]string{"Fail:", "p99 ", "> 250ms SLO", "canary's tail is heavier"}, true},
+		{"no canary data", istioPluginConfig(srv.URL, "app-empty"), v1alpha1.AnalysisPhaseInconclusive,
+			[]string{"Inconclusive:", `no data, query returned no series: sum by (le) (increase(istio_request_duration_milliseconds_bucket{destination_service="app-empty.default.svc.cluster.local",reporter="destination"}[5m]))`}, true},
+		{"bad PromQL", `{"source":"promql","prometheus":{"address":"` + srv.URL + `"},"promql":{"canary":"a=\"b\"","histogram":"BAD{<<.Selector>>}"},"slo":{"p99":"1s"}}`,
+			v1alpha1.AnalysisPhaseError, []string{"failed to run via plugin:", "prometheus rejected query BAD{a=\"b\"}", "fix the PromQL"}, false},
+		{"invalid config", `{"source":"istio","slo":{"p99":"fast"}}`, v1alpha1.AnalysisPhaseError,
+			[]string{`metric "latency"`, "prometheus.address: missing", "istio: missing", `slo.p99: "fast" is not a duration`}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := mp.Run(run, latencyMetric("latency", tc.config))
+			if m.Phase != tc.phase {
+				t.Fatalf("phase %s, want %s: %s", m.Phase, tc.phase, m.Message)
+			}
+			for _, w := range tc.message {
+				if !strings.Contains(m.Message, w) {
+					t.Errorf("message %q does not contain %q", m.Message, w)
+				}
+			}
+			if m.StartedAt == nil || m.FinishedAt == nil || !m.StartedAt.Time.Equal(now) || !m.FinishedAt.Time.Equal(now) {
+				t.Errorf("startedAt %v finishedAt %v, want both %v", m.StartedAt, m.FinishedAt, now)
+			}
+			if m.Metadata["summary"] == "" {
+				t.Errorf("metadata %v has no summary", m.Metadata)
+			}
+			if !tc.hasValue {
+				return
+			}
+			var value struct {
+				Phase  string             `json:"phase"`
+				Window string             `json:"window"`
+				Canary analysis.SideStats `json:"canary"`
+				Stable analysis.SideStats `json:"stable"`
+				Checks []analysis.Check   `json:"checks"`
+			}
+			if err := json.Unmarshal([]byte(m.Value), &value); err != nil {
+				t.Fatalf("value is not JSON: %v: %s", err, m.Value)
+			}
+			if value.Window != "5m (cumulative)" || len(value.Checks) != 4 {
+				t.Errorf("value window %q with %d checks, want 5m (cumulative) and 4: %s", value.Window, len(value.Checks), m.Value)
+			}
+			if tc.phase != v1alpha1.AnalysisPhaseInconclusive {
+				if value.Canary.Count != 1000 || value.Stable.Count != 10000 || value.Canary.P99 == nil || m.Metadata["canaryP99Ms"] == "" || m.Metadata["tailEValue"] == "" {
+					t.Errorf("value/metadata lack the numbers: %s %v", m.Value, m.Metadata)
+				}
+			}
+		})
+	}
+	// The cumulative window came from the AnalysisRun's startedAt, through gob.
+	for _, q := range fake.seen() {
+		if !strings.Contains(q, "[5m]") && !strings.Contains(q, "BAD") {
+			t.Errorf("query %q does not use the 5m since the AnalysisRun started", q)
+		}
+	}
+}
+
+func TestLatencyMetricMissingConfig(t *testing.T) {
+	mp, _ := dispenseLatency(t, time.Now())
+	m := mp.Run(&v1alpha1.AnalysisRun{}, v1alpha1.Metric{Name: "p99", Provider: v1alpha1.MetricProvider{Plugin: map[string]json.RawMessage{"other/plugin": json.RawMessage(`{}`)}}})
+	if m.Phase != v1alpha1.AnalysisPhaseError || !strings.Contains(m.Message, `metric "p99" has no provider.plugin["danki/latency"]`) {
+		t.Fatalf("phase %s message %q", m.Phase, m.Message)
+	}
+}
+
+func TestLatencyMetricLifecycleThroughRPC(t *testing.T) {
+	srv := httptest.NewServer(&fakePrometheus{})
+	defer srv.Close()
+	now := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
+	mp, _ := dispenseLatency(t, now)
+	metric := latencyMetric("latency", istioPluginConfig(srv.URL, "app-canary"))
+	run := &v1alpha1.AnalysisRun{Status: v1alpha1.AnalysisRunStatus{StartedAt: &metav1.Time{Time: now.Add(-time.Minute)}}}
+
+	if got := mp.Type(); got != "danki/latency" {
+		t.Errorf("Type() = %q", got)
+	}
+	md := mp.GetMetadata(metric)
+	if md["source"] != "istio" || md["window"] != "cumulative" || !strings.Contains(md["queries"], "istio_request_duration_milliseconds_bucket{destination_service=\"app-canary.default.svc.cluster.local\",reporter=\"destination\"}[<window>]") {
+		t.Errorf("GetMetadata = %v", md)
+	}
+	if md := mp.GetMetadata(latencyMetric("latency", `{"source":"x"}`)); !strings.Contains(md["error"], `source: "x" is not a source`) {
+		t.Errorf("GetMetadata for a bad config = %v, want an error naming source", md)
+	}
+
+	done := mp.Run(run, metric)
+	if done.Phase != v1alpha1.AnalysisPhaseSuccessful {
+		t.Fatalf("Run: %s %s", done.Phase, done.Message)
+	}
+	if again := mp.Resume(run, metric, done); again.Phase != done.Phase || again.Value != done.Value {
+		t.Errorf("Resume changed a completed measurement: %+v", again)
+	}
+	if again := mp.Terminate(run, metric, done); again.Phase != done.Phase {
+		t.Errorf("Terminate changed a completed measurement: %+v", again)
+	}
+	running := v1alpha1.Measurement{Phase: v1alpha1.AnalysisPhaseRunning, StartedAt: &metav1.Time{Time: now}}
+	if resumed := mp.Resume(run, metric, running); resumed.Phase != v1alpha1.AnalysisPhaseSuccessful || resumed.FinishedAt == nil {
+		t.Errorf("Resume of a running measurement: %s %s", resumed.Phase, resumed.Message)
+	}
+	terminated := mp.Terminate(run, metric, running)
+	if terminated.Phase != v1alpha1.AnalysisPhaseInconclusive || terminated.FinishedAt == nil {
+		t.Errorf("Terminate of a running measurement: %+v, want Inconclusive (never a pass)", terminated)
+	}
+	if e := mp.GarbageCollect(run, metric, 10); e.HasError() {
+		t.Errorf("GarbageCollect: %v", e)
+	}
+}
+
+func TestLatencyMetricConcurrentRuns(t *testing.T) {
+	srv := httptest.NewServer(&fakePrometheus{})
+	defer srv.Close()
+	now := time.Now()
+	mp, impl := dispenseLatency(t, now)
+	run := &v1alpha1.AnalysisRun{Status: v1alpha1.AnalysisRunStatus{StartedAt: &metav1.Time{Time: now.Add(-time.Minute)}}}
+	var wg sync.WaitGroup
+	errs := make(chan string, 40)
+	for i := range 40 {
+		wg.Go(func() {
+			svc, want := "app-canary", v1alpha1.AnalysisPhaseSuccessful
+			if i%2 == 1 {
+				svc, want = "app-slow", v1alpha1.AnalysisPhaseFailed
+			}
+			if m := mp.Run(run, latencyMetric("latency", istioPluginConfig(srv.URL, svc))); m.Phase != want {
+				errs <- fmt.Sprintf("run %d (%s): %s, want %s: %s", i, svc, m.Phase, want, m.Message)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
+	impl.mu.Lock()
+	defer impl.mu.Unlock()
+	if n := len(impl.analyzers); n != 2 {
+		t.Errorf("%d cached analyzers, want 2 (one per configuration)", n)
+	}
+}

@@ -1,0 +1,407 @@
+package rollouts
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/argoproj/argo-rollouts/pkg/apis/rollouts/v1alpha1"
+	"github.com/argoproj/argo-rollouts/rollout/trafficrouting/plugin/rpc"
+	"github.com/argoproj/argo-rollouts/utils/plugin/types"
+	"github.com/danki-dev/danki/pkg/shift"
+	goplugin "github.com/hashicorp/go-plugin"
+	istioclient "istio.io/client-go/pkg/clientset/versioned"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// TrafficRouterName is the plugin name Rollouts refer to under
+// spec.strategy.canary.trafficRouting.plugins.
+const TrafficRouterName = "danki/istio"
+
+func init() {
+	register(KindTrafficRouter, "RpcTrafficRouterPlugin", func(l *slog.Logger) goplugin.Plugin {
+		return &rpc.RpcTrafficRouterPlugin{Impl: newTrafficRouter(l)}
+	})
+}
+
+// callTimeout bounds one RPC call: the controller's calls have none and block
+// a reconcile worker.
+const callTimeout = 30 * time.Second
+
+// trafficRouter is the danki/istio traffic-router plugin: an adapter from
+// Argo's RPC calls to pkg/shift. It keeps no ramp state in memory (that
+// lives on the VirtualService), only clients and gates.
+type trafficRouter struct {
+	log *slog.Logger
+	// newClient builds the Istio client in InitPlugin; tests replace it.
+	newClient func() (istioclient.Interface, error)
+	// now is the ramp's clock and gateFor builds gates; tests replace them.
+	now     func() time.Time
+	gateFor func(raw json.RawMessage) (shift.Gate, error)
+
+	mu      sync.Mutex
+	shifter *shift.Shifter
+	vsLocks map[string]*sync.Mutex
+	gates   map[string]shift.Gate
+}
+
+var _ rpc.TrafficRouterPlugin = (*trafficRouter)(nil)
+
+func newTrafficRouter(l *slog.Logger) *trafficRouter {
+	return &trafficRouter{
+		log:       l,
+		newClient: istioClientFromEnvironment,
+		now:       time.Now,
+		gateFor:   gateFromConfig,
+		vsLocks:   map[string]*sync.Mutex{},
+		gates:     map[string]shift.Gate{},
+	}
+}
+
+// istioClientFromEnvironment loads the client configuration the way kubectl
+// does: $KUBECONFIG or ~/.kube/config, else the in-cluster service account.
+func istioClientFromEnvironment() (istioclient.Interface, error) {
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
+		clientcmd.NewDefaultClientConfigLoadingRules(), &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("load Kubernetes client configuration (in-cluster, $KUBECONFIG or ~/.kube/config): %w", err)
+	}
+	return istioclient.NewForConfig(cfg)
+}
+
+// InitPlugin builds the Istio client. The controller calls it once, at start.
+func (r *trafficRouter) InitPlugin() types.RpcError {
+	client, err := r.newClient()
+	if err != nil {
+		return rpcErr(fmt.Errorf("%s: init: %w", TrafficRouterName, err))
+	}
+	r.mu.Lock()
+	r.shifter = shift.New(client, r.log)
+	r.mu.Unlock()
+	r.log.Info("traffic router ready", "plugin", TrafficRouterName)
+	return types.RpcError{}
+}
+
+func (r *trafficRouter) Type() string { return TrafficRouterName }
+
+// routerConfig is the JSON under trafficRouting.plugins["danki/istio"].
+type routerConfig struct {
+	VirtualService struct {
+		Name      string                   `json:"name"`
+		Namespace string                   `json:"namespace,omitempty"`
+		Routes    []string                 `json:"routes,omitempty"`
+		TLSRoutes []shift.TLSRouteSelector `json:"tlsRoutes,omitempty"`
+		TCPRoutes []shift.TCPRouteSelector `json:"tcpRoutes,omitempty"`
+	} `json:"virtualService"`
+	DestinationRule *struct {
+		Name             string `json:"name"`
+		CanarySubsetName string `json:"canarySubsetName"`
+		StableSubsetName string `json:"stableSubsetName"`
+	} `json:"destinationRule,omitempty"`
+	Ramp struct {
+		Step        int       `json:"step,omitempty"`
+		Weights     []int     `json:"weights,omitempty"`
+		Interval    *duration `json:"interval,omitempty"`
+		MaxBreaches int       `json:"maxBreaches,omitempty"`
+	} `json:"ramp"`
+	Gate json.RawMessage `json:"gate,omitempty"`
+}
+
+// duration reads a Go duration string ("30s", "2m").
+type duration time.Duration
+
+func (d *duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("ramp.interval: %s is not a duration string: write it like \"30s\" or \"2m\"", b)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("ramp.interval: %q is not a duration: write it like \"30s\" or \"2m\"", s)
+	}
+	*d = duration(v)
+	return nil
+}
+
+// binding is one rollout's resolved configuration.
+type binding struct {
+	key string // rollout namespace/name
+	// canaryHash is the canary's pod-template hash: a new canary gets a new
+	// gate, so its cumulative latency window starts with it.
+	canaryHash string
+	target     shift.Target
+	plan       shift.Plan
+	gate       json.RawMessage
+	subset     bool
+}
+
+const configField = `spec.strategy.canary.trafficRouting.plugins["` + TrafficRouterName + `"]`
+
+// resolve reads the plugin configuration and the service names from a
+// Rollout. Every error names the Rollout field to fix.
+func resolve(ro *v1alpha1.Rollout) (*binding, error) {
+	canary := ro.Spec.Strategy.Canary
+	if canary == nil || canary.TrafficRouting == nil {
+		return nil, errors.New("spec.strategy.canary.trafficRouting: required: danki/istio routes traffic for canary rollouts")
+	}
+	tr := canary.TrafficRouting
+	if tr.MaxTrafficWeight != nil && *tr.MaxTrafficWeight != 100 {
+		return nil, fmt.Errorf("spec.strategy.canary.trafficRouting.maxTrafficWeight: %d: danki/istio needs 100 (Istio weights are percent): remove the field", *tr.MaxTrafficWeight)
+	}
+	raw, ok := tr.Plugins[TrafficRouterName]
+	if !ok || len(bytes.TrimSpace(raw)) == 0 {
+		return nil, fmt.Errorf("%s: missing: configure at least virtualService.name", configField)
+	}
+	var cfg routerConfig
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&cfg); err != nil {
+		return nil, fmt.Errorf("%s: %w", configField, err)
+	}
+	var errs []error
+	if cfg.VirtualService.Name == "" {
+		errs = append(errs, fmt.Errorf("%s.virtualService.name: required", configField))
+	}
+	t := shift.Target{
+		Namespace:      cfg.VirtualService.Namespace,
+		VirtualService: cfg.VirtualService.Name,
+		HTTPRoutes:     cfg.VirtualService.Routes,
+		TLSRoutes:      cfg.VirtualService.TLSRoutes,
+		TCPRoutes:      cfg.VirtualService.TCPRoutes,
+	}
+	if t.Namespace == "" {
+		t.Namespace = ro.Namespace
+	}
+	for _, m := range tr.ManagedRoutes {
+		t.ManagedRoutes = append(t.ManagedRoutes, m.Name)
+	}
+	if dr := cfg.DestinationRule; dr != nil {
+		if dr.Name == "" || dr.CanarySubsetName == "" || dr.StableSubsetName == "" {
+			errs = append(errs, fmt.Errorf("%s.destinationRule: name, canarySubsetName and stableSubsetName are all required for subset-level routing (or drop destinationRule for host-level routing)", configField))
+		}
+		t.Subsets = &shift.Subsets{DestinationRule: dr.Name, Namespace: ro.Namespace, StableSubset: dr.StableSubsetName, CanarySubset: dr.CanarySubsetName}
+	} else {
+		if canary.StableService == "" || canary.CanaryService == "" {
+			errs = append(errs, errors.New("spec.strategy.canary.stableService and canaryService: both required for host-level routing (or configure destinationRule for subset-level routing)"))
+		}
+		t.StableHost, t.CanaryHost = canary.StableService, canary.CanaryService
+	}
+	plan := shift.Plan{Step: cfg.Ramp.Step, Weights: cfg.Ramp.Weights, Interval: shift.DefaultInterval, MaxBreaches: cfg.Ramp.MaxBreaches}
+	if cfg.Ramp.Interval != nil {
+		plan.Interval = time.Duration(*cfg.Ramp.Interval)
+	}
+	if err := plan.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("%s: %w", configField, err))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	if err := t.Validate(); err != nil {
+		return nil, fmt.Errorf("%s: %w", configField, err)
+	}
+	return &binding{key: ro.Namespace + "/" + ro.Name, canaryHash: ro.Status.CurrentPodHash, target: t, plan: plan, gate: cfg.Gate, subset: t.Subsets != nil}, nil
+}
+
+// call resolves the rollout's binding and runs fn under the VirtualService's
+// lock, with a bounded context. Calls for one VirtualService are serialised
+// (the controller may call from several workers); different ones run in
+// parallel.
+func (r *trafficRouter) call(op string, ro *v1alpha1.Rollout, fn func(ctx context.Context, b *binding, s *shift.Shifter, log *slog.Logger) error) types.RpcError {
+	log := r.log.With("rollout", ro.Namespace+"/"+ro.Name, "op", op)
+	b, err := resolve(ro)
+	if err != nil {
+		log.Error("invalid configuration", "err", err)
+		return rpcErr(fmt.Errorf("%s %s: rollout %s/%s: %w", TrafficRouterName, op, ro.Namespace, ro.Name, err))
+	}
+	r.mu.Lock()
+	s := r.shifter
+	lock, ok := r.vsLocks[b.target.String()]
+	if !ok {
+		lock = &sync.Mutex{}
+		r.vsLocks[b.target.String()] = lock
+	}
+	r.mu.Unlock()
+	if s == nil {
+		return rpcErr(fmt.Errorf("%s %s: plugin not initialised (InitPlugin was not called or failed)", TrafficRouterName, op))
+	}
+	lock.Lock()
+	defer lock.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	if err := fn(ctx, b, s, log.With("virtualService", b.target.String())); err != nil {
+		log.Error(op+" failed", "err", err)
+		return rpcErr(fmt.Errorf("%s %s: rollout %s/%s: %w", TrafficRouterName, op, ro.Namespace, ro.Name, err))
+	}
+	return types.RpcError{}
+}
+
+// gate returns the rollout's latency gate, built once per configuration and
+// canary.
+func (r *trafficRouter) gate(b *binding) (shift.Gate, error) {
+	key := b.key + "\x00" + b.canaryHash + "\x00" + string(b.gate)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if g, ok := r.gates[key]; ok {
+		return g, nil
+	}
+	g, err := r.gateFor(b.gate)
+	if err != nil {
+		return nil, fmt.Errorf("%s.gate: %w", configField, err)
+	}
+	for k := range r.gates { // one gate per rollout: drop the old configuration's
+		if strings.HasPrefix(k, b.key+"\x00") {
+			delete(r.gates, k)
+		}
+	}
+	r.gates[key] = g
+	return g, nil
+}
+
+func (r *trafficRouter) ramp(b *binding, s *shift.Shifter) (*shift.Ramp, error) {
+	g, err := r.gate(b)
+	if err != nil {
+		return nil, err
+	}
+	return &shift.Ramp{Shifter: s, Target: b.target, Plan: b.plan, Gate: g, Now: r.now}, nil
+}
+
+func extras(b *binding, dests []v1alpha1.WeightDestination) []shift.Extra {
+	var out []shift.Extra
+	for _, d := range dests {
+		e := shift.Extra{Host: d.ServiceName, Weight: int(d.Weight)}
+		if b.subset {
+			// Subset-level: an experiment's destination is a subset (named
+			// after its service) of the DestinationRule's host, as UpdateHash
+			// creates it.
+			e = shift.Extra{Subset: d.ServiceName, Weight: int(d.Weight)}
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// SetWeight starts or continues the ramp toward desiredWeight: at most one
+// move per call, never blocking on the ramp's interval. Weight 0 (abort,
+// or a finished rollout) is set at once.
+func (r *trafficRouter) SetWeight(ro *v1alpha1.Rollout, desiredWeight int32, additional []v1alpha1.WeightDestination) types.RpcError {
+	return r.call("SetWeight", ro, func(ctx context.Context, b *binding, s *shift.Shifter, log *slog.Logger) error {
+		rmp, err := r.ramp(b, s)
+		if err != nil {
+			return err
+		}
+		d, err := rmp.Tick(ctx, int(desiredWeight), extras(b, additional)...)
+		if err != nil {
+			return err
+		}
+		log.Debug("ramp step", "action", string(d.Action), "from", d.From, "weight", d.Weight, "target", desiredWeight, "reason", d.Reason)
+		return nil
+	})
+}
+
+// VerifyWeight holds Argo's setWeight step (NotVerified) until the ramp has
+// reached desiredWeight with the gate passing there. A failed ramp is an
+// error naming the breach.
+func (r *trafficRouter) VerifyWeight(ro *v1alpha1.Rollout, desiredWeight int32, additional []v1alpha1.WeightDestination) (types.RpcVerified, types.RpcError) {
+	verified := types.NotVerified
+	rerr := r.call("VerifyWeight", ro, func(ctx context.Context, b *binding, s *shift.Shifter, log *slog.Logger) error {
+		rmp, err := r.ramp(b, s)
+		if err != nil {
+			return err
+		}
+		v, err := rmp.Verify(ctx, int(desiredWeight), extras(b, additional)...)
+		if err != nil {
+			return err
+		}
+		if v.Verified {
+			verified = types.Verified
+		}
+		log.Debug("verify weight", "desired", desiredWeight, "verified", v.Verified, "weight", v.Weight, "reason", v.Reason)
+		return nil
+	})
+	return verified, rerr
+}
+
+// UpdateHash keeps the DestinationRule subsets' rollouts-pod-template-hash
+// labels in step with the ReplicaSets (subset-level routing only).
+func (r *trafficRouter) UpdateHash(ro *v1alpha1.Rollout, canaryHash, stableHash string, additional []v1alpha1.WeightDestination) types.RpcError {
+	return r.call("UpdateHash", ro, func(ctx context.Context, b *binding, s *shift.Shifter, _ *slog.Logger) error {
+		var subsets []shift.ExtraSubset
+		for _, d := range additional {
+			subsets = append(subsets, shift.ExtraSubset{Name: d.ServiceName, Hash: d.PodTemplateHash})
+		}
+		return s.UpdateHashes(ctx, b.target, canaryHash, stableHash, subsets...)
+	})
+}
+
+// SetHeaderRoute adds, replaces or (with no match) removes a header route.
+func (r *trafficRouter) SetHeaderRoute(ro *v1alpha1.Rollout, hr *v1alpha1.SetHeaderRoute) types.RpcError {
+	return r.call("SetHeaderRoute", ro, func(ctx context.Context, b *binding, s *shift.Shifter, _ *slog.Logger) error {
+		route := shift.HeaderRoute{Name: hr.Name}
+		for i, m := range hr.Match {
+			if m.HeaderValue == nil {
+				return fmt.Errorf("setHeaderRoute %q match[%d].headerValue: required", hr.Name, i)
+			}
+			route.Match = append(route.Match, shift.HeaderMatch{Header: m.HeaderName, Value: stringMatch(*m.HeaderValue)})
+		}
+		return s.SetHeaderRoute(ctx, b.target, route)
+	})
+}
+
+// SetMirrorRoute adds, replaces or (with no match) removes a mirror route.
+func (r *trafficRouter) SetMirrorRoute(ro *v1alpha1.Rollout, mr *v1alpha1.SetMirrorRoute) types.RpcError {
+	return r.call("SetMirrorRoute", ro, func(ctx context.Context, b *binding, s *shift.Shifter, _ *slog.Logger) error {
+		route := shift.MirrorRoute{Name: mr.Name}
+		if mr.Percentage != nil {
+			p := int(*mr.Percentage)
+			route.Percentage = &p
+		}
+		for _, m := range mr.Match {
+			rm := shift.RequestMatch{}
+			if m.Method != nil {
+				v := stringMatch(*m.Method)
+				rm.Method = &v
+			}
+			if m.Path != nil {
+				v := stringMatch(*m.Path)
+				rm.Path = &v
+			}
+			for h, v := range m.Headers {
+				if rm.Headers == nil {
+					rm.Headers = map[string]shift.StringMatch{}
+				}
+				rm.Headers[h] = stringMatch(v)
+			}
+			route.Match = append(route.Match, rm)
+		}
+		return s.SetMirrorRoute(ctx, b.target, route)
+	})
+}
+
+// RemoveManagedRoutes removes the header and mirror routes: every route in
+// managedRoutes and every route a step of the rollout names.
+func (r *trafficRouter) RemoveManagedRoutes(ro *v1alpha1.Rollout) types.RpcError {
+	return r.call("RemoveManagedRoutes", ro, func(ctx context.Context, b *binding, s *shift.Shifter, _ *slog.Logger) error {
+		var also []string
+		for _, step := range ro.Spec.Strategy.Canary.Steps {
+			if step.SetHeaderRoute != nil && step.SetHeaderRoute.Name != "" {
+				also = append(also, step.SetHeaderRoute.Name)
+			}
+			if step.SetMirrorRoute != nil && step.SetMirrorRoute.Name != "" {
+				also = append(also, step.SetMirrorRoute.Name)
+			}
+		}
+		return s.RemoveManagedRoutes(ctx, b.target, also...)
+	})
+}
+
+func stringMatch(m v1alpha1.StringMatch) shift.StringMatch {
+	return shift.StringMatch{Exact: m.Exact, Prefix: m.Prefix, Regex: m.Regex}
+}
+
+func rpcErr(err error) types.RpcError { return types.RpcError{ErrorString: err.Error()} }

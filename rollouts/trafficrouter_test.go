@@ -1,0 +1,443 @@
+package rollouts
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/argoproj/argo-rollouts/pkg/apis/rollouts/v1alpha1"
+	"github.com/argoproj/argo-rollouts/rollout/trafficrouting/plugin/rpc"
+	"github.com/argoproj/argo-rollouts/utils/plugin/types"
+	"github.com/danki-dev/danki/pkg/shift"
+	goplugin "github.com/hashicorp/go-plugin"
+	networking "istio.io/api/networking/v1"
+	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
+	istioclient "istio.io/client-go/pkg/clientset/versioned"
+	"istio.io/client-go/pkg/clientset/versioned/fake"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+)
+
+const trNS = "shop"
+
+type trClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *trClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *trClock) Add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// gateFunc adapts a function to shift.Gate.
+type gateFunc func(ctx context.Context) (bool, string, error)
+
+func (f gateFunc) Check(ctx context.Context) (bool, string, error) { return f(ctx) }
+
+// trFixture is the adapter served over real go-plugin net/rpc plumbing (gob
+// encoding every argument) against a fake Istio clientset.
+type trFixture struct {
+	plugin rpc.TrafficRouterPlugin // the controller's side of the connection
+	impl   *trafficRouter
+	istio  *fake.Clientset
+	clock  *trClock
+}
+
+func newTRFixture(t *testing.T, objs ...runtime.Object) *trFixture {
+	t.Helper()
+	f := &trFixture{istio: fake.NewSimpleClientset(objs...), clock: &trClock{now: time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)}}
+	f.impl = newTrafficRouter(slog.New(slog.DiscardHandler))
+	f.impl.newClient = func() (istioclient.Interface, error) { return f.istio, nil }
+	f.impl.now = f.clock.Now
+	client, _ := goplugin.TestPluginRPCConn(t, map[string]goplugin.Plugin{
+		"RpcTrafficRouterPlugin": &rpc.RpcTrafficRouterPlugin{Impl: f.impl},
+	}, nil)
+	t.Cleanup(func() { _ = client.Close() })
+	raw, err := client.Dispense("RpcTrafficRouterPlugin")
+	if err != nil {
+		t.Fatalf("dispense RpcTrafficRouterPlugin: %v", err)
+	}
+	f.plugin = raw.(rpc.TrafficRouterPlugin)
+	if err := f.plugin.InitPlugin(); err.HasError() {
+		t.Fatalf("InitPlugin: %v", err)
+	}
+	return f
+}
+
+func (f *trFixture) vs(t *testing.T) *networkingv1.VirtualService {
+	t.Helper()
+	vs, err := f.istio.NetworkingV1().VirtualServices(trNS).Get(context.Background(), "reviews", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return vs
+}
+
+func trDest(host, subset string, weight int32) *networking.HTTPRouteDestination {
+	return &networking.HTTPRouteDestination{Destination: &networking.Destination{Host: host, Subset: subset, Port: &networking.PortSelector{Number: 8080}}, Weight: weight}
+}
+
+// trVirtualService has a foreign route above and below the primary route.
+func trVirtualService(primary ...*networking.HTTPRouteDestination) *networkingv1.VirtualService {
+	vs := &networkingv1.VirtualService{ObjectMeta: metav1.ObjectMeta{Name: "reviews", Namespace: trNS}}
+	vs.Spec.Hosts = []string{"reviews"}
+	vs.Spec.Http = []*networking.HTTPRoute{
+		{Name: "health", Route: []*networking.HTTPRouteDestination{trDest("reviews-stable", "", 100)}},
+		{Name: "primary", Route: primary},
+		{Name: "ratings", Route: []*networking.HTTPRouteDestination{trDest("ratings", "", 100)}},
+	}
+	return vs
+}
+
+func hostVS() *networkingv1.VirtualService {
+	return trVirtualService(trDest("reviews-stable", "", 100), trDest("reviews-canary", "", 0))
+}
+
+func trRollout(config string, managed ...string) *v1alpha1.Rollout {
+	ro := &v1alpha1.Rollout{ObjectMeta: metav1.ObjectMeta{Name: "reviews", Namespace: trNS}}
+	w20, w60 := int32(20), int32(60)
+	ro.Spec.Strategy.Canary = &v1alpha1.CanaryStrategy{
+		StableService: "reviews-stable",
+		CanaryService: "reviews-canary",
+		TrafficRouting: &v1alpha1.RolloutTrafficRouting{
+			Plugins: map[string]json.RawMessage{TrafficRouterName: json.RawMessage(config)},
+		},
+		Steps: []v1alpha1.CanaryStep{{SetWeight: &w20}, {SetWeight: &w60}},
+	}
+	for _, m := range managed {
+		ro.Spec.Strategy.Canary.TrafficRouting.ManagedRoutes = append(ro.Spec.Strategy.Canary.TrafficRouting.ManagedRoutes, v1alpha1.MangedRoutes{Name: m})
+	}
+	return ro
+}
+
+const hostConfig = `{"virtualService": {"name": "reviews", "routes": ["primary"]}, "ramp": {"step": 10, "interval": "30s"}}`
+
+func weights(vs *networkingv1.VirtualService, route int) []int32 {
+	var out []int32
+	for _, d := range vs.Spec.Http[route].Route {
+		out = append(out, d.Weight)
+	}
+	return out
+}
+
+func mustOK(t *testing.T, what string, err types.RpcError) {
+	t.Helper()
+	if err.HasError() {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+func TestRegisteredAsTrafficRouter(t *testing.T) {
+	f, ok := factories[KindTrafficRouter]
+	if !ok || f.mapKey != "RpcTrafficRouterPlugin" {
+		t.Fatalf("traffic router registration = %+v, %v", f, ok)
+	}
+	if _, ok := f.build(slog.New(slog.DiscardHandler)).(*rpc.RpcTrafficRouterPlugin); !ok {
+		t.Fatal("registered factory does not build an RpcTrafficRouterPlugin")
+	}
+}
+
+func TestRPCTypeIsPluginName(t *testing.T) {
+	f := newTRFixture(t)
+	if got := f.plugin.Type(); got != "danki/istio" {
+		t.Fatalf("Type() = %q", got)
+	}
+}
+
+// TestRPCSetWeightRampsAndVerifyHoldsTheStep walks one Argo setWeight step
+// the way the controller drives it: SetWeight then VerifyWeight on every
+// reconcile.
+func TestRPCSetWeightRampsAndVerifyHoldsTheStep(t *testing.T) {
+	f := newTRFixture(t, hostVS())
+	ro := trRollout(hostConfig)
+	var seen []int32
+	for i := 0; i < 10; i++ {
+		mustOK(t, "SetWeight", f.plugin.SetWeight(ro, 20, nil))
+		verified, err := f.plugin.VerifyWeight(ro, 20, nil)
+		mustOK(t, "VerifyWeight", err)
+		w := weights(f.vs(t), 1)
+		if w[0]+w[1] != 100 {
+			t.Fatalf("weights %v do not sum to 100", w)
+		}
+		if len(seen) == 0 || seen[len(seen)-1] != w[1] {
+			seen = append(seen, w[1])
+		}
+		if verified == types.Verified {
+			break
+		}
+		f.clock.Add(15 * time.Second)
+	}
+	if !slices.Equal(seen, []int32{10, 20}) {
+		t.Fatalf("canary weights seen %v, want [10 20]", seen)
+	}
+	verified, err := f.plugin.VerifyWeight(ro, 20, nil)
+	mustOK(t, "VerifyWeight", err)
+	if verified != types.Verified {
+		t.Fatal("step not verified at the target")
+	}
+	// A restarted plugin (fresh process state) agrees: the state is on the
+	// VirtualService.
+	g := newTRFixture(t)
+	g.istio = f.istio
+	g.impl.newClient = func() (istioclient.Interface, error) { return f.istio, nil }
+	mustOK(t, "InitPlugin", g.plugin.InitPlugin())
+	if v, err := g.plugin.VerifyWeight(ro, 20, nil); err.HasError() || v != types.Verified {
+		t.Fatalf("restarted plugin VerifyWeight = %v %v", v, err)
+	}
+	if v, err := g.plugin.VerifyWeight(ro, 60, nil); err.HasError() || v != types.NotVerified {
+		t.Fatalf("next step's weight = %v %v, want NotVerified", v, err)
+	}
+	// Foreign routes untouched.
+	vs := f.vs(t)
+	if !slices.Equal(weights(vs, 0), []int32{100}) || !slices.Equal(weights(vs, 2), []int32{100}) {
+		t.Fatalf("foreign routes changed: %v %v", weights(vs, 0), weights(vs, 2))
+	}
+}
+
+func TestRPCAbortIsImmediate(t *testing.T) {
+	f := newTRFixture(t, hostVS())
+	ro := trRollout(hostConfig)
+	for range 3 {
+		mustOK(t, "SetWeight", f.plugin.SetWeight(ro, 60, nil))
+		f.clock.Add(30 * time.Second)
+	}
+	if w := weights(f.vs(t), 1); w[1] != 30 {
+		t.Fatalf("canary at %d after three ramp calls, want 30", w[1])
+	}
+	mustOK(t, "SetWeight(0)", f.plugin.SetWeight(ro, 0, nil))
+	vs := f.vs(t)
+	if w := weights(vs, 1); w[0] != 100 || w[1] != 0 {
+		t.Fatalf("after abort weights %v, want [100 0]", w)
+	}
+	if _, ok := vs.Annotations[shift.RampAnnotation]; ok {
+		t.Fatal("abort left the ramp state")
+	}
+	if v, err := f.plugin.VerifyWeight(ro, 0, nil); err.HasError() || v != types.Verified {
+		t.Fatalf("VerifyWeight(0) = %v %v", v, err)
+	}
+}
+
+func TestRPCGateBreachFailsVerifyNamingTheBreach(t *testing.T) {
+	f := newTRFixture(t, hostVS())
+	var gotRaw string
+	f.impl.gateFor = func(raw json.RawMessage) (shift.Gate, error) {
+		gotRaw = string(raw)
+		return gateFunc(func(context.Context) (bool, string, error) { return false, "p99.9 1.2s > 400ms", nil }), nil
+	}
+	ro := trRollout(`{"virtualService": {"name": "reviews"}, "ramp": {"step": 20, "interval": "1s", "maxBreaches": 1}, "gate": {"p99": "400ms"}}`)
+	mustOK(t, "SetWeight", f.plugin.SetWeight(ro, 60, nil)) // 0 → 20
+	f.clock.Add(time.Second)
+	mustOK(t, "SetWeight", f.plugin.SetWeight(ro, 60, nil)) // breach at 20 → failed, back to 0
+	if !strings.Contains(gotRaw, `"p99"`) {
+		t.Fatalf("gate built from %q, want the gate config", gotRaw)
+	}
+	v, err := f.plugin.VerifyWeight(ro, 60, nil)
+	if v != types.NotVerified || !strings.Contains(err.Error(), "p99.9 1.2s > 400ms") || !strings.Contains(err.Error(), "ramp failed") {
+		t.Fatalf("VerifyWeight after the breach = %v %q, want NotVerified and an error naming the breach", v, err)
+	}
+	if w := weights(f.vs(t), 1); w[1] != 0 {
+		t.Fatalf("canary at %d after the breach, want back at 0", w[1])
+	}
+}
+
+func TestRPCAdditionalDestinations(t *testing.T) {
+	f := newTRFixture(t, hostVS())
+	ro := trRollout(`{"virtualService": {"name": "reviews", "routes": ["primary"]}, "ramp": {"step": 100}}`)
+	extra := []v1alpha1.WeightDestination{{ServiceName: "reviews-exp", PodTemplateHash: "abc", Weight: 15}}
+	mustOK(t, "SetWeight", f.plugin.SetWeight(ro, 20, extra))
+	vs := f.vs(t)
+	route := vs.Spec.Http[1].Route
+	if len(route) != 3 || route[2].Destination.Host != "reviews-exp" || !slices.Equal(weights(vs, 1), []int32{65, 20, 15}) {
+		t.Fatalf("primary route after an experiment: %v", route)
+	}
+	if v, err := f.plugin.VerifyWeight(ro, 20, extra); err.HasError() || v != types.NotVerified {
+		// Not yet gated at 20 (no gate: the next call after the interval).
+		t.Fatalf("VerifyWeight right after the move = %v %v", v, err)
+	}
+	f.clock.Add(time.Minute)
+	mustOK(t, "SetWeight", f.plugin.SetWeight(ro, 20, extra))
+	if v, err := f.plugin.VerifyWeight(ro, 20, extra); err.HasError() || v != types.Verified {
+		t.Fatalf("VerifyWeight = %v %v", v, err)
+	}
+	// The experiment ends: its destination goes.
+	mustOK(t, "SetWeight", f.plugin.SetWeight(ro, 20, nil))
+	if w := weights(f.vs(t), 1); !slices.Equal(w, []int32{80, 20}) {
+		t.Fatalf("after the experiment: %v", w)
+	}
+}
+
+func TestRPCHeaderAndMirrorRoutes(t *testing.T) {
+	f := newTRFixture(t, hostVS())
+	ro := trRollout(hostConfig, "canary-header", "canary-mirror")
+	ro.Spec.Strategy.Canary.Steps = append(ro.Spec.Strategy.Canary.Steps,
+		v1alpha1.CanaryStep{SetHeaderRoute: &v1alpha1.SetHeaderRoute{Name: "canary-header"}},
+		v1alpha1.CanaryStep{SetMirrorRoute: &v1alpha1.SetMirrorRoute{Name: "canary-mirror"}})
+	mustOK(t, "SetHeaderRoute", f.plugin.SetHeaderRoute(ro, &v1alpha1.SetHeaderRoute{
+		Name:  "canary-header",
+		Match: []v1alpha1.HeaderRoutingMatch{{HeaderName: "x-canary", HeaderValue: &v1alpha1.StringMatch{Exact: "yes"}}},
+	}))
+	pct := int32(25)
+	mustOK(t, "SetMirrorRoute", f.plugin.SetMirrorRoute(ro, &v1alpha1.SetMirrorRoute{
+		Name:       "canary-mirror",
+		Percentage: &pct,
+		Match:      []v1alpha1.RouteMatch{{Method: &v1alpha1.StringMatch{Exact: "GET"}, Headers: map[string]v1alpha1.StringMatch{"x-user": {Prefix: "qa"}}}},
+	}))
+	vs := f.vs(t)
+	var names []string
+	for _, r := range vs.Spec.Http {
+		names = append(names, r.Name)
+	}
+	if !slices.Equal(names, []string{"health", "canary-header", "canary-mirror", "primary", "ratings"}) {
+		t.Fatalf("routes %v", names)
+	}
+	if m := vs.Spec.Http[2]; m.Mirror.GetHost() != "reviews-canary" || m.MirrorPercentage.GetValue() != 25 || m.Match[0].Headers["x-user"].GetPrefix() != "qa" || m.Match[0].Method.GetExact() != "GET" {
+		t.Fatalf("mirror route %v", m)
+	}
+	if h := vs.Spec.Http[1]; h.Match[0].Headers["x-canary"].GetExact() != "yes" || h.Route[0].Destination.Host != "reviews-canary" || h.Route[0].Weight != 100 {
+		t.Fatalf("header route %v", h)
+	}
+	// A header route not in managedRoutes is refused, naming the fix.
+	err := f.plugin.SetHeaderRoute(ro, &v1alpha1.SetHeaderRoute{Name: "stray", Match: []v1alpha1.HeaderRoutingMatch{{HeaderName: "x", HeaderValue: &v1alpha1.StringMatch{Exact: "1"}}}})
+	if !strings.Contains(err.Error(), `header route "stray": not listed in the managed routes`) {
+		t.Fatalf("stray header route: %q", err)
+	}
+	mustOK(t, "RemoveManagedRoutes", f.plugin.RemoveManagedRoutes(ro))
+	names = nil
+	for _, r := range f.vs(t).Spec.Http {
+		names = append(names, r.Name)
+	}
+	if !slices.Equal(names, []string{"health", "primary", "ratings"}) {
+		t.Fatalf("after RemoveManagedRoutes: %v", names)
+	}
+}
+
+func TestRPCSubsetLevelWeightsAndHashes(t *testing.T) {
+	dr := &networkingv1.DestinationRule{ObjectMeta: metav1.ObjectMeta{Name: "reviews", Namespace: trNS}}
+	dr.Spec.Host = "reviews"
+	dr.Spec.Subsets = []*networking.Subset{{Name: "stable", Labels: map[string]string{"app": "reviews"}}, {Name: "canary", Labels: map[string]string{"app": "reviews"}}}
+	f := newTRFixture(t, trVirtualService(trDest("reviews", "stable", 100), trDest("reviews", "canary", 0)), dr)
+	ro := trRollout(`{"virtualService": {"name": "reviews", "routes": ["primary"]},
+		"destinationRule": {"name": "reviews", "stableSubsetName": "stable", "canarySubsetName": "canary"},
+		"ramp": {"weights": [5, 50], "interval": "10s"}}`)
+	ro.Spec.Strategy.Canary.StableService, ro.Spec.Strategy.Canary.CanaryService = "", ""
+	mustOK(t, "UpdateHash", f.plugin.UpdateHash(ro, "c4n4ry", "st4ble", []v1alpha1.WeightDestination{{ServiceName: "exp", PodTemplateHash: "e1", Weight: 0}}))
+	got, err := f.istio.NetworkingV1().DestinationRules(trNS).Get(context.Background(), "reviews", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	labels := map[string]string{}
+	for _, s := range got.Spec.Subsets {
+		labels[s.Name] = s.Labels[shift.PodTemplateHashLabel]
+	}
+	if labels["stable"] != "st4ble" || labels["canary"] != "c4n4ry" || labels["exp"] != "e1" {
+		t.Fatalf("subset hashes %v", labels)
+	}
+	mustOK(t, "SetWeight", f.plugin.SetWeight(ro, 20, nil))
+	if w := weights(f.vs(t), 1); !slices.Equal(w, []int32{95, 5}) {
+		t.Fatalf("first ladder step: %v, want [95 5]", w)
+	}
+}
+
+func TestRPCConfigurationErrorsNameTheField(t *testing.T) {
+	cases := []struct {
+		name   string
+		mutate func(ro *v1alpha1.Rollout)
+		config string
+		want   string
+	}{
+		{"no plugin config", func(ro *v1alpha1.Rollout) { ro.Spec.Strategy.Canary.TrafficRouting.Plugins = nil }, "", `plugins["danki/istio"]: missing`},
+		{"unknown field", nil, `{"virtualService": {"name": "reviews"}, "rampp": {}}`, `unknown field "rampp"`},
+		{"no virtual service", nil, `{"ramp": {"step": 10}}`, `plugins["danki/istio"].virtualService.name: required`},
+		{"bad interval", nil, `{"virtualService": {"name": "reviews"}, "ramp": {"interval": "soon"}}`, `ramp.interval: "soon" is not a duration`},
+		{"numeric interval", nil, `{"virtualService": {"name": "reviews"}, "ramp": {"interval": 30}}`, `ramp.interval: 30 is not a duration string`},
+		{"bad step", nil, `{"virtualService": {"name": "reviews"}, "ramp": {"step": 150}}`, `ramp.step 150`},
+		{"no services", func(ro *v1alpha1.Rollout) { ro.Spec.Strategy.Canary.CanaryService = "" }, hostConfig, "stableService and canaryService: both required"},
+		{"partial destination rule", nil, `{"virtualService": {"name": "reviews"}, "destinationRule": {"name": "reviews"}}`, "destinationRule: name, canarySubsetName and stableSubsetName are all required"},
+		{"max traffic weight", func(ro *v1alpha1.Rollout) {
+			w := int32(1000)
+			ro.Spec.Strategy.Canary.TrafficRouting.MaxTrafficWeight = &w
+		}, hostConfig, "maxTrafficWeight: 1000"},
+		{"no canary strategy", func(ro *v1alpha1.Rollout) { ro.Spec.Strategy.Canary = nil }, hostConfig, "spec.strategy.canary.trafficRouting: required"},
+		// The gate takes a danki/latency config; pkg/analysis' validation
+		// error comes back under the plugin's field.
+		{"invalid gate", nil, `{"virtualService": {"name": "reviews"}, "gate": {"p99": "250ms"}}`, `plugins["danki/istio"].gate: danki/latency config: unknown field "p99"`},
+		{"missing virtual service object", nil, `{"virtualService": {"name": "nope"}}`, "VirtualService shop/nope not found"},
+	}
+	f := newTRFixture(t, hostVS())
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ro := trRollout(c.config)
+			if c.mutate != nil {
+				c.mutate(ro)
+			}
+			err := f.plugin.SetWeight(ro, 20, nil)
+			if !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "danki/istio SetWeight: rollout shop/reviews") {
+				t.Fatalf("SetWeight error %q, want it to name %q", err, c.want)
+			}
+			if v, err := f.plugin.VerifyWeight(ro, 20, nil); v != types.NotVerified || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("VerifyWeight = %v %q", v, err)
+			}
+		})
+	}
+	if w := weights(f.vs(t), 1); !slices.Equal(w, []int32{100, 0}) {
+		t.Fatalf("a refused call changed weights: %v", w)
+	}
+}
+
+func TestRPCNotInitialised(t *testing.T) {
+	r := newTrafficRouter(slog.New(slog.DiscardHandler))
+	if err := r.SetWeight(trRollout(hostConfig), 10, nil); !strings.Contains(err.Error(), "not initialised") {
+		t.Fatalf("SetWeight before InitPlugin: %q", err)
+	}
+	r.newClient = func() (istioclient.Interface, error) { return nil, fmt.Errorf("no kubeconfig") }
+	if err := r.InitPlugin(); !strings.Contains(err.Error(), "no kubeconfig") {
+		t.Fatalf("InitPlugin error %q", err)
+	}
+}
+
+// TestRPCConcurrentRollouts calls the plugin from many goroutines at once
+// for two rollouts (as the controller's workers do); run with -race.
+func TestRPCConcurrentRollouts(t *testing.T) {
+	other := hostVS()
+	other.Name = "ratings"
+	f := newTRFixture(t, hostVS(), other)
+	roA := trRollout(`{"virtualService": {"name": "reviews", "routes": ["primary"]}, "ramp": {"step": 100, "interval": "1s"}}`)
+	roB := trRollout(`{"virtualService": {"name": "ratings", "routes": ["primary"]}, "ramp": {"step": 100, "interval": "1s"}}`)
+	roB.Name = "ratings"
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ro, w := roA, int32(30)
+			if i%2 == 1 {
+				ro, w = roB, 70
+			}
+			for range 5 {
+				if err := f.plugin.SetWeight(ro, w, nil); err.HasError() {
+					t.Errorf("SetWeight: %v", err)
+				}
+				if _, err := f.plugin.VerifyWeight(ro, w, nil); err.HasError() {
+					t.Errorf("VerifyWeight: %v", err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if w := weights(f.vs(t), 1); !slices.Equal(w, []int32{70, 30}) {
+		t.Fatalf("reviews weights %v", w)
+	}
+	got, _ := f.istio.NetworkingV1().VirtualServices(trNS).Get(context.Background(), "ratings", metav1.GetOptions{})
+	if w := weights(got, 1); !slices.Equal(w, []int32{30, 70}) {
+		t.Fatalf("ratings weights %v", w)
+	}
+}
