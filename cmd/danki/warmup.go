@@ -1,0 +1,378 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/yaml"
+
+	"github.com/danki-dev/danki/pkg/warmup"
+)
+
+func init() { subcommands = append(subcommands, newWarmupCmd) }
+
+// warmupFlags are the `danki warmup` flags that do not map 1:1 onto
+// warmup.Config.
+type warmupFlags struct {
+	urls, stableURLs              []string
+	kubeconfig, namespace         string
+	service, selector, hash, port string
+	stableService, stableHash     string
+	minPods                       int
+	untilConverged                bool
+	paths, headers                []string
+	method, body, requestFile     string
+	jsonOut                       string
+	healthTimeout, timeout        time.Duration
+	deadline, absTolerance        time.Duration
+	maxErrorRatio                 float64
+	cfg                           warmup.Config
+	progressEvery                 time.Duration
+	stderrIsTerminal              func() bool
+	newKube                       func(kubeconfig string) (kubernetes.Interface, string, error)
+}
+
+func newWarmupCmd() *cobra.Command {
+	f := &warmupFlags{
+		progressEvery: time.Second,
+		stderrIsTerminal: func() bool {
+			return term.IsTerminal(int(os.Stderr.Fd()))
+		},
+		newKube: warmupKubeClient,
+	}
+	cmd := &cobra.Command{
+		Use:   "warmup",
+		Short: "Warm pods with synthetic load until their latency converges",
+		Long: `Send synthetic fortio load straight at pods (or URLs) until their latency has
+converged: the p50 and p99 of the last --stable-windows windows of --window
+requests agree within --tolerance, after at least --min-requests. Fails (exit
+code 1) at --deadline or --max-requests without convergence, with the latency
+trend. Every request carries the marker header X-Danki-Warmup: 1; only GET,
+HEAD and OPTIONS are sent unless --allow-side-effects.
+
+Targets: --url (repeatable), or pods in Kubernetes: the ready endpoints of
+--service, or the Running+Ready pods matching --selector, optionally only those
+with rollouts-pod-template-hash=--hash. Each pod is loaded directly at its pod
+IP (reach the pod network, e.g. from inside the cluster).
+
+A live progress line goes to stderr; the table of windows (requests, p50, p90,
+p99, max, errors) goes to stdout at the end. --json writes fortio's result JSON.
+With --until-converged=false every target gets --max-requests requests and the
+table shows how latency fell (a measurement, not a gate).
+
+See docs/warmup.md.`,
+		Example: `  danki warmup --url http://127.0.0.1:8080 --path /api/items --max-requests 2000
+  danki warmup -n shop --service cart-canary --port http --request-file requests.yaml --json warmup.json
+  danki warmup -n shop --selector app=cart --hash 6d4f9c7b8 --compare-to-stable --stable-hash 5c8d7f6a9`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return f.run(cmd)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringArrayVar(&f.urls, "url", nil, "target base URL http://host:port (repeatable)")
+	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster)")
+	fl.StringVarP(&f.namespace, "namespace", "n", "", "namespace of the pods (default: the kubeconfig context's)")
+	fl.StringVar(&f.service, "service", "", "warm the ready endpoints of this Service")
+	fl.StringVar(&f.selector, "selector", "", "warm the Running+Ready pods matching this label selector")
+	fl.StringVar(&f.hash, "hash", "", "only pods with this rollouts-pod-template-hash (the canary ReplicaSet)")
+	fl.StringVar(&f.port, "port", "", "pod port, name or number (default: the pods' only port)")
+	fl.IntVar(&f.minPods, "min-pods", 1, "wait (up to --health-timeout) until this many pods are ready")
+
+	fl.BoolVar(&f.untilConverged, "until-converged", true, "stop when latency converged; false: send --max-requests per target and only report")
+	fl.Int64Var(&f.cfg.MaxRequests, "max-requests", warmup.DefaultMaxRequests, "request cap per target")
+	fl.Int64Var(&f.cfg.MinRequests, "min-requests", warmup.DefaultMinRequests, "requests per target before it may count as converged")
+	fl.Float64Var(&f.cfg.QPS, "qps", warmup.DefaultQPS, "requests per second per target")
+	fl.IntVarP(&f.cfg.Connections, "connections", "c", warmup.DefaultConnections, "concurrent connections per target")
+	fl.IntVar(&f.cfg.Window, "window", warmup.DefaultWindow, "requests per latency window")
+	fl.IntVar(&f.cfg.StableWindows, "stable-windows", warmup.DefaultStableWindows, "consecutive windows that must agree")
+	fl.Float64Var(&f.cfg.Tolerance, "tolerance", warmup.DefaultTolerance, "allowed relative spread of p50 and p99 over those windows")
+	fl.DurationVar(&f.absTolerance, "abs-tolerance", warmup.DefaultAbsoluteTolerance, "a spread this small always counts as converged")
+	fl.Float64Var(&f.maxErrorRatio, "max-error-ratio", warmup.DefaultMaxErrorRatio, "share of failed requests a converging window may have")
+	fl.DurationVar(&f.deadline, "deadline", warmup.DefaultDeadline, "give up after this long")
+	fl.DurationVar(&f.timeout, "timeout", warmup.DefaultTimeout, "per-request timeout")
+	fl.StringVar(&f.cfg.HealthPath, "health-path", warmup.DefaultHealthPath, "path that must answer 200 before load starts")
+	fl.DurationVar(&f.healthTimeout, "health-timeout", warmup.DefaultHealthTimeout, "how long to wait for pods and health")
+
+	fl.StringArrayVar(&f.paths, "path", nil, "request path (and query) to send, a template; repeatable, equal weights (default /)")
+	fl.StringVar(&f.method, "method", "GET", "method for --path requests")
+	fl.StringArrayVar(&f.headers, "header", nil, `header "Name: value" for --path requests (repeatable; value is a template)`)
+	fl.StringVar(&f.body, "body", "", "body template for --path requests")
+	fl.StringVar(&f.requestFile, "request-file", "", "YAML/JSON list of requests {method, path, headers, body, weight} (see docs/warmup.md)")
+	fl.BoolVar(&f.cfg.AllowSideEffects, "allow-side-effects", false, "allow methods other than GET, HEAD, OPTIONS (the app must honour the marker header)")
+	fl.StringVar(&f.cfg.MarkerHeader, "marker-header", warmup.DefaultMarkerHeader, "header set to 1 on every warm-up request")
+	fl.Int64Var(&f.cfg.Seed, "seed", 0, "seed for random template fields (0: random)")
+
+	fl.BoolVar(&f.cfg.CompareToStable, "compare-to-stable", false, "also load stable pods and require p99 within --stable-ratio of theirs")
+	fl.StringArrayVar(&f.stableURLs, "stable-url", nil, "stable base URL (repeatable)")
+	fl.StringVar(&f.stableService, "stable-service", "", "stable pods: ready endpoints of this Service")
+	fl.StringVar(&f.stableHash, "stable-hash", "", "stable pods: --selector plus this rollouts-pod-template-hash")
+	fl.Float64Var(&f.cfg.StableRatio, "stable-ratio", warmup.DefaultStableRatio, "allowed canary p99 / stable p99")
+	fl.Float64Var(&f.cfg.StableQPS, "stable-qps", warmup.DefaultStableQPS, "total requests per second to the stable pods")
+
+	fl.StringVar(&f.jsonOut, "json", "", "write fortio's result JSON (all targets merged) to this file")
+	return cmd
+}
+
+func (f *warmupFlags) run(cmd *cobra.Command) error {
+	cfg, err := f.config()
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	stderr := cmd.ErrOrStderr()
+
+	targets, stable, err := f.targets(ctx, cfg, stderr)
+	if err != nil {
+		return err
+	}
+	progress := newWarmupProgressLine(stderr, f.stderrIsTerminal(), f.progressEvery)
+	res, err := warmup.Run(ctx, cfg, targets, warmup.Options{
+		Stable:           stable,
+		RunToMaxRequests: !f.untilConverged,
+		OnProgress:       progress.update,
+	})
+	progress.end()
+	if res == nil {
+		return err
+	}
+	if werr := res.WriteTable(cmd.OutOrStdout()); werr != nil {
+		return werr
+	}
+	if f.jsonOut != "" {
+		if jerr := warmupWriteFile(f.jsonOut, res.WriteFortioJSON); jerr != nil {
+			return errors.Join(err, fmt.Errorf("--json %s: %w", f.jsonOut, jerr))
+		}
+	}
+	return err
+}
+
+// config turns the flags into a warm-up config, validated.
+func (f *warmupFlags) config() (warmup.Config, error) {
+	cfg := f.cfg
+	cfg.HealthTimeout = warmup.Duration(f.healthTimeout)
+	cfg.Timeout = warmup.Duration(f.timeout)
+	cfg.Deadline = warmup.Duration(f.deadline)
+	cfg.AbsoluteTolerance = warmup.Duration(f.absTolerance)
+	ratio := f.maxErrorRatio
+	cfg.MaxErrorRatio = &ratio
+	if !f.untilConverged {
+		// A measurement: any minRequests would do; keep validation happy.
+		cfg.MinRequests = min(cfg.MinRequests, cfg.MaxRequests)
+	}
+	switch {
+	case f.requestFile != "" && len(f.paths) > 0:
+		return cfg, errors.New("--request-file and --path both give the requests: use one")
+	case f.requestFile != "":
+		reqs, err := readWarmupRequestFile(f.requestFile)
+		if err != nil {
+			return cfg, err
+		}
+		cfg.Requests = reqs
+	default:
+		paths := f.paths
+		if len(paths) == 0 {
+			paths = []string{"/"}
+		}
+		headers := map[string]string{}
+		for _, h := range f.headers {
+			name, value, ok := strings.Cut(h, ":")
+			if !ok || strings.TrimSpace(name) == "" {
+				return cfg, fmt.Errorf("--header %q: write \"Name: value\"", h)
+			}
+			headers[strings.TrimSpace(name)] = strings.TrimSpace(value)
+		}
+		for _, p := range paths {
+			cfg.Requests = append(cfg.Requests, warmup.RequestSpec{Method: f.method, Path: p, Headers: headers, Body: f.body})
+		}
+	}
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return cfg, fmt.Errorf("invalid warm-up settings (fields as in the step plugin config, see docs/warmup.md): %w", err)
+	}
+	return cfg, nil
+}
+
+// readWarmupRequestFile reads a YAML or JSON list of requests, or an object with a
+// "requests" list, strictly (unknown fields are errors).
+func readWarmupRequestFile(path string) ([]warmup.RequestSpec, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--request-file: %w", err)
+	}
+	js, err := yaml.YAMLToJSON(data)
+	if err != nil {
+		return nil, fmt.Errorf("--request-file %s: %w", path, err)
+	}
+	js = bytes.TrimSpace(js)
+	if bytes.HasPrefix(js, []byte("[")) {
+		js = append(append([]byte(`{"requests":`), js...), '}')
+	}
+	var wrapper struct {
+		Requests []warmup.RequestSpec `json:"requests"`
+	}
+	if err := warmup.DecodeConfig(js, &wrapper); err != nil {
+		return nil, fmt.Errorf("--request-file %s: %w", path, err)
+	}
+	if len(wrapper.Requests) == 0 {
+		return nil, fmt.Errorf("--request-file %s: no requests in it", path)
+	}
+	return wrapper.Requests, nil
+}
+
+func (f *warmupFlags) targets(ctx context.Context, cfg warmup.Config, stderr io.Writer) (canary, stable []warmup.Target, err error) {
+	kubeWanted := f.service != "" || f.selector != "" || f.hash != ""
+	switch {
+	case len(f.urls) > 0 && kubeWanted:
+		return nil, nil, errors.New("give either --url or pods (--service / --selector / --hash), not both")
+	case len(f.urls) > 0:
+		canary, err = warmup.URLTargets("--url", f.urls)
+	case kubeWanted:
+		canary, err = f.pods(ctx, cfg, stderr, warmup.KubeTargets{Service: f.service, Selector: f.selector, PodTemplateHash: f.hash})
+	default:
+		return nil, nil, errors.New("nothing to warm: give --url http://host:port, or pods with --service, --selector and/or --hash")
+	}
+	if err != nil || !cfg.CompareToStable {
+		return canary, nil, err
+	}
+	switch {
+	case len(f.stableURLs) > 0:
+		stable, err = warmup.URLTargets("--stable-url", f.stableURLs)
+	case f.stableService != "" || f.stableHash != "":
+		stable, err = f.pods(ctx, cfg, stderr, warmup.KubeTargets{Service: f.stableService, Selector: f.selector, PodTemplateHash: f.stableHash})
+	default:
+		err = errors.New("--compare-to-stable needs the stable pods: --stable-url, --stable-service, or --selector with --stable-hash")
+	}
+	return canary, stable, err
+}
+
+func (f *warmupFlags) pods(ctx context.Context, cfg warmup.Config, stderr io.Writer, k warmup.KubeTargets) ([]warmup.Target, error) {
+	kube, ns, err := f.newKube(f.kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	k.Namespace = f.namespace
+	if k.Namespace == "" {
+		k.Namespace = ns
+	}
+	if f.port != "" {
+		k.Port = intstr.Parse(f.port)
+	}
+	wctx, cancel := context.WithTimeout(ctx, cfg.HealthTimeout.D())
+	defer cancel()
+	fmt.Fprintf(stderr, "finding %s …\n", k)
+	targets, err := k.Wait(wctx, kube, f.minPods, time.Second)
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range targets {
+		fmt.Fprintf(stderr, "  %s\n", t)
+	}
+	return targets, nil
+}
+
+// warmupKubeClient builds a client from --kubeconfig or clientcmd's default rules
+// ($KUBECONFIG, ~/.kube/config, in-cluster) and returns the context's
+// namespace.
+func warmupKubeClient(kubeconfig string) (kubernetes.Interface, string, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = kubeconfig
+	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{})
+	rc, err := cc.ClientConfig()
+	if err != nil {
+		return nil, "", fmt.Errorf("kubeconfig: %w (give --kubeconfig, or --url targets)", err)
+	}
+	ns, _, err := cc.Namespace()
+	if err != nil {
+		return nil, "", fmt.Errorf("kubeconfig namespace: %w", err)
+	}
+	kube, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, "", fmt.Errorf("kubernetes client: %w", err)
+	}
+	return kube, ns, nil
+}
+
+func warmupWriteFile(path string, write func(io.Writer) error) error {
+	out, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := write(out); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// warmupProgressLine shows warm-up progress on stderr: one line rewritten in place
+// on a terminal, else a line at most every `every`.
+type warmupProgressLine struct {
+	w        io.Writer
+	terminal bool
+	every    time.Duration
+	last     time.Time
+	shown    bool
+}
+
+func newWarmupProgressLine(w io.Writer, terminal bool, every time.Duration) *warmupProgressLine {
+	return &warmupProgressLine{w: w, terminal: terminal, every: every}
+}
+
+func (p *warmupProgressLine) update(pr warmup.Progress) {
+	var line string
+	switch {
+	case pr.Phase == warmup.PhaseHealth:
+		line = fmt.Sprintf("waiting for %d target(s) to answer the health path …", pr.Targets)
+	case pr.Phase == warmup.PhaseDone || pr.Target == "" || pr.Stable:
+		return
+	default:
+		line = fmt.Sprintf("%5.1fs  %d/%d warm  %d requests  %s window %d: p50 %s p99 %s max %s",
+			pr.Elapsed.Seconds(), pr.ConvergedTargets, pr.Targets, pr.Requests, pr.Target, pr.Window.Index,
+			warmupMs(pr.Window.P50), warmupMs(pr.Window.P99), warmupMs(pr.Window.Max))
+		if pr.Window.Errors > 0 {
+			line += fmt.Sprintf(" errors %d", pr.Window.Errors)
+		}
+		if pr.StableP99 > 0 {
+			line += " (stable p99 " + warmupMs(pr.StableP99) + ")"
+		}
+		if pr.TargetConverged {
+			line += "  converged"
+		} else if pr.Waiting != "" {
+			line += "  [" + pr.Waiting + "]"
+		}
+	}
+	if p.terminal {
+		fmt.Fprintf(p.w, "\r\033[K%s", line)
+		p.shown = true
+		return
+	}
+	if now := time.Now(); pr.TargetConverged || pr.Phase == warmup.PhaseHealth || now.Sub(p.last) >= p.every {
+		p.last = now
+		fmt.Fprintln(p.w, line)
+	}
+}
+
+func (p *warmupProgressLine) end() {
+	if p.terminal && p.shown {
+		fmt.Fprintln(p.w)
+	}
+}
+
+func warmupMs(d time.Duration) string {
+	return fmt.Sprintf("%.2fms", float64(d)/float64(time.Millisecond))
+}

@@ -1,0 +1,138 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"fortio.org/fortio/fhttp"
+)
+
+// warmupServer is a cold pod stand-in on 127.0.0.1: 1 ms + 20 ms·e^(−n/40).
+func warmupServer(t *testing.T) (*httptest.Server, *atomic.Int64) {
+	t.Helper()
+	var n atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Danki-Warmup") != "1" {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		if r.URL.Path == "/healthz" { // health probes are not load
+			return
+		}
+		k := n.Add(1)
+		time.Sleep(time.Millisecond + time.Duration(20*float64(time.Millisecond)*math.Exp(-float64(k)/40)))
+		_, _ = io.WriteString(w, "ok")
+	}))
+	t.Cleanup(srv.Close)
+	return srv, &n
+}
+
+func runWarmupCmd(args ...string) (stdout, stderr string, err error) {
+	var out, errOut bytes.Buffer
+	root := newRootCmd()
+	root.SetOut(&out)
+	root.SetErr(&errOut)
+	root.SetArgs(append([]string{"warmup"}, args...))
+	err = root.Execute()
+	return out.String(), errOut.String(), err
+}
+
+var quickWarmup = []string{"--health-path", "/healthz", "--qps", "500", "-c", "2", "--window", "20", "--min-requests", "60", "--tolerance", "0.5", "--abs-tolerance", "3ms", "--deadline", "60s"}
+
+func TestWarmupCommandConverges(t *testing.T) {
+	srv, served := warmupServer(t)
+	jsonPath := filepath.Join(t.TempDir(), "warmup.json")
+	stdout, stderr, err := runWarmupCmd(append([]string{"--url", srv.URL, "--json", jsonPath, "--max-requests", "3000"}, quickWarmup...)...)
+	if err != nil {
+		t.Fatalf("danki warmup: %v\nstdout:\n%s\nstderr:\n%s", err, stdout, stderr)
+	}
+	for _, want := range []string{"| window | requests |", "converged after", "converged: 1/1 targets warm"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("stdout lacks %q:\n%s", want, stdout)
+		}
+	}
+	// Progress goes to stderr (not a terminal here: one line per update).
+	if !strings.Contains(stderr, "waiting for 1 target(s)") || !regexp.MustCompile(`window [0-9]+: p50 [0-9.]+ms p99`).MatchString(stderr) || !strings.Contains(stderr, "converged") {
+		t.Errorf("stderr progress:\n%s", stderr)
+	}
+	data, err := os.ReadFile(jsonPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res fhttp.HTTPRunnerResults
+	if err := json.Unmarshal(data, &res); err != nil {
+		t.Fatalf("--json is not fortio's result JSON: %v", err)
+	}
+	if res.DurationHistogram == nil || res.DurationHistogram.Count != served.Load() || res.RetCodes[200] != served.Load() {
+		t.Errorf("fortio JSON counts %+v / codes %v, server served %d", res.DurationHistogram, res.RetCodes, served.Load())
+	}
+}
+
+func TestWarmupCommandMeasureMode(t *testing.T) {
+	srv, served := warmupServer(t)
+	stdout, _, err := runWarmupCmd("--url", srv.URL, "--health-path", "/healthz", "--until-converged=false", "--max-requests", "100", "-c", "1", "--qps", "500", "--window", "20")
+	if err != nil {
+		t.Fatalf("measure mode: %v\n%s", err, stdout)
+	}
+	if served.Load() != 100 {
+		t.Errorf("--until-converged=false --max-requests 100 -c 1 sent %d requests, want 100", served.Load())
+	}
+	if strings.Count(stdout, "\n| ") != 2+5 { // header, separator, 5 windows of 20
+		t.Errorf("want 5 window rows:\n%s", stdout)
+	}
+}
+
+func TestWarmupCommandFailsWithoutConvergence(t *testing.T) {
+	srv, _ := warmupServer(t)
+	stdout, _, err := runWarmupCmd("--url", srv.URL, "--health-path", "/healthz", "--qps", "500", "-c", "1", "--window", "20", "--min-requests", "1000", "--max-requests", "1000", "--deadline", "700ms")
+	if err == nil || !strings.Contains(err.Error(), "deadline 700ms") || !strings.Contains(err.Error(), "p99 of windows") {
+		t.Fatalf("err = %v, want a deadline failure with the trend", err)
+	}
+	if !strings.Contains(stdout, "not converged") {
+		t.Errorf("table should still be printed:\n%s", stdout)
+	}
+}
+
+func TestWarmupCommandRequestFileAndErrors(t *testing.T) {
+	srv, _ := warmupServer(t)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "requests.yaml")
+	if err := os.WriteFile(file, []byte("- path: /\n  headers: {X-Id: \"{{uuid}}\"}\n  weight: 2\n- method: HEAD\n  path: /\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := runWarmupCmd("--url", srv.URL, "--health-path", "/healthz", "--request-file", file, "--until-converged=false", "--max-requests", "60", "--window", "20", "--qps", "500"); err != nil {
+		t.Errorf("request file: %v", err)
+	}
+
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(bad, []byte("- pth: /\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cases := map[string][]string{
+		"requests[0].method":        {"--url", srv.URL, "--method", "POST", "--path", "/orders"},
+		`unknown field "pth"`:       {"--url", srv.URL, "--request-file", bad},
+		"--url[0]":                  {"--url", srv.URL + "/api"},
+		"nothing to warm":           {},
+		"either --url or pods":      {"--url", srv.URL, "--service", "cart"},
+		"--compare-to-stable":       {"--url", srv.URL, "--compare-to-stable"},
+		`--header "oops"`:           {"--url", srv.URL, "--header", "oops"},
+		"maxRequests":               {"--url", srv.URL, "--max-requests", "10"},
+		"--request-file and --path": {"--url", srv.URL, "--path", "/", "--request-file", file},
+	}
+	for want, args := range cases {
+		if _, _, err := runWarmupCmd(args...); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("danki warmup %v: err = %v, want it to mention %s", args, err, want)
+		}
+	}
+}

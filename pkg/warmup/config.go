@@ -1,0 +1,269 @@
+package warmup
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/net/http/httpguts"
+)
+
+// DefaultMarkerHeader is the header every warm-up request carries, with value
+// "1", so the application (or a mesh filter) can tell warm-up traffic apart and
+// keep it free of side effects.
+const DefaultMarkerHeader = "X-Danki-Warmup"
+
+// Defaults for Config fields left at their zero value.
+const (
+	DefaultHealthPath        = "/"
+	DefaultHealthTimeout     = 2 * time.Minute
+	DefaultQPS               = 20.0
+	DefaultConnections       = 4
+	DefaultTimeout           = 10 * time.Second
+	DefaultDeadline          = 10 * time.Minute
+	DefaultWindow            = 100
+	DefaultStableWindows     = 3
+	DefaultMinRequests       = 300
+	DefaultMaxRequests       = 20000
+	DefaultTolerance         = 0.2
+	DefaultAbsoluteTolerance = time.Millisecond
+	DefaultMaxErrorRatio     = 0.01
+	DefaultStableRatio       = 1.2
+	DefaultStableQPS         = 10.0
+)
+
+// Config is what to send and when to stop. The JSON form is the config of
+// the danki/warmup step plugin (see docs/warmup.md); zero values take the
+// defaults above.
+type Config struct {
+	// Requests is the weighted request mix. Default: one GET of "/".
+	Requests []RequestSpec `json:"requests,omitempty"`
+	// AllowSideEffects permits methods other than GET, HEAD and OPTIONS.
+	// Only set it when the application honours MarkerHeader (for example by
+	// rolling back the transaction of a marked request).
+	AllowSideEffects bool `json:"allowSideEffects,omitempty"`
+	// MarkerHeader names the header set to "1" on every warm-up and health
+	// request. Default X-Danki-Warmup.
+	MarkerHeader string `json:"markerHeader,omitempty"`
+
+	// HealthPath is requested (GET) on every target until it answers 200,
+	// before any load. Default "/".
+	HealthPath string `json:"healthPath,omitempty"`
+	// HealthTimeout bounds the wait for targets to appear and turn healthy.
+	// Default 2m.
+	HealthTimeout Duration `json:"healthTimeout,omitempty"`
+
+	// QPS is the request rate per target (pod). Default 20.
+	QPS float64 `json:"qps,omitempty"`
+	// Connections is the number of concurrent connections per target, each
+	// sending one request at a time. Default 4.
+	Connections int `json:"connections,omitempty"`
+	// Timeout is the per-request timeout. Default 10s.
+	Timeout Duration `json:"timeout,omitempty"`
+	// Deadline bounds the whole warm-up (health wait included). Default 10m.
+	Deadline Duration `json:"deadline,omitempty"`
+	// MinRequests per target before it may count as converged. Default 300.
+	MinRequests int64 `json:"minRequests,omitempty"`
+	// MaxRequests per target; reaching it without convergence fails the
+	// warm-up. Up to Connections-1 requests already in flight may complete
+	// after the cap. Default 20000.
+	MaxRequests int64 `json:"maxRequests,omitempty"`
+
+	// Window is the number of requests per latency window, per target.
+	// Percentiles are exact over the window (nearest rank: with fewer than
+	// 100 requests, p99 is the window's maximum). Default 100.
+	Window int `json:"window,omitempty"`
+	// StableWindows is k: how many consecutive windows must agree. Default 3.
+	StableWindows int `json:"stableWindows,omitempty"`
+	// Tolerance is the relative spread allowed among the last k windows'
+	// p50s (and, separately, p99s): max/min - 1. Default 0.2 (20 %).
+	Tolerance float64 `json:"tolerance,omitempty"`
+	// AbsoluteTolerance is a spread that always counts as converged, however
+	// large relative to the latency: it keeps sub-millisecond services from
+	// failing on scheduler noise. Default 1ms.
+	AbsoluteTolerance Duration `json:"absoluteTolerance,omitempty"`
+	// MaxErrorRatio is the share of failed requests (socket errors, HTTP
+	// status < 200 or >= 400) a window may have and still count towards
+	// convergence. Default 0.01; set 0 to require error-free windows.
+	MaxErrorRatio *float64 `json:"maxErrorRatio,omitempty"`
+
+	// CompareToStable also loads the stable pods, at StableQPS, with the same
+	// request mix, and holds convergence back until each target's window p99
+	// is at most StableRatio × the stable pods' latest window p99 (or within
+	// AbsoluteTolerance of it).
+	CompareToStable bool `json:"compareToStable,omitempty"`
+	// StableRatio: see CompareToStable. Default 1.2.
+	StableRatio float64 `json:"stableRatio,omitempty"`
+	// StableQPS is the total rate sent to the stable pods (spread evenly),
+	// kept low because they serve live traffic. Default 10.
+	StableQPS float64 `json:"stableQPS,omitempty"`
+
+	// Seed seeds the random fields of request templates; 0 picks a random
+	// seed. Fix it for reproducible request streams.
+	Seed int64 `json:"seed,omitempty"`
+}
+
+// WithDefaults returns a copy with zero values replaced by the defaults.
+func (c Config) WithDefaults() Config {
+	if len(c.Requests) == 0 {
+		c.Requests = []RequestSpec{{Method: http.MethodGet, Path: "/"}}
+	} else {
+		c.Requests = append([]RequestSpec(nil), c.Requests...)
+	}
+	for i := range c.Requests {
+		if c.Requests[i].Method == "" {
+			c.Requests[i].Method = http.MethodGet
+		}
+		c.Requests[i].Method = strings.ToUpper(c.Requests[i].Method)
+		if c.Requests[i].Weight == 0 {
+			c.Requests[i].Weight = 1
+		}
+	}
+	setDefault(&c.MarkerHeader, DefaultMarkerHeader)
+	setDefault(&c.HealthPath, DefaultHealthPath)
+	setDefault(&c.HealthTimeout, Duration(DefaultHealthTimeout))
+	setDefault(&c.QPS, DefaultQPS)
+	setDefault(&c.Connections, DefaultConnections)
+	setDefault(&c.Timeout, Duration(DefaultTimeout))
+	setDefault(&c.Deadline, Duration(DefaultDeadline))
+	setDefault(&c.Window, DefaultWindow)
+	setDefault(&c.StableWindows, DefaultStableWindows)
+	setDefault(&c.MinRequests, DefaultMinRequests)
+	setDefault(&c.MaxRequests, DefaultMaxRequests)
+	setDefault(&c.Tolerance, DefaultTolerance)
+	setDefault(&c.AbsoluteTolerance, Duration(DefaultAbsoluteTolerance))
+	if c.MaxErrorRatio == nil {
+		r := DefaultMaxErrorRatio
+		c.MaxErrorRatio = &r
+	}
+	setDefault(&c.StableRatio, DefaultStableRatio)
+	setDefault(&c.StableQPS, DefaultStableQPS)
+	return c
+}
+
+func setDefault[T comparable](field *T, def T) {
+	var zero T
+	if *field == zero {
+		*field = def
+	}
+}
+
+// safeMethods never change data on a well-behaved server (RFC 9110 §9.2.1).
+var safeMethods = map[string]bool{http.MethodGet: true, http.MethodHead: true, http.MethodOptions: true}
+
+// Validate checks a defaulted Config. Errors name the JSON field and the fix.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
+	}
+	for i, r := range c.Requests {
+		if err := r.validate(fmt.Sprintf("requests[%d]", i), c.AllowSideEffects); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if !httpguts.ValidHeaderFieldName(c.MarkerHeader) {
+		bad("markerHeader", "%q is not a valid HTTP header name", c.MarkerHeader)
+	}
+	if !strings.HasPrefix(c.HealthPath, "/") {
+		bad("healthPath", "%q must start with /", c.HealthPath)
+	}
+	positive := func(field string, d Duration) {
+		if d <= 0 {
+			bad(field, "must be a positive duration such as \"30s\" (got %s)", time.Duration(d))
+		}
+	}
+	positive("healthTimeout", c.HealthTimeout)
+	positive("timeout", c.Timeout)
+	positive("deadline", c.Deadline)
+	if c.QPS <= 0 {
+		bad("qps", "must be > 0 requests per second per target (got %g)", c.QPS)
+	}
+	if c.Connections < 1 {
+		bad("connections", "must be at least 1 (got %d)", c.Connections)
+	}
+	if c.Window < 10 {
+		bad("window", "must be at least 10 requests so percentiles mean something (got %d)", c.Window)
+	}
+	if c.StableWindows < 2 {
+		bad("stableWindows", "must be at least 2: convergence compares consecutive windows (got %d)", c.StableWindows)
+	}
+	if c.MinRequests < 0 {
+		bad("minRequests", "must not be negative (got %d)", c.MinRequests)
+	}
+	if need := max(c.MinRequests, int64(c.Window)*int64(c.StableWindows)); c.MaxRequests < need {
+		bad("maxRequests", "%d leaves no room to converge: raise it to at least %d (minRequests, and window × stableWindows = %d × %d)",
+			c.MaxRequests, need, c.Window, c.StableWindows)
+	}
+	if c.Tolerance <= 0 {
+		bad("tolerance", "must be > 0, a relative spread such as 0.2 for 20 %% (got %g)", c.Tolerance)
+	}
+	if c.AbsoluteTolerance < 0 {
+		bad("absoluteTolerance", "must not be negative (got %s)", time.Duration(c.AbsoluteTolerance))
+	}
+	if c.MaxErrorRatio != nil && (*c.MaxErrorRatio < 0 || *c.MaxErrorRatio > 1) {
+		bad("maxErrorRatio", "must be between 0 and 1 (got %g)", *c.MaxErrorRatio)
+	}
+	if c.CompareToStable {
+		if c.StableRatio < 1 {
+			bad("stableRatio", "must be >= 1: the canary may not be required to beat stable (got %g)", c.StableRatio)
+		}
+		if c.StableQPS <= 0 {
+			bad("stableQPS", "must be > 0 (got %g)", c.StableQPS)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// DecodeConfig parses a JSON config strictly: unknown fields are errors, so a
+// typo does not silently fall back to a default.
+func DecodeConfig(data []byte, into any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(into); err != nil {
+		return fmt.Errorf("parse warm-up config: %w", err)
+	}
+	if dec.More() {
+		return errors.New("parse warm-up config: trailing data after the JSON object")
+	}
+	return nil
+}
+
+// Duration is a time.Duration that reads and writes JSON as a Go duration
+// string ("30s", "1m30s").
+type Duration time.Duration
+
+// D returns the time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// String formats like time.Duration.
+func (d Duration) String() string { return time.Duration(d).String() }
+
+// MarshalJSON writes the duration as a string such as "1m30s".
+func (d Duration) MarshalJSON() ([]byte, error) {
+	return json.Marshal(time.Duration(d).String())
+}
+
+var durationType = reflect.TypeFor[Duration]()
+
+// UnmarshalJSON reads a Go duration string. Bare numbers are refused: "10"
+// could mean seconds or nanoseconds.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		// An UnmarshalTypeError gets the field name added by encoding/json.
+		return &json.UnmarshalTypeError{Value: "number " + string(b) + ` (write a duration string such as "30s")`, Type: durationType}
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return &json.UnmarshalTypeError{Value: strconv.Quote(s) + ` (write a duration such as "30s", "2m" or "1m30s")`, Type: durationType}
+	}
+	*d = Duration(v)
+	return nil
+}

@@ -1,0 +1,282 @@
+package warmup
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"fortio.org/fortio/periodic"
+)
+
+// hardStopGrace is how long requests in flight may finish after a hard stop
+// (cancel, deadline, failure) before they are cancelled.
+const hardStopGrace = 500 * time.Millisecond
+
+// event is what recorders and runners tell the coordinator: a completed
+// window, or a runner that stopped.
+type event struct {
+	rec     *recorder
+	samples []sample // a completed window
+	index   int
+	total   int64
+
+	done    *loadRunner // set when a runner's fortio run returned
+	results periodic.RunnerResults
+}
+
+// targetState is the coordinator's view of one canary target.
+type targetState struct {
+	res     *TargetResult
+	rec     *recorder
+	runner  *loadRunner
+	done    bool
+	waiting string
+}
+
+// coordinator owns the runners of one warm-up: it turns completed windows
+// into WindowStats, judges convergence, reports progress and decides when to
+// stop. Only its goroutine touches the states and the Result.
+type coordinator struct {
+	cfg   *Config
+	opts  Options
+	set   *requestSet
+	seed  uint64
+	start time.Time
+	emit  func(Progress)
+	res   *Result
+
+	events  chan event
+	canary  []*targetState
+	stable  *TargetResult
+	srec    *recorder
+	sruns   []*loadRunner
+	scratch []time.Duration
+}
+
+func (c *coordinator) run(parent, runCtx context.Context, targets []Target) error {
+	// In-flight requests use their own context: a convergence stop lets them
+	// finish (and counts them), a hard stop (cancel, deadline, failure)
+	// cancels them.
+	reqCtx, cancelRequests := context.WithCancel(context.WithoutCancel(parent))
+	defer cancelRequests()
+	c.events = make(chan event, 256)
+
+	var runners []*loadRunner
+	abortAll := func() {
+		for _, r := range runners {
+			r.aborter.Abort(false)
+		}
+	}
+	for i, t := range targets {
+		st := &targetState{res: &c.res.Targets[i], waiting: "no complete window yet"}
+		st.rec = newRecorder(c.cfg.Window, c.cfg.MaxRequests, c.events)
+		r, err := newLoadRunner(reqCtx, t, c.cfg.QPS, c.cfg.Connections, c.cfg, c.set, c.seed, uint64(i), st.rec)
+		if err != nil {
+			abortAll()
+			return err
+		}
+		st.runner = r
+		st.rec.onCap = func() { r.aborter.Abort(false) }
+		c.canary = append(c.canary, st)
+		runners = append(runners, r)
+	}
+	if c.cfg.CompareToStable {
+		c.stable = &TargetResult{Target: Target{Name: fmt.Sprintf("stable (%d pods)", len(c.opts.Stable))}}
+		c.res.Stable = c.stable
+		c.srec = newRecorder(c.cfg.Window, 0, c.events)
+		qps := c.cfg.StableQPS / float64(len(c.opts.Stable))
+		for i, t := range c.opts.Stable {
+			r, err := newLoadRunner(reqCtx, t, qps, 1, c.cfg, c.set, c.seed, uint64(1<<16+i), c.srec)
+			if err != nil {
+				abortAll()
+				return err
+			}
+			c.sruns = append(c.sruns, r)
+			runners = append(runners, r)
+		}
+	}
+	for _, r := range runners {
+		go func() {
+			results := r.run()
+			c.events <- event{done: r, results: results}
+		}()
+	}
+
+	running := len(runners)
+	canaryRunning := len(c.canary)
+	stopping, hardStopped := false, false
+	var failure error
+	// A hard stop sends no new request at once, gives requests in flight a
+	// moment to finish (so they are counted as the server saw them), then
+	// cuts the stragglers.
+	hardStop := func() {
+		if !hardStopped {
+			time.AfterFunc(hardStopGrace, cancelRequests)
+		}
+		stopping, hardStopped = true, true
+		abortAll()
+	}
+	ctxDone := runCtx.Done()
+	for running > 0 {
+		select {
+		case <-ctxDone:
+			ctxDone = nil
+			switch {
+			case parent.Err() != nil:
+				failure = fmt.Errorf("warm-up stopped: %w", parent.Err())
+				c.res.Reason = "stopped: " + parent.Err().Error()
+			case !stopping && !c.opts.RunToMaxRequests:
+				c.res.Reason = fmt.Sprintf("deadline %s passed before every target converged: %s", c.cfg.Deadline, c.pendingTrends())
+				failure = fmt.Errorf("%w: %s", ErrNotConverged, c.res.Reason)
+			case !stopping:
+				c.res.Reason = fmt.Sprintf("deadline %s reached", c.cfg.Deadline)
+			}
+			hardStop()
+		case ev := <-c.events:
+			if ev.done == nil {
+				c.onWindow(ev)
+				if !stopping && !c.opts.RunToMaxRequests && c.allConverged() {
+					stopping = true
+					c.res.Reason = fmt.Sprintf("all %d targets converged", len(c.canary))
+					abortAll() // let in-flight requests finish: they are counted
+				}
+				continue
+			}
+			running--
+			st := c.stateOf(ev.done)
+			if st == nil {
+				continue // a stable runner
+			}
+			st.done = true
+			st.res.fortio = ev.results
+			canaryRunning--
+			if !st.res.Converged && !stopping && !c.opts.RunToMaxRequests {
+				c.res.Reason = fmt.Sprintf("%s reached maxRequests %d without converging (%s); %s",
+					st.res.Target, c.cfg.MaxRequests, st.waiting, trend(st.res.Windows, 6))
+				failure = fmt.Errorf("%w: %s", ErrNotConverged, c.res.Reason)
+				hardStop()
+			}
+			if canaryRunning == 0 {
+				for _, r := range c.sruns {
+					r.aborter.Abort(false)
+				}
+				if c.res.Reason == "" {
+					c.res.Reason = fmt.Sprintf("maxRequests %d sent to every target", c.cfg.MaxRequests)
+				}
+			}
+		}
+	}
+	c.finish()
+	c.res.Converged = c.allConverged()
+	if failure != nil {
+		return failure
+	}
+	return nil
+}
+
+func (c *coordinator) stateOf(r *loadRunner) *targetState {
+	for _, st := range c.canary {
+		if st.runner == r {
+			return st
+		}
+	}
+	return nil
+}
+
+func (c *coordinator) allConverged() bool {
+	for _, st := range c.canary {
+		if !st.res.Converged {
+			return false
+		}
+	}
+	return true
+}
+
+func (c *coordinator) onWindow(ev event) {
+	var w WindowStats
+	w, c.scratch = computeWindow(ev.samples, c.scratch)
+	w.Index, w.Requests = ev.index, ev.total
+	p := Progress{Phase: PhaseLoad, Window: w}
+	if ev.rec == c.srec {
+		c.stable.Windows = append(c.stable.Windows, w)
+		p.Target, p.Stable, p.TargetConverged = "stable", true, true
+	} else {
+		for _, st := range c.canary {
+			if st.rec != ev.rec {
+				continue
+			}
+			st.res.Windows = append(st.res.Windows, w)
+			if !st.res.Converged {
+				v := c.cfg.judge(st.res.Windows, c.stableP99())
+				st.waiting = v.why
+				if v.converged {
+					st.res.Converged, st.res.ConvergedAfter, st.res.ConvergedWindow = true, w.Requests, w.Index
+					if !c.opts.RunToMaxRequests {
+						st.runner.aborter.Abort(false)
+					}
+				}
+			}
+			p.Target, p.TargetConverged, p.Waiting = st.res.Target.String(), st.res.Converged, st.waiting
+		}
+	}
+	for _, st := range c.canary {
+		p.Requests += st.rec.total.Load()
+		if st.res.Converged {
+			p.ConvergedTargets++
+		}
+	}
+	p.StableP99 = c.stableP99()
+	c.emit(p)
+}
+
+func (c *coordinator) stableP99() time.Duration {
+	if c.stable == nil {
+		return 0
+	}
+	return c.cfg.stableReference(c.stable.Windows)
+}
+
+// pendingTrends describes every target that has not converged.
+func (c *coordinator) pendingTrends() string {
+	var parts []string
+	for _, st := range c.canary {
+		if !st.res.Converged {
+			parts = append(parts, fmt.Sprintf("%s (%s): %s", st.res.Target, st.waiting, trend(st.res.Windows, 6)))
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
+// finish runs after every runner stopped: it closes the partial windows and
+// copies the counters into the Result.
+func (c *coordinator) finish() {
+	collect := func(tr *TargetResult, rec *recorder) {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		if len(rec.cur) > 0 {
+			var w WindowStats
+			w, c.scratch = computeWindow(rec.cur, c.scratch)
+			w.Index, w.Requests, w.Partial = rec.windows+1, rec.total.Load(), true
+			tr.Windows = append(tr.Windows, w)
+			rec.cur = nil
+		}
+		tr.Requests, tr.Errors = rec.total.Load(), rec.errors
+		tr.RetCodes = rec.codes
+		tr.hist, tr.errHist = rec.hist, rec.errHist
+	}
+	for _, st := range c.canary {
+		collect(st.res, st.rec)
+		if err := st.runner.lastErr.get(); err != nil {
+			st.res.LastError = err.Error()
+		}
+	}
+	if c.stable != nil {
+		collect(c.stable, c.srec)
+		for _, r := range c.sruns {
+			if err := r.lastErr.get(); err != nil {
+				c.stable.LastError = err.Error()
+			}
+		}
+	}
+}

@@ -1,0 +1,82 @@
+package warmup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+)
+
+// healthPoll is the pause between health probes of a target.
+const healthPoll = 250 * time.Millisecond
+
+// ErrUnhealthy is wrapped by the error of a warm-up whose targets did not
+// answer the health path with 200 in time.
+var ErrUnhealthy = errors.New("targets not healthy")
+
+// waitHealthy probes every target's health path (GET, with the marker header)
+// until each has answered 200 once, or ctx ends. Health probes are not warm-up
+// load: they are not counted in the results.
+func waitHealthy(ctx context.Context, cfg *Config, targets []Target) error {
+	client := &http.Client{
+		Timeout:   cfg.Timeout.D(),
+		Transport: &http.Transport{Proxy: http.ProxyFromEnvironment, MaxIdleConnsPerHost: 1},
+		CheckRedirect: func(*http.Request, []*http.Request) error {
+			return http.ErrUseLastResponse
+		},
+	}
+	defer client.CloseIdleConnections()
+	var mu sync.Mutex
+	var failed []string
+	var wg sync.WaitGroup
+	for _, t := range targets {
+		wg.Go(func() {
+			if last := probeUntilOK(ctx, client, cfg, t); last != "" {
+				mu.Lock()
+				failed = append(failed, fmt.Sprintf("%s (%s)", t, last))
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if len(failed) == 0 {
+		return nil
+	}
+	slices.Sort(failed)
+	return fmt.Errorf("%w: %d of %d targets did not answer GET %s with 200 within healthTimeout %s: %v",
+		ErrUnhealthy, len(failed), len(targets), cfg.HealthPath, cfg.HealthTimeout, failed)
+}
+
+// probeUntilOK returns "" once the target answered 200, else the last
+// outcome when ctx ended.
+func probeUntilOK(ctx context.Context, client *http.Client, cfg *Config, t Target) string {
+	last := "no answer yet"
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, t.URL+cfg.HealthPath, nil)
+		if err != nil {
+			return err.Error()
+		}
+		req.Header.Set(cfg.MarkerHeader, "1")
+		req.Header.Set("User-Agent", userAgent)
+		resp, err := client.Do(req)
+		if err == nil {
+			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return ""
+			}
+			last = "HTTP " + resp.Status
+		} else if ctx.Err() == nil {
+			last = err.Error()
+		}
+		select {
+		case <-ctx.Done():
+			return last
+		case <-time.After(healthPoll):
+		}
+	}
+}

@@ -1,0 +1,253 @@
+package warmup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+)
+
+// PodTemplateHashLabel is the label Argo Rollouts puts on the pods of each
+// ReplicaSet (and into the canary/stable Service selectors).
+const PodTemplateHashLabel = "rollouts-pod-template-hash"
+
+// KubeTargets finds pods to warm in Kubernetes: the ready endpoints of a
+// Service (through its EndpointSlices), or the Running and Ready pods matching
+// a label selector. Either way each pod is addressed directly at its pod IP.
+type KubeTargets struct {
+	Namespace string
+	// Service, if set, selects the ready endpoints of this Service's
+	// EndpointSlices.
+	Service string
+	// Selector is a label selector ("app=shop,tier=web"), used when Service
+	// is empty.
+	Selector string
+	// PodTemplateHash, if set, keeps only pods labelled
+	// rollouts-pod-template-hash=<hash> (with Service too, which covers the
+	// moment before Argo has pointed the Service at the new hash).
+	PodTemplateHash string
+	// Port is the container / EndpointSlice port, by name ("http") or
+	// number. Empty: the only port there is.
+	Port intstr.IntOrString
+}
+
+func (k KubeTargets) String() string {
+	what := "pods matching " + strconv.Quote(k.selector().String())
+	if k.Service != "" {
+		what = "ready endpoints of Service " + k.Service
+	}
+	return fmt.Sprintf("%s in namespace %s", what, k.Namespace)
+}
+
+func (k KubeTargets) selector() labels.Selector {
+	sel, err := labels.Parse(k.Selector)
+	if err != nil {
+		sel = labels.Nothing()
+	}
+	if k.PodTemplateHash != "" {
+		req, err := labels.NewRequirement(PodTemplateHashLabel, "=", []string{k.PodTemplateHash})
+		if err == nil {
+			sel = sel.Add(*req)
+		}
+	}
+	return sel
+}
+
+func (k KubeTargets) validate() error {
+	var errs []error
+	if k.Namespace == "" {
+		errs = append(errs, errors.New("namespace: required"))
+	}
+	if k.Service == "" && k.Selector == "" && k.PodTemplateHash == "" {
+		errs = append(errs, errors.New("give a Service or a label selector (and/or a pod-template hash) to find the pods"))
+	}
+	if _, err := labels.Parse(k.Selector); err != nil {
+		errs = append(errs, fmt.Errorf("selector %q: %w", k.Selector, err))
+	}
+	if k.Port.Type == intstr.Int && (k.Port.IntVal < 0 || k.Port.IntVal > 65535) {
+		errs = append(errs, fmt.Errorf("port %d: must be 1-65535 or a port name", k.Port.IntVal))
+	}
+	return errors.Join(errs...)
+}
+
+// Resolve lists the current targets, sorted by name. No pods is not an
+// error: Wait polls until there are some.
+func (k KubeTargets) Resolve(ctx context.Context, kube kubernetes.Interface) ([]Target, error) {
+	if err := k.validate(); err != nil {
+		return nil, err
+	}
+	var targets []Target
+	var err error
+	if k.Service != "" {
+		targets, err = k.fromEndpointSlices(ctx, kube)
+	} else {
+		targets, err = k.fromPods(ctx, kube)
+	}
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(targets, func(a, b Target) int {
+		if a.Name < b.Name {
+			return -1
+		}
+		if a.Name > b.Name {
+			return 1
+		}
+		return 0
+	})
+	return targets, nil
+}
+
+// Wait polls Resolve until at least minTargets targets exist or ctx ends.
+func (k KubeTargets) Wait(ctx context.Context, kube kubernetes.Interface, minTargets int, poll time.Duration) ([]Target, error) {
+	minTargets = max(minTargets, 1)
+	for {
+		targets, err := k.Resolve(ctx, kube)
+		if err == nil && len(targets) >= minTargets {
+			return targets, nil
+		}
+		select {
+		case <-ctx.Done():
+			if err != nil {
+				return nil, fmt.Errorf("find %s: %w", k, err)
+			}
+			return targets, fmt.Errorf("found %d of at least %d ready pods (%s) before giving up: %w", len(targets), minTargets, k, ctx.Err())
+		case <-time.After(poll):
+		}
+	}
+}
+
+func (k KubeTargets) fromEndpointSlices(ctx context.Context, kube kubernetes.Interface) ([]Target, error) {
+	slicesList, err := kube.DiscoveryV1().EndpointSlices(k.Namespace).List(ctx, metav1.ListOptions{
+		LabelSelector: discoveryv1.LabelServiceName + "=" + k.Service,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list EndpointSlices of Service %s/%s: %w", k.Namespace, k.Service, err)
+	}
+	var allowed map[string]bool // pod names with the wanted hash
+	if k.PodTemplateHash != "" {
+		pods, err := kube.CoreV1().Pods(k.Namespace).List(ctx, metav1.ListOptions{LabelSelector: k.selector().String()})
+		if err != nil {
+			return nil, fmt.Errorf("list pods with %s=%s in %s: %w", PodTemplateHashLabel, k.PodTemplateHash, k.Namespace, err)
+		}
+		allowed = map[string]bool{}
+		for _, p := range pods.Items {
+			allowed[p.Name] = true
+		}
+	}
+	var targets []Target
+	seen := map[string]bool{}
+	for _, s := range slicesList.Items {
+		if s.AddressType == discoveryv1.AddressTypeFQDN {
+			continue
+		}
+		port, err := k.slicePort(s)
+		if err != nil {
+			return nil, err
+		}
+		for _, ep := range s.Endpoints {
+			if ep.Conditions.Ready != nil && !*ep.Conditions.Ready || len(ep.Addresses) == 0 {
+				continue // unset Ready means ready (EndpointSlice API)
+			}
+			name := ep.Addresses[0]
+			if ep.TargetRef != nil && ep.TargetRef.Kind == "Pod" {
+				name = ep.TargetRef.Name
+			}
+			if allowed != nil && !allowed[name] {
+				continue
+			}
+			url := "http://" + net.JoinHostPort(ep.Addresses[0], strconv.Itoa(int(port)))
+			if !seen[url] {
+				seen[url] = true
+				targets = append(targets, Target{Name: name, URL: url})
+			}
+		}
+	}
+	return targets, nil
+}
+
+func (k KubeTargets) slicePort(s discoveryv1.EndpointSlice) (int32, error) {
+	if k.Port.Type == intstr.Int && k.Port.IntVal != 0 {
+		return k.Port.IntVal, nil
+	}
+	var names []string
+	for _, p := range s.Ports {
+		name := ""
+		if p.Name != nil {
+			name = *p.Name
+		}
+		names = append(names, strconv.Quote(name))
+		if p.Port != nil && (name == k.Port.StrVal || (k.Port.StrVal == "" && len(s.Ports) == 1)) {
+			return *p.Port, nil
+		}
+	}
+	if k.Port.StrVal == "" {
+		return 0, fmt.Errorf("EndpointSlice %s/%s has %d ports (%v): set port to a name or number", s.Namespace, s.Name, len(s.Ports), names)
+	}
+	return 0, fmt.Errorf("EndpointSlice %s/%s has no port named %q (ports: %v): set port to one of them or a number", s.Namespace, s.Name, k.Port.StrVal, names)
+}
+
+func (k KubeTargets) fromPods(ctx context.Context, kube kubernetes.Interface) ([]Target, error) {
+	sel := k.selector()
+	pods, err := kube.CoreV1().Pods(k.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
+	if err != nil {
+		return nil, fmt.Errorf("list pods matching %q in %s: %w", sel, k.Namespace, err)
+	}
+	var targets []Target
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning || p.Status.PodIP == "" || !podReady(&p) {
+			continue
+		}
+		port, err := k.podPort(&p)
+		if err != nil {
+			return nil, err
+		}
+		targets = append(targets, Target{Name: p.Name, URL: "http://" + net.JoinHostPort(p.Status.PodIP, strconv.Itoa(int(port)))})
+	}
+	return targets, nil
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func (k KubeTargets) podPort(p *corev1.Pod) (int32, error) {
+	if k.Port.Type == intstr.Int && k.Port.IntVal != 0 {
+		return k.Port.IntVal, nil
+	}
+	var all []corev1.ContainerPort
+	for _, c := range p.Spec.Containers {
+		for _, cp := range c.Ports {
+			if k.Port.StrVal != "" && cp.Name == k.Port.StrVal {
+				return cp.ContainerPort, nil
+			}
+			all = append(all, cp)
+		}
+	}
+	if k.Port.StrVal == "" && len(all) == 1 {
+		return all[0].ContainerPort, nil
+	}
+	var names []string
+	for _, cp := range all {
+		names = append(names, fmt.Sprintf("%s=%d", cp.Name, cp.ContainerPort))
+	}
+	if k.Port.StrVal == "" {
+		return 0, fmt.Errorf("pod %s/%s declares %d container ports %v: set port to a name or number", p.Namespace, p.Name, len(all), names)
+	}
+	return 0, fmt.Errorf("pod %s/%s has no container port named %q (ports: %v): set port to one of them or a number", p.Namespace, p.Name, k.Port.StrVal, names)
+}

@@ -1,0 +1,352 @@
+package warmup
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"text/template"
+
+	"github.com/google/uuid"
+	"golang.org/x/net/http/httpguts"
+)
+
+// RequestSpec is one entry of the warm-up request mix. Path, header values
+// and Body are Go text/template templates evaluated per request with these
+// functions (arguments in brackets):
+//
+//	randInt [min max]   a random integer in [min, max]
+//	randString [n]      n random characters from [a-z0-9]
+//	pick [a b …]        one of its arguments, uniformly
+//	uuid                a random version-4 UUID
+//	seq                 1, 2, 3, … per target (shared by its connections)
+//
+// plus the text/template built-ins (urlquery, printf, …). Example:
+// "/api/users/{{randInt 1 5000}}?q={{pick \"a\" \"b\" | urlquery}}".
+type RequestSpec struct {
+	// Name labels the request in errors. Optional.
+	Name string `json:"name,omitempty"`
+	// Method is the HTTP method. Default GET. Methods other than GET, HEAD and
+	// OPTIONS need Config.AllowSideEffects.
+	Method string `json:"method,omitempty"`
+	// Path is the request path with optional query; it must start with "/".
+	Path string `json:"path"`
+	// Headers are extra request headers; values are templates. "Host" sets
+	// the Host header.
+	Headers map[string]string `json:"headers,omitempty"`
+	// Body is the request body template. When set without a Content-Type
+	// header, Content-Type is application/json if the body starts with "{"
+	// or "[", else application/octet-stream.
+	Body string `json:"body,omitempty"`
+	// Weight is the relative frequency of this request in the mix. Default 1.
+	Weight int `json:"weight,omitempty"`
+}
+
+func (r RequestSpec) validate(field string, allowSideEffects bool) error {
+	var errs []error
+	bad := func(sub, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s%s: %s", field, sub, fmt.Sprintf(format, args...)))
+	}
+	if !httpguts.ValidHeaderFieldName(r.Method) { // a method is an RFC 9110 token, like a header name
+		bad(".method", "%q is not a valid HTTP method", r.Method)
+	} else if !safeMethods[r.Method] && !allowSideEffects {
+		bad(".method", "%s may change data on the canary; warm-up only sends GET, HEAD and OPTIONS unless allowSideEffects is true "+
+			"(set it only if the application keeps requests marked with the marker header free of side effects)", r.Method)
+	}
+	if !strings.HasPrefix(r.Path, "/") {
+		bad(".path", "%q must start with / (the target gives scheme, host and port)", r.Path)
+	}
+	if r.Weight < 0 {
+		bad(".weight", "must not be negative (got %d); remove the request to leave it out", r.Weight)
+	}
+	for name := range r.Headers {
+		if !httpguts.ValidHeaderFieldName(name) {
+			bad(".headers", "%q is not a valid HTTP header name", name)
+		}
+	}
+	if _, err := compileRequest(r, field); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// compiledRequest is a RequestSpec with its templates parsed. A nil template
+// means the text is static.
+type compiledRequest struct {
+	spec        RequestSpec
+	path, body  *template.Template
+	headerNames []string
+	headers     []*template.Template // parallel to headerNames; nil = static
+	contentType string               // default Content-Type for a body
+}
+
+// templateFuncs returns the template function map. Functions that need
+// randomness draw from rng; seq from the shared counter. Parsing uses a map
+// bound to nil values: only the names matter then.
+func templateFuncs(rng *rand.Rand, seq *atomic.Int64) template.FuncMap {
+	return template.FuncMap{
+		"randInt": func(lo, hi int) (int, error) {
+			if hi < lo {
+				return 0, fmt.Errorf("randInt %d %d: max is below min", lo, hi)
+			}
+			return lo + rng.IntN(hi-lo+1), nil
+		},
+		"randString": func(n int) string {
+			const letters = "abcdefghijklmnopqrstuvwxyz0123456789"
+			b := make([]byte, n)
+			for i := range b {
+				b[i] = letters[rng.IntN(len(letters))]
+			}
+			return string(b)
+		},
+		"pick": func(items ...any) (any, error) {
+			if len(items) == 0 {
+				return nil, errors.New("pick needs at least one argument")
+			}
+			return items[rng.IntN(len(items))], nil
+		},
+		"uuid": func() string {
+			var u uuid.UUID
+			binary.LittleEndian.PutUint64(u[:8], rng.Uint64())
+			binary.LittleEndian.PutUint64(u[8:], rng.Uint64())
+			u[6] = u[6]&0x0f | 0x40 // version 4
+			u[8] = u[8]&0x3f | 0x80 // RFC 4122 variant
+			return u.String()
+		},
+		"seq": func() int64 { return seq.Add(1) },
+	}
+}
+
+func parseTemplate(name, text string) (*template.Template, error) {
+	if !strings.Contains(text, "{{") {
+		return nil, nil
+	}
+	t, err := template.New(name).Funcs(templateFuncs(nil, nil)).Option("missingkey=error").Parse(text)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return t, nil
+}
+
+func compileRequest(r RequestSpec, field string) (*compiledRequest, error) {
+	c := &compiledRequest{spec: r}
+	var errs []error
+	var err error
+	if c.path, err = parseTemplate(field+".path", r.Path); err != nil {
+		errs = append(errs, err)
+	}
+	if c.body, err = parseTemplate(field+".body", r.Body); err != nil {
+		errs = append(errs, err)
+	}
+	// Sorted, so a fixed seed draws random fields in the same order each run.
+	for _, name := range slices.Sorted(maps.Keys(r.Headers)) {
+		t, err := parseTemplate(fmt.Sprintf("%s.headers[%s]", field, name), r.Headers[name])
+		if err != nil {
+			errs = append(errs, err)
+		}
+		c.headerNames = append(c.headerNames, name)
+		c.headers = append(c.headers, t)
+	}
+	if r.Body != "" {
+		c.contentType = "application/octet-stream"
+		if t := strings.TrimSpace(r.Body); strings.HasPrefix(t, "{") || strings.HasPrefix(t, "[") {
+			c.contentType = "application/json"
+		}
+	}
+	return c, errors.Join(errs...)
+}
+
+// requestSet is the compiled, immutable request mix shared by all
+// connections of a run.
+type requestSet struct {
+	requests []*compiledRequest
+	cumul    []int // cumulative weights, for the weighted pick
+	marker   string
+}
+
+func newRequestSet(cfg Config) (*requestSet, error) {
+	s := &requestSet{marker: http.CanonicalHeaderKey(cfg.MarkerHeader)}
+	total := 0
+	for i, r := range cfg.Requests {
+		c, err := compileRequest(r, fmt.Sprintf("requests[%d]", i))
+		if err != nil {
+			return nil, err
+		}
+		w := max(r.Weight, 1)
+		total += w
+		s.requests = append(s.requests, c)
+		s.cumul = append(s.cumul, total)
+	}
+	if len(s.requests) == 0 {
+		return nil, errors.New("requests: no request to send")
+	}
+	return s, nil
+}
+
+// generatedRequest is one concrete request drawn from the mix.
+type generatedRequest struct {
+	method string
+	path   string // path and optional query
+	header http.Header
+	host   string
+	body   []byte
+}
+
+// generator draws requests from a requestSet. It is owned by one connection
+// and not safe for concurrent use; its templates are clones bound to its own
+// RNG so that a fixed seed gives a reproducible stream per connection.
+type generator struct {
+	set       *requestSet
+	rng       *rand.Rand
+	templates []generatorTemplates
+	buf       bytes.Buffer
+}
+
+type generatorTemplates struct {
+	path, body *template.Template
+	headers    []*template.Template
+}
+
+func (s *requestSet) newGenerator(seed1, seed2 uint64, seq *atomic.Int64) *generator {
+	g := &generator{set: s, rng: rand.New(rand.NewPCG(seed1, seed2))}
+	funcs := templateFuncs(g.rng, seq)
+	bind := func(t *template.Template) *template.Template {
+		if t == nil {
+			return nil
+		}
+		c := template.Must(t.Clone()) // Clone only fails after Execute, never here
+		return c.Funcs(funcs)
+	}
+	for _, r := range s.requests {
+		gt := generatorTemplates{path: bind(r.path), body: bind(r.body)}
+		for _, h := range r.headers {
+			gt.headers = append(gt.headers, bind(h))
+		}
+		g.templates = append(g.templates, gt)
+	}
+	return g
+}
+
+func (g *generator) render(t *template.Template, static string) (string, error) {
+	if t == nil {
+		return static, nil
+	}
+	g.buf.Reset()
+	if err := t.Execute(&g.buf, nil); err != nil {
+		return "", err
+	}
+	return g.buf.String(), nil
+}
+
+// next draws and renders one request.
+func (g *generator) next() (generatedRequest, error) {
+	i := 0
+	if n := len(g.set.requests); n > 1 {
+		x := g.rng.IntN(g.set.cumul[n-1])
+		for g.set.cumul[i] <= x {
+			i++
+		}
+	}
+	r, t := g.set.requests[i], g.templates[i]
+	out := generatedRequest{method: r.spec.Method, header: make(http.Header, len(r.headerNames)+2)}
+	var err error
+	if out.path, err = g.render(t.path, r.spec.Path); err != nil {
+		return out, err
+	}
+	if r.spec.Body != "" {
+		body, err := g.render(t.body, r.spec.Body)
+		if err != nil {
+			return out, err
+		}
+		out.body = []byte(body)
+		out.header.Set("Content-Type", r.contentType)
+	}
+	for j, name := range r.headerNames {
+		v, err := g.render(t.headers[j], r.spec.Headers[name])
+		if err != nil {
+			return out, err
+		}
+		if strings.EqualFold(name, "Host") {
+			out.host = v
+			continue
+		}
+		out.header.Set(name, v)
+	}
+	out.header.Set(g.set.marker, "1")
+	return out, nil
+}
+
+// requestRewriter is the http.RoundTripper danki installs under a fortio std
+// client (fhttp.HTTPOptions.Transport): fortio builds one fixed request per
+// connection, and the rewriter turns each into the next request of the mix,
+// with the marker header, before it goes on the wire. One rewriter per
+// connection, so its generator is never used concurrently.
+type requestRewriter struct {
+	base    http.RoundTripper
+	gen     *generator
+	lastErr *errorBox
+}
+
+func (rw *requestRewriter) RoundTrip(req *http.Request) (*http.Response, error) {
+	g, err := rw.gen.next()
+	if err != nil {
+		err = fmt.Errorf("render request template: %w", err)
+		rw.lastErr.set(err)
+		return nil, err
+	}
+	out := req.Clone(req.Context())
+	out.Method = g.method
+	u, err := url.ParseRequestURI(g.path)
+	if err != nil {
+		err = fmt.Errorf("rendered path %q: %w", g.path, err)
+		rw.lastErr.set(err)
+		return nil, err
+	}
+	out.URL.Path, out.URL.RawPath, out.URL.RawQuery = u.Path, u.RawPath, u.RawQuery
+	for k, v := range g.header {
+		out.Header[k] = v
+	}
+	if g.host != "" {
+		out.Host = g.host
+	}
+	if g.body != nil {
+		body := g.body
+		out.Body = io.NopCloser(bytes.NewReader(body))
+		out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+		out.ContentLength = int64(len(body))
+	} else {
+		out.Body, out.GetBody, out.ContentLength = nil, nil, 0
+	}
+	resp, err := rw.base.RoundTrip(out)
+	if err != nil {
+		rw.lastErr.set(err)
+	}
+	return resp, err
+}
+
+// errorBox keeps the last request error of a target for failure messages.
+type errorBox struct {
+	mu  sync.Mutex
+	err error
+}
+
+func (b *errorBox) set(err error) {
+	b.mu.Lock()
+	b.err = err
+	b.mu.Unlock()
+}
+
+func (b *errorBox) get() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.err
+}

@@ -1,0 +1,256 @@
+package warmup
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"strconv"
+	"strings"
+	"time"
+
+	"fortio.org/fortio/fhttp"
+	"fortio.org/fortio/periodic"
+	"fortio.org/fortio/stats"
+	"fortio.org/fortio/version"
+)
+
+// Result is what a warm-up measured.
+type Result struct {
+	// Targets holds one entry per canary target, in the order given.
+	Targets []TargetResult `json:"targets"`
+	// Stable is the stable pool, loaded side by side (CompareToStable only).
+	Stable *TargetResult `json:"stable,omitempty"`
+	// Converged is true when every target converged.
+	Converged bool `json:"converged"`
+	// Reason says why the warm-up ended.
+	Reason  string        `json:"reason"`
+	Start   time.Time     `json:"start"`
+	Elapsed time.Duration `json:"elapsed"`
+	// Seed is the seed the request templates used (Config.Seed, or the
+	// random one picked), to reproduce the request stream.
+	Seed   int64  `json:"seed"`
+	Config Config `json:"config"`
+}
+
+// TargetResult is the measurement of one target.
+type TargetResult struct {
+	Target Target `json:"target"`
+	// Windows are the complete windows in order, then at most one partial
+	// window with the requests left when load stopped.
+	Windows  []WindowStats `json:"windows"`
+	Requests int64         `json:"requests"`
+	Errors   int64         `json:"errors"`
+	// Converged, and after how many requests (window ConvergedWindow).
+	Converged       bool          `json:"converged"`
+	ConvergedAfter  int64         `json:"convergedAfter,omitempty"`
+	ConvergedWindow int           `json:"convergedWindow,omitempty"`
+	RetCodes        map[int]int64 `json:"retCodes,omitempty"`
+	// LastError is the last transport error, if any (e.g. connection refused).
+	LastError string `json:"lastError,omitempty"`
+
+	fortio        periodic.RunnerResults
+	hist, errHist *stats.Histogram
+}
+
+// Requests counts warm-up requests sent to all canary targets.
+func (r *Result) Requests() int64 {
+	var n int64
+	for _, t := range r.Targets {
+		n += t.Requests
+	}
+	return n
+}
+
+// Windows is the largest number of complete windows of any target.
+func (r *Result) Windows() int {
+	n := 0
+	for _, t := range r.Targets {
+		c := 0
+		for _, w := range t.Windows {
+			if !w.Partial {
+				c++
+			}
+		}
+		n = max(n, c)
+	}
+	return n
+}
+
+func (r *Result) convergedTargets() int {
+	n := 0
+	for _, t := range r.Targets {
+		if t.Converged {
+			n++
+		}
+	}
+	return n
+}
+
+// P99Trend returns the worst first-window p99 and the worst last-complete-
+// window p99 across targets; ok is false before any window completed.
+func (r *Result) P99Trend() (first, last time.Duration, ok bool) {
+	for _, t := range r.Targets {
+		if len(t.Windows) == 0 || t.Windows[0].Partial {
+			continue
+		}
+		w, _ := lastComplete(t.Windows)
+		first, last, ok = max(first, t.Windows[0].P99), max(last, w.P99), true
+	}
+	return first, last, ok
+}
+
+func lastComplete(ws []WindowStats) (WindowStats, bool) {
+	for i := len(ws) - 1; i >= 0; i-- {
+		if !ws[i].Partial {
+			return ws[i], true
+		}
+	}
+	return WindowStats{}, false
+}
+
+// WriteTable writes one "requests vs latency" table per target (and the
+// stable pool), in the shape of the field reports' warm-up tables, as
+// Markdown.
+func (r *Result) WriteTable(w io.Writer) error {
+	var b strings.Builder
+	for i := range r.Targets {
+		t := &r.Targets[i]
+		status := "not converged"
+		if t.Converged {
+			status = fmt.Sprintf("converged after %d requests (window %d)", t.ConvergedAfter, t.ConvergedWindow)
+		}
+		fmt.Fprintf(&b, "%s: %s, %d requests, %d errors\n\n", t.Target, status, t.Requests, t.Errors)
+		writeWindows(&b, t.Windows, t.ConvergedWindow)
+		b.WriteString("\n")
+	}
+	if r.Stable != nil {
+		fmt.Fprintf(&b, "%s, loaded side by side: %d requests, %d errors\n\n", r.Stable.Target.Name, r.Stable.Requests, r.Stable.Errors)
+		writeWindows(&b, r.Stable.Windows, 0)
+		b.WriteString("\n")
+	}
+	b.WriteString(r.Summary())
+	b.WriteString("\n")
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func writeWindows(b *strings.Builder, windows []WindowStats, convergedWindow int) {
+	rows := [][]string{{"window", "requests", "p50", "p90", "p99", "max", "errors", ""}}
+	for _, w := range windows {
+		note := ""
+		switch {
+		case w.Partial:
+			note = fmt.Sprintf("partial (%d requests)", w.Count)
+		case w.Index == convergedWindow:
+			note = "converged"
+		}
+		rows = append(rows, []string{strconv.Itoa(w.Index), strconv.FormatInt(w.Requests, 10),
+			fmtMs(w.P50), fmtMs(w.P90), fmtMs(w.P99), fmtMs(w.Max), strconv.Itoa(w.Errors), note})
+	}
+	widths := make([]int, len(rows[0]))
+	for _, row := range rows {
+		for i, cell := range row {
+			widths[i] = max(widths[i], len(cell))
+		}
+	}
+	line := func(row []string) {
+		b.WriteString("|")
+		for i, cell := range row {
+			if i == len(row)-1 { // note column: left-aligned
+				fmt.Fprintf(b, " %-*s |", widths[i], cell)
+			} else {
+				fmt.Fprintf(b, " %*s |", widths[i], cell)
+			}
+		}
+		b.WriteString("\n")
+	}
+	line(rows[0])
+	b.WriteString("|")
+	for i, wd := range widths {
+		if i == len(widths)-1 {
+			b.WriteString(" " + strings.Repeat("-", max(wd, 3)) + " |")
+		} else {
+			b.WriteString(" " + strings.Repeat("-", max(wd-1, 2)) + ": |")
+		}
+	}
+	b.WriteString("\n")
+	for _, row := range rows[1:] {
+		line(row)
+	}
+}
+
+// Fortio returns this target's measurement as fortio's HTTP result (the JSON
+// `fortio load -json` writes and `fortio report` reads), histograms in
+// seconds. Every request is in it, the first one on each connection
+// included. Nil before the warm-up ran.
+func (t *TargetResult) Fortio() *fhttp.HTTPRunnerResults {
+	if t.hist == nil {
+		return nil
+	}
+	return fortioResult(t.Target.Name, t.Target.URL, t.fortio, t.hist.Clone(), t.errHist.Clone(), t.RetCodes)
+}
+
+// FortioResults merges all canary targets into one fortio HTTP result.
+func (r *Result) FortioResults() *fhttp.HTTPRunnerResults {
+	var hist, errHist *stats.Histogram
+	codes := map[int]int64{}
+	var base periodic.RunnerResults
+	threads := 0
+	var names []string
+	for i := range r.Targets {
+		t := &r.Targets[i]
+		if t.hist == nil {
+			continue
+		}
+		names = append(names, t.Target.Name)
+		if hist == nil {
+			hist, errHist = stats.NewHistogram(t.hist.Offset, t.hist.Divider), stats.NewHistogram(t.errHist.Offset, t.errHist.Divider)
+			base = t.fortio
+		}
+		hist.Transfer(t.hist.Clone())
+		errHist.Transfer(t.errHist.Clone())
+		for k, v := range t.RetCodes {
+			codes[k] += v
+		}
+		threads += t.fortio.NumThreads
+	}
+	if hist == nil {
+		return nil
+	}
+	base.NumThreads = threads
+	base.StartTime, base.ActualDuration = r.Start, r.Elapsed
+	url := ""
+	if len(r.Targets) > 0 {
+		url = r.Targets[0].Target.URL
+	}
+	return fortioResult(strings.Join(names, ","), url, base, hist, errHist, codes)
+}
+
+func fortioResult(label, url string, run periodic.RunnerResults, hist, errHist *stats.Histogram, codes map[int]int64) *fhttp.HTTPRunnerResults {
+	res := &fhttp.HTTPRunnerResults{RetCodes: maps.Clone(codes)}
+	res.RunnerResults = run
+	res.RunType = "HTTP"
+	res.Labels = "danki warmup " + label
+	res.Version = version.Short()
+	res.NoCatchUp = true
+	res.RequestedDuration = "until converged"
+	res.DurationHistogram = hist.Export().CalcPercentiles(fortioPercentiles)
+	res.ErrorsDurationHistogram = errHist.Export().CalcPercentiles(fortioPercentiles)
+	if s := run.ActualDuration.Seconds(); s > 0 {
+		res.ActualQPS = float64(hist.Count) / s
+	}
+	res.URL = url
+	return res
+}
+
+// WriteFortioJSON writes FortioResults as indented JSON.
+func (r *Result) WriteFortioJSON(w io.Writer) error {
+	res := r.FortioResults()
+	if res == nil {
+		return fmt.Errorf("no fortio results: the warm-up sent no load")
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(res)
+}

@@ -1,0 +1,170 @@
+package warmup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	flog "fortio.org/log"
+)
+
+// userAgent is sent on warm-up and health requests.
+const userAgent = "danki-warmup (fortio)"
+
+// ErrNotConverged is wrapped by the error of a warm-up that hit its deadline
+// or request cap before every target's latency converged.
+var ErrNotConverged = errors.New("latency did not converge")
+
+// Options tune a Run beyond the Config.
+type Options struct {
+	// Stable are the stable pods, loaded side by side at StableQPS when
+	// Config.CompareToStable is set.
+	Stable []Target
+	// OnProgress is called after every completed window and at phase
+	// changes, from one goroutine at a time. Keep it quick: load keeps
+	// running, but windows queue up behind it.
+	OnProgress func(Progress)
+	// RunToMaxRequests keeps loading every target up to MaxRequests (or the
+	// deadline) even after it converged, and does not fail when it never
+	// converges: a measurement run, like the field reports' "warm-up count
+	// vs latency" tables.
+	RunToMaxRequests bool
+	// Logger receives debug logs; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Phase is the stage a warm-up is in.
+type Phase string
+
+// Phases reported in Progress.
+const (
+	PhaseHealth Phase = "health" // waiting for targets to answer the health path
+	PhaseLoad   Phase = "load"   // sending warm-up load
+	PhaseDone   Phase = "done"   // load stopped
+)
+
+// Progress is a snapshot sent to Options.OnProgress.
+type Progress struct {
+	Phase   Phase
+	Elapsed time.Duration
+	// Target is the target whose window just completed ("stable" for the
+	// stable pool); empty for phase changes.
+	Target string
+	Stable bool
+	Window WindowStats
+	// TargetConverged says whether Target has converged; Waiting says why
+	// not yet.
+	TargetConverged bool
+	Waiting         string
+	// Targets and ConvergedTargets count canary targets.
+	Targets, ConvergedTargets int
+	// Requests counts warm-up requests to all canary targets so far.
+	Requests int64
+	// StableP99 is the stable pool's latest window p99 (0 if none yet).
+	StableP99 time.Duration
+}
+
+var quietFortioOnce sync.Once
+
+// quietFortio keeps fortio's own logging to real trouble: danki reports
+// errors per window, and `danki plugin` stderr goes to the controller log.
+func quietFortio() {
+	quietFortioOnce.Do(func() { flog.SetLogLevelQuiet(flog.Critical) })
+}
+
+// Run warms the targets until their latency converges (see the package
+// documentation), the deadline passes, a target reaches MaxRequests, or ctx
+// ends. It always returns a Result (nil only for invalid input) describing
+// what was measured; the error wraps ErrUnhealthy, ErrNotConverged or
+// ctx.Err() when the warm-up did not succeed.
+func Run(ctx context.Context, cfg Config, targets []Target, opts Options) (*Result, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("invalid warm-up config: %w", err)
+	}
+	if len(targets) == 0 {
+		return nil, errors.New("no targets to warm: give URLs or pods")
+	}
+	if cfg.CompareToStable && len(opts.Stable) == 0 {
+		return nil, errors.New("compareToStable: no stable targets to compare with (give stable URLs or stable pods, or turn compareToStable off)")
+	}
+	set, err := newRequestSet(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("invalid warm-up config: %w", err)
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	seed := cfg.Seed
+	if seed == 0 {
+		seed = time.Now().UnixNano()
+	}
+	quietFortio()
+
+	start := time.Now()
+	res := &Result{Config: cfg, Start: start, Seed: seed}
+	for _, t := range targets {
+		res.Targets = append(res.Targets, TargetResult{Target: t})
+	}
+	emit := func(p Progress) {
+		if opts.OnProgress != nil {
+			p.Elapsed = time.Since(start)
+			p.Targets = len(targets)
+			opts.OnProgress(p)
+		}
+	}
+	runCtx, cancel := context.WithTimeout(ctx, cfg.Deadline.D())
+	defer cancel()
+
+	emit(Progress{Phase: PhaseHealth})
+	probe := append([]Target(nil), targets...)
+	if cfg.CompareToStable {
+		probe = append(probe, opts.Stable...)
+	}
+	healthCtx, healthCancel := context.WithTimeout(runCtx, cfg.HealthTimeout.D())
+	err = waitHealthy(healthCtx, &cfg, probe)
+	healthCancel()
+	if err != nil {
+		res.Elapsed = time.Since(start)
+		if ctx.Err() != nil {
+			res.Reason = "stopped while waiting for health: " + ctx.Err().Error()
+			return res, fmt.Errorf("warm-up stopped: %w", ctx.Err())
+		}
+		res.Reason = err.Error()
+		return res, err
+	}
+
+	opts.Logger.Debug("warm-up load starting", "targets", len(targets), "qps", cfg.QPS, "connections", cfg.Connections)
+	emit(Progress{Phase: PhaseLoad})
+	c := &coordinator{cfg: &cfg, opts: opts, set: set, seed: uint64(seed), start: start, emit: emit, res: res}
+	err = c.run(ctx, runCtx, targets)
+	res.Elapsed = time.Since(start)
+	emit(Progress{Phase: PhaseDone, Requests: res.Requests(), ConvergedTargets: res.convergedTargets()})
+	return res, err
+}
+
+// Summary is a one-line account of the warm-up: outcome, requests, windows,
+// duration and the p99 trend from the first to the last window.
+func (r *Result) Summary() string {
+	var b strings.Builder
+	n := len(r.Targets)
+	if r.Converged {
+		fmt.Fprintf(&b, "converged: %d/%d targets warm", n, n)
+	} else {
+		fmt.Fprintf(&b, "not converged: %d/%d targets warm", r.convergedTargets(), n)
+	}
+	fmt.Fprintf(&b, " after %d requests (%d windows of %d per target) in %s", r.Requests(), r.Windows(), r.Config.Window, r.Elapsed.Round(100*time.Millisecond))
+	if first, last, ok := r.P99Trend(); ok {
+		fmt.Fprintf(&b, "; worst p99 %s in window 1 → %s in the last window", fmtMs(first), fmtMs(last))
+	}
+	if r.Stable != nil {
+		if w, ok := lastComplete(r.Stable.Windows); ok {
+			fmt.Fprintf(&b, " (stable p99 %s)", fmtMs(w.P99))
+		}
+	}
+	return b.String()
+}

@@ -1,0 +1,500 @@
+package warmup
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"math"
+	"net/http"
+	"os"
+	"regexp"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"fortio.org/fortio/fhttp"
+)
+
+func decaying(base, extra time.Duration, tau float64) func(int64, bool) time.Duration {
+	return func(n int64, _ bool) time.Duration {
+		return base + time.Duration(float64(extra)*math.Exp(-float64(n)/tau))
+	}
+}
+
+func TestConvergesOnDecayingLatency(t *testing.T) {
+	// 2 ms + 30 ms·e^(−n/50): the p99s (maxima) of the last three windows
+	// of 20 spread by ≈ 55 ms·e^(−n/50), within the 3 ms absolute tolerance
+	// from n ≈ 150 on. Before n = 80 even the two newest windows differ by
+	// more than the tolerance, so converging there would be a bug.
+	srv := newTestServer(t, decaying(2*time.Millisecond, 30*time.Millisecond, 50))
+	cfg := fastConfig()
+	var progress []Progress
+	res, err := Run(context.Background(), cfg, []Target{srv.target()}, Options{OnProgress: func(p Progress) { progress = append(progress, p) }})
+	if err != nil {
+		t.Fatalf("warm-up failed: %v\n%s", err, table(res))
+	}
+	tr := res.Targets[0]
+	if !res.Converged || !tr.Converged {
+		t.Fatalf("result not converged:\n%s", table(res))
+	}
+	if tr.ConvergedAfter < 80 || tr.ConvergedAfter > 1500 {
+		t.Errorf("converged after %d requests, want within [80, 1500] for this decay:\n%s", tr.ConvergedAfter, table(res))
+	}
+	if tr.ConvergedAfter%int64(cfg.Window) != 0 || tr.ConvergedAfter != int64(tr.ConvergedWindow*cfg.Window) {
+		t.Errorf("converged after %d requests in window %d: not a window boundary", tr.ConvergedAfter, tr.ConvergedWindow)
+	}
+	// Load stops promptly: only requests already on the way finish after
+	// the converging window.
+	if extra := tr.Requests - tr.ConvergedAfter; extra > int64(cfg.Window) {
+		t.Errorf("%d requests after convergence, want < one window (%d)", extra, cfg.Window)
+	}
+	if got := srv.load.Load(); got != res.Requests() {
+		t.Errorf("server served %d load requests, danki counted %d", got, res.Requests())
+	}
+	first, last, _ := res.P99Trend()
+	if first < 10*time.Millisecond || last > first/2 {
+		t.Errorf("p99 trend %s → %s, want a cold first window and a much warmer last one", first, last)
+	}
+	// Progress: one snapshot per complete window (plus phase changes).
+	windows := 0
+	for _, p := range progress {
+		if p.Target != "" {
+			windows++
+		}
+	}
+	if complete := res.Windows(); windows != complete {
+		t.Errorf("got %d window progress snapshots, want %d (one per complete window)", windows, complete)
+	}
+	if progress[0].Phase != PhaseHealth || progress[len(progress)-1].Phase != PhaseDone {
+		t.Errorf("progress phases start %s, end %s; want health … done", progress[0].Phase, progress[len(progress)-1].Phase)
+	}
+}
+
+func TestMinRequestsGuardsEarlyConvergence(t *testing.T) {
+	srv := newTestServer(t, func(int64, bool) time.Duration { return time.Millisecond })
+	cfg := fastConfig()
+	cfg.MinRequests = 200
+	res, err := Run(context.Background(), cfg, []Target{srv.target()}, Options{})
+	if err != nil {
+		t.Fatalf("warm-up failed: %v", err)
+	}
+	tr := res.Targets[0]
+	if tr.ConvergedAfter < cfg.MinRequests {
+		t.Fatalf("converged after %d requests, before minRequests %d:\n%s", tr.ConvergedAfter, cfg.MinRequests, table(res))
+	}
+	// A flat server converges at the first window that reaches minRequests,
+	// give or take windows spoiled by scheduler noise.
+	if tr.ConvergedAfter > cfg.MinRequests+int64(25*cfg.Window) {
+		t.Errorf("flat server converged only after %d requests (minRequests %d):\n%s", tr.ConvergedAfter, cfg.MinRequests, table(res))
+	}
+}
+
+// spiky answers in 2 ms, except that every other window of 20 (counted on
+// the server, so use one connection) has one 150 ms request: the p99 of
+// consecutive windows alternates and never settles.
+func spiky(n int64, _ bool) time.Duration {
+	if ((n-1)/20)%2 == 0 && n%20 == 10 {
+		return 150 * time.Millisecond
+	}
+	return 2 * time.Millisecond
+}
+
+func TestNeverSettlingFailsAtRequestCap(t *testing.T) {
+	srv := newTestServer(t, spiky)
+	cfg := fastConfig()
+	cfg.Connections = 1
+	cfg.MaxRequests = 200
+	cfg.Tolerance = 0.2
+	res, err := Run(context.Background(), cfg, []Target{srv.target()}, Options{})
+	if !errors.Is(err, ErrNotConverged) {
+		t.Fatalf("err = %v, want ErrNotConverged\n%s", err, table(res))
+	}
+	for _, want := range []string{"maxRequests 200", "p99 of windows 5–10: 1[0-9][0-9]ms → ", "not settling"} {
+		if !regexp.MustCompile(want).MatchString(err.Error()) {
+			t.Errorf("error %q does not mention %q", err, want)
+		}
+	}
+	if res.Converged || res.Targets[0].Converged {
+		t.Errorf("result says converged:\n%s", table(res))
+	}
+	if got := res.Requests(); got != 200 {
+		t.Errorf("sent %d requests with one connection and maxRequests 200, want exactly 200", got)
+	}
+	if got := srv.load.Load(); got != res.Requests() {
+		t.Errorf("server served %d, danki counted %d", got, res.Requests())
+	}
+}
+
+func TestStillDecayingFailsAtDeadline(t *testing.T) {
+	srv := newTestServer(t, decaying(2*time.Millisecond, 40*time.Millisecond, 100))
+	cfg := fastConfig()
+	cfg.QPS = 300
+	cfg.MinRequests = 1000
+	cfg.Deadline = Duration(1500 * time.Millisecond)
+	start := time.Now()
+	res, err := Run(context.Background(), cfg, []Target{srv.target()}, Options{})
+	if !errors.Is(err, ErrNotConverged) {
+		t.Fatalf("err = %v, want ErrNotConverged", err)
+	}
+	if !regexp.MustCompile(`deadline 1.5s passed .*\([0-9]+ of (minRequests 1000|3 windows)\): p99 of windows 1–`).MatchString(err.Error()) {
+		t.Errorf("error %q should name the deadline, what it waited for and the p99 trend", err)
+	}
+	if took := time.Since(start); took > 4*time.Second {
+		t.Errorf("Run took %s with a 1.5s deadline", took)
+	}
+	if res.Requests() == 0 || srv.load.Load() != res.Requests() {
+		t.Errorf("server served %d, danki counted %d", srv.load.Load(), res.Requests())
+	}
+}
+
+func TestUnsafeMethodsRefused(t *testing.T) {
+	cfg := fastConfig()
+	cfg.Requests = []RequestSpec{{Path: "/ok"}, {Method: "post", Path: "/orders", Body: `{"id": {{randInt 1 9}}}`}}
+	srv := newTestServer(t, nil)
+	_, err := Run(context.Background(), cfg, []Target{srv.target()}, Options{})
+	if err == nil || !strings.Contains(err.Error(), "requests[1].method") || !strings.Contains(err.Error(), "allowSideEffects") {
+		t.Fatalf("POST without allowSideEffects: err = %v, want it refused naming requests[1].method and allowSideEffects", err)
+	}
+	if srv.load.Load()+srv.health.Load() != 0 {
+		t.Errorf("refused config still sent %d requests", srv.load.Load()+srv.health.Load())
+	}
+	for _, m := range []string{"GET", "HEAD", "OPTIONS"} {
+		c := cfg.WithDefaults()
+		c.Requests = []RequestSpec{{Method: m, Path: "/", Weight: 1}}
+		if err := c.Validate(); err != nil {
+			t.Errorf("%s refused: %v", m, err)
+		}
+	}
+
+	// Allowed: the POST goes out with its body, its JSON content type and
+	// the marker header the application uses to roll it back.
+	cfg.AllowSideEffects = true
+	cfg.MaxRequests, cfg.MinRequests = 60, 1
+	srv.record = true
+	if _, err := Run(context.Background(), cfg, []Target{srv.target()}, Options{RunToMaxRequests: true}); err != nil {
+		t.Fatalf("with allowSideEffects: %v", err)
+	}
+	posts := 0
+	for _, r := range srv.requests() {
+		if r.method == http.MethodPost {
+			posts++
+			if !regexp.MustCompile(`^\{"id": [1-9]\}$`).MatchString(r.body) || r.header.Get("Content-Type") != "application/json" {
+				t.Errorf("POST body %q content type %q", r.body, r.header.Get("Content-Type"))
+			}
+		}
+	}
+	if posts == 0 {
+		t.Error("no POST sent with allowSideEffects")
+	}
+}
+
+func TestEveryRequestMarkedAndCounted(t *testing.T) {
+	// The first request on every connection takes 40 ms (a cold pod's first
+	// call); fortio's `load` would leave it out, danki must not.
+	srv := newTestServer(t, func(_ int64, first bool) time.Duration {
+		if first {
+			return 40 * time.Millisecond
+		}
+		return time.Millisecond
+	})
+	cfg := fastConfig()
+	cfg.Connections = 3
+	cfg.MaxRequests, cfg.MinRequests = 100, 1
+	res, err := Run(context.Background(), cfg, []Target{srv.target()}, Options{RunToMaxRequests: true})
+	if err != nil {
+		t.Fatalf("warm-up: %v", err)
+	}
+	if got := srv.load.Load(); got != res.Requests() || got < 100 {
+		t.Errorf("server served %d load requests, danki counted %d (cap 100)", got, res.Requests())
+	}
+	if srv.unmarked.Load() != 0 {
+		t.Errorf("%d requests without the marker header", srv.unmarked.Load())
+	}
+	if srv.firstOnce.Load() < int64(cfg.Connections) {
+		t.Errorf("server saw %d first-on-connection requests, want >= %d", srv.firstOnce.Load(), cfg.Connections)
+	}
+	w1 := res.Targets[0].Windows[0]
+	if w1.Max < 40*time.Millisecond {
+		t.Errorf("window 1 max %s: the 40 ms first requests are missing from the numbers", w1.Max)
+	}
+	f := res.FortioResults()
+	if f.DurationHistogram.Count != res.Requests() || f.DurationHistogram.Max < 0.040 {
+		t.Errorf("fortio histogram count %d max %gs, want %d requests and max >= 0.040", f.DurationHistogram.Count, f.DurationHistogram.Max, res.Requests())
+	}
+	if f.RetCodes[200] != res.Requests() {
+		t.Errorf("fortio RetCodes %v, want %d × 200", f.RetCodes, res.Requests())
+	}
+	// The JSON is fortio's: it decodes back into fhttp.HTTPRunnerResults.
+	var buf bytes.Buffer
+	if err := res.WriteFortioJSON(&buf); err != nil {
+		t.Fatal(err)
+	}
+	var back fhttp.HTTPRunnerResults
+	if err := json.Unmarshal(buf.Bytes(), &back); err != nil {
+		t.Fatalf("fortio JSON does not decode: %v", err)
+	}
+	if back.RunType != "HTTP" || back.DurationHistogram.Count != res.Requests() || len(back.DurationHistogram.Percentiles) == 0 || back.URL != srv.URL {
+		t.Errorf("decoded fortio result: type %q count %d percentiles %v url %q", back.RunType, back.DurationHistogram.Count, back.DurationHistogram.Percentiles, back.URL)
+	}
+}
+
+func TestTemplatedFieldsVary(t *testing.T) {
+	srv := newTestServer(t, nil)
+	srv.record = true
+	cfg := fastConfig()
+	cfg.Requests = []RequestSpec{{
+		Path:    `/items/{{randInt 1 1000000}}?color={{pick "red" "green" "blue" | urlquery}}`,
+		Headers: map[string]string{"X-Request-Id": "{{uuid}}", "X-Seq": "{{seq}}"},
+	}}
+	cfg.MaxRequests, cfg.MinRequests = 200, 1
+	if _, err := Run(context.Background(), cfg, []Target{srv.target()}, Options{RunToMaxRequests: true}); err != nil {
+		t.Fatal(err)
+	}
+	seen := srv.requests()
+	paths, ids, seqs, colors := map[string]bool{}, map[string]bool{}, map[string]bool{}, map[string]int{}
+	re := regexp.MustCompile(`^/items/([0-9]+)\?color=(red|green|blue)$`)
+	uuidRe := regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
+	for _, r := range seen {
+		m := re.FindStringSubmatch(r.uri)
+		if m == nil {
+			t.Fatalf("request %q does not match the template", r.uri)
+		}
+		paths[m[1]] = true
+		colors[m[2]]++
+		if id := r.header.Get("X-Request-Id"); !uuidRe.MatchString(id) {
+			t.Errorf("X-Request-Id %q is not a v4 UUID", id)
+		} else {
+			ids[id] = true
+		}
+		seqs[r.header.Get("X-Seq")] = true
+	}
+	n := len(seen)
+	if len(paths) < n*9/10 || len(ids) != n || len(seqs) != n {
+		t.Errorf("%d requests: %d distinct ids in paths, %d distinct uuids, %d distinct seqs; random fields do not vary", n, len(paths), len(ids), len(seqs))
+	}
+	if len(colors) != 3 {
+		t.Errorf("pick chose only %v", colors)
+	}
+}
+
+func TestGeneratorIsReproducible(t *testing.T) {
+	cfg := Config{Requests: []RequestSpec{
+		{Path: "/a/{{randInt 1 1000}}", Weight: 3, Headers: map[string]string{"B": "{{randString 8}}", "A": "{{uuid}}"}},
+		{Path: "/b/{{pick 1 2 3}}", Weight: 1},
+	}}.WithDefaults()
+	set, err := newRequestSet(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	draw := func(seed uint64) []string {
+		var seq atomic.Int64
+		g := set.newGenerator(seed, 0, &seq)
+		var out []string
+		for range 50 {
+			r, err := g.next()
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, r.path+" "+r.header.Get("A")+" "+r.header.Get("B"))
+		}
+		return out
+	}
+	a, b, c := draw(7), draw(7), draw(8)
+	if strings.Join(a, "\n") != strings.Join(b, "\n") {
+		t.Error("same seed gave different request streams")
+	}
+	if strings.Join(a, "\n") == strings.Join(c, "\n") {
+		t.Error("different seeds gave the same request stream")
+	}
+	as, bs := 0, 0
+	for _, r := range a {
+		if strings.HasPrefix(r, "/a/") {
+			as++
+		} else {
+			bs++
+		}
+	}
+	if as <= bs || bs == 0 {
+		t.Errorf("weights 3:1 drew %d /a and %d /b", as, bs)
+	}
+}
+
+func TestCompareToStableHoldsBackConvergence(t *testing.T) {
+	// The canary is flat at 20 ms for 200 requests, then 1 ms; stable is at
+	// 1 ms throughout. Flat-but-slow converges by itself; compared with
+	// stable (ratio 1.2) it may only converge after request 200.
+	canaryDelay := func(n int64, _ bool) time.Duration {
+		if n <= 200 {
+			return 20 * time.Millisecond
+		}
+		return time.Millisecond
+	}
+	cfg := fastConfig()
+	cfg.Connections = 4
+	cfg.QPS = 1000
+	cfg.StableQPS = 500
+	cfg.StableRatio = 1.2
+
+	alone := newTestServer(t, canaryDelay)
+	res, err := Run(context.Background(), cfg, []Target{alone.target()}, Options{})
+	if err != nil {
+		t.Fatalf("without compareToStable: %v", err)
+	}
+	if got := res.Targets[0].ConvergedAfter; got >= 200 {
+		t.Fatalf("control: flat 20 ms converged only after %d requests; the test cannot tell the stable comparison apart\n%s", got, table(res))
+	}
+
+	canary := newTestServer(t, canaryDelay)
+	stable := newTestServer(t, func(int64, bool) time.Duration { return time.Millisecond })
+	cfg.CompareToStable = true
+	var heldBack []string
+	res, err = Run(context.Background(), cfg, []Target{canary.target()}, Options{
+		Stable: []Target{stable.target()},
+		OnProgress: func(p Progress) {
+			if strings.Contains(p.Waiting, "× stable p99") {
+				heldBack = append(heldBack, p.Waiting)
+			}
+		},
+	})
+	if err != nil {
+		t.Fatalf("with compareToStable: %v\n%s", err, table(res))
+	}
+	tr := res.Targets[0]
+	if tr.ConvergedAfter <= 200 {
+		t.Errorf("converged after %d requests while the canary p99 (20 ms) was above 1.2 × stable (1 ms)\n%s", tr.ConvergedAfter, table(res))
+	}
+	if len(heldBack) == 0 {
+		// The canary may also have been held back by noise in its own
+		// windows; the control run above shows the comparison mattered.
+		t.Log("progress never said the canary was held back by the stable comparison")
+	}
+	if res.Stable == nil || res.Stable.Requests == 0 || stable.load.Load() != res.Stable.Requests {
+		t.Errorf("stable pool: result %+v, server served %d", res.Stable, stable.load.Load())
+	}
+	if stable.unmarked.Load() != 0 {
+		t.Errorf("%d stable requests without the marker header", stable.unmarked.Load())
+	}
+}
+
+func TestCancelStopsLoadPromptly(t *testing.T) {
+	srv := newTestServer(t, func(int64, bool) time.Duration { return 2 * time.Millisecond })
+	cfg := fastConfig()
+	cfg.MinRequests, cfg.MaxRequests = 1_000_000, 1_000_000
+	cfg.QPS = 200
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(300*time.Millisecond, cancel)
+	start := time.Now()
+	res, err := Run(ctx, cfg, []Target{srv.target()}, Options{})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v, want context.Canceled", err)
+	}
+	if took := time.Since(start); took > 1300*time.Millisecond {
+		t.Errorf("Run returned %s after start, %s after cancel", took, took-300*time.Millisecond)
+	}
+	after := srv.load.Load()
+	time.Sleep(200 * time.Millisecond)
+	if late := srv.load.Load() - after; late != 0 {
+		t.Errorf("server got %d requests after Run returned", late)
+	}
+	if res.Requests() != after {
+		t.Errorf("danki counted %d, server served %d", res.Requests(), after)
+	}
+}
+
+func TestHealthGatesLoad(t *testing.T) {
+	srv := newTestServer(t, nil)
+	srv.healthStatus = func(n int64) int {
+		if n <= 3 {
+			return http.StatusServiceUnavailable
+		}
+		return http.StatusOK
+	}
+	cfg := fastConfig()
+	cfg.MaxRequests, cfg.MinRequests = 60, 1
+	var phases []Phase
+	if _, err := Run(context.Background(), cfg, []Target{srv.target()}, Options{RunToMaxRequests: true, OnProgress: func(p Progress) {
+		if len(phases) == 0 || phases[len(phases)-1] != p.Phase {
+			phases = append(phases, p.Phase)
+		}
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	if srv.health.Load() != 4 {
+		t.Errorf("health probed %d times, want 4 (3 × 503, then 200)", srv.health.Load())
+	}
+	if got := strings.Join([]string{string(phases[0]), string(phases[1])}, ","); got != "health,load" {
+		t.Errorf("phases %v", phases)
+	}
+
+	down := newTestServer(t, nil)
+	down.healthStatus = func(int64) int { return http.StatusServiceUnavailable }
+	cfg.HealthTimeout = Duration(600 * time.Millisecond)
+	res, err := Run(context.Background(), cfg, []Target{down.target()}, Options{})
+	if !errors.Is(err, ErrUnhealthy) || !strings.Contains(err.Error(), "503") {
+		t.Fatalf("err = %v, want ErrUnhealthy mentioning the 503", err)
+	}
+	if down.load.Load() != 0 || res.Requests() != 0 {
+		t.Errorf("unhealthy target got %d load requests", down.load.Load())
+	}
+}
+
+func TestWriteTable(t *testing.T) {
+	srv := newTestServer(t, decaying(time.Millisecond, 20*time.Millisecond, 30))
+	cfg := fastConfig()
+	cfg.Connections = 1
+	res, err := Run(context.Background(), cfg, []Target{srv.target()}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := res.WriteTable(&buf); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	for _, want := range []string{`\| window \| requests \| +p50 \| +p90 \| +p99 \| +max \| errors \|`, "converged after [0-9]+ requests", `\| converged +\|`, "converged: 1/1 targets warm"} {
+		if !regexp.MustCompile(want).MatchString(out) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+	// One row per window.
+	rows := strings.Count(out, "\n| ") - 2 // minus header and separator
+	if rows != len(res.Targets[0].Windows) {
+		t.Errorf("%d table rows for %d windows:\n%s", rows, len(res.Targets[0].Windows), out)
+	}
+}
+
+func table(res *Result) string {
+	if res == nil {
+		return "(no result)"
+	}
+	var b bytes.Buffer
+	_ = res.WriteTable(&b)
+	return b.String()
+}
+
+// TestNothingOnStdout: in `danki plugin`, stdout belongs to go-plugin; fortio
+// prints its report to RunnerOptions.Out, which defaults to stdout.
+func TestNothingOnStdout(t *testing.T) {
+	srv := newTestServer(t, nil)
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout := os.Stdout
+	os.Stdout = w
+	cfg := fastConfig()
+	cfg.MaxRequests, cfg.MinRequests = 60, 1
+	_, runErr := Run(context.Background(), cfg, []Target{srv.target()}, Options{RunToMaxRequests: true})
+	os.Stdout = stdout
+	w.Close()
+	out, _ := io.ReadAll(r)
+	if runErr != nil {
+		t.Fatal(runErr)
+	}
+	if len(out) != 0 {
+		t.Errorf("warm-up wrote %d bytes to stdout: %q", len(out), out)
+	}
+}

@@ -1,0 +1,198 @@
+package warmup
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// WindowStats is the latency of one window of consecutive requests to one
+// target (or to the stable pool), with exact nearest-rank percentiles.
+type WindowStats struct {
+	// Index counts windows from 1.
+	Index int `json:"index"`
+	// Requests is the number of requests to this target so far, this window
+	// included.
+	Requests int64 `json:"requests"`
+	// Count is the number of requests in this window (the window size, or
+	// fewer for the last, partial window).
+	Count  int           `json:"count"`
+	P50    time.Duration `json:"p50"`
+	P90    time.Duration `json:"p90"`
+	P99    time.Duration `json:"p99"`
+	Max    time.Duration `json:"max"`
+	Errors int           `json:"errors"`
+	// Partial marks the requests left over when the load stopped; partial
+	// windows never count towards convergence.
+	Partial bool `json:"partial,omitempty"`
+}
+
+// sample is one completed request.
+type sample struct {
+	latency time.Duration
+	ok      bool
+}
+
+// computeWindow sorts a copy of the latencies into scratch (reused between
+// calls to avoid allocation) and reads exact percentiles.
+func computeWindow(samples []sample, scratch []time.Duration) (WindowStats, []time.Duration) {
+	scratch = scratch[:0]
+	errs := 0
+	for _, s := range samples {
+		scratch = append(scratch, s.latency)
+		if !s.ok {
+			errs++
+		}
+	}
+	slices.Sort(scratch)
+	w := WindowStats{
+		Count:  len(scratch),
+		P50:    percentile(scratch, 50),
+		P90:    percentile(scratch, 90),
+		P99:    percentile(scratch, 99),
+		Errors: errs,
+	}
+	if len(scratch) > 0 {
+		w.Max = scratch[len(scratch)-1]
+	}
+	return w, scratch
+}
+
+// percentile is the nearest-rank percentile of sorted values: the smallest
+// value with at least p % of the values at or below it.
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	n := len(sorted)
+	if n == 0 {
+		return 0
+	}
+	rank := int(p/100*float64(n) + 0.999999999) // ceil without float surprises at exact ranks
+	return sorted[min(max(rank, 1), n)-1]
+}
+
+// verdict says whether a target's latest windows satisfy the convergence
+// rule, and if not, why (for progress and failure messages).
+type verdict struct {
+	converged bool
+	why       string
+}
+
+// judge applies the convergence rule to one target's complete windows.
+// stableP99 is the stable pool's reference p99 (0 if no stable window yet);
+// it is only consulted with CompareToStable.
+func (c *Config) judge(windows []WindowStats, stableP99 time.Duration) verdict {
+	k := c.StableWindows
+	if len(windows) < k {
+		return verdict{why: fmt.Sprintf("%d of %d windows", len(windows), k)}
+	}
+	last := windows[len(windows)-k:]
+	if got := last[k-1].Requests; got < c.MinRequests {
+		return verdict{why: fmt.Sprintf("%d of minRequests %d", got, c.MinRequests)}
+	}
+	for _, w := range last {
+		if float64(w.Errors) > *c.MaxErrorRatio*float64(w.Count) {
+			return verdict{why: fmt.Sprintf("window %d had %d errors in %d requests (maxErrorRatio %g)", w.Index, w.Errors, w.Count, *c.MaxErrorRatio)}
+		}
+	}
+	for _, q := range []struct {
+		name string
+		get  func(WindowStats) time.Duration
+	}{{"p50", func(w WindowStats) time.Duration { return w.P50 }}, {"p99", func(w WindowStats) time.Duration { return w.P99 }}} {
+		lo, hi := q.get(last[0]), q.get(last[0])
+		for _, w := range last[1:] {
+			lo, hi = min(lo, q.get(w)), max(hi, q.get(w))
+		}
+		if !c.within(lo, hi) {
+			return verdict{why: fmt.Sprintf("%s of last %d windows spread %s–%s", q.name, k, fmtMs(lo), fmtMs(hi))}
+		}
+	}
+	if c.CompareToStable {
+		if stableP99 == 0 {
+			return verdict{why: "waiting for a stable window"}
+		}
+		p99 := last[k-1].P99
+		limit := time.Duration(c.StableRatio * float64(stableP99))
+		if p99 > limit && p99-stableP99 > c.AbsoluteTolerance.D() {
+			return verdict{why: fmt.Sprintf("p99 %s above %g × stable p99 %s", fmtMs(p99), c.StableRatio, fmtMs(stableP99))}
+		}
+	}
+	return verdict{converged: true}
+}
+
+// stableReference is the stable p99 a canary is compared with: the median of
+// the last StableWindows stable windows' p99s, so one hiccup on a stable pod
+// (a GC pause while it serves live traffic) does not wave a cold canary
+// through. 0 when no stable window has completed.
+func (c *Config) stableReference(windows []WindowStats) time.Duration {
+	var p99s []time.Duration
+	for i := len(windows) - 1; i >= 0 && len(p99s) < c.StableWindows; i-- {
+		if !windows[i].Partial {
+			p99s = append(p99s, windows[i].P99)
+		}
+	}
+	if len(p99s) == 0 {
+		return 0
+	}
+	slices.Sort(p99s)
+	return p99s[(len(p99s)-1)/2] // lower median: the stricter bar for an even count
+}
+
+// within reports whether the spread lo..hi is inside the tolerance: relative
+// (hi/lo - 1 <= Tolerance) or absolute (hi - lo <= AbsoluteTolerance).
+func (c *Config) within(lo, hi time.Duration) bool {
+	if hi-lo <= c.AbsoluteTolerance.D() {
+		return true
+	}
+	return lo > 0 && float64(hi)/float64(lo)-1 <= c.Tolerance
+}
+
+// trend renders the last few windows' p99 for failure messages: "p99 of
+// windows 8–10: 41.2ms → 30.8ms → 22.0ms (window 1: 412ms); last p50 3.10ms,
+// still falling: …".
+func trend(windows []WindowStats, n int) string {
+	var complete []WindowStats
+	for _, w := range windows {
+		if !w.Partial {
+			complete = append(complete, w)
+		}
+	}
+	if len(complete) == 0 {
+		return "no complete window"
+	}
+	first := max(0, len(complete)-n)
+	var vals []string
+	for _, w := range complete[first:] {
+		vals = append(vals, fmtMs(w.P99))
+	}
+	lastW := complete[len(complete)-1]
+	s := fmt.Sprintf("p99 of windows %d–%d: %s", complete[first].Index, lastW.Index, strings.Join(vals, " → "))
+	if first > 0 {
+		s += fmt.Sprintf(" (window 1: %s)", fmtMs(complete[0].P99))
+	}
+	s += "; last p50 " + fmtMs(lastW.P50)
+	falling := len(complete) >= 3
+	for i := max(1, len(complete)-3); i < len(complete); i++ {
+		if complete[i].P99 >= complete[i-1].P99 {
+			falling = false
+		}
+	}
+	if falling {
+		s += ", still falling: give it more time or requests (deadline, maxRequests)"
+	} else if len(complete) >= 3 {
+		s += ", not settling: check errors, or widen tolerance / window"
+	}
+	return s
+}
+
+// fmtMs formats a latency in milliseconds with three significant digits.
+func fmtMs(d time.Duration) string {
+	ms := float64(d) / float64(time.Millisecond)
+	switch {
+	case ms >= 100:
+		return fmt.Sprintf("%.0fms", ms)
+	case ms >= 10:
+		return fmt.Sprintf("%.1fms", ms)
+	default:
+		return fmt.Sprintf("%.2fms", ms)
+	}
+}

@@ -1,0 +1,212 @@
+package warmup
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"fortio.org/fortio/periodic"
+)
+
+func ms(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
+
+func TestPercentileIsExactNearestRank(t *testing.T) {
+	var samples []sample
+	for i := 100; i >= 1; i-- { // 100 ms … 1 ms, unsorted input
+		samples = append(samples, sample{latency: ms(float64(i)), ok: i%10 != 0})
+	}
+	w, _ := computeWindow(samples, nil)
+	if w.P50 != ms(50) || w.P90 != ms(90) || w.P99 != ms(99) || w.Max != ms(100) || w.Count != 100 || w.Errors != 10 {
+		t.Errorf("1..100 ms: got p50 %s p90 %s p99 %s max %s count %d errors %d", w.P50, w.P90, w.P99, w.Max, w.Count, w.Errors)
+	}
+	// With 20 values nearest-rank p99 is the maximum, p50 the 10th value.
+	w, _ = computeWindow(samples[80:], nil) // 20 … 1 ms
+	if w.P99 != ms(20) || w.P50 != ms(10) {
+		t.Errorf("1..20 ms: p99 %s p50 %s, want 20ms and 10ms", w.P99, w.P50)
+	}
+	if w, _ := computeWindow(nil, nil); w.Count != 0 || w.P99 != 0 {
+		t.Errorf("empty window: %+v", w)
+	}
+}
+
+func windows(p50s, p99s []float64, per int) []WindowStats {
+	var ws []WindowStats
+	for i := range p99s {
+		ws = append(ws, WindowStats{Index: i + 1, Requests: int64((i + 1) * per), Count: per, P50: ms(p50s[i]), P99: ms(p99s[i])})
+	}
+	return ws
+}
+
+func TestJudge(t *testing.T) {
+	base := Config{Window: 100, StableWindows: 3, MinRequests: 300, MaxRequests: 10000, Tolerance: 0.2, AbsoluteTolerance: Duration(time.Millisecond)}.WithDefaults()
+	cases := []struct {
+		name      string
+		cfg       func(*Config)
+		p50, p99  []float64
+		stableP99 time.Duration
+		converged bool
+		why       string
+	}{
+		{name: "settled", p50: []float64{9, 3, 3, 3}, p99: []float64{400, 20, 21, 22}, converged: true},
+		{name: "too few windows", p50: []float64{3, 3}, p99: []float64{20, 20}, why: "2 of 3 windows"},
+		{name: "p99 still falling", p50: []float64{3, 3, 3, 3}, p99: []float64{90, 40, 30, 24}, why: "p99 of last 3 windows spread 24.0ms–40.0ms"},
+		{name: "p50 moving", p50: []float64{9, 6, 4, 3}, p99: []float64{20, 20, 20, 20}, why: "p50 of last 3 windows"},
+		{name: "small absolute spread passes", p50: []float64{0.2, 0.3, 0.5}, p99: []float64{0.5, 1.2, 0.9}, converged: true},
+		{name: "minRequests", cfg: func(c *Config) { c.MinRequests = 500 }, p50: []float64{3, 3, 3, 3}, p99: []float64{20, 20, 20, 20}, why: "400 of minRequests 500"},
+		{name: "errors", cfg: func(c *Config) { r := 0.0; c.MaxErrorRatio = &r }, p50: []float64{3, 3, 3}, p99: []float64{20, 20, 20}, why: "errors"},
+		{name: "stable missing", cfg: func(c *Config) { c.CompareToStable = true }, p50: []float64{3, 3, 3}, p99: []float64{20, 20, 20}, why: "waiting for a stable window"},
+		{name: "above stable", cfg: func(c *Config) { c.CompareToStable = true }, p50: []float64{3, 3, 3}, p99: []float64{20, 20, 20}, stableP99: ms(10), why: "above 1.2 × stable p99 10.0ms"},
+		{name: "within stable ratio", cfg: func(c *Config) { c.CompareToStable = true }, p50: []float64{3, 3, 3}, p99: []float64{20, 20, 20}, stableP99: ms(17), converged: true},
+		{name: "within stable absolute", cfg: func(c *Config) { c.CompareToStable = true }, p50: []float64{1, 1, 1}, p99: []float64{2.5, 2.5, 2.5}, stableP99: ms(1.6), converged: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := base
+			if tc.cfg != nil {
+				tc.cfg(&cfg)
+			}
+			ws := windows(tc.p50, tc.p99, 100)
+			if tc.name == "errors" {
+				ws[len(ws)-1].Errors = 1
+			}
+			v := cfg.judge(ws, tc.stableP99)
+			if v.converged != tc.converged || !strings.Contains(v.why, tc.why) {
+				t.Errorf("judge = %+v, want converged=%v why containing %q", v, tc.converged, tc.why)
+			}
+		})
+	}
+}
+
+func TestStableReferenceIgnoresOneHiccup(t *testing.T) {
+	cfg := Config{StableWindows: 3}
+	ws := windows([]float64{1, 1, 1, 1}, []float64{2, 2, 90, 2}, 100)
+	if got := cfg.stableReference(ws); got != ms(2) {
+		t.Errorf("stable reference with one 90 ms window = %s, want 2ms", got)
+	}
+	if got := cfg.stableReference(ws[:1]); got != ms(2) {
+		t.Errorf("one window: %s", got)
+	}
+	if got := cfg.stableReference(nil); got != 0 {
+		t.Errorf("no window: %s", got)
+	}
+}
+
+func TestTrendMessage(t *testing.T) {
+	ws := windows([]float64{9, 8, 7, 6, 5, 4, 3, 3}, []float64{412, 200, 100, 80, 60, 45, 33, 25}, 100)
+	got := trend(ws, 6)
+	for _, want := range []string{"p99 of windows 3–8: 100ms → 80.0ms → 60.0ms → 45.0ms → 33.0ms → 25.0ms", "(window 1: 412ms)", "last p50 3.00ms", "still falling"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("trend %q lacks %q", got, want)
+		}
+	}
+	if got := trend(windows([]float64{3, 3, 3}, []float64{20, 40, 20}, 100), 6); !strings.Contains(got, "not settling") {
+		t.Errorf("noisy trend %q", got)
+	}
+}
+
+func TestConfigDecodeAndValidate(t *testing.T) {
+	var c Config
+	err := DecodeConfig([]byte(`{"qsp": 10}`), &c)
+	if err == nil || !strings.Contains(err.Error(), `unknown field "qsp"`) {
+		t.Errorf("typo: err = %v, want unknown field", err)
+	}
+	err = DecodeConfig([]byte(`{"deadline": 10}`), &c)
+	if err == nil || !strings.Contains(err.Error(), "deadline") || !strings.Contains(err.Error(), `"30s"`) {
+		t.Errorf("bare number duration: err = %v, want the field and an example", err)
+	}
+	err = DecodeConfig([]byte(`{"deadline": "5m", "timeout": "2s", "qps": 50, "requests": [{"path": "/x"}], "maxErrorRatio": 0}`), &c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c = c.WithDefaults()
+	if c.Deadline.D() != 5*time.Minute || c.Timeout.D() != 2*time.Second || c.QPS != 50 || *c.MaxErrorRatio != 0 ||
+		c.Requests[0].Method != "GET" || c.Requests[0].Weight != 1 || c.Window != DefaultWindow {
+		t.Errorf("decoded+defaulted config wrong: %+v", c)
+	}
+	if err := c.Validate(); err != nil {
+		t.Errorf("valid config refused: %v", err)
+	}
+	out, _ := json.Marshal(Config{Deadline: Duration(90 * time.Second)})
+	if !strings.Contains(string(out), `"deadline":"1m30s"`) {
+		t.Errorf("marshal: %s", out)
+	}
+
+	bad := Config{QPS: -1, Window: 5, StableWindows: 1, Tolerance: -1, MarkerHeader: "bad header", HealthPath: "healthz",
+		Requests: []RequestSpec{{Path: "x"}, {Path: "/{{randInt 1}", Headers: map[string]string{"bad name": "v"}}}}.WithDefaults()
+	err = bad.Validate()
+	for _, want := range []string{"qps", "window", "stableWindows", "tolerance", "markerHeader", "healthPath", "requests[0].path", "requests[1].path", "requests[1].headers"} {
+		if err == nil || !strings.Contains(err.Error(), want+":") && !strings.Contains(err.Error(), want) {
+			t.Errorf("validate: error %v does not name %s", err, want)
+		}
+	}
+}
+
+func TestURLTargets(t *testing.T) {
+	ts, err := URLTargets("urls", []string{"http://127.0.0.1:8080", "http://127.0.0.1:8080/", "http://10.0.0.5:80"})
+	if err != nil || len(ts) != 2 || ts[0].URL != "http://127.0.0.1:8080" {
+		t.Errorf("targets %+v err %v", ts, err)
+	}
+	for _, bad := range []string{"https://x:1", "http://x:1/api", "127.0.0.1:8080", "http://x:1/?a=b"} {
+		if _, err := URLTargets("--url", []string{bad}); err == nil || !strings.Contains(err.Error(), "--url[0]") {
+			t.Errorf("%q: err = %v, want an error naming --url[0]", bad, err)
+		}
+	}
+}
+
+func BenchmarkComputeWindow(b *testing.B) {
+	for _, n := range []int{100, 1000} {
+		b.Run(fmt.Sprintf("window=%d", n), func(b *testing.B) {
+			rng := rand.New(rand.NewPCG(1, 2))
+			samples := make([]sample, n)
+			for i := range samples {
+				samples[i] = sample{latency: time.Duration(rng.ExpFloat64() * float64(time.Millisecond)), ok: true}
+			}
+			var scratch []time.Duration
+			b.ReportAllocs()
+			for b.Loop() {
+				_, scratch = computeWindow(samples, scratch)
+			}
+		})
+	}
+}
+
+// BenchmarkGeneratorNext is the per-request cost of drawing and rendering a
+// templated request.
+func BenchmarkGeneratorNext(b *testing.B) {
+	cfg := Config{Requests: []RequestSpec{
+		{Path: `/items/{{randInt 1 100000}}?color={{pick "red" "green" "blue"}}`, Weight: 3, Headers: map[string]string{"X-Request-Id": "{{uuid}}"}},
+		{Path: "/static/home", Weight: 1},
+	}}.WithDefaults()
+	set, err := newRequestSet(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var seq atomic.Int64
+	g := set.newGenerator(1, 2, &seq)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := g.next(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkRecorderReport is danki's bookkeeping per request (what periodic
+// calls after every request), windows handed off included.
+func BenchmarkRecorderReport(b *testing.B) {
+	events := make(chan event, 16)
+	go func() {
+		for range events {
+		}
+	}()
+	rec := newRecorder(100, 0, events)
+	b.ReportAllocs()
+	for b.Loop() {
+		rec.Report(b.Context(), periodic.ThreadID(0), 0, time.Time{}, 0.0023, true, "200")
+	}
+	close(events)
+}
