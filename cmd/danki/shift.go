@@ -133,7 +133,7 @@ var newIstioClient = func(o *shiftOptions) (istioclient.Interface, error) {
 	}
 	client, err := istioclient.NewForConfig(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("Istio client for %s: %w", cfg.Host, err)
+		return nil, fmt.Errorf("build Istio client for %s: %w", cfg.Host, err)
 	}
 	return client, nil
 }

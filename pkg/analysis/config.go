@@ -425,7 +425,7 @@ func (c *Config) validateSource(p *problems, r *rules) {
 		if ec.ResponseCodeLabel == "" {
 			ec.ResponseCodeLabel = DefaultResponseCode
 		}
-		if !model.LabelName(ec.ResponseCodeLabel).IsValidLegacy() {
+		if !model.LegacyValidation.IsValidLabelName(ec.ResponseCodeLabel) {
 			p.add("envoy.responseCodeLabel: %q is not a Prometheus label name", ec.ResponseCodeLabel)
 		}
 		validateLabels(p, "envoy.labels", ec.Labels)
@@ -481,7 +481,7 @@ func validateIstioSelector(p *problems, field string, s *IstioSelector) {
 
 func validateLabels(p *problems, field string, labels map[string]string) {
 	for k := range labels {
-		if !model.LabelName(k).IsValidLegacy() {
+		if !model.LegacyValidation.IsValidLabelName(k) {
 			p.add("%s: %q is not a Prometheus label name", field, k)
 		}
 	}

@@ -36,14 +36,6 @@ func cumulative(bounds []float64, counts []float64) Histogram {
 // lognormal is a latency distribution: median m ms, shape sigma, times scale.
 type lognormal struct{ median, sigma, scale float64 }
 
-func (d lognormal) draw(rng *rand.Rand) float64 {
-	s := d.scale
-	if s == 0 {
-		s = 1
-	}
-	return s * d.median * math.Exp(d.sigma*rng.NormFloat64())
-}
-
 // quantile is the true quantile of the distribution.
 func (d lognormal) quantile(q float64) float64 {
 	s := d.scale

@@ -1,0 +1,125 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/argoproj/argo-rollouts/metricproviders/plugin/rpc"
+	"github.com/argoproj/argo-rollouts/pkg/apis/rollouts/v1alpha1"
+	steprpc "github.com/argoproj/argo-rollouts/rollout/steps/plugin/rpc"
+	routerrpc "github.com/argoproj/argo-rollouts/rollout/trafficrouting/plugin/rpc"
+	"github.com/danki-dev/danki/rollouts"
+	"github.com/hashicorp/go-hclog"
+	goplugin "github.com/hashicorp/go-plugin"
+)
+
+// buildDanki builds the danki binary the way the controller runs it.
+func buildDanki(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds and starts the danki binary (skipped with -short)")
+	}
+	bin := filepath.Join(t.TempDir(), "danki")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// TestPluginBinaryServesAllThreeKinds starts the real binary as the Argo
+// Rollouts controller does (go-plugin, Argo's handshake and plugin types) once
+// per kind and talks to each plugin over net/rpc.
+func TestPluginBinaryServesAllThreeKinds(t *testing.T) {
+	bin := buildDanki(t)
+	// A kubeconfig that parses but points nowhere: InitPlugin builds clients
+	// without connecting.
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kubeconfig, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	dispense := func(t *testing.T, kind, key string, p goplugin.Plugin) any {
+		var stderr bytes.Buffer
+		cmd := exec.Command(bin, "plugin")
+		cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
+		client := goplugin.NewClient(&goplugin.ClientConfig{
+			HandshakeConfig: goplugin.HandshakeConfig{ProtocolVersion: rollouts.ProtocolVersion, MagicCookieKey: rollouts.MagicCookieKey, MagicCookieValue: kind},
+			Plugins:         map[string]goplugin.Plugin{key: p},
+			Cmd:             cmd,
+			Stderr:          &stderr,
+			Logger:          hclog.NewNullLogger(),
+		})
+		t.Cleanup(client.Kill)
+		conn, err := client.Client()
+		if err != nil {
+			t.Fatalf("start danki plugin as %s: %v\nstderr: %s", kind, err, stderr.String())
+		}
+		raw, err := conn.Dispense(key)
+		if err != nil {
+			t.Fatalf("dispense %s: %v", key, err)
+		}
+		return raw
+	}
+
+	t.Run("step", func(t *testing.T) {
+		p := dispense(t, rollouts.KindStep, "RpcStepPlugin", &steprpc.RpcStepPlugin{}).(steprpc.StepPlugin)
+		if err := p.InitPlugin(); err.HasError() {
+			t.Fatalf("InitPlugin: %v", err)
+		}
+		if got := p.Type(); got != "danki/warmup" {
+			t.Fatalf("Type() = %q, want danki/warmup", got)
+		}
+	})
+	t.Run("trafficrouter", func(t *testing.T) {
+		p := dispense(t, rollouts.KindTrafficRouter, "RpcTrafficRouterPlugin", &routerrpc.RpcTrafficRouterPlugin{}).(routerrpc.TrafficRouterPlugin)
+		if err := p.InitPlugin(); err.HasError() {
+			t.Fatalf("InitPlugin: %v", err)
+		}
+		if got := p.Type(); got != "danki/istio" {
+			t.Fatalf("Type() = %q, want danki/istio", got)
+		}
+	})
+	t.Run("metricprovider", func(t *testing.T) {
+		p := dispense(t, rollouts.KindMetricProvider, "RpcMetricProviderPlugin", &rpc.RpcMetricProviderPlugin{}).(rpc.MetricProviderPlugin)
+		if err := p.InitPlugin(); err.HasError() {
+			t.Fatalf("InitPlugin: %v", err)
+		}
+		if got := p.Type(); got != "danki/latency" {
+			t.Fatalf("Type() = %q, want danki/latency", got)
+		}
+		// A measurement against a Prometheus that is not there is an Error
+		// naming it, never a pass.
+		metric := v1alpha1.Metric{Name: "latency", Provider: v1alpha1.MetricProvider{Plugin: map[string]json.RawMessage{
+			"danki/latency": json.RawMessage(`{"source":"envoy","window":"5m","prometheus":{"address":"http://127.0.0.1:1"},"envoy":{"canaryCluster":"c","stableCluster":"s"},"slo":{"p99":"250ms"}}`),
+		}}}
+		m := p.Run(&v1alpha1.AnalysisRun{}, metric)
+		if m.Phase != v1alpha1.AnalysisPhaseError || !strings.Contains(m.Message, "127.0.0.1:1") {
+			t.Fatalf("Run against an absent Prometheus: phase %s message %q, want Error naming 127.0.0.1:1", m.Phase, m.Message)
+		}
+	})
+}
+
+func TestPluginCommandRefusesWithoutController(t *testing.T) {
+	bin := buildDanki(t)
+	cmd := exec.Command(bin, "plugin")
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("danki plugin without the handshake variable succeeded: %s", out)
+	}
+	if !strings.Contains(string(out), "ARGO_ROLLOUTS_RPC_PLUGIN") || !strings.Contains(string(out), "argo-rollouts-config") {
+		t.Fatalf("danki plugin error %q does not name the variable and the ConfigMap", out)
+	}
+}
