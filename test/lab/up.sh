@@ -65,7 +65,11 @@ start kube-controller-manager "$bin/kube-controller-manager" --kubeconfig "$kube
 	--use-service-account-credentials=false --controllers '*,-nodeipam'
 start kube-scheduler "$bin/kube-scheduler" --kubeconfig "$kubeconfig" \
 	--leader-elect=false --bind-address 127.0.0.1 --secure-port "$SCHEDULER_PORT"
-start kwok "$bin/kwok" --kubeconfig "$kubeconfig" --config "$bin/kwok-stages.yaml" \
+# kwok keeps the lab node Ready (node stages) but leaves its pods alone: the
+# lab runner (test/lab/mesh.sh) owns their status and runs them as processes.
+awk 'BEGIN { RS = "\n---\n"; ORS = "" } { sub(/^---\n/, "") } !/kind: Pod/ { print "---\n" $0 "\n" }' "$bin/kwok-stages.yaml" >"$run/kwok-node-stages.yaml"
+grep -q 'kind: Node' "$run/kwok-node-stages.yaml" || die "no node stages in $bin/kwok-stages.yaml: rerun test/lab/build.sh kwok"
+start kwok "$bin/kwok" --kubeconfig "$kubeconfig" --config "$run/kwok-node-stages.yaml" \
 	--manage-all-nodes=false --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake \
 	--server-address "127.0.0.1:$KWOK_PORT"
 
@@ -88,3 +92,6 @@ wait_for "node $LAB_NODE" 60 kubectl_lab wait --for=condition=Ready "node/$LAB_N
 wait_for "default service account" 60 kubectl_lab get serviceaccount default -n default
 
 log "control plane up: kubectl --kubeconfig $kubeconfig get nodes,pods -A"
+
+# Pod network, lab runner, istiod + Envoy, Prometheus, Argo Rollouts.
+[ "${LAB_CONTROL_PLANE_ONLY:-}" = 1 ] || "$here/mesh.sh" up

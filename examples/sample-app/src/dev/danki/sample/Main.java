@@ -1,0 +1,165 @@
+package dev.danki.sample;
+
+import com.sun.net.httpserver.HttpExchange;
+import com.sun.net.httpserver.HttpServer;
+
+import java.io.IOException;
+import java.io.InputStream;
+import java.io.OutputStream;
+import java.net.InetSocketAddress;
+import java.net.URI;
+import java.nio.charset.StandardCharsets;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+
+/**
+ * The danki sample app: a small HTTP service whose main endpoint does the kind
+ * of CPU work a real JVM service does per request (JSON, streams, BigDecimal,
+ * regex, java.time, hashing, a chain of many small classes), so that a fresh
+ * process is tens of times slower than a warm one, like the services in the
+ * field reports.
+ *
+ * <p>Endpoints: {@code GET /} (or {@code /api/quote}) the main work,
+ * {@code POST /orders} a write that rolls back under the warm-up header
+ * {@code X-Danki-Warmup}, {@code GET /orders/count}, {@code GET /healthz},
+ * {@code GET /metrics} (Prometheus text).
+ *
+ * <p>Configuration (flag, else environment variable): {@code --version}/VERSION,
+ * {@code --port}/PORT (8080), {@code --bind}/BIND_ADDRESS (0.0.0.0),
+ * {@code --slow-ms}/SLOW_MS (0: extra delay per request, for a "bad" canary),
+ * {@code --threads}/THREADS (8).
+ */
+public final class Main {
+    static final String WARMUP_HEADER = "X-Danki-Warmup";
+
+    private Main() {}
+
+    public static void main(String[] args) throws IOException {
+        Config cfg = Config.parse(args);
+        Metrics metrics = new Metrics(cfg.version);
+        OrderStore orders = new OrderStore();
+        Workload work = new Workload();
+
+        HttpServer server = HttpServer.create(new InetSocketAddress(cfg.bind, cfg.port), 128);
+        ExecutorService pool = Executors.newFixedThreadPool(cfg.threads);
+        server.setExecutor(pool);
+        server.createContext("/", ex -> handle(ex, cfg, metrics, () -> quote(ex, cfg, work)));
+        server.createContext("/healthz", ex -> handle(ex, cfg, metrics, () -> new Reply(200, "text/plain", "ok\n")));
+        server.createContext("/metrics", ex -> handle(ex, cfg, metrics, () -> new Reply(200, "text/plain; version=0.0.4", metrics.render())));
+        server.createContext("/orders", ex -> handle(ex, cfg, metrics, () -> orders(ex, cfg, work, orders)));
+        Runtime.getRuntime().addShutdownHook(new Thread(() -> {
+            server.stop(0);
+            pool.shutdownNow();
+        }));
+        server.start();
+        System.err.printf("sample-app %s listening on %s:%d (slow-ms=%d, threads=%d)%n",
+                cfg.version, cfg.bind, cfg.port, cfg.slowMs, cfg.threads);
+    }
+
+    record Reply(int status, String contentType, String body) {}
+
+    interface Handler {
+        Reply run() throws Exception;
+    }
+
+    private static void handle(HttpExchange ex, Config cfg, Metrics metrics, Handler h) throws IOException {
+        long start = System.nanoTime();
+        Reply reply;
+        try {
+            reply = h.run();
+        } catch (BadRequest e) {
+            reply = new Reply(400, "application/json", "{\"error\":" + Json.quote(e.getMessage()) + "}\n");
+        } catch (Exception e) {
+            reply = new Reply(500, "application/json", "{\"error\":" + Json.quote(String.valueOf(e)) + "}\n");
+        }
+        byte[] body = reply.body().getBytes(StandardCharsets.UTF_8);
+        ex.getResponseHeaders().set("Content-Type", reply.contentType());
+        ex.getResponseHeaders().set("X-Version", cfg.version);
+        ex.sendResponseHeaders(reply.status(), body.length);
+        try (OutputStream out = ex.getResponseBody()) {
+            out.write(body);
+        }
+        metrics.observe(metricPath(ex.getRequestURI().getPath()), reply.status(), (System.nanoTime() - start) / 1e9);
+    }
+
+    private static Reply quote(HttpExchange ex, Config cfg, Workload work) throws Exception {
+        URI uri = ex.getRequestURI();
+        if (!uri.getPath().equals("/") && !uri.getPath().equals("/api/quote")) {
+            return new Reply(404, "application/json", "{\"error\":\"not found: " + uri.getPath() + "\"}\n");
+        }
+        drain(ex);
+        slow(cfg);
+        Workload.Result r = work.quote(seed(uri));
+        return new Reply(200, "application/json", "{\"version\":" + Json.quote(cfg.version)
+                + ",\"items\":" + r.items() + ",\"total\":\"" + r.total() + "\",\"digest\":\"" + r.digest()
+                + "\",\"filters\":" + r.filters() + "}\n");
+    }
+
+    private static Reply orders(HttpExchange ex, Config cfg, Workload work, OrderStore orders) throws Exception {
+        String path = ex.getRequestURI().getPath();
+        String method = ex.getRequestMethod();
+        if (path.equals("/orders/count") && method.equals("GET")) {
+            drain(ex);
+            return new Reply(200, "application/json", "{\"version\":" + Json.quote(cfg.version)
+                    + ",\"count\":" + orders.count() + "}\n");
+        }
+        if (path.equals("/orders") && method.equals("POST")) {
+            String body;
+            try (InputStream in = ex.getRequestBody()) {
+                body = new String(in.readAllBytes(), StandardCharsets.UTF_8);
+            }
+            slow(cfg);
+            boolean warmup = ex.getRequestHeaders().containsKey(WARMUP_HEADER);
+            OrderStore.Outcome o = orders.place(work, body, warmup);
+            return new Reply(o.committed() ? 201 : 200, "application/json", "{\"version\":" + Json.quote(cfg.version)
+                    + ",\"id\":" + Json.quote(o.id()) + ",\"total\":\"" + o.total() + "\",\"committed\":" + o.committed()
+                    + ",\"warmup\":" + warmup + "}\n");
+        }
+        drain(ex);
+        return new Reply(405, "application/json", "{\"error\":\"use POST /orders or GET /orders/count\"}\n");
+    }
+
+    /** The path as a metric label: known paths only, so labels stay few. */
+    private static String metricPath(String path) {
+        return switch (path) {
+            case "/", "/api/quote", "/healthz", "/metrics", "/orders", "/orders/count" -> path;
+            default -> "other";
+        };
+    }
+
+    private static long seed(URI uri) {
+        String q = uri.getRawQuery();
+        if (q != null) {
+            for (String kv : q.split("&")) {
+                if (kv.startsWith("seed=")) {
+                    try {
+                        return Long.parseLong(kv.substring(5));
+                    } catch (NumberFormatException e) {
+                        throw new BadRequest("query parameter seed must be an integer, got " + kv.substring(5));
+                    }
+                }
+            }
+        }
+        return System.nanoTime();
+    }
+
+    private static void slow(Config cfg) throws InterruptedException {
+        if (cfg.slowMs > 0) {
+            Thread.sleep(cfg.slowMs);
+        }
+    }
+
+    private static void drain(HttpExchange ex) throws IOException {
+        try (InputStream in = ex.getRequestBody()) {
+            in.transferTo(OutputStream.nullOutputStream());
+        }
+    }
+
+    static final class BadRequest extends RuntimeException {
+        private static final long serialVersionUID = 1L;
+
+        BadRequest(String msg) {
+            super(msg);
+        }
+    }
+}

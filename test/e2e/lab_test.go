@@ -1,0 +1,455 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/argoproj/argo-rollouts/pkg/apis/rollouts/v1alpha1"
+	argoclient "github.com/argoproj/argo-rollouts/pkg/client/clientset/versioned"
+	"github.com/danki-dev/danki/test/testenv"
+	promapi "github.com/prometheus/client_golang/api"
+	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
+	"github.com/prometheus/common/model"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// Where the lab listens (test/lab/mesh.sh defaults).
+const (
+	gatewayURL    = "http://127.0.0.1:18080/"
+	envoyAdminURL = "http://127.0.0.1:15000"
+	prometheusURL = "http://127.0.0.1:19090"
+	labNetns      = "danki-lab"
+	requests      = 1000
+)
+
+// TestLabCanarySplit is the lab's acceptance test: lab up, the sample app as
+// a Rollout behind the Istio gateway (pods are real JVMs), image → v2, the
+// rollout pauses at setWeight 50 and 1,000 requests through Envoy split
+// about evenly between v1 and v2; Prometheus has a p99 per version from
+// Envoy's histograms; lab down leaves no process behind.
+func TestLabCanarySplit(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end lab test: builds and starts the whole lab (skipped with -short)")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("the lab's pod network (ip netns, veth) needs root")
+	}
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache, err := testenv.CacheDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := filepath.Join(cache, "lab", "run")
+	if pids := alivePIDs(t, filepath.Join(run, "pids")); len(pids) > 0 {
+		t.Skipf("a lab is already running (pids %v): run `make lab-down` first; this test brings its own up and down", pids)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+
+	// Lab up (first run builds istiod, the Argo controller, …: minutes).
+	var started []int
+	t.Cleanup(func() {
+		script(t, context.Background(), root, "test/lab/down.sh")
+		assertAllGone(t, started, filepath.Join(cache, "lab", "bin", "sample-app.jar"))
+	})
+	t.Log("lab up …")
+	if err := script(t, ctx, root, "test/lab/up.sh"); err != nil {
+		t.Fatalf("test/lab/up.sh: %v", err)
+	}
+	started = alivePIDs(t, filepath.Join(run, "pids"))
+	if len(started) < 8 {
+		t.Fatalf("lab up started %d processes (%v), want etcd, API server, controller-manager, scheduler, kwok, runner, istiod, Envoy, Prometheus, Argo", len(started), started)
+	}
+
+	kubeconfig := filepath.Join(cache, "lab", "kubeconfig")
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kube := kubernetes.NewForConfigOrDie(cfg)
+	argo := argoclient.NewForConfigOrDie(cfg)
+
+	t.Log("kubectl apply -f examples/lab/")
+	apply := exec.CommandContext(ctx, "kubectl", "--kubeconfig", kubeconfig, "apply", "-f", filepath.Join(root, "examples", "lab"))
+	if out, err := apply.CombinedOutput(); err != nil {
+		t.Fatalf("kubectl apply -f examples/lab/: %v\n%s", err, out)
+	}
+	rollouts := argo.ArgoprojV1alpha1().Rollouts("default")
+	waitFor(t, ctx, 5*time.Minute, "Rollout app Healthy with 2 available v1 pods", func() (bool, string) {
+		ro, err := rollouts.Get(ctx, "app", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return ro.Status.Phase == v1alpha1.RolloutPhaseHealthy && ro.Status.AvailableReplicas == 2,
+			fmt.Sprintf("phase %s, %d available: %s", ro.Status.Phase, ro.Status.AvailableReplicas, ro.Status.Message)
+	})
+	assertJVMPods(t, ctx, kube, 2)
+
+	t.Log("image → danki.dev/sample-app:v2")
+	patch := `[{"op":"replace","path":"/spec/template/spec/containers/0/image","value":"danki.dev/sample-app:v2"}]`
+	if _, err := rollouts.Patch(ctx, "app", types.JSONPatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatalf("set image v2: %v", err)
+	}
+	waitFor(t, ctx, 5*time.Minute, "Rollout app paused at setWeight 50 with a ready canary", func() (bool, string) {
+		ro, err := rollouts.Get(ctx, "app", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		w := ro.Status.Canary.Weights
+		if w == nil {
+			return false, fmt.Sprintf("phase %s, no weights yet", ro.Status.Phase)
+		}
+		return ro.Status.Phase == v1alpha1.RolloutPhasePaused && w.Canary.Weight == 50 && ro.Status.UpdatedReplicas >= 1 && ro.Status.AvailableReplicas >= 3,
+			fmt.Sprintf("phase %s, step %v, weights %d/%d, updated %d, available %d", ro.Status.Phase,
+				ptrVal(ro.Status.CurrentStepIndex), w.Stable.Weight, w.Canary.Weight, ro.Status.UpdatedReplicas, ro.Status.AvailableReplicas)
+	})
+	assertJVMPods(t, ctx, kube, 3)
+	// The rollout's weights are in the VirtualService; wait until Envoy has
+	// the 50/50 route and healthy endpoints on both sides.
+	waitFor(t, ctx, 2*time.Minute, "Envoy routes 50/50 to healthy stable and canary endpoints", envoyReady)
+
+	t.Logf("sending %d requests through the gateway %s", requests, gatewayURL)
+	counts, errs := sendRequests(ctx, requests, 4)
+	t.Logf("answers by version: %v; failed requests: %d", counts, len(errs))
+	if len(errs) > 0 {
+		t.Errorf("%d of %d requests failed, first: %v", len(errs), requests, errs[0])
+	}
+	if len(counts) != 2 || counts["v1"]+counts["v2"] != requests-len(errs) {
+		t.Fatalf("answers by version %v: want only v1 and v2", counts)
+	}
+	// Binomial(1000, 0.5) has σ ≈ 16: ±100 is 6σ, and still catches a 60/40 split.
+	for _, v := range []string{"v1", "v2"} {
+		if n := counts[v]; n < 400 || n > 600 {
+			t.Errorf("%s answered %d of %d requests; want 400–600 at setWeight 50", v, n, requests)
+		}
+	}
+
+	// Warm-up writes through the gateway run the real code path but keep
+	// nothing: every pod still counts zero orders.
+	assertWarmupWritesRollBack(t, ctx)
+
+	// Prometheus: p99 per version from Envoy's upstream histograms. Envoy
+	// flushes histograms every 5 s and rate() needs two scrapes.
+	prom, err := promapi.NewClient(promapi.Config{Address: prometheusURL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := promv1.NewAPI(prom)
+	for _, side := range []string{"stable", "canary"} {
+		q := fmt.Sprintf(`histogram_quantile(0.99, sum by (le) (rate(envoy_cluster_upstream_rq_time_bucket{cluster_name=~"outbound\\|8080\\|\\|app-%s.*"}[1m])))`, side)
+		var p99 float64
+		waitFor(t, ctx, 2*time.Minute, "Prometheus p99 for app-"+side, func() (bool, string) {
+			v, _, _, err := api.Query(ctx, q, time.Now())
+			if err != nil {
+				return false, err.Error()
+			}
+			vec, ok := v.(model.Vector)
+			if !ok || len(vec) != 1 {
+				return false, fmt.Sprintf("result %v", v)
+			}
+			p99 = float64(vec[0].Value)
+			return !math.IsNaN(p99) && p99 > 0, fmt.Sprintf("p99 %v", p99)
+		})
+		t.Logf("p99 via Envoy for app-%s: %.1f ms  (%s)", side, p99, q)
+	}
+}
+
+// script runs a lab script, streaming its progress into the test log.
+func script(t *testing.T, ctx context.Context, root, path string) error {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, filepath.Join(root, path))
+	cmd.Dir = root
+	cmd.WaitDelay = 10 * time.Second
+	pr, pw := io.Pipe()
+	cmd.Stdout, cmd.Stderr = pw, pw
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			t.Log(sc.Text())
+		}
+	}()
+	err := cmd.Run()
+	pw.Close()
+	wg.Wait()
+	return err
+}
+
+func waitFor(t *testing.T, ctx context.Context, limit time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	start := time.Now()
+	deadline := start.Add(limit)
+	last := ""
+	for {
+		ok, state := cond()
+		if ok {
+			t.Logf("%s (after %.1f s)", what, time.Since(start).Seconds())
+			return
+		}
+		if state != last {
+			t.Logf("waiting for %s: %s", what, state)
+			last = state
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			t.Fatalf("%s: not reached after %s; last state: %s", what, limit, state)
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// assertJVMPods checks that n pods of the sample app run, each as a real
+// java process whose PID the runner reported as the container ID.
+func assertJVMPods(t *testing.T, ctx context.Context, kube kubernetes.Interface, n int) {
+	t.Helper()
+	pods, err := kube.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=sample-app"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	running := 0
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning || len(p.Status.ContainerStatuses) != 1 {
+			continue
+		}
+		id := strings.TrimPrefix(p.Status.ContainerStatuses[0].ContainerID, "danki-lab://")
+		pid, err := strconv.Atoi(id)
+		if err != nil {
+			t.Errorf("pod %s: container ID %q is not a lab process", p.Name, p.Status.ContainerStatuses[0].ContainerID)
+			continue
+		}
+		comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+		if err != nil || strings.TrimSpace(string(comm)) != "java" {
+			t.Errorf("pod %s: process %d is %q (%v), want java", p.Name, pid, strings.TrimSpace(string(comm)), err)
+			continue
+		}
+		if !strings.HasPrefix(p.Status.PodIP, "10.244.0.") {
+			t.Errorf("pod %s: IP %q not from the lab node's pod CIDR 10.244.0.0/24", p.Name, p.Status.PodIP)
+		}
+		running++
+	}
+	if running != n {
+		t.Fatalf("%d sample-app pods run as JVMs, want %d", running, n)
+	}
+	t.Logf("%d sample-app pods are java processes in the lab's network namespace", n)
+}
+
+var (
+	routeWeight = regexp.MustCompile(`"name":\s*"outbound\|8080\|\|app-(stable|canary)\.default\.svc\.cluster\.local",\s*"weight":\s*50\b`)
+	healthyEP   = regexp.MustCompile(`(?m)^outbound\|8080\|\|app-(stable|canary)\.default\.svc\.cluster\.local::10\.244\.0\.\d+:8080::health_flags::healthy$`)
+)
+
+func envoyReady() (bool, string) {
+	routes, err := adminGet("/config_dump?resource=dynamic_route_configs")
+	if err != nil {
+		return false, err.Error()
+	}
+	clusters, err := adminGet("/clusters")
+	if err != nil {
+		return false, err.Error()
+	}
+	weights := map[string]bool{}
+	for _, m := range routeWeight.FindAllStringSubmatch(routes, -1) {
+		weights[m[1]] = true
+	}
+	healthy := map[string]int{}
+	for _, m := range healthyEP.FindAllStringSubmatch(clusters, -1) {
+		healthy[m[1]]++
+	}
+	return len(weights) == 2 && healthy["stable"] >= 1 && healthy["canary"] >= 1,
+		fmt.Sprintf("weight-50 routes %v, healthy endpoints %v", weights, healthy)
+}
+
+func adminGet(path string) (string, error) {
+	resp, err := http.Get(envoyAdminURL + path)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
+}
+
+// sendRequests sends n GETs through the gateway on `workers` keep-alive
+// connections and counts which version answered (X-Version header, checked
+// against the JSON body).
+func sendRequests(ctx context.Context, n, workers int) (map[string]int, []error) {
+	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: workers}}
+	var (
+		mu     sync.Mutex
+		counts = map[string]int{}
+		errs   []error
+		wg     sync.WaitGroup
+		next   = make(chan int)
+	)
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				v, err := oneRequest(ctx, client, i)
+				mu.Lock()
+				if err != nil {
+					errs = append(errs, err)
+				} else {
+					counts[v]++
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	for i := 0; i < n; i++ {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	return counts, errs
+}
+
+func oneRequest(ctx context.Context, client *http.Client, i int) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, gatewayURL+"?seed="+strconv.Itoa(i), nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("request %d: status %d: %s", i, resp.StatusCode, bytes.TrimSpace(body))
+	}
+	var doc struct{ Version string }
+	if err := json.Unmarshal(body, &doc); err != nil {
+		return "", fmt.Errorf("request %d: body %q: %w", i, body, err)
+	}
+	if h := resp.Header.Get("X-Version"); h != doc.Version {
+		return "", fmt.Errorf("request %d: X-Version %q but body says %q", i, h, doc.Version)
+	}
+	return doc.Version, nil
+}
+
+func assertWarmupWritesRollBack(t *testing.T, ctx context.Context) {
+	t.Helper()
+	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{Proxy: nil}}
+	call := func(method, path, body string, warmup bool) map[string]any {
+		req, err := http.NewRequestWithContext(ctx, method, gatewayURL+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if warmup {
+			req.Header.Set("X-Danki-Warmup", "1")
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatalf("%s %s: %v", method, path, err)
+		}
+		defer resp.Body.Close()
+		var doc map[string]any
+		if err := json.NewDecoder(resp.Body).Decode(&doc); err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s %s: status %d, %v", method, path, resp.StatusCode, err)
+		}
+		return doc
+	}
+	order := `{"email":"warmup@example.com","lines":[{"sku":"ABC-0001-abcdef","qty":2,"price":"9.99"}]}`
+	for i := 0; i < 10; i++ {
+		if doc := call(http.MethodPost, "orders", order, true); doc["committed"] != false {
+			t.Fatalf("warm-up POST /orders answered %v: want committed false", doc)
+		}
+	}
+	for i := 0; i < 10; i++ {
+		if doc := call(http.MethodGet, "orders/count", "", false); doc["count"] != float64(0) {
+			t.Fatalf("GET /orders/count after warm-up writes answered %v: want count 0", doc)
+		}
+	}
+	t.Log("10 warm-up POST /orders through the gateway: all rolled back, every pod counts 0 orders")
+}
+
+// alivePIDs lists the live processes recorded in the lab's pid files.
+func alivePIDs(t *testing.T, dir string) []int {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(dir, "*.pid"))
+	var pids []int
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err == nil && syscall.Kill(pid, 0) == nil {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// assertAllGone checks that lab down stopped every process lab up started,
+// the pods' JVMs (they lived in the network namespace) and the namespace.
+func assertAllGone(t *testing.T, pids []int, jar string) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for _, pid := range pids {
+		for syscall.Kill(pid, 0) == nil && !zombie(pid) {
+			if time.Now().After(deadline) {
+				t.Errorf("process %d (%s) still running after lab down", pid, cmdline(pid))
+				break
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	out, _ := exec.Command("ip", "netns", "list").Output()
+	if regexp.MustCompile(`(?m)^` + labNetns + `\b`).Match(out) {
+		t.Errorf("network namespace %s still exists after lab down", labNetns)
+	}
+	if java, _ := exec.Command("pgrep", "-f", regexp.QuoteMeta(jar)).Output(); len(bytes.TrimSpace(java)) > 0 {
+		t.Errorf("sample app JVMs still running after lab down: pids %s", bytes.Fields(java))
+	}
+}
+
+func zombie(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	return len(f) > 0 && f[0] == "Z"
+}
+
+func cmdline(pid int) string {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	return strings.ReplaceAll(string(bytes.TrimRight(b, "\x00")), "\x00", " ")
+}
+
+func ptrVal(p *int32) any {
+	if p == nil {
+		return "-"
+	}
+	return *p
+}
