@@ -48,7 +48,7 @@ bench: ## Go benchmarks (speed and memory targets live here, not in tests)
 
 demo: ## the whole story: baseline vs danki rollout in the lab
 	@echo "make demo: not yet — the side-by-side rollout demo lands with the demo issue (#7)."
-	@echo "What runs today: 'make lab-up' (local control plane) and 'make test'."
+	@echo "What runs today: 'make lab-up' (the whole lab; see README.md), the danki CLI and 'make test'."
 
 lab-bins: ## build the lab's binaries into $(DANKI_CACHE)/lab/bin (cached; ~25 min cold on an idle 2-core machine)
 	test/lab/build.sh
