@@ -48,55 +48,9 @@ const (
 // about evenly between v1 and v2; Prometheus has a p99 per version from
 // Envoy's histograms; lab down leaves no process behind.
 func TestLabCanarySplit(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end lab test: builds and starts the whole lab (skipped with -short)")
-	}
-	if os.Geteuid() != 0 {
-		t.Skip("the lab's pod network (ip netns, veth) needs root")
-	}
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cache, err := testenv.CacheDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	run := filepath.Join(cache, "lab", "run")
-	if pids := alivePIDs(t, filepath.Join(run, "pids")); len(pids) > 0 {
-		t.Skipf("a lab is already running (pids %v): run `make lab-down` first; this test brings its own up and down", pids)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
-	defer cancel()
-
-	// Lab up (first run builds istiod, the Argo controller, …: minutes).
-	var started []int
-	t.Cleanup(func() {
-		script(t, context.Background(), root, "test/lab/down.sh")
-		assertAllGone(t, started, filepath.Join(cache, "lab", "bin", "sample-app.jar"))
-	})
-	t.Log("lab up …")
-	if err := script(t, ctx, root, "test/lab/up.sh"); err != nil {
-		t.Fatalf("test/lab/up.sh: %v", err)
-	}
-	started = alivePIDs(t, filepath.Join(run, "pids"))
-	if len(started) < 8 {
-		t.Fatalf("lab up started %d processes (%v), want etcd, API server, controller-manager, scheduler, kwok, runner, istiod, Envoy, Prometheus, Argo", len(started), started)
-	}
-
-	kubeconfig := filepath.Join(cache, "lab", "kubeconfig")
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kube := kubernetes.NewForConfigOrDie(cfg)
-	argo := argoclient.NewForConfigOrDie(cfg)
-
-	t.Log("kubectl apply -f examples/lab/")
-	apply := exec.CommandContext(ctx, "kubectl", "--kubeconfig", kubeconfig, "apply", "-f", filepath.Join(root, "examples", "lab"))
-	if out, err := apply.CombinedOutput(); err != nil {
-		t.Fatalf("kubectl apply -f examples/lab/: %v\n%s", err, out)
-	}
+	l := startLab(t)
+	ctx, kube, argo, root := l.ctx, l.kube, l.argo, l.root
+	l.apply(t, filepath.Join(root, "examples", "lab"))
 	rollouts := argo.ArgoprojV1alpha1().Rollouts("default")
 	waitFor(t, ctx, 5*time.Minute, "Rollout app Healthy with 2 available v1 pods", func() (bool, string) {
 		ro, err := rollouts.Get(ctx, "app", metav1.GetOptions{})
@@ -174,6 +128,74 @@ func TestLabCanarySplit(t *testing.T) {
 			return !math.IsNaN(p99) && p99 > 0, fmt.Sprintf("p99 %v", p99)
 		})
 		t.Logf("p99 via Envoy for app-%s: %.1f ms  (%s)", side, p99, q)
+	}
+}
+
+// lab is a running lab for one test, torn down (and checked to leave no
+// process behind) when the test ends.
+type lab struct {
+	ctx        context.Context
+	root       string
+	kubeconfig string
+	kube       kubernetes.Interface
+	argo       argoclient.Interface
+}
+
+func startLab(t *testing.T) *lab {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("end-to-end lab test: builds and starts the whole lab (skipped with -short)")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("the lab's pod network (ip netns, veth) needs root")
+	}
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache, err := testenv.CacheDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := filepath.Join(cache, "lab", "run")
+	if pids := alivePIDs(t, filepath.Join(run, "pids")); len(pids) > 0 {
+		t.Skipf("a lab is already running (pids %v): run `make lab-down` first; this test brings its own up and down", pids)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	t.Cleanup(cancel)
+
+	// Lab up (first run builds istiod, the Argo controller, …: minutes).
+	var started []int
+	t.Cleanup(func() {
+		script(t, context.Background(), root, "test/lab/down.sh")
+		assertAllGone(t, started, filepath.Join(cache, "lab", "bin", "sample-app.jar"))
+	})
+	t.Log("lab up …")
+	if err := script(t, ctx, root, "test/lab/up.sh"); err != nil {
+		t.Fatalf("test/lab/up.sh: %v", err)
+	}
+	started = alivePIDs(t, filepath.Join(run, "pids"))
+	if len(started) < 8 {
+		t.Fatalf("lab up started %d processes (%v), want etcd, API server, controller-manager, scheduler, kwok, runner, istiod, Envoy, Prometheus, Argo", len(started), started)
+	}
+	kubeconfig := filepath.Join(cache, "lab", "kubeconfig")
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &lab{ctx: ctx, root: root, kubeconfig: kubeconfig,
+		kube: kubernetes.NewForConfigOrDie(cfg), argo: argoclient.NewForConfigOrDie(cfg)}
+}
+
+// apply runs kubectl apply -f on each path.
+func (l *lab) apply(t *testing.T, paths ...string) {
+	t.Helper()
+	for _, p := range paths {
+		t.Logf("kubectl apply -f %s", p)
+		out, err := exec.CommandContext(l.ctx, "kubectl", "--kubeconfig", l.kubeconfig, "apply", "-f", p).CombinedOutput()
+		if err != nil {
+			t.Fatalf("kubectl apply -f %s: %v\n%s", p, err, out)
+		}
 	}
 }
 

@@ -243,9 +243,11 @@ CONFIG
 	mkdir -p "$run/argo"
 	# The controller copies plugins into ./plugin-bin: run it in its own dir.
 	# Its metrics and healthz servers listen on all interfaces (0.0.0.0 is
-	# hard-coded in v1.10.2; only the ports can be chosen).
+	# hard-coded in v1.10.2; only the ports can be chosen). KUBECONFIG is for
+	# the plugin processes it starts: they inherit its environment, not its
+	# --kubeconfig flag, and out of cluster there is no service account.
 	(cd "$run/argo" && rm -rf plugin-bin &&
-		start argo-rollouts env POD_NAMESPACE=argo-rollouts "$bin/rollouts-controller" --kubeconfig "$kubeconfig" --leader-elect=false \
+		start argo-rollouts env POD_NAMESPACE=argo-rollouts KUBECONFIG="$kubeconfig" "$bin/rollouts-controller" --kubeconfig "$kubeconfig" --leader-elect=false \
 		--metricsPort "$ARGO_METRICS_PORT" --healthzPort "$ARGO_HEALTHZ_PORT" --loglevel info --logformat text \
 		--rollout-resync 60)
 	wait_for argo-rollouts 90 curl -fsS "http://127.0.0.1:$ARGO_HEALTHZ_PORT/healthz"
