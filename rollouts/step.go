@@ -18,7 +18,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/danki-dev/danki/pkg/warmup"
 )
@@ -181,7 +180,7 @@ func (s *warmupStep) InitPlugin() types.RpcError {
 	if s.kube != nil {
 		return types.RpcError{}
 	}
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(clientcmd.NewDefaultClientConfigLoadingRules(), &clientcmd.ConfigOverrides{}).ClientConfig()
+	cfg, err := restConfigFromEnvironment()
 	if err == nil {
 		s.kube, err = kubernetes.NewForConfig(cfg)
 	}

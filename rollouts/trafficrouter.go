@@ -17,7 +17,6 @@ import (
 	"github.com/danki-dev/danki/pkg/shift"
 	goplugin "github.com/hashicorp/go-plugin"
 	istioclient "istio.io/client-go/pkg/clientset/versioned"
-	"k8s.io/client-go/tools/clientcmd"
 )
 
 // TrafficRouterName is the plugin name Rollouts refer to under
@@ -67,8 +66,7 @@ func newTrafficRouter(l *slog.Logger) *trafficRouter {
 // istioClientFromEnvironment loads the client configuration the way kubectl
 // does: $KUBECONFIG or ~/.kube/config, else the in-cluster service account.
 func istioClientFromEnvironment() (istioclient.Interface, error) {
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
-		clientcmd.NewDefaultClientConfigLoadingRules(), &clientcmd.ConfigOverrides{}).ClientConfig()
+	cfg, err := restConfigFromEnvironment()
 	if err != nil {
 		return nil, fmt.Errorf("load Kubernetes client configuration (in-cluster, $KUBECONFIG or ~/.kube/config): %w", err)
 	}

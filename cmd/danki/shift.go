@@ -18,7 +18,6 @@ import (
 	"github.com/danki-dev/danki/pkg/shift"
 	"github.com/spf13/cobra"
 	istioclient "istio.io/client-go/pkg/clientset/versioned"
-	"k8s.io/client-go/tools/clientcmd"
 )
 
 func init() { subcommands = append(subcommands, newShiftCmd) }
@@ -107,14 +106,7 @@ func (o *shiftOptions) target(needRoles bool) (shift.Target, error) {
 	case needRoles:
 		return t, errors.New("--stable-host and --canary-host (host-level routing) or --destination-rule (subset-level): required to know which destinations to weigh")
 	}
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = o.kubeconfig
-	overrides := &clientcmd.ConfigOverrides{}
-	if o.namespace != "" {
-		overrides.Context.Namespace = o.namespace
-	}
-	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides)
-	ns, _, err := cc.Namespace()
+	ns, _, err := kubeClientConfig(o.kubeconfig, o.namespace).Namespace()
 	if err != nil {
 		return t, fmt.Errorf("--kubeconfig: %w", err)
 	}
@@ -125,9 +117,7 @@ func (o *shiftOptions) target(needRoles bool) (shift.Target, error) {
 // newIstioClient builds the Istio client from the kubeconfig flags; tests
 // replace it.
 var newIstioClient = func(o *shiftOptions) (istioclient.Interface, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = o.kubeconfig
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	cfg, err := kubeClientConfig(o.kubeconfig, "").ClientConfig()
 	if err != nil {
 		return nil, fmt.Errorf("--kubeconfig: load client configuration: %w", err)
 	}

@@ -16,7 +16,6 @@ import (
 	"golang.org/x/term"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/yaml"
 
 	"github.com/danki-dev/danki/pkg/warmup"
@@ -289,9 +288,7 @@ func (f *warmupFlags) pods(ctx context.Context, cfg warmup.Config, stderr io.Wri
 // ($KUBECONFIG, ~/.kube/config, in-cluster) and returns the context's
 // namespace.
 func warmupKubeClient(kubeconfig string) (kubernetes.Interface, string, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = kubeconfig
-	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{})
+	cc := kubeClientConfig(kubeconfig, "")
 	rc, err := cc.ClientConfig()
 	if err != nil {
 		return nil, "", fmt.Errorf("kubeconfig: %w (give --kubeconfig, or --url targets)", err)
