@@ -52,14 +52,7 @@ func TestLabCanarySplit(t *testing.T) {
 	ctx, kube, argo, root := l.ctx, l.kube, l.argo, l.root
 	l.apply(t, filepath.Join(root, "examples", "lab"))
 	rollouts := argo.ArgoprojV1alpha1().Rollouts("default")
-	waitFor(t, ctx, 5*time.Minute, "Rollout app Healthy with 2 available v1 pods", func() (bool, string) {
-		ro, err := rollouts.Get(ctx, "app", metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		return ro.Status.Phase == v1alpha1.RolloutPhaseHealthy && ro.Status.AvailableReplicas == 2,
-			fmt.Sprintf("phase %s, %d available: %s", ro.Status.Phase, ro.Status.AvailableReplicas, ro.Status.Message)
-	})
+	l.waitHealthy(t, 2)
 	assertJVMPods(t, ctx, kube, 2)
 
 	t.Log("image → danki.dev/sample-app:v2")
@@ -197,6 +190,20 @@ func (l *lab) apply(t *testing.T, paths ...string) {
 			t.Fatalf("kubectl apply -f %s: %v\n%s", p, err, out)
 		}
 	}
+}
+
+// waitHealthy waits until Rollout default/app is Healthy with n available pods.
+func (l *lab) waitHealthy(t *testing.T, n int32) {
+	t.Helper()
+	rollouts := l.argo.ArgoprojV1alpha1().Rollouts("default")
+	waitFor(t, l.ctx, 5*time.Minute, fmt.Sprintf("Rollout app Healthy with %d available pods", n), func() (bool, string) {
+		ro, err := rollouts.Get(l.ctx, "app", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return ro.Status.Phase == v1alpha1.RolloutPhaseHealthy && ro.Status.AvailableReplicas == n,
+			fmt.Sprintf("phase %s, %d available: %s", ro.Status.Phase, ro.Status.AvailableReplicas, ro.Status.Message)
+	})
 }
 
 // script runs a lab script, streaming its progress into the test log.

@@ -25,14 +25,7 @@ func TestLabWarmupStep(t *testing.T) {
 	l.apply(t, filepath.Join(lab, "10-services.yaml"), filepath.Join(lab, "20-gateway.yaml"),
 		filepath.Join(lab, "danki-warmup", "30-rollout.yaml"))
 	rollouts := l.argo.ArgoprojV1alpha1().Rollouts("default")
-	waitFor(t, ctx, 5*time.Minute, "Rollout app Healthy with 2 available v1 pods", func() (bool, string) {
-		ro, err := rollouts.Get(ctx, "app", metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		return ro.Status.Phase == v1alpha1.RolloutPhaseHealthy && ro.Status.AvailableReplicas == 2,
-			fmt.Sprintf("phase %s, %d available: %s", ro.Status.Phase, ro.Status.AvailableReplicas, ro.Status.Message)
-	})
+	l.waitHealthy(t, 2)
 
 	t.Log("image → danki.dev/sample-app:v2")
 	patch := `[{"op":"replace","path":"/spec/template/spec/containers/0/image","value":"danki.dev/sample-app:v2"}]`
