@@ -12,11 +12,16 @@ import (
 	"time"
 
 	"github.com/argoproj/argo-rollouts/pkg/apis/rollouts/v1alpha1"
+	argoclient "github.com/argoproj/argo-rollouts/pkg/client/clientset/versioned"
 	"github.com/argoproj/argo-rollouts/rollout/trafficrouting/plugin/rpc"
 	"github.com/argoproj/argo-rollouts/utils/plugin/types"
 	"github.com/danki-dev/danki/pkg/shift"
 	goplugin "github.com/hashicorp/go-plugin"
 	istioclient "istio.io/client-go/pkg/clientset/versioned"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8stypes "k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 )
 
 // TrafficRouterName is the plugin name Rollouts refer to under
@@ -38,14 +43,15 @@ const callTimeout = 30 * time.Second
 // lives on the VirtualService), only clients and gates.
 type trafficRouter struct {
 	log *slog.Logger
-	// newClient builds the Istio client in InitPlugin; tests replace it.
-	newClient func() (istioclient.Interface, error)
+	// newClients builds the clients in InitPlugin; tests replace it.
+	newClients func() (routerClients, error)
 	// now is the ramp's clock and gateFor builds gates; tests replace them.
 	now     func() time.Time
 	gateFor func(raw json.RawMessage) (shift.Gate, error)
 
 	mu      sync.Mutex
 	shifter *shift.Shifter
+	clients routerClients
 	vsLocks map[string]*sync.Mutex
 	gates   map[string]shift.Gate
 }
@@ -54,33 +60,51 @@ var _ rpc.TrafficRouterPlugin = (*trafficRouter)(nil)
 
 func newTrafficRouter(l *slog.Logger) *trafficRouter {
 	return &trafficRouter{
-		log:       l,
-		newClient: istioClientFromEnvironment,
-		now:       time.Now,
-		gateFor:   gateFromConfig,
-		vsLocks:   map[string]*sync.Mutex{},
-		gates:     map[string]shift.Gate{},
+		log:        l,
+		newClients: clientsFromEnvironment,
+		now:        time.Now,
+		gateFor:    gateFromConfig,
+		vsLocks:    map[string]*sync.Mutex{},
+		gates:      map[string]shift.Gate{},
 	}
 }
 
-// istioClientFromEnvironment loads the client configuration the way kubectl
-// does: $KUBECONFIG or ~/.kube/config, else the in-cluster service account.
-func istioClientFromEnvironment() (istioclient.Interface, error) {
+// routerClients are what danki/istio talks to: Istio for the
+// VirtualService (and DestinationRule), Argo and core Kubernetes to abort a
+// rollout whose ramp failed and say why in an event.
+type routerClients struct {
+	istio istioclient.Interface
+	argo  argoclient.Interface
+	kube  kubernetes.Interface
+}
+
+// clientsFromEnvironment loads the client configuration the way kubectl does:
+// $KUBECONFIG or ~/.kube/config, else the in-cluster service account.
+func clientsFromEnvironment() (routerClients, error) {
+	var c routerClients
 	cfg, err := restConfigFromEnvironment()
 	if err != nil {
-		return nil, fmt.Errorf("load Kubernetes client configuration (in-cluster, $KUBECONFIG or ~/.kube/config): %w", err)
+		return c, fmt.Errorf("load Kubernetes client configuration (in-cluster, $KUBECONFIG or ~/.kube/config): %w", err)
 	}
-	return istioclient.NewForConfig(cfg)
+	if c.istio, err = istioclient.NewForConfig(cfg); err != nil {
+		return c, err
+	}
+	if c.argo, err = argoclient.NewForConfig(cfg); err != nil {
+		return c, err
+	}
+	c.kube, err = kubernetes.NewForConfig(cfg)
+	return c, err
 }
 
-// InitPlugin builds the Istio client. The controller calls it once, at start.
+// InitPlugin builds the clients. The controller calls it once, at start.
 func (r *trafficRouter) InitPlugin() types.RpcError {
-	client, err := r.newClient()
+	clients, err := r.newClients()
 	if err != nil {
 		return rpcErr(fmt.Errorf("%s: init: %w", TrafficRouterName, err))
 	}
 	r.mu.Lock()
-	r.shifter = shift.New(client, r.log)
+	r.shifter = shift.New(clients.istio, r.log)
+	r.clients = clients
 	r.mu.Unlock()
 	r.log.Info("traffic router ready", "plugin", TrafficRouterName)
 	return types.RpcError{}
@@ -303,8 +327,9 @@ func (r *trafficRouter) SetWeight(ro *v1alpha1.Rollout, desiredWeight int32, add
 }
 
 // VerifyWeight holds Argo's setWeight step (NotVerified) until the ramp has
-// reached desiredWeight with the gate passing there. A failed ramp is an
-// error naming the breach.
+// reached desiredWeight with the gate passing there. A failed ramp (the gate
+// breached maxBreaches times) aborts the rollout, with an event naming the
+// breach.
 func (r *trafficRouter) VerifyWeight(ro *v1alpha1.Rollout, desiredWeight int32, additional []v1alpha1.WeightDestination) (types.RpcVerified, types.RpcError) {
 	verified := types.NotVerified
 	rerr := r.call("VerifyWeight", ro, func(ctx context.Context, b *binding, s *shift.Shifter, log *slog.Logger) error {
@@ -313,6 +338,19 @@ func (r *trafficRouter) VerifyWeight(ro *v1alpha1.Rollout, desiredWeight int32, 
 			return err
 		}
 		v, err := rmp.Verify(ctx, int(desiredWeight), extras(b, additional)...)
+		if errors.Is(err, shift.ErrRampFailed) {
+			// The step must stay unverified: Argo treats a VerifyWeight
+			// error as "no verdict", and at the end of the steps that lets
+			// the rollout promote. Abort it instead, so the controller
+			// puts every user back on stable (SetWeight 0, at once) and
+			// scales the canary down; an event names the breach.
+			// If the abort itself fails (RBAC), the step stays unverified
+			// and the event and log say why: still never a promotion.
+			if !ro.Status.Abort {
+				r.abort(ctx, ro, err, log)
+			}
+			return nil
+		}
 		if err != nil {
 			return err
 		}
@@ -324,6 +362,46 @@ func (r *trafficRouter) VerifyWeight(ro *v1alpha1.Rollout, desiredWeight int32, 
 	})
 	return verified, rerr
 }
+
+// abort aborts a rollout the way `kubectl argo rollouts abort` does
+// (status.abort through the status subresource) and records a Warning event
+// on it naming the breach: the controller's own abort message cannot say why.
+// Failures are logged and put into the event, never returned: the caller
+// holds the step either way.
+func (r *trafficRouter) abort(ctx context.Context, ro *v1alpha1.Rollout, breach error, log *slog.Logger) {
+	r.mu.Lock()
+	c := r.clients
+	r.mu.Unlock()
+	msg := fmt.Sprintf("%s aborted the rollout: %v", TrafficRouterName, breach)
+	_, err := c.argo.ArgoprojV1alpha1().Rollouts(ro.Namespace).Patch(ctx, ro.Name, k8stypes.MergePatchType,
+		[]byte(`{"status":{"abort":true}}`), metav1.PatchOptions{}, "status")
+	if err != nil {
+		msg = fmt.Sprintf("%s could not abort the rollout (patch status.abort; it needs patch on rollouts/status: %v); the step stays unverified: %v", TrafficRouterName, err, breach)
+		log.Error("ramp failed; aborting the rollout failed", "err", err, "breach", breach)
+	} else {
+		log.Warn("ramp failed: rollout aborted", "breach", breach)
+	}
+	now := metav1.Now()
+	ev := &corev1.Event{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: ro.Name + ".", Namespace: ro.Namespace},
+		InvolvedObject: corev1.ObjectReference{Kind: "Rollout", APIVersion: v1alpha1.SchemeGroupVersion.String(),
+			Namespace: ro.Namespace, Name: ro.Name, UID: ro.UID, ResourceVersion: ro.ResourceVersion},
+		Reason:         RampFailedReason,
+		Message:        msg,
+		Type:           corev1.EventTypeWarning,
+		Source:         corev1.EventSource{Component: TrafficRouterName},
+		FirstTimestamp: now,
+		LastTimestamp:  now,
+		Count:          1,
+	}
+	if _, err := c.kube.CoreV1().Events(ro.Namespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+		log.Error("record the ramp failure event (needs create on events)", "err", err, "message", msg)
+	}
+}
+
+// RampFailedReason is the reason of the Warning event danki/istio records on
+// a Rollout it aborts because its gated ramp failed.
+const RampFailedReason = "DankiRampFailed"
 
 // UpdateHash keeps the DestinationRule subsets' rollouts-pod-template-hash
 // labels in step with the ReplicaSets (subset-level routing only).

@@ -3,10 +3,12 @@ package rollouts
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,7 +20,6 @@ import (
 	goplugin "github.com/hashicorp/go-plugin"
 	networking "istio.io/api/networking/v1"
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
-	istioclient "istio.io/client-go/pkg/clientset/versioned"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
@@ -27,7 +28,9 @@ import (
 // exampleObjects reads a multi-document example manifest and creates every
 // object through the real API server (so the examples must pass the Argo
 // Rollouts and Istio CRD schemas), returning the Rollout as stored.
-func exampleObjects(t *testing.T, e *testenv.Env, file string) *v1alpha1.Rollout {
+//
+// With a namespace, every object goes there instead of the example's own.
+func exampleObjects(t *testing.T, e *testenv.Env, file string, namespace ...string) *v1alpha1.Rollout {
 	t.Helper()
 	root, err := testenv.RepoRoot()
 	if err != nil {
@@ -48,6 +51,9 @@ func exampleObjects(t *testing.T, e *testenv.Env, file string) *v1alpha1.Rollout
 		case "Rollout":
 			var obj v1alpha1.Rollout
 			mustUnmarshal(t, doc, &obj)
+			if len(namespace) > 0 {
+				obj.Namespace = namespace[0]
+			}
 			ensureNamespace(t, e, obj.Namespace)
 			if ro, err = e.Argo.ArgoprojV1alpha1().Rollouts(obj.Namespace).Create(ctx, &obj, metav1.CreateOptions{}); err != nil {
 				t.Fatalf("%s: the API server refused the Rollout: %v", file, err)
@@ -55,6 +61,9 @@ func exampleObjects(t *testing.T, e *testenv.Env, file string) *v1alpha1.Rollout
 		case "Service":
 			var obj corev1.Service
 			mustUnmarshal(t, doc, &obj)
+			if len(namespace) > 0 {
+				obj.Namespace = namespace[0]
+			}
 			ensureNamespace(t, e, obj.Namespace)
 			if _, err := e.Kube.CoreV1().Services(obj.Namespace).Create(ctx, &obj, metav1.CreateOptions{}); err != nil {
 				t.Fatalf("%s: Service %s: %v", file, obj.Name, err)
@@ -62,6 +71,9 @@ func exampleObjects(t *testing.T, e *testenv.Env, file string) *v1alpha1.Rollout
 		case "VirtualService":
 			var obj networkingv1.VirtualService
 			mustUnmarshal(t, doc, &obj)
+			if len(namespace) > 0 {
+				obj.Namespace = namespace[0]
+			}
 			ensureNamespace(t, e, obj.Namespace)
 			if _, err := e.Istio.NetworkingV1().VirtualServices(obj.Namespace).Create(ctx, &obj, metav1.CreateOptions{}); err != nil {
 				t.Fatalf("%s: VirtualService %s: %v", file, obj.Name, err)
@@ -69,6 +81,9 @@ func exampleObjects(t *testing.T, e *testenv.Env, file string) *v1alpha1.Rollout
 		case "DestinationRule":
 			var obj networkingv1.DestinationRule
 			mustUnmarshal(t, doc, &obj)
+			if len(namespace) > 0 {
+				obj.Namespace = namespace[0]
+			}
 			ensureNamespace(t, e, obj.Namespace)
 			if _, err := e.Istio.NetworkingV1().DestinationRules(obj.Namespace).Create(ctx, &obj, metav1.CreateOptions{}); err != nil {
 				t.Fatalf("%s: DestinationRule %s: %v", file, obj.Name, err)
@@ -100,11 +115,14 @@ func ensureNamespace(t *testing.T, e *testenv.Env, name string) {
 
 // rpcAgainst serves a fresh adapter (as after a controller restart) over
 // go-plugin RPC against the real API server.
-func rpcAgainst(t *testing.T, client istioclient.Interface, clock *trClock) rpc.TrafficRouterPlugin {
+func rpcAgainst(t *testing.T, e *testenv.Env, clock *trClock, gate ...shift.Gate) rpc.TrafficRouterPlugin {
 	t.Helper()
 	impl := newTrafficRouter(slog.New(slog.DiscardHandler))
-	impl.newClient = func() (istioclient.Interface, error) { return client, nil }
+	impl.newClients = func() (routerClients, error) { return routerClients{istio: e.Istio, argo: e.Argo, kube: e.Kube}, nil }
 	impl.now = clock.Now
+	if len(gate) > 0 {
+		impl.gateFor = func(json.RawMessage) (shift.Gate, error) { return gate[0], nil }
+	}
 	c, _ := goplugin.TestPluginRPCConn(t, map[string]goplugin.Plugin{"RpcTrafficRouterPlugin": &rpc.RpcTrafficRouterPlugin{Impl: impl}}, nil)
 	t.Cleanup(func() { _ = c.Close() })
 	raw, err := c.Dispense("RpcTrafficRouterPlugin")
@@ -119,11 +137,11 @@ func rpcAgainst(t *testing.T, client istioclient.Interface, clock *trClock) rpc.
 // driveStep calls SetWeight and VerifyWeight like the controller until the
 // step verifies, a fresh plugin each reconcile, the clock advancing a
 // minute; it returns the canary weights seen.
-func driveStep(t *testing.T, client istioclient.Interface, clock *trClock, ro *v1alpha1.Rollout, weight int32, canary func() int32) []int32 {
+func driveStep(t *testing.T, e *testenv.Env, clock *trClock, ro *v1alpha1.Rollout, weight int32, canary func() int32) []int32 {
 	t.Helper()
 	var seen []int32
 	for range 40 {
-		p := rpcAgainst(t, client, clock)
+		p := rpcAgainst(t, e, clock)
 		mustOK(t, "SetWeight", p.SetWeight(ro, weight, nil))
 		v, err := p.VerifyWeight(ro, weight, nil)
 		mustOK(t, "VerifyWeight", err)
@@ -146,6 +164,53 @@ func TestAPIServerExampleRollouts(t *testing.T) {
 	e := testenv.Start(t) // one API server for both: a start costs seconds
 	t.Run("host-level", func(t *testing.T) { exampleHostLevel(t, e) })
 	t.Run("subset-level", func(t *testing.T) { exampleSubsetLevel(t, e) })
+	t.Run("failed-ramp-aborts", func(t *testing.T) { exampleFailedRampAborts(t, e) })
+}
+
+// exampleFailedRampAborts: a gate that keeps failing makes the ramp back off
+// and, after maxBreaches, VerifyWeight aborts the Rollout through the status
+// subresource of the real API server, with an error naming the breach.
+func exampleFailedRampAborts(t *testing.T, e *testenv.Env) {
+	ro := exampleObjects(t, e, "rollout.yaml", "shop-failing")
+	clock := &trClock{now: time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)}
+	breach := gateFunc(func(context.Context) (bool, string, error) { return false, "p99 canary 412ms > 250ms", nil })
+	for i := 0; i < 20; i++ {
+		p := rpcAgainst(t, e, clock, breach)
+		mustOK(t, "SetWeight", p.SetWeight(ro, 20, nil))
+		v, err := p.VerifyWeight(ro, 20, nil)
+		mustOK(t, "VerifyWeight", err)
+		if v == types.Verified {
+			t.Fatal("setWeight 20 verified under a gate that always fails")
+		}
+		clock.Add(time.Minute)
+	}
+	got, err := e.Argo.ArgoprojV1alpha1().Rollouts(ro.Namespace).Get(context.Background(), ro.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.Status.Abort {
+		t.Fatalf("Rollout %s/%s status.abort = false after the ramp failed", ro.Namespace, ro.Name)
+	}
+	events, err := e.Kube.CoreV1().Events(ro.Namespace).List(context.Background(), metav1.ListOptions{FieldSelector: "reason=" + RampFailedReason})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// ro is the stale copy (status.abort false), as a controller that has
+	// not yet seen the abort would pass it: one event per failed call.
+	if len(events.Items) == 0 || !strings.Contains(events.Items[0].Message, "p99 canary 412ms > 250ms") || events.Items[0].InvolvedObject.UID != ro.UID {
+		t.Fatalf("events %+v: want %s events on the Rollout naming the breach", events.Items, RampFailedReason)
+	}
+	// The controller then calls SetWeight(0): every user back on stable.
+	ro.Status.Abort = true
+	p := rpcAgainst(t, e, clock, breach)
+	mustOK(t, "SetWeight(0)", p.SetWeight(ro, 0, nil))
+	vs, err := e.Istio.NetworkingV1().VirtualServices(ro.Namespace).Get(context.Background(), "reviews", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := vs.Spec.Http[1].Route[1].Weight; w != 0 {
+		t.Fatalf("canary weight %d after the abort, want 0", w)
+	}
 }
 
 func exampleHostLevel(t *testing.T, e *testenv.Env) {
@@ -164,20 +229,20 @@ func exampleHostLevel(t *testing.T, e *testenv.Env) {
 		return v.Spec.Http[i].Route[1].Weight
 	}
 	// Step 0: the header route, through the plugin as the controller calls it.
-	p := rpcAgainst(t, e.Istio, clock)
+	p := rpcAgainst(t, e, clock)
 	mustOK(t, "SetHeaderRoute", p.SetHeaderRoute(ro, ro.Spec.Strategy.Canary.Steps[0].SetHeaderRoute))
 	if names := routeNames(vs()); !slices.Equal(names, []string{"health", "canary-by-header", "primary"}) {
 		t.Fatalf("routes after setHeaderRoute: %v", names)
 	}
 	// setWeight 20, then 60: ramped 5 points a minute.
-	if seen := driveStep(t, e.Istio, clock, ro, 20, primary); !slices.Equal(seen, []int32{5, 10, 15, 20}) {
+	if seen := driveStep(t, e, clock, ro, 20, primary); !slices.Equal(seen, []int32{5, 10, 15, 20}) {
 		t.Fatalf("setWeight 20 ramp: %v", seen)
 	}
-	if seen := driveStep(t, e.Istio, clock, ro, 60, primary); len(seen) != 8 || seen[7] != 60 {
+	if seen := driveStep(t, e, clock, ro, 60, primary); len(seen) != 8 || seen[7] != 60 {
 		t.Fatalf("setWeight 60 ramp: %v", seen)
 	}
 	// Abort: weight 0 at once, managed routes gone.
-	p = rpcAgainst(t, e.Istio, clock)
+	p = rpcAgainst(t, e, clock)
 	mustOK(t, "RemoveManagedRoutes", p.RemoveManagedRoutes(ro))
 	mustOK(t, "SetWeight(0)", p.SetWeight(ro, 0, nil))
 	got := vs()
@@ -195,7 +260,7 @@ func exampleHostLevel(t *testing.T, e *testenv.Env) {
 func exampleSubsetLevel(t *testing.T, e *testenv.Env) {
 	ro := exampleObjects(t, e, "rollout-subsets.yaml")
 	clock := &trClock{now: time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)}
-	p := rpcAgainst(t, e.Istio, clock)
+	p := rpcAgainst(t, e, clock)
 	mustOK(t, "UpdateHash", p.UpdateHash(ro, "c4n4ry", "st4ble", nil))
 	dr, err := e.Istio.NetworkingV1().DestinationRules("shop").Get(context.Background(), "ratings", metav1.GetOptions{})
 	if err != nil {
@@ -211,7 +276,7 @@ func exampleSubsetLevel(t *testing.T, e *testenv.Env) {
 		}
 		return v.Spec.Http[0].Route[1].Weight
 	}
-	if seen := driveStep(t, e.Istio, clock, ro, 20, canary); !slices.Equal(seen, []int32{1, 5, 10, 20}) {
+	if seen := driveStep(t, e, clock, ro, 20, canary); !slices.Equal(seen, []int32{1, 5, 10, 20}) {
 		t.Fatalf("setWeight 20 on the ladder: %v", seen)
 	}
 }

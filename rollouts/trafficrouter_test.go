@@ -12,16 +12,19 @@ import (
 	"time"
 
 	"github.com/argoproj/argo-rollouts/pkg/apis/rollouts/v1alpha1"
+	argofake "github.com/argoproj/argo-rollouts/pkg/client/clientset/versioned/fake"
 	"github.com/argoproj/argo-rollouts/rollout/trafficrouting/plugin/rpc"
 	"github.com/argoproj/argo-rollouts/utils/plugin/types"
 	"github.com/danki-dev/danki/pkg/shift"
 	goplugin "github.com/hashicorp/go-plugin"
 	networking "istio.io/api/networking/v1"
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
-	istioclient "istio.io/client-go/pkg/clientset/versioned"
 	"istio.io/client-go/pkg/clientset/versioned/fake"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 )
 
 const trNS = "shop"
@@ -49,14 +52,16 @@ type trFixture struct {
 	plugin rpc.TrafficRouterPlugin // the controller's side of the connection
 	impl   *trafficRouter
 	istio  *fake.Clientset
+	argo   *argofake.Clientset
+	kube   *kubefake.Clientset
 	clock  *trClock
 }
 
-func newTRFixture(t *testing.T, objs ...runtime.Object) *trFixture {
+func newTRFixture(t testing.TB, objs ...runtime.Object) *trFixture {
 	t.Helper()
-	f := &trFixture{istio: fake.NewSimpleClientset(objs...), clock: &trClock{now: time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)}}
+	f := &trFixture{istio: fake.NewSimpleClientset(objs...), argo: argofake.NewSimpleClientset(), kube: kubefake.NewClientset(), clock: &trClock{now: time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)}}
 	f.impl = newTrafficRouter(slog.New(slog.DiscardHandler))
-	f.impl.newClient = func() (istioclient.Interface, error) { return f.istio, nil }
+	f.impl.newClients = f.clients
 	f.impl.now = f.clock.Now
 	client, _ := goplugin.TestPluginRPCConn(t, map[string]goplugin.Plugin{
 		"RpcTrafficRouterPlugin": &rpc.RpcTrafficRouterPlugin{Impl: f.impl},
@@ -71,6 +76,10 @@ func newTRFixture(t *testing.T, objs ...runtime.Object) *trFixture {
 		t.Fatalf("InitPlugin: %v", err)
 	}
 	return f
+}
+
+func (f *trFixture) clients() (routerClients, error) {
+	return routerClients{istio: f.istio, argo: f.argo, kube: f.kube}, nil
 }
 
 func (f *trFixture) vs(t *testing.T) *networkingv1.VirtualService {
@@ -129,7 +138,7 @@ func weights(vs *networkingv1.VirtualService, route int) []int32 {
 	return out
 }
 
-func mustOK(t *testing.T, what string, err types.RpcError) {
+func mustOK(t testing.TB, what string, err types.RpcError) {
 	t.Helper()
 	if err.HasError() {
 		t.Fatalf("%s: %v", what, err)
@@ -188,7 +197,7 @@ func TestRPCSetWeightRampsAndVerifyHoldsTheStep(t *testing.T) {
 	// VirtualService.
 	g := newTRFixture(t)
 	g.istio = f.istio
-	g.impl.newClient = func() (istioclient.Interface, error) { return f.istio, nil }
+	g.impl.newClients = f.clients
 	mustOK(t, "InitPlugin", g.plugin.InitPlugin())
 	if v, err := g.plugin.VerifyWeight(ro, 20, nil); err.HasError() || v != types.Verified {
 		t.Fatalf("restarted plugin VerifyWeight = %v %v", v, err)
@@ -234,18 +243,88 @@ func TestRPCGateBreachFailsVerifyNamingTheBreach(t *testing.T) {
 		return gateFunc(func(context.Context) (bool, string, error) { return false, "p99.9 1.2s > 400ms", nil }), nil
 	}
 	ro := trRollout(`{"virtualService": {"name": "reviews"}, "ramp": {"step": 20, "interval": "1s", "maxBreaches": 1}, "gate": {"p99": "400ms"}}`)
+	if err := f.argo.Tracker().Add(ro); err != nil {
+		t.Fatal(err)
+	}
 	mustOK(t, "SetWeight", f.plugin.SetWeight(ro, 60, nil)) // 0 → 20
 	f.clock.Add(time.Second)
 	mustOK(t, "SetWeight", f.plugin.SetWeight(ro, 60, nil)) // breach at 20 → failed, back to 0
 	if !strings.Contains(gotRaw, `"p99"`) {
 		t.Fatalf("gate built from %q, want the gate config", gotRaw)
 	}
+	// A failed ramp holds the step (NotVerified, and no error: Argo reads an
+	// error as "no verdict" and would promote at the end of the steps) and
+	// aborts the rollout, with an event naming the breach.
 	v, err := f.plugin.VerifyWeight(ro, 60, nil)
-	if v != types.NotVerified || !strings.Contains(err.Error(), "p99.9 1.2s > 400ms") || !strings.Contains(err.Error(), "ramp failed") {
-		t.Fatalf("VerifyWeight after the breach = %v %q, want NotVerified and an error naming the breach", v, err)
+	if v != types.NotVerified || err.HasError() {
+		t.Fatalf("VerifyWeight after the breach = %v %q, want NotVerified, no error", v, err.Error())
 	}
 	if w := weights(f.vs(t), 1); w[1] != 0 {
 		t.Fatalf("canary at %d after the breach, want back at 0", w[1])
+	}
+	if !abortPatched(f) {
+		t.Fatalf("the failed ramp did not abort the rollout; Argo client actions: %v", f.argo.Actions())
+	}
+	ev := rampEvents(t, f)
+	if len(ev) != 1 || ev[0].Type != corev1.EventTypeWarning || ev[0].InvolvedObject.Kind != "Rollout" || ev[0].InvolvedObject.Name != "reviews" ||
+		!strings.Contains(ev[0].Message, "p99.9 1.2s > 400ms") || !strings.Contains(ev[0].Message, "aborted the rollout") {
+		t.Fatalf("events %+v: want one Warning %s on Rollout reviews naming the breach", ev, RampFailedReason)
+	}
+}
+
+// abortPatched reports whether the rollout was aborted through the status
+// subresource, like `kubectl argo rollouts abort`.
+func abortPatched(f *trFixture) bool {
+	for _, a := range f.argo.Actions() {
+		if pa, ok := a.(k8stesting.PatchAction); ok && pa.GetSubresource() == "status" && pa.GetName() == "reviews" &&
+			string(pa.GetPatch()) == `{"status":{"abort":true}}` {
+			return true
+		}
+	}
+	return false
+}
+
+func rampEvents(t *testing.T, f *trFixture) []corev1.Event {
+	t.Helper()
+	list, err := f.kube.CoreV1().Events(trNS).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []corev1.Event
+	for _, e := range list.Items {
+		if e.Reason == RampFailedReason {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func TestRPCFailedRampWhoseAbortFailsStillHoldsTheStep(t *testing.T) {
+	f := newTRFixture(t, hostVS())
+	f.impl.gateFor = func(json.RawMessage) (shift.Gate, error) {
+		return gateFunc(func(context.Context) (bool, string, error) { return false, "p99 900ms > 250ms", nil }), nil
+	}
+	f.argo.PrependReactor("patch", "rollouts", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, fmt.Errorf(`rollouts.argoproj.io "reviews" is forbidden`)
+	})
+	ro := trRollout(`{"virtualService": {"name": "reviews"}, "ramp": {"step": 20, "interval": "1s", "maxBreaches": 1}, "gate": {}}`)
+	mustOK(t, "SetWeight", f.plugin.SetWeight(ro, 100, nil))
+	f.clock.Add(time.Second)
+	mustOK(t, "SetWeight", f.plugin.SetWeight(ro, 100, nil))
+	// Even toward 100 % (the end of the steps), a failed ramp never verifies.
+	v, err := f.plugin.VerifyWeight(ro, 100, nil)
+	if v != types.NotVerified || err.HasError() {
+		t.Fatalf("VerifyWeight = %v %q, want NotVerified, no error", v, err.Error())
+	}
+	ev := rampEvents(t, f)
+	if len(ev) != 1 || !strings.Contains(ev[0].Message, "p99 900ms > 250ms") || !strings.Contains(ev[0].Message, "rollouts/status") || !strings.Contains(ev[0].Message, "forbidden") {
+		t.Fatalf("events %+v: want one naming the breach and why the abort failed", ev)
+	}
+	// An already aborted rollout is not patched again.
+	ro.Status.Abort = true
+	f.argo.ClearActions()
+	if v, err := f.plugin.VerifyWeight(ro, 100, nil); v != types.NotVerified || err.HasError() || len(f.argo.Actions()) != 0 {
+		t.Fatalf("VerifyWeight on an aborted rollout = %v %q, actions %v: want NotVerified, no second abort", v, err.Error(), f.argo.Actions())
 	}
 }
 
@@ -398,7 +477,7 @@ func TestRPCNotInitialised(t *testing.T) {
 	if err := r.SetWeight(trRollout(hostConfig), 10, nil); !strings.Contains(err.Error(), "not initialised") {
 		t.Fatalf("SetWeight before InitPlugin: %q", err)
 	}
-	r.newClient = func() (istioclient.Interface, error) { return nil, fmt.Errorf("no kubeconfig") }
+	r.newClients = func() (routerClients, error) { return routerClients{}, fmt.Errorf("no kubeconfig") }
 	if err := r.InitPlugin(); !strings.Contains(err.Error(), "no kubeconfig") {
 		t.Fatalf("InitPlugin error %q", err)
 	}

@@ -189,7 +189,7 @@ func (r *Ramp) Verify(ctx context.Context, target int, extras ...Extra) (Verific
 		v.Reason = fmt.Sprintf("no ramp toward %d%% yet (canary weight %d%%)", target, current)
 	case st.Phase == PhaseFailed:
 		v.Reason = st.Reason
-		return v, fmt.Errorf("%w: VirtualService %s: toward %d%%: %s; canary weight held at %d%%: abort or retry the rollout", ErrRampFailed, r.Target, target, st.Reason, current)
+		return v, fmt.Errorf("%w: VirtualService %s: toward %d%%: %s; canary weight held at %d%%", ErrRampFailed, r.Target, target, st.Reason, current)
 	case st.Phase == PhaseDone && atWant:
 		v.Verified = true
 		v.Reason = fmt.Sprintf("at %d%%, gate passed", target)
