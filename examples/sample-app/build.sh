@@ -38,7 +38,7 @@ done
 	printf '    );\n}\n'
 } >"$gen/Filters.java"
 
-javac --release 17 -Xlint:all -Werror -d "$work/classes" \
-	$(find "$here/src" "$work/gen" -name '*.java')
+mapfile -t sources < <(find "$here/src" "$work/gen" -name '*.java')
+javac --release 17 -Xlint:all -Werror -d "$work/classes" "${sources[@]}"
 jar --create --file "$out/sample-app.jar" --main-class dev.danki.sample.Main -C "$work/classes" .
 echo "built $out/sample-app.jar ($filters filter classes)" >&2

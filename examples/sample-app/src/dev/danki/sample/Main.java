@@ -26,7 +26,8 @@ import java.util.concurrent.Executors;
  *
  * <p>Configuration (flag, else environment variable): {@code --version}/VERSION,
  * {@code --port}/PORT (8080), {@code --bind}/BIND_ADDRESS (0.0.0.0),
- * {@code --slow-ms}/SLOW_MS (0: extra delay per request, for a "bad" canary),
+ * {@code --slow-ms}/SLOW_MS (0: extra delay per request, for a "bad" canary;
+ * {@code --slow-percent}/SLOW_PERCENT: only that share of requests, default 100),
  * {@code --threads}/THREADS (8).
  */
 public final class Main {
@@ -52,8 +53,8 @@ public final class Main {
             pool.shutdownNow();
         }));
         server.start();
-        System.err.printf("sample-app %s listening on %s:%d (slow-ms=%d, threads=%d)%n",
-                cfg.version, cfg.bind, cfg.port, cfg.slowMs, cfg.threads);
+        System.err.printf("sample-app %s listening on %s:%d (slow-ms=%d, slow-percent=%d, threads=%d)%n",
+                cfg.version, cfg.bind, cfg.port, cfg.slowMs, cfg.slowPercent, cfg.threads);
     }
 
     record Reply(int status, String contentType, String body) {}
@@ -143,8 +144,10 @@ public final class Main {
         return System.nanoTime();
     }
 
+    /** The injected slowness of a "bad" version: SLOW_PERCENT % of requests wait SLOW_MS. */
     private static void slow(Config cfg) throws InterruptedException {
-        if (cfg.slowMs > 0) {
+        if (cfg.slowMs > 0 && (cfg.slowPercent >= 100
+                || java.util.concurrent.ThreadLocalRandom.current().nextInt(100) < cfg.slowPercent)) {
             Thread.sleep(cfg.slowMs);
         }
     }
