@@ -174,8 +174,9 @@ build_envoy() {
 build_sample_app() {
 	local src=$repo/examples/sample-app
 	command -v javac >/dev/null || { log "sample-app: javac not found: install a JDK 17+ (Debian: openjdk-17-jdk-headless)"; return 1; }
-	local pin
-	pin=$(fingerprint sample-app "$src/build.sh" $(find "$src/src" -name '*.java' | sort))
+	local pin sources
+	mapfile -t sources < <(find "$src/src" -name '*.java' | sort)
+	pin=$(fingerprint sample-app "$src/build.sh" "${sources[@]}")
 	if fresh sample-app "$pin" sample-app.jar; then log "sample-app: up to date"; return; fi
 	log "sample-app: compiling with javac (~15 s)"
 	timed sample-app "$src/build.sh" "$bin"

@@ -74,8 +74,7 @@ stop() {
 	pid=$(cat "$pids/$name.pid" 2>/dev/null) || return 0
 	if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && owned "$pid"; then
 		kill -TERM "$pid" 2>/dev/null || true
-		local i
-		for i in $(seq 1 40); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
+		for _ in $(seq 1 40); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
 		if kill -0 "$pid" 2>/dev/null; then
 			log "$name: did not stop on TERM, killing"
 			kill -KILL "$pid" 2>/dev/null || true

@@ -68,7 +68,7 @@ netns_down() {
 		local pid left
 		left=$(ip netns pids "$NETNS" 2>/dev/null || true)
 		for pid in $left; do kill -KILL "$pid" 2>/dev/null || true; done
-		[ -z "$left" ] || log "killed leftover pod processes: $(echo $left)"
+		[ -z "$left" ] || log "killed leftover pod processes: ${left//$'\n'/ }"
 		ip netns del "$NETNS"
 		log "network namespace $NETNS: deleted"
 	fi
@@ -93,7 +93,7 @@ install_crds() {
 	local istio argo
 	istio=$(moddir "$ISTIO_MODULE")
 	argo=$(moddir "$ARGO_MODULE")
-	[ -d "$istio" ] && [ -d "$argo" ] || die "go mod download $ISTIO_MODULE / $ARGO_MODULE (for their CRDs) failed"
+	{ [ -d "$istio" ] && [ -d "$argo" ]; } || die "go mod download $ISTIO_MODULE / $ARGO_MODULE (for their CRDs) failed"
 	kubectl_lab apply --server-side --force-conflicts -f "$istio/manifests/charts/base/files/crd-all.gen.yaml" >/dev/null
 	local f
 	for f in "$argo"/manifests/crds/*-crd.yaml; do
@@ -258,7 +258,7 @@ info() {
 danki lab:
   kubeconfig      $kubeconfig     (kubectl --kubeconfig $kubeconfig get pods -A)
   API server      https://127.0.0.1:$APISERVER_PORT
-  gateway         http://127.0.0.1:$GATEWAY_PORT/     (Envoy $($bin/envoy --version 2>/dev/null | sed -n 's/.*\/\(1\.[0-9.]*\)\/.*/\1/p'), Istio Gateway + VirtualService)
+  gateway         http://127.0.0.1:$GATEWAY_PORT/     (Envoy $("$bin/envoy" --version 2>/dev/null | sed -n 's/.*\/\(1\.[0-9.]*\)\/.*/\1/p'), Istio Gateway + VirtualService)
   Envoy admin     http://127.0.0.1:$ENVOY_ADMIN_PORT/   (/stats/prometheus, /config_dump, /clusters)
   istiod          127.0.0.1:$ISTIOD_GRPC_PORT (xDS), http://127.0.0.1:$ISTIOD_HTTP_PORT/debug
   Prometheus      http://127.0.0.1:$PROMETHEUS_PORT/
