@@ -26,6 +26,7 @@ import (
 	promapi "github.com/prometheus/client_golang/api"
 	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
 	"github.com/prometheus/common/model"
+	istioclient "istio.io/client-go/pkg/clientset/versioned"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -132,6 +133,7 @@ type lab struct {
 	kubeconfig string
 	kube       kubernetes.Interface
 	argo       argoclient.Interface
+	istio      istioclient.Interface
 }
 
 func startLab(t *testing.T) *lab {
@@ -177,7 +179,7 @@ func startLab(t *testing.T) *lab {
 		t.Fatal(err)
 	}
 	return &lab{ctx: ctx, root: root, kubeconfig: kubeconfig,
-		kube: kubernetes.NewForConfigOrDie(cfg), argo: argoclient.NewForConfigOrDie(cfg)}
+		kube: kubernetes.NewForConfigOrDie(cfg), argo: argoclient.NewForConfigOrDie(cfg), istio: istioclient.NewForConfigOrDie(cfg)}
 }
 
 // apply runs kubectl apply -f on each path.

@@ -1,0 +1,581 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/argoproj/argo-rollouts/pkg/apis/rollouts/v1alpha1"
+	"github.com/danki-dev/danki/internal/demo"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// userQPS is the steady user traffic through the gateway during the test.
+const userQPS = 80
+
+// TestLabDankiRollout is danki end to end: the real Argo Rollouts
+// controller runs all three danki plugins (the danki binary over go-plugin)
+// on the lab's cold-starting JVM app behind a real Istio gateway, with
+// Prometheus, while users send steady traffic. One lab, one Rollout
+// (examples/lab/danki), several versions rolled out in turn:
+//
+//   - a good version: warmed until converged at weight 0, ramped in
+//     increments (Envoy's split follows each), analysed, promoted;
+//   - a good version aborted mid-ramp: all users back on stable at once;
+//   - a version the gate catches: back-off, then abort with an event;
+//   - a version the analysis catches: AnalysisRun Failed, rollout aborted;
+//   - a warm-up aborted: the load stops within a second;
+//   - the step plugin process killed mid-warm-up: the rollout carries on;
+//   - a warm-up that never converges: aborted before any user weight.
+func TestLabDankiRollout(t *testing.T) {
+	l := startLab(t)
+	dir := filepath.Join(l.root, "examples", "lab")
+	l.apply(t, filepath.Join(dir, "10-services.yaml"), filepath.Join(dir, "20-gateway.yaml"), filepath.Join(dir, "danki"))
+	l.waitHealthy(t, 2)
+	waitFor(t, l.ctx, 2*time.Minute, "the gateway answers", func() (bool, string) {
+		_, err := oneRequest(l.ctx, http.DefaultClient, 0)
+		return err == nil, fmt.Sprint(err)
+	})
+
+	users, err := demo.StartTraffic(l.ctx, demo.TrafficConfig{URL: gatewayURL, QPS: userQPS, Connections: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		r := users.Stop()
+		t.Logf("user traffic: %d requests at %.0f of %.0f qps asked, %d failed", r.Requests, r.AchievedQPS, r.AskedQPS, r.Errors)
+	})
+	d := &dankiLab{lab: l, watch: watchTraffic(t, l.ctx, l.istio), warmup: warmupConfig(t, l)}
+
+	t.Run("good version: warmed, ramped, analysed, promoted", d.goodVersion)
+	t.Run("abort mid-ramp: all users on stable at once", d.abortMidRamp)
+	t.Run("slow version: the ramp's gate backs off, then aborts", d.gateBreach)
+	t.Run("slow version: the analysis fails it and aborts", d.analysisFails)
+	t.Run("abort during warm-up stops the load", d.abortWarmup)
+	t.Run("step plugin killed mid-warm-up: the rollout carries on", d.pluginRestart)
+	t.Run("warm-up that never converges: aborted before any weight", d.neverConverges)
+}
+
+type dankiLab struct {
+	*lab
+	watch   *trafficWatch
+	warmup  map[string]any // the example's danki/warmup config
+	version int
+}
+
+// warmupConfig reads the danki/warmup step's config from the Rollout.
+func warmupConfig(t *testing.T, l *lab) map[string]any {
+	ro, err := l.argo.ArgoprojV1alpha1().Rollouts("default").Get(l.ctx, "app", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	step := ro.Spec.Strategy.Canary.Steps[warmupStep].Plugin
+	if step == nil || step.Name != "danki/warmup" {
+		t.Fatalf("step %d of examples/lab/danki is not danki/warmup", warmupStep)
+	}
+	var cfg map[string]any
+	if err := json.Unmarshal(step.Config, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// Step indexes in examples/lab/danki/30-rollout.yaml.
+const (
+	warmupStep  = 1
+	setWeight20 = 2
+)
+
+// deploy rolls out the next version (image tag v2, v3, …) with the sample
+// app's environment (SLOW_MS, SLOW_PERCENT) and the warm-up config
+// overridden by warm, and returns the version and when it started.
+func (d *dankiLab) deploy(t *testing.T, env map[string]string, warm map[string]any) (string, time.Time) {
+	t.Helper()
+	d.version++
+	version := fmt.Sprintf("v%d", d.version+1)
+	cfg := map[string]any{}
+	for k, v := range d.warmup {
+		cfg[k] = v
+	}
+	for k, v := range warm {
+		cfg[k] = v
+	}
+	envList := []map[string]string{}
+	for k, v := range env {
+		envList = append(envList, map[string]string{"name": k, "value": v})
+	}
+	patch, _ := json.Marshal([]map[string]any{
+		{"op": "replace", "path": "/spec/template/spec/containers/0/image", "value": "danki.dev/sample-app:" + version},
+		{"op": "add", "path": "/spec/template/spec/containers/0/env", "value": envList},
+		{"op": "replace", "path": fmt.Sprintf("/spec/strategy/canary/steps/%d/plugin/config", warmupStep), "value": cfg},
+	})
+	t.Logf("rolling out %s (env %v, warm-up overrides %v)", version, env, warm)
+	start := time.Now()
+	if _, err := d.argo.ArgoprojV1alpha1().Rollouts("default").Patch(d.ctx, "app", types.JSONPatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatalf("roll out %s: %v", version, err)
+	}
+	// Wait until the controller has taken the new revision.
+	d.waitRollout(t, time.Minute, version+" is the canary", func(ro *v1alpha1.Rollout) (bool, string) {
+		return ro.Status.ObservedGeneration == strconv.FormatInt(ro.Generation, 10) && canaryImage(ro) == version && ro.Status.CurrentPodHash != ro.Status.StableRS,
+			fmt.Sprintf("phase %s, %s", ro.Status.Phase, ro.Status.Message)
+	})
+	return version, start
+}
+
+func canaryImage(ro *v1alpha1.Rollout) string {
+	_, tag, _ := strings.Cut(ro.Spec.Template.Spec.Containers[0].Image, ":")
+	return tag
+}
+
+func (d *dankiLab) waitRollout(t *testing.T, limit time.Duration, what string, cond func(*v1alpha1.Rollout) (bool, string)) *v1alpha1.Rollout {
+	t.Helper()
+	var last *v1alpha1.Rollout
+	waitFor(t, d.ctx, limit, what, func() (bool, string) {
+		ro, err := d.argo.ArgoprojV1alpha1().Rollouts("default").Get(d.ctx, "app", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		last = ro
+		return cond(ro)
+	})
+	return last
+}
+
+func describe(ro *v1alpha1.Rollout) string {
+	w := "-"
+	if ws := ro.Status.Canary.Weights; ws != nil {
+		w = fmt.Sprint(ws.Canary.Weight)
+	}
+	return fmt.Sprintf("phase %s, step %v, canary weight %s: %s", ro.Status.Phase, ptrVal(ro.Status.CurrentStepIndex), w, ro.Status.Message)
+}
+
+// warmupState is the danki/warmup Run status of the rollout's current
+// canary, nil until the step has run for it.
+type warmupState struct {
+	Phase      v1alpha1.StepPluginPhase `json:"-"` // the step's phase and message
+	Message    string                   `json:"-"`
+	CanaryHash string                   `json:"canaryHash"`
+	Requests   int                      `json:"requests"`
+	Converged  int                      `json:"converged"`
+	Restarts   int                      `json:"restarts"`
+	FirstP99   string                   `json:"firstP99"`
+	LastP99    string                   `json:"lastP99"`
+	P99Trend   []string                 `json:"p99Trend"`
+	Summary    string                   `json:"message"`
+}
+
+func warmupStatus(ro *v1alpha1.Rollout) *warmupState {
+	for _, s := range ro.Status.Canary.StepPluginStatuses {
+		if s.Name != "danki/warmup" || s.Operation != v1alpha1.StepPluginOperationRun {
+			continue
+		}
+		var st warmupState
+		if len(s.Status) > 0 {
+			_ = json.Unmarshal(s.Status, &st)
+		}
+		if st.CanaryHash != "" && st.CanaryHash != ro.Status.CurrentPodHash {
+			continue
+		}
+		st.Phase, st.Message = s.Phase, s.Message
+		return &st
+	}
+	return nil
+}
+
+// awaitWarmup waits for the warm-up step to end and checks that the canary
+// had no user weight meanwhile.
+func (d *dankiLab) awaitWarmup(t *testing.T, limit time.Duration) *warmupState {
+	t.Helper()
+	var st *warmupState
+	d.waitRollout(t, limit, "danki/warmup finished", func(ro *v1alpha1.Rollout) (bool, string) {
+		st = warmupStatus(ro)
+		if st != nil && (st.Phase == v1alpha1.StepPluginPhaseSuccessful || st.Phase == v1alpha1.StepPluginPhaseFailed) {
+			return true, ""
+		}
+		// Still warming: no user may reach the canary. (The VirtualService,
+		// not the Rollout's status, which shows the weight Argo asked for.)
+		if p, err := lookAtTraffic(d.ctx, d.istio); err == nil && p.canaryWeight != 0 {
+			// Read again: the step may have finished since ro was read.
+			now, err := d.argo.ArgoprojV1alpha1().Rollouts("default").Get(d.ctx, "app", metav1.GetOptions{})
+			if err == nil {
+				if st = warmupStatus(now); st != nil && st.Phase == v1alpha1.StepPluginPhaseSuccessful {
+					return true, ""
+				}
+			}
+			t.Fatalf("canary weight %d on the VirtualService before the warm-up finished: %s", p.canaryWeight, describe(ro))
+		}
+		if st == nil {
+			return false, describe(ro)
+		}
+		return false, fmt.Sprintf("warm-up %s, %d requests: %s", st.Phase, st.Requests, st.Summary)
+	})
+	t.Logf("warm-up %s: %s; p99 by window: %s", st.Phase, st.Message, strings.Join(st.P99Trend, " → "))
+	return st
+}
+
+func (d *dankiLab) goodVersion(t *testing.T) {
+	_, start := d.deploy(t, nil, nil)
+	st := d.awaitWarmup(t, 5*time.Minute)
+	if st.Phase != v1alpha1.StepPluginPhaseSuccessful {
+		t.Fatalf("warm-up of a good version ended %s: %s", st.Phase, st.Message)
+	}
+	first, err1 := time.ParseDuration(st.FirstP99)
+	last, err2 := time.ParseDuration(st.LastP99)
+	minRequests := int(d.warmup["minRequests"].(float64))
+	if err1 != nil || err2 != nil || st.Converged != 2 || st.Requests < 2*minRequests {
+		t.Fatalf("warm-up status %+v: want 2 converged pods and ≥ %d requests each (minRequests)", st, minRequests)
+	}
+	// The pods really were cold: the first window's p99 well above the last.
+	if first < 3*last {
+		t.Errorf("first window p99 %s is not ≥ 3× the last window's %s: the canary was not cold, or the warm-up did not measure it", first, last)
+	}
+
+	ro := d.waitRollout(t, 8*time.Minute, "the good version promoted (Healthy, stable = canary)", func(ro *v1alpha1.Rollout) (bool, string) {
+		if ro.Status.Abort {
+			t.Fatalf("the good version was aborted: %s; events: %s", describe(ro), d.events(t, ""))
+		}
+		return ro.Status.Phase == v1alpha1.RolloutPhaseHealthy && ro.Status.StableRS == ro.Status.CurrentPodHash, describe(ro)
+	})
+
+	st2 := steps(d.watch.since(start))
+	seen := weightsSeen(st2)
+	t.Logf("canary weights on the VirtualService: %s", fmtWeights(seen))
+	logSplit(t, st2)
+	// The ramp climbed the rungs (10, 20 | 30, 45, 60 | 80, 100), never
+	// jumping more than one rung, then the promotion moved everyone to the
+	// new stable (canary weight 0).
+	var rise []int32
+	for i, w := range seen {
+		if i == len(seen)-1 && w == 0 {
+			break
+		}
+		if len(rise) > 0 && w-rise[len(rise)-1] > 20 {
+			t.Errorf("the canary weight jumped %d → %d: want ramp increments of at most one rung", rise[len(rise)-1], w)
+		}
+		rise = append(rise, w)
+	}
+	for _, want := range []int32{10, 20, 30, 60, 100} {
+		if !containsWeight(rise, want) {
+			t.Errorf("the ramp never held canary weight %d%% (weights %s)", want, fmtWeights(seen))
+		}
+	}
+	if seen[len(seen)-1] != 0 {
+		t.Errorf("after the promotion the canary weight is %d, want 0 (all users on the new stable)", seen[len(seen)-1])
+	}
+	d.checkAnalysis(t, ro.Status.CurrentPodHash, v1alpha1.AnalysisPhaseSuccessful)
+}
+
+func containsWeight(ws []int32, w int32) bool {
+	for _, v := range ws {
+		if v == w {
+			return true
+		}
+	}
+	return false
+}
+
+// checkAnalysis finds the danki/latency AnalysisRun of the canary and
+// checks its phase.
+func (d *dankiLab) checkAnalysis(t *testing.T, hash string, want v1alpha1.AnalysisPhase) {
+	t.Helper()
+	runs, err := d.argo.ArgoprojV1alpha1().AnalysisRuns("default").List(d.ctx, metav1.ListOptions{LabelSelector: "rollouts-pod-template-hash=" + hash})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(runs.Items) != 1 {
+		t.Fatalf("%d AnalysisRuns for canary %s, want 1", len(runs.Items), hash)
+	}
+	ar := runs.Items[0]
+	for _, m := range ar.Status.MetricResults {
+		for _, ms := range m.Measurements {
+			t.Logf("AnalysisRun %s, metric %s: %s %s", ar.Name, m.Name, ms.Phase, ms.Metadata["summary"])
+		}
+	}
+	if ar.Status.Phase != want {
+		t.Fatalf("AnalysisRun %s is %s (%s), want %s", ar.Name, ar.Status.Phase, ar.Status.Message, want)
+	}
+}
+
+func (d *dankiLab) abortMidRamp(t *testing.T) {
+	_, start := d.deploy(t, nil, nil)
+	d.awaitWarmup(t, 5*time.Minute)
+	waitFor(t, d.ctx, 3*time.Minute, "the ramp gives the canary users", func() (bool, string) {
+		p, err := lookAtTraffic(d.ctx, d.istio)
+		return err == nil && p.canaryWeight > 0, fmt.Sprintf("canary weight %d %v", p.canaryWeight, err)
+	})
+	abortedAt := abortRollout(t, d.lab)
+	var zeroAt time.Time
+	waitFor(t, d.ctx, 30*time.Second, "canary weight 0 on the VirtualService", func() (bool, string) {
+		p, err := lookAtTraffic(d.ctx, d.istio)
+		if err == nil && p.canaryWeight == 0 {
+			zeroAt = p.at
+			return true, ""
+		}
+		return false, fmt.Sprintf("canary weight %d %v", p.canaryWeight, err)
+	})
+	t.Logf("abort → canary weight 0 on the VirtualService in %s", zeroAt.Sub(abortedAt).Round(time.Millisecond))
+	if took := zeroAt.Sub(abortedAt); took > 5*time.Second {
+		t.Errorf("the abort took %s to put all users on stable: want at once (one reconcile), not ramped", took)
+	}
+	seen := weightsSeen(steps(d.watch.since(start)))
+	t.Logf("canary weights: %s", fmtWeights(seen))
+	if n := len(seen); n < 3 || seen[n-1] != 0 || seen[n-2] == 0 {
+		t.Errorf("canary weights %s: want a straight drop from the ramp's weight to 0", fmtWeights(seen))
+	}
+	// Envoy follows: after istiod's push no user request reaches the canary.
+	time.Sleep(2 * time.Second)
+	before, _ := lookAtTraffic(d.ctx, d.istio)
+	time.Sleep(3 * time.Second)
+	after, _ := lookAtTraffic(d.ctx, d.istio)
+	if after.canary != before.canary || after.stable-before.stable < 100 {
+		t.Errorf("after the abort Envoy sent %d requests to the canary and %d to stable in 3 s: want 0 and all", after.canary-before.canary, after.stable-before.stable)
+	}
+	d.waitRollout(t, time.Minute, "the rollout is Degraded (aborted)", func(ro *v1alpha1.Rollout) (bool, string) {
+		return ro.Status.Phase == v1alpha1.RolloutPhaseDegraded && ro.Status.Abort, describe(ro)
+	})
+}
+
+func abortRollout(t *testing.T, l *lab) time.Time {
+	t.Helper()
+	at := time.Now()
+	// What `kubectl argo rollouts abort` does.
+	if _, err := l.argo.ArgoprojV1alpha1().Rollouts("default").Patch(l.ctx, "app", types.MergePatchType,
+		[]byte(`{"status":{"abort":true}}`), metav1.PatchOptions{}, "status"); err != nil {
+		t.Fatalf("abort: %v", err)
+	}
+	t.Log("rollout aborted (status.abort)")
+	return at
+}
+
+// events lists the Warning events on the Rollout (with the given reason, or
+// all), oldest first.
+func (d *dankiLab) events(t *testing.T, reason string) string {
+	t.Helper()
+	sel := "involvedObject.name=app,type=Warning"
+	if reason != "" {
+		sel += ",reason=" + reason
+	}
+	evs, err := d.kube.CoreV1().Events("default").List(d.ctx, metav1.ListOptions{FieldSelector: sel})
+	if err != nil {
+		return err.Error()
+	}
+	var b strings.Builder
+	for _, e := range evs.Items {
+		fmt.Fprintf(&b, "\n  %s %s: %s", e.LastTimestamp.Format(time.TimeOnly), e.Reason, e.Message)
+	}
+	return b.String()
+}
+
+func (d *dankiLab) gateBreach(t *testing.T) {
+	// 5 % of requests take a second: the warm-up converges (the version is
+	// steadily bad), the gate (p99 ≤ 500ms) fails at the first rung.
+	_, start := d.deploy(t, map[string]string{"SLOW_MS": "1000", "SLOW_PERCENT": "5"}, nil)
+	if st := d.awaitWarmup(t, 5*time.Minute); st.Phase != v1alpha1.StepPluginPhaseSuccessful {
+		t.Fatalf("warm-up ended %s: %s", st.Phase, st.Message)
+	}
+	d.waitRollout(t, 5*time.Minute, "the ramp's gate aborts the rollout", func(ro *v1alpha1.Rollout) (bool, string) {
+		return ro.Status.Abort && ro.Status.Phase == v1alpha1.RolloutPhaseDegraded, describe(ro)
+	})
+	waitFor(t, d.ctx, 30*time.Second, "canary weight 0", func() (bool, string) {
+		p, err := lookAtTraffic(d.ctx, d.istio)
+		return err == nil && p.canaryWeight == 0, fmt.Sprintf("canary weight %d %v", p.canaryWeight, err)
+	})
+	seen := weightsSeen(steps(d.watch.since(start)))
+	t.Logf("canary weights: %s", fmtWeights(seen))
+	// Up to the first rung, back off to the last good weight (0), a smaller
+	// move, breach again: aborted.
+	if len(seen) < 4 || seen[1] != 10 || slicesMax(seen) > 10 {
+		t.Errorf("canary weights %s: want 0 → 10 → 0 → (smaller move) → 0", fmtWeights(seen))
+	}
+	ev := d.events(t, "DankiRampFailed")
+	t.Logf("events:%s", ev)
+	if !regexp.MustCompile(`aborted the rollout: ramp failed: .*gate breach 2/2 at \d+%: Fail: p99 \S+ > 500ms SLO`).MatchString(ev) {
+		t.Errorf("no DankiRampFailed event naming the p99 breach; events:%s", ev)
+	}
+}
+
+func slicesMax(ws []int32) int32 {
+	var m int32
+	for _, w := range ws {
+		m = max(m, w)
+	}
+	return m
+}
+
+func (d *dankiLab) analysisFails(t *testing.T) {
+	// 10 % of requests take 300 ms: p99 under the gate's 500 ms, far above
+	// the analysis' 150 ms.
+	d.deploy(t, map[string]string{"SLOW_MS": "300", "SLOW_PERCENT": "10"}, nil)
+	if st := d.awaitWarmup(t, 5*time.Minute); st.Phase != v1alpha1.StepPluginPhaseSuccessful {
+		t.Fatalf("warm-up ended %s: %s", st.Phase, st.Message)
+	}
+	ro := d.waitRollout(t, 5*time.Minute, "the analysis aborts the rollout", func(ro *v1alpha1.Rollout) (bool, string) {
+		return ro.Status.Abort && ro.Status.Phase == v1alpha1.RolloutPhaseDegraded, describe(ro)
+	})
+	// The analysis step aborted it (the gate, p99 ≤ 500ms, let it through).
+	if !strings.Contains(ro.Status.Message, `Step-based analysis phase error/failed: Metric "tail-latency" assessed Failed`) ||
+		!strings.Contains(ro.Status.Message, "> 150ms SLO") {
+		t.Errorf("rollout message %q: want the failed tail-latency metric and its breach", ro.Status.Message)
+	}
+	d.checkAnalysis(t, ro.Status.CurrentPodHash, v1alpha1.AnalysisPhaseFailed)
+	waitFor(t, d.ctx, 30*time.Second, "canary weight 0", func() (bool, string) {
+		p, err := lookAtTraffic(d.ctx, d.istio)
+		return err == nil && p.canaryWeight == 0, fmt.Sprintf("canary weight %d %v", p.canaryWeight, err)
+	})
+}
+
+func (d *dankiLab) abortWarmup(t *testing.T) {
+	// A warm-up that would run for minutes.
+	d.deploy(t, nil, map[string]any{"minRequests": 100000, "maxRequests": 200000})
+	ro := d.waitRollout(t, 3*time.Minute, "danki/warmup running", func(ro *v1alpha1.Rollout) (bool, string) {
+		st := warmupStatus(ro)
+		return st != nil && st.Phase == v1alpha1.StepPluginPhaseRunning, describe(ro)
+	})
+	var n0 int64
+	waitFor(t, d.ctx, 2*time.Minute, "warm-up load on the canary pods", func() (bool, string) {
+		n, err := d.canaryRequests(ro.Status.CurrentPodHash)
+		n0 = n
+		return err == nil && n > 500, fmt.Sprintf("%d requests %v", n, err)
+	})
+	abortedAt := abortRollout(t, d.lab)
+	// Watch the canary pods' request counters (only warm-up requests reach
+	// them: their weight is 0) until they stay still for 3 s.
+	last, lastChange := n0, abortedAt
+	for time.Since(lastChange) < 3*time.Second {
+		n, err := d.canaryRequests(ro.Status.CurrentPodHash)
+		if err != nil {
+			t.Fatalf("read the canary pods' request counters: %v", err)
+		}
+		if n != last {
+			last, lastChange = n, time.Now()
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	stoppedAfter := lastChange.Sub(abortedAt)
+	t.Logf("abort → warm-up load stopped after %s (last canary request counted %s after the abort; %d warm-up requests in all)",
+		stoppedAfter.Round(time.Millisecond), stoppedAfter.Round(time.Millisecond), last)
+	if stoppedAfter > time.Second {
+		t.Errorf("the warm-up load went on %s after the abort: want under a second", stoppedAfter.Round(time.Millisecond))
+	}
+}
+
+var requestsSeries = regexp.MustCompile(`(?m)^sample_app_requests_total\{path="/",[^}]*\} (\d+)`)
+
+// canaryRequests sums the "/" requests the canary pods have served (from
+// their /metrics).
+func (d *dankiLab) canaryRequests(hash string) (int64, error) {
+	pods, err := d.kube.CoreV1().Pods("default").List(d.ctx, metav1.ListOptions{LabelSelector: "rollouts-pod-template-hash=" + hash})
+	if err != nil {
+		return 0, err
+	}
+	var total int64
+	for _, p := range pods.Items {
+		if p.Status.PodIP == "" {
+			continue
+		}
+		body, err := get(d.ctx, "http://"+p.Status.PodIP+":8080/metrics")
+		if err != nil {
+			return 0, fmt.Errorf("pod %s: %w", p.Name, err)
+		}
+		for _, m := range requestsSeries.FindAllStringSubmatch(body, -1) {
+			n, _ := strconv.ParseInt(m[1], 10, 64)
+			total += n
+		}
+	}
+	return total, nil
+}
+
+func (d *dankiLab) pluginRestart(t *testing.T) {
+	d.deploy(t, nil, nil)
+	ro := d.waitRollout(t, 3*time.Minute, "danki/warmup running", func(ro *v1alpha1.Rollout) (bool, string) {
+		st := warmupStatus(ro)
+		return st != nil && st.Phase == v1alpha1.StepPluginPhaseRunning, describe(ro)
+	})
+	// Kill it early in the warm-up (minRequests is 1,500 per pod).
+	waitFor(t, d.ctx, 2*time.Minute, "warm-up load on the canary pods", func() (bool, string) {
+		n, err := d.canaryRequests(ro.Status.CurrentPodHash)
+		return err == nil && n > 300, fmt.Sprintf("%d requests %v", n, err)
+	})
+	pid := stepPluginPID(t)
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill the danki/warmup plugin process %d: %v", pid, err)
+	}
+	t.Logf("killed the danki/warmup plugin process %d mid-warm-up", pid)
+	st := d.awaitWarmup(t, 6*time.Minute)
+	if st.Phase != v1alpha1.StepPluginPhaseSuccessful || st.Restarts < 1 {
+		t.Fatalf("warm-up after the plugin restart: %s, %d restarts: %s", st.Phase, st.Restarts, st.Message)
+	}
+	if pid2 := stepPluginPID(t); pid2 == pid {
+		t.Fatalf("the danki/warmup plugin process is still %d", pid)
+	}
+	d.waitRollout(t, 3*time.Minute, "the rollout went on to setWeight 20", func(ro *v1alpha1.Rollout) (bool, string) {
+		if ro.Status.Abort {
+			t.Fatalf("aborted: %s", describe(ro))
+		}
+		i := ro.Status.CurrentStepIndex
+		return i != nil && *i > setWeight20, describe(ro)
+	})
+}
+
+// stepPluginPID finds the controller's danki/warmup plugin process (Argo
+// copies each plugin to plugin-bin/<name>).
+func stepPluginPID(t *testing.T) int {
+	t.Helper()
+	procs, _ := filepath.Glob("/proc/[0-9]*/exe")
+	for _, p := range procs {
+		exe, err := os.Readlink(p)
+		if err == nil && strings.HasSuffix(exe, "/plugin-bin/danki/warmup") {
+			pid, _ := strconv.Atoi(strings.Split(p, "/")[2])
+			return pid
+		}
+	}
+	t.Fatal("no danki/warmup plugin process (plugin-bin/danki/warmup) is running")
+	return 0
+}
+
+func (d *dankiLab) neverConverges(t *testing.T) {
+	// Slow in 10 % of requests, compared with stable: the canary's p99 never
+	// comes within 1.5× of stable's, so the warm-up fails at its cap.
+	_, start := d.deploy(t, map[string]string{"SLOW_MS": "300", "SLOW_PERCENT": "10"},
+		map[string]any{"compareToStable": true, "stableRatio": 1.5, "minRequests": 1000, "maxRequests": 2000})
+	st := d.awaitWarmup(t, 5*time.Minute)
+	if st.Phase != v1alpha1.StepPluginPhaseFailed || !strings.Contains(st.Message, "p99") {
+		t.Fatalf("warm-up of a version that never gets near stable ended %s: %s", st.Phase, st.Message)
+	}
+	d.waitRollout(t, time.Minute, "the rollout aborted", func(ro *v1alpha1.Rollout) (bool, string) {
+		return ro.Status.Abort && ro.Status.Phase == v1alpha1.RolloutPhaseDegraded, describe(ro)
+	})
+	if seen := weightsSeen(steps(d.watch.since(start))); slicesMax(seen) != 0 {
+		t.Errorf("canary weights %s: a canary that never warmed up got users", fmtWeights(seen))
+	}
+}
+
+func get(ctx context.Context, url string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	var b strings.Builder
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		b.WriteString(sc.Text())
+		b.WriteByte('\n')
+	}
+	return b.String(), sc.Err()
+}
