@@ -27,7 +27,7 @@ func newLabCmd() *cobra.Command {
 Prometheus and the Argo Rollouts controller on one machine. "make lab-up" starts
 it all; these commands are what it runs.`,
 	}
-	lab.AddCommand(newLabRunnerCmd())
+	lab.AddCommand(newLabRunnerCmd(), newLabDemoCmd())
 	return lab
 }
 

@@ -1,0 +1,84 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/danki-dev/danki/internal/demo"
+	"github.com/danki-dev/danki/internal/labdemo"
+	"github.com/spf13/cobra"
+)
+
+func newLabDemoCmd() *cobra.Command {
+	var (
+		root, kubeconfig, gateway, out string
+		qps                            float64
+		oracle                         bool
+		settle, before, after          time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "demo",
+		Short: "Roll the sample app out without and with danki under user traffic; table + chart",
+		Long: `In the running lab (make lab-up), send steady user traffic through the gateway
+and roll the sample app from v1 to v2 twice: first as teams do today
+(examples/lab/baseline: Argo's native Istio routing, fixed setWeight jumps, no
+warm-up), then with danki (examples/lab/danki: warm-up until converged, gated
+ramp, latency analysis). Then roll out a bad v3 (5% of requests a second
+slower) with danki, which must abort it.
+
+Prints what users saw — p50, p99, p99.9 and max before, during and after each
+rollout — and writes results.json, results.md and a latency chart
+(latency.svg, latency.png) into --out. "make demo" starts the lab, runs this
+and stops the lab; "make bench" adds --oracle and reports ratios.`,
+		Example: `  danki lab demo --kubeconfig .cache/lab/kubeconfig --out .cache/demo`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if kubeconfig == "" {
+				return errors.New("--kubeconfig is required (the lab's is .cache/lab/kubeconfig; start the lab with make lab-up)")
+			}
+			if _, err := os.Stat(filepath.Join(root, "examples", "lab", "danki")); err != nil {
+				return fmt.Errorf("--root %s: not the danki repository (no examples/lab/danki): %w", root, err)
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			res, err := labdemo.Demo(ctx, labdemo.Config{
+				Root: root, Kubeconfig: kubeconfig, GatewayURL: gateway, QPS: qps,
+				Settle: settle, Before: before, After: after, Oracle: oracle,
+				Log: slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil)),
+			})
+			if err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			fmt.Fprintln(w)
+			if err := labdemo.WriteReport(w, demo.Text, res); err != nil {
+				return err
+			}
+			paths, err := labdemo.WriteResults(out, res)
+			if err != nil {
+				return fmt.Errorf("write results to --out %s: %w", out, err)
+			}
+			for _, p := range paths {
+				fmt.Fprintln(w, "wrote", p)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&root, "root", ".", "the danki repository (for examples/lab)")
+	f.StringVar(&kubeconfig, "kubeconfig", "", "the lab's kubeconfig")
+	f.StringVar(&gateway, "gateway", "http://127.0.0.1:18080/", "where user traffic enters")
+	f.StringVar(&out, "out", "demo-results", "directory for results.json, results.md, latency.svg and latency.png")
+	f.Float64Var(&qps, "qps", 80, "steady user traffic, requests per second")
+	f.DurationVar(&settle, "settle", 45*time.Second, "user traffic on fresh v1 pods before measuring (warms them)")
+	f.DurationVar(&before, "before", 30*time.Second, "measured steady state before each rollout")
+	f.DurationVar(&after, "after", 30*time.Second, "measured steady state after each rollout")
+	f.BoolVar(&oracle, "oracle", false, "also load a fresh pod 5,000 times to find when it stops improving, and compare danki's warm-up length (make bench)")
+	return cmd
+}

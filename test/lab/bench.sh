@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# make bench: Go benchmarks (speed and memory: warm-up windows, tail test,
+# traffic generator achieved/asked QPS at 500 and 2,000 qps, plugin RPC per
+# call), then — as root — the lab bench: the demo's baseline and danki
+# rollouts plus an oracle warm-up curve, reporting ratios measured side by
+# side in one run. Results: $BENCH_OUT (default bench-results/).
+set -euo pipefail
+# shellcheck source=test/lab/lib.sh
+source "$(dirname "$0")/lib.sh"
+# go.mod asks for a newer go than Debian's: let the go command fetch it.
+export GOTOOLCHAIN=${GOTOOLCHAIN:-auto} GOFLAGS=-buildvcs=false
+
+out=${BENCH_OUT:-$repo/bench-results}
+mkdir -p "$out"
+cd "$repo"
+log "bench: Go benchmarks → $out/go-bench.txt"
+go test -run '^$' -bench . -benchmem -count=1 ./... | tee "$out/go-bench.txt"
+# One JSON object per benchmark line: name, iterations, then value/unit pairs.
+awk 'BEGIN { print "[" } /^Benchmark/ {
+	printf "%s{\"name\":\"%s\",\"n\":%s", (n++ ? ",\n" : ""), $1, $2
+	for (i = 3; i < NF; i += 2) printf ",\"%s\":%s", $(i+1), $i
+	printf "}"
+} END { print "\n]" }' "$out/go-bench.txt" >"$out/go-bench.json"
+
+if [ "$(id -u)" != 0 ]; then
+	log "bench: not root — the lab bench (rollouts in the lab) needs root; Go benchmarks only"
+	exit 0
+fi
+DEMO_OUT=$out "$here/demo.sh" --oracle
+log "bench: results in $out (results.md, results.json, go-bench.txt, go-bench.json, latency.svg/png)"
