@@ -198,11 +198,7 @@ func Demo(ctx context.Context, cfg Config) (*Result, error) {
 			return nil, err
 		}
 		res.Runs = append(res.Runs, *run)
-		phases = append(phases, []demo.Phase{
-			{Name: "before", From: run.Start.Add(-cfg.Before), To: run.Start},
-			{Name: "during", From: run.Start, To: run.End},
-			{Name: "after", From: run.End, To: run.End.Add(cfg.After)},
-		})
+		phases = append(phases, cfg.phases(run))
 	}
 
 	// A bad version, with danki: 5 % of requests take an extra second.
@@ -215,11 +211,7 @@ func Demo(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, err
 	}
 	res.Runs = append(res.Runs, *run)
-	phases = append(phases, []demo.Phase{
-		{Name: "before", From: run.Start.Add(-cfg.Before), To: run.Start},
-		{Name: "during", From: run.Start, To: run.End},
-		{Name: "after", From: run.End, To: run.End.Add(cfg.After)},
-	})
+	phases = append(phases, cfg.phases(run))
 
 	res.Traffic = users.Stop()
 	users = nil
@@ -244,6 +236,16 @@ func Demo(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	res.Ratios = ratios(res)
 	return res, nil
+}
+
+// phases are the measured stretches around a rollout: the steady state
+// before it, the rollout itself, and the steady state after it.
+func (c Config) phases(run *Run) []demo.Phase {
+	return []demo.Phase{
+		{Name: "before", From: run.Start.Add(-c.Before), To: run.Start},
+		{Name: "during", From: run.Start, To: run.End},
+		{Name: "after", From: run.End, To: run.End.Add(c.After)},
+	}
 }
 
 // install replaces the Rollout with the one in dir (v1) and waits until it
