@@ -3,7 +3,8 @@
 # traffic generator achieved/asked QPS at 500 and 2,000 qps, plugin RPC per
 # call), then — as root — the lab bench: the demo's baseline and danki
 # rollouts plus an oracle warm-up curve, reporting ratios measured side by
-# side in one run. Results: $BENCH_OUT (default bench-results/).
+# side in one run, $BENCH_RUNS times (default 2). Results: $BENCH_OUT
+# (default bench-results/).
 set -euo pipefail
 # shellcheck source=test/lab/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -26,5 +27,20 @@ if [ "$(id -u)" != 0 ]; then
 	log "bench: not root — the lab bench (rollouts in the lab) needs root; Go benchmarks only"
 	exit 0
 fi
-DEMO_OUT=$out "$here/demo.sh" --oracle
-log "bench: results in $out (results.md, results.json, go-bench.txt, go-bench.json, latency.svg/png)"
+# The lab bench, repeated: each run puts baseline and danki side by side
+# under the same load, so each run's ratios stand on their own; the summary
+# lists them run by run.
+runs=${BENCH_RUNS:-2}
+summary=$out/summary.md
+{
+	echo "# danki bench: ratios, each measured within one run"
+	echo
+	echo "Machine: $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')), $(free -g | awk '/^Mem:/ {print $2}') GiB RAM."
+} >"$summary"
+for i in $(seq 1 "$runs"); do
+	log "bench: lab run $i of $runs → $out/run-$i"
+	DEMO_OUT=$out/run-$i "$here/demo.sh" --oracle
+	{ echo; echo "## run $i"; echo; sed -n '/^- .* ÷ /p' "$out/run-$i/results.md"; } >>"$summary"
+done
+cat "$summary"
+log "bench: results in $out (summary.md, run-N/{results.md,results.json,latency.svg,latency.png}, go-bench.txt, go-bench.json)"
