@@ -52,7 +52,7 @@ release: ## cross-build dist/danki-{linux,darwin}-{amd64,arm64} + dist/sha256sum
 # other packages' API servers.
 test: lint lab-bins ## lint, build the lab, run every test: unit, real API server, then the lab end to end (root)
 	go test -count=1 -timeout $(TEST_TIMEOUT) $$(go list ./... | grep -v /test/e2e)
-	go test -count=1 -timeout $(TEST_TIMEOUT) -v ./test/e2e/ 2>&1 | grep -vE '^\s+lab_test.go:[0-9]+: \[lab' ; exit $${PIPESTATUS[0]}
+	go test -count=1 -timeout $(TEST_TIMEOUT) -v ./test/e2e/ 2>&1 | grep --line-buffered -vE '^\s+lab_test.go:[0-9]+: \[lab' ; exit $${PIPESTATUS[0]}
 
 unit: ## unit tests only (no API server, no lab)
 	go test -short -count=1 ./...
