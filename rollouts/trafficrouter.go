@@ -285,10 +285,19 @@ func (r *trafficRouter) gate(b *binding) (shift.Gate, error) {
 	return g, nil
 }
 
-func (r *trafficRouter) ramp(b *binding, s *shift.Shifter) (*shift.Ramp, error) {
-	g, err := r.gate(b)
-	if err != nil {
-		return nil, err
+// ramp returns the rollout's ramp toward target. Target 0 (before the first
+// setWeight, e.g. while danki/warmup runs, or an abort) needs no gate: the
+// gate is built at the first real target, so its cumulative window starts
+// when this canary can first get users. Built earlier, it would also count
+// the previous canary's last requests, which share the canary Service's
+// metrics.
+func (r *trafficRouter) ramp(b *binding, s *shift.Shifter, target int32) (*shift.Ramp, error) {
+	var g shift.Gate
+	if target > 0 {
+		var err error
+		if g, err = r.gate(b); err != nil {
+			return nil, err
+		}
 	}
 	return &shift.Ramp{Shifter: s, Target: b.target, Plan: b.plan, Gate: g, Now: r.now}, nil
 }
@@ -313,7 +322,7 @@ func extras(b *binding, dests []v1alpha1.WeightDestination) []shift.Extra {
 // or a finished rollout) is set at once.
 func (r *trafficRouter) SetWeight(ro *v1alpha1.Rollout, desiredWeight int32, additional []v1alpha1.WeightDestination) types.RpcError {
 	return r.call("SetWeight", ro, func(ctx context.Context, b *binding, s *shift.Shifter, log *slog.Logger) error {
-		rmp, err := r.ramp(b, s)
+		rmp, err := r.ramp(b, s, desiredWeight)
 		if err != nil {
 			return err
 		}
@@ -333,7 +342,7 @@ func (r *trafficRouter) SetWeight(ro *v1alpha1.Rollout, desiredWeight int32, add
 func (r *trafficRouter) VerifyWeight(ro *v1alpha1.Rollout, desiredWeight int32, additional []v1alpha1.WeightDestination) (types.RpcVerified, types.RpcError) {
 	verified := types.NotVerified
 	rerr := r.call("VerifyWeight", ro, func(ctx context.Context, b *binding, s *shift.Shifter, log *slog.Logger) error {
-		rmp, err := r.ramp(b, s)
+		rmp, err := r.ramp(b, s, desiredWeight)
 		if err != nil {
 			return err
 		}

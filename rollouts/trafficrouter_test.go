@@ -520,3 +520,29 @@ func TestRPCConcurrentRollouts(t *testing.T) {
 		t.Fatalf("ratings weights %v", w)
 	}
 }
+
+// The gate (and with it its cumulative window) starts at the first real
+// target, not while the canary sits at 0 during the warm-up: before that the
+// canary Service's metrics may still hold the previous canary's requests.
+func TestRPCGateStartsAtTheFirstTarget(t *testing.T) {
+	f := newTRFixture(t, hostVS())
+	built := 0
+	f.impl.gateFor = func(json.RawMessage) (shift.Gate, error) {
+		built++
+		return gateFunc(func(context.Context) (bool, string, error) { return true, "ok", nil }), nil
+	}
+	ro := trRollout(`{"virtualService": {"name": "reviews"}, "ramp": {"step": 10, "interval": "1s"}, "gate": {}}`)
+	for range 3 {
+		mustOK(t, "SetWeight(0)", f.plugin.SetWeight(ro, 0, nil))
+		if _, err := f.plugin.VerifyWeight(ro, 0, nil); err.HasError() {
+			t.Fatal(err)
+		}
+	}
+	if built != 0 {
+		t.Fatalf("gate built %d times at weight 0, want none before the first target", built)
+	}
+	mustOK(t, "SetWeight(20)", f.plugin.SetWeight(ro, 20, nil))
+	if built != 1 {
+		t.Fatalf("gate built %d times at the first target, want 1", built)
+	}
+}
