@@ -1,12 +1,8 @@
 package rollouts
 
 import (
-	"bufio"
-	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -18,10 +14,10 @@ import (
 
 	"github.com/argoproj/argo-rollouts/pkg/apis/rollouts/v1alpha1"
 	templateutil "github.com/argoproj/argo-rollouts/utils/template"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
 	"github.com/danki-dev/danki/pkg/analysis"
+	"github.com/danki-dev/danki/test/testenv"
 )
 
 // documentedConfigs pairs each plugin's config struct with the docs file
@@ -246,7 +242,11 @@ func TestDocsExampleConfigs(t *testing.T) {
 	}
 	counts := map[string]int{}
 	for _, path := range files {
-		for i, raw := range yamlDocs(t, path) {
+		docs, err := testenv.YAMLDocuments(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, raw := range docs {
 			var meta struct{ APIVersion, Kind string }
 			if err := yaml.Unmarshal(raw, &meta); err != nil {
 				t.Fatalf("%s: %v", path, err)
@@ -341,30 +341,6 @@ func checkTemplateConfigs(t *testing.T, where string, at *v1alpha1.AnalysisTempl
 		}
 		if _, err := analysis.ParseConfig([]byte(resolved)); err != nil {
 			t.Errorf("%s metric %s: %s: %v", where, m.Name, LatencyPluginName, err)
-		}
-	}
-}
-
-// yamlDocs splits a YAML file into its documents, as JSON-compatible YAML.
-func yamlDocs(t *testing.T, path string) [][]byte {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = f.Close() }()
-	r := utilyaml.NewYAMLReader(bufio.NewReader(f))
-	var docs [][]byte
-	for {
-		raw, err := r.Read()
-		if errors.Is(err, io.EOF) {
-			return docs
-		}
-		if err != nil {
-			t.Fatalf("%s: %v", path, err)
-		}
-		if len(bytes.TrimSpace(raw)) > 0 {
-			docs = append(docs, raw)
 		}
 	}
 }

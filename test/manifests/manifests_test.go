@@ -1,10 +1,8 @@
 package manifests
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -30,7 +28,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8stypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -500,44 +497,20 @@ type doc struct {
 	} `json:"metadata"`
 }
 
-// readDocs splits a YAML file into its non-empty documents.
+// readDocs reads the objects of a YAML file.
 func readDocs(t *testing.T, path string) []doc {
 	t.Helper()
-	f, err := os.Open(path)
+	raws, err := testenv.YAMLDocuments(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = f.Close() }()
-	r := utilyaml.NewYAMLReader(bufio.NewReader(f))
-	var docs []doc
-	for {
-		raw, err := r.Read()
-		if errors.Is(err, io.EOF) {
-			return docs
-		}
-		if err != nil {
-			t.Fatalf("%s: %v", path, err)
-		}
-		var d doc
-		if err := yaml.Unmarshal(raw, &d); err != nil {
+	docs := make([]doc, len(raws))
+	for i, raw := range raws {
+		if err := yaml.Unmarshal(raw, &docs[i]); err != nil {
 			t.Fatalf("%s: not YAML: %v", path, err)
 		}
-		if len(bytes.TrimSpace(stripComments(raw))) == 0 {
-			continue
-		}
-		docs = append(docs, d)
 	}
-}
-
-func stripComments(raw []byte) []byte {
-	var b bytes.Buffer
-	for _, line := range bytes.Split(raw, []byte("\n")) {
-		if !bytes.HasPrefix(bytes.TrimSpace(line), []byte("#")) {
-			b.Write(line)
-			b.WriteByte('\n')
-		}
-	}
-	return b.Bytes()
+	return docs
 }
 
 // notApplicable says why a file is not for the API server, or "".
