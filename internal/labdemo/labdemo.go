@@ -16,6 +16,7 @@ import (
 	"github.com/argoproj/argo-rollouts/pkg/apis/rollouts/v1alpha1"
 	argoclient "github.com/argoproj/argo-rollouts/pkg/client/clientset/versioned"
 	"github.com/danki-dev/danki/internal/demo"
+	"github.com/danki-dev/danki/pkg/warmup"
 	istioclient "istio.io/client-go/pkg/clientset/versioned"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -104,18 +105,6 @@ type Run struct {
 	// WarmupQPS and WarmupConnections are the warm-up's pace per pod.
 	WarmupQPS         float64 `json:"warmupQPS,omitempty"`
 	WarmupConnections int     `json:"warmupConnections,omitempty"`
-}
-
-type pace struct {
-	qps   float64
-	conns int
-}
-
-func (r Run) warmupPace() (pace, bool) {
-	if r.WarmupQPS == 0 {
-		return pace{qps: 80, conns: 4}, false
-	}
-	return pace{qps: r.WarmupQPS, conns: r.WarmupConnections}, true
 }
 
 // WeightChange is the canary weight on the VirtualService from At on.
@@ -229,8 +218,8 @@ func Demo(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	if cfg.Oracle {
 		cfg.Log.Info("oracle: a fresh pod loaded at the warm-up's pace until well past warm (5,000 requests)")
-		warm, _ := res.Runs[1].warmupPace()
-		if res.Oracle, err = MeasureOracle(ctx, cfg.Kubeconfig, 5000, warm.qps, warm.conns); err != nil {
+		danki := res.Runs[1]
+		if res.Oracle, err = MeasureOracle(ctx, cfg.Kubeconfig, 5000, danki.WarmupQPS, danki.WarmupConnections); err != nil {
 			return nil, fmt.Errorf("oracle: %w", err)
 		}
 	}
@@ -444,20 +433,18 @@ func warmupSummary(ro *v1alpha1.Rollout) (string, int) {
 	return "", 0
 }
 
-// warmupConfigPace reads qps and connections from the danki/warmup step.
+// warmupConfigPace reads qps and connections from the danki/warmup step,
+// with pkg/warmup's defaults for what it leaves out.
 func warmupConfigPace(ro *v1alpha1.Rollout) (float64, int) {
 	for _, s := range ro.Spec.Strategy.Canary.Steps {
 		if s.Plugin != nil && s.Plugin.Name == "danki/warmup" {
-			var c struct {
-				QPS         float64 `json:"qps"`
-				Connections int     `json:"connections"`
-			}
-			if json.Unmarshal(s.Plugin.Config, &c) == nil && c.QPS > 0 && c.Connections > 0 {
-				return c.QPS, c.Connections
-			}
+			var c warmup.Config
+			_ = json.Unmarshal(s.Plugin.Config, &c) // the plugin already accepted it
+			c = c.WithDefaults()
+			return c.QPS, c.Connections
 		}
 	}
-	return 0, 0
+	return warmup.DefaultQPS, warmup.DefaultConnections
 }
 
 func (l *lab) kubectl(ctx context.Context, args ...string) error {

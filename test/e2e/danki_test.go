@@ -1,10 +1,10 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -267,7 +267,7 @@ func (d *dankiLab) goodVersion(t *testing.T) {
 		rise = append(rise, w)
 	}
 	for _, want := range []int32{10, 20, 30, 60, 100} {
-		if !containsWeight(rise, want) {
+		if !slices.Contains(rise, want) {
 			t.Errorf("the ramp never held canary weight %d%% (weights %s)", want, fmtWeights(seen))
 		}
 	}
@@ -275,15 +275,6 @@ func (d *dankiLab) goodVersion(t *testing.T) {
 		t.Errorf("after the promotion the canary weight is %d, want 0 (all users on the new stable)", seen[len(seen)-1])
 	}
 	d.checkAnalysis(t, ro.Status.CurrentPodHash, v1alpha1.AnalysisPhaseSuccessful)
-}
-
-func containsWeight(ws []int32, w int32) bool {
-	for _, v := range ws {
-		if v == w {
-			return true
-		}
-	}
-	return false
 }
 
 // checkAnalysis finds the danki/latency AnalysisRun of the canary and
@@ -396,7 +387,7 @@ func (d *dankiLab) gateBreach(t *testing.T) {
 	t.Logf("canary weights: %s", fmtWeights(seen))
 	// Up to the first rung, back off to the last good weight (0), a smaller
 	// move, breach again: aborted.
-	if len(seen) < 4 || seen[1] != 10 || slicesMax(seen) > 10 {
+	if len(seen) < 4 || seen[1] != 10 || slices.Max(seen) > 10 {
 		t.Errorf("canary weights %s: want 0 → 10 → 0 → (smaller move) → 0", fmtWeights(seen))
 	}
 	ev := d.events(t, "DankiRampFailed")
@@ -404,14 +395,6 @@ func (d *dankiLab) gateBreach(t *testing.T) {
 	if !regexp.MustCompile(`aborted the rollout: ramp failed: .*gate breach 2/2 at \d+%: Fail: p99 \S+ > 500ms SLO`).MatchString(ev) {
 		t.Errorf("no DankiRampFailed event naming the p99 breach; events:%s", ev)
 	}
-}
-
-func slicesMax(ws []int32) int32 {
-	var m int32
-	for _, w := range ws {
-		m = max(m, w)
-	}
-	return m
 }
 
 func (d *dankiLab) analysisFails(t *testing.T) {
@@ -562,11 +545,12 @@ func (d *dankiLab) neverConverges(t *testing.T) {
 	// one this version replaced mid-rollout); from then on it is this one's.
 	seen := weightsSeen(steps(d.watch.since(start)))
 	first0 := slices.Index(seen, 0)
-	if first0 < 0 || slicesMax(seen[first0:]) != 0 {
+	if first0 < 0 || slices.Max(seen[first0:]) != 0 {
 		t.Errorf("canary weights %s: a canary that never warmed up got users", fmtWeights(seen))
 	}
 }
 
+// get returns the body of a GET.
 func get(ctx context.Context, url string) (string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
@@ -577,11 +561,6 @@ func get(ctx context.Context, url string) (string, error) {
 		return "", err
 	}
 	defer resp.Body.Close()
-	var b strings.Builder
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		b.WriteString(sc.Text())
-		b.WriteByte('\n')
-	}
-	return b.String(), sc.Err()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
 }

@@ -315,13 +315,7 @@ func envoyReady() (bool, string) {
 }
 
 func adminGet(path string) (string, error) {
-	resp, err := http.Get(envoyAdminURL + path)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return string(b), err
+	return get(context.Background(), envoyAdminURL+path)
 }
 
 // sendRequests sends n GETs through the gateway on `workers` keep-alive
