@@ -1,0 +1,109 @@
+package config
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/common/model"
+)
+
+// Duration is a time.Duration written as a string with a unit: Go's form
+// ("250ms", "1.5s", "1m30s") or Prometheus' ("5m", "1d", "1w", "1y").
+// Bare numbers are refused: "10" could mean seconds or nanoseconds.
+type Duration time.Duration
+
+// ParseDuration reads Go's duration syntax, then Prometheus'.
+func ParseDuration(s string) (time.Duration, error) {
+	s = strings.TrimSpace(s)
+	if d, err := time.ParseDuration(s); err == nil {
+		return d, nil
+	}
+	if d, err := model.ParseDuration(s); err == nil {
+		return time.Duration(d), nil
+	}
+	return 0, fmt.Errorf("%q is not a duration: write it like \"250ms\", \"30s\", \"1m30s\" or \"1d\"", s)
+}
+
+// D returns the time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// String formats like time.Duration.
+func (d Duration) String() string { return time.Duration(d).String() }
+
+// MarshalJSON writes the duration as a string such as "1m30s".
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()) }
+
+// UnmarshalJSON reads a duration string; null leaves the zero value.
+// Errors are *json.UnmarshalTypeError so that the decoder adds the field's
+// path.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	b = bytes.TrimSpace(b)
+	if bytes.Equal(b, []byte("null")) {
+		return nil
+	}
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return typeError[Duration](fmt.Sprintf("%s %s (write a duration string such as \"30s\")", describeJSON(b), abbreviate(b)))
+	}
+	v, err := ParseDuration(s)
+	if err != nil {
+		return typeError[Duration](strconv.Quote(s) + ` (write it like "250ms", "30s", "1m30s" or "1d")`)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// Number is a float64 written as a JSON number or as a string holding one
+// ("0.5"): Argo's {{args.…}} substitution produces strings. A string may
+// end in "%" to mean hundredths ("1%" is 0.01).
+type Number float64
+
+// MarshalJSON writes a JSON number.
+func (n Number) MarshalJSON() ([]byte, error) { return json.Marshal(float64(n)) }
+
+// UnmarshalJSON reads a number or a numeric string; null leaves the zero
+// value. Non-finite values are refused.
+func (n *Number) UnmarshalJSON(b []byte) error {
+	b = bytes.TrimSpace(b)
+	if bytes.Equal(b, []byte("null")) {
+		return nil
+	}
+	text := string(b)
+	if len(b) > 0 && b[0] == '"' {
+		if err := json.Unmarshal(b, &text); err != nil {
+			return typeError[Number](abbreviate(b))
+		}
+		text = strings.TrimSpace(text)
+	} else if len(b) > 0 && (b[0] == '{' || b[0] == '[' || b[0] == 't' || b[0] == 'f') {
+		return typeError[Number](describeJSON(b) + " " + abbreviate(b))
+	}
+	scale := 1.0
+	if rest, ok := strings.CutSuffix(text, "%"); ok {
+		text, scale = strings.TrimSpace(rest), 0.01
+	}
+	v, err := strconv.ParseFloat(text, 64)
+	if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
+		return typeError[Number](strconv.Quote(text) + " (write a finite number such as 0.5, or a percentage such as \"1%\")")
+	}
+	*n = Number(v * scale)
+	return nil
+}
+
+func typeError[T any](value string) error {
+	return &json.UnmarshalTypeError{Value: value, Type: reflect.TypeFor[T]()}
+}
+
+// abbreviate shortens a raw JSON value for an error message.
+func abbreviate(b []byte) string {
+	const limit = 40
+	if len(b) > limit {
+		return string(b[:limit]) + "…"
+	}
+	return string(b)
+}
