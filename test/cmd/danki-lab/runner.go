@@ -17,21 +17,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 )
 
-func init() { subcommands = append(subcommands, newLabCmd) }
-
-func newLabCmd() *cobra.Command {
-	lab := &cobra.Command{
-		Use:   "lab",
-		Short: "Parts of the local test lab (make lab-up runs them)",
-		Long: `Parts of danki's local test lab: a real API server, Istio (istiod + Envoy),
-Prometheus and the Argo Rollouts controller on one machine. "make lab-up" starts
-it all; these commands are what it runs.`,
-	}
-	lab.AddCommand(newLabRunnerCmd(), newLabDemoCmd())
-	return lab
-}
-
-func newLabRunnerCmd() *cobra.Command {
+func newRunnerCmd() *cobra.Command {
 	var (
 		kubeconfig, node, netns, device, logDir, hostIP, fileSD string
 		images                                                  = labrunner.ImageCommands{}
@@ -49,7 +35,7 @@ there with the pod's env plus PORT (first container port), BIND_ADDRESS and
 POD_IP. The pod turns Running, then Ready once its HTTP readiness probe
 answers. Images with no mapping are marked Running/Ready without a process.
 Deleted pods are stopped (SIGTERM, then SIGKILL after --stop-grace).`,
-		Example: `  danki lab runner --kubeconfig .cache/lab/kubeconfig --node danki-lab-node \
+		Example: `  danki-lab runner --kubeconfig .cache/lab/kubeconfig --node danki-lab-node \
     --netns danki-lab --device danki-lab1 --log-dir .cache/lab/run/logs/pods \
     --image 'danki.dev/sample-app=java -Xmx256m -Dsun.net.httpserver.nodelay=true -jar .cache/lab/bin/sample-app.jar'`,
 		Args: cobra.NoArgs,

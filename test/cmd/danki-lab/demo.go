@@ -15,7 +15,7 @@ import (
 	"github.com/spf13/cobra"
 )
 
-func newLabDemoCmd() *cobra.Command {
+func newDemoCmd() *cobra.Command {
 	var (
 		root, kubeconfig, gateway, out string
 		qps                            float64
@@ -36,7 +36,7 @@ Prints what users saw — p50, p99, p99.9 and max before, during and after each
 rollout — and writes results.json, results.md and a latency chart
 (latency.svg, latency.png) into --out. "make demo" starts the lab, runs this
 and stops the lab; "make bench" adds --oracle and reports ratios.`,
-		Example: `  danki lab demo --kubeconfig .cache/lab/kubeconfig --out .cache/demo`,
+		Example: `  danki-lab demo --kubeconfig .cache/lab/kubeconfig --out .cache/demo`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if kubeconfig == "" {
