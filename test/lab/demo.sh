@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# make demo: start the lab (building what is missing), run `danki lab demo`
+# make demo: start the lab (building what is missing), run `danki-lab demo`
 # (baseline vs danki rollout under user traffic, then a bad version), and stop
 # the lab again — unless it was already running, then it is left as it was.
 # Results: $DEMO_OUT (default demo-results/): results.md, results.json,
@@ -15,10 +15,12 @@ out=${DEMO_OUT:-$repo/demo-results}
 
 if alive kube-apiserver && alive argo-rollouts; then
 	log "demo: using the running lab (left running afterwards)"
+	build_danki danki-lab
 else
 	log "demo: starting the lab (first run builds istiod, Argo Rollouts, … — see README)"
-	trap '"$here/down.sh"' EXIT
-	"$here/up.sh"
+	# A teardown that leaves processes behind fails make demo too.
+	trap '"$here/down.sh" || exit 1' EXIT
+	"$here/up.sh" # builds danki-lab too (mesh.sh)
 fi
 cd "$repo"
-go run ./cmd/danki lab demo --root "$repo" --kubeconfig "$kubeconfig" --out "$out" "$@"
+"$bin/danki-lab" demo --root "$repo" --kubeconfig "$kubeconfig" --out "$out" "$@"

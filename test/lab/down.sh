@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
-# Stops the processes test/lab/up.sh started (and only those) and removes the
-# lab's state. Safe to run when nothing is running.
+# Stops the processes test/lab/up.sh started (and only those), each with what
+# it started (the Argo controller's plugin processes), and removes the lab's
+# state. Safe to run when nothing is running. Then checks that nothing the lab
+# started is still running — a binary from the lab's bin or run dir, Envoy or
+# Prometheus on the lab's configs, a pod's JVM — nor its network namespace:
+# if something is, it names it, kills it and fails (a teardown bug).
 set -euo pipefail
 # shellcheck source=test/lab/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -14,4 +18,17 @@ for name in kwok kube-scheduler kube-controller-manager kube-apiserver etcd; do
 	stop "$name"
 done
 rm -rf "$run/etcd" "$pids" "$run/kwok-node-stages.yaml"
-log "lab down"
+
+leftovers=$(lab_leftovers)
+if [ -n "$leftovers" ]; then
+	log "ERROR: still running after lab down (started by the lab, missed by its teardown):"
+	mapfile -t leftover_lines <<<"$leftovers"
+	printf '  %s\n' "${leftover_lines[@]}" >&2
+	mapfile -t leftover_pids < <(cut -d' ' -f1 <<<"$leftovers")
+	terminate leftovers "${leftover_pids[@]}" || true
+	die "lab down left ${#leftover_pids[@]} processes behind (killed now, see above)"
+fi
+if command -v ip >/dev/null && ip netns list 2>/dev/null | grep -qw "$NETNS"; then
+	die "network namespace $NETNS still exists after lab down"
+fi
+log "lab down: nothing left running"

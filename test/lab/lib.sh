@@ -20,11 +20,36 @@ SCHEDULER_PORT=${SCHEDULER_PORT:-10359}
 KWOK_PORT=${KWOK_PORT:-10347}
 LAB_NODE=${LAB_NODE:-danki-lab-node}
 LAB_POD_CIDR=${LAB_POD_CIDR:-10.244.0.0/24}
+# The pod network: a network namespace and the veth pair into it.
+NETNS=${NETNS:-danki-lab}
+HOST_DEV=${HOST_DEV:-danki-lab0}
+NS_DEV=${NS_DEV:-danki-lab1}
 
 log() { printf '[lab %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 
 kubectl_lab() { kubectl --kubeconfig "$kubeconfig" "$@" 2>&1 | grep -v 'version difference' ; return "${PIPESTATUS[0]}"; }
+
+# build_danki NAME...: builds danki's own binaries into $bin: danki (the Argo
+# Rollouts plugins, what the lab's controller runs) and danki-lab (the lab
+# runner and the demo; not part of a release). A failed build fails the lab:
+# a binary left from an earlier build would test code that no longer exists.
+build_danki() {
+	local name pkg
+	for name in "$@"; do
+		case $name in
+		danki) pkg=./cmd/danki ;;
+		danki-lab) pkg=./test/cmd/danki-lab ;;
+		*) die "build_danki: no such binary: $name (danki, danki-lab)" ;;
+		esac
+		log "$name: building $bin/$name (go build $pkg)"
+		mkdir -p "$bin"
+		# Into a new file, then renamed: the running lab may be executing the old one.
+		(cd "$repo" && GOTOOLCHAIN=${GOTOOLCHAIN:-auto} GOFLAGS=-buildvcs=false go build -trimpath -ldflags "-s -w" -o "$bin/$name.new" "$pkg") ||
+			die "go build $pkg failed (see above)"
+		mv -f "$bin/$name.new" "$bin/$name"
+	done
+}
 
 # alive NAME: the process the lab started under NAME is still running.
 alive() {
@@ -33,15 +58,66 @@ alive() {
 	[ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && owned "$pid"
 }
 
-# owned PID: the process runs a binary from the lab's bin dir (a pid file can
-# outlive its process and the PID be reused: never signal someone else's).
+# owned PID: the process runs a binary from the lab's bin dir, or a copy of
+# one under its run dir (the Argo controller runs its plugins from
+# $run/argo/plugin-bin). A pid file can outlive its process and the PID be
+# reused: never signal someone else's.
 owned() {
 	local exe
 	exe=$(readlink "/proc/$1/exe" 2>/dev/null) || return 1
-	case $exe in "$bin"/* | "$(readlink -f "$bin")"/*) return 0 ;; esac
+	case $exe in "$bin"/* | "$(readlink -f "$bin")"/* | "$run"/* | "$(readlink -f "$run")"/*) return 0 ;; esac
 	# Symlinked binaries (e.g. Debian's prometheus) resolve outside bin.
 	local b
 	for b in "$bin"/*; do [ -L "$b" ] && [ "$(readlink -f "$b")" = "$exe" ] && return 0; done
+	return 1
+}
+
+# running PID: the process exists and is not a zombie (an exited process
+# whose parent has not reaped it yet is gone for our purposes).
+running() {
+	local stat
+	read -r stat 2>/dev/null <"/proc/$1/stat" || return 1
+	stat=${stat##*) }
+	[ "${stat%% *}" != Z ]
+}
+
+# session_members SID: the PIDs of the processes in session SID. start runs
+# every lab process with setsid, so its PID is its session's ID and the
+# session holds what it started too (the Argo controller's plugin
+# processes), even after they are orphaned: go-plugin starts plugins in the
+# controller's session and the controller does not stop them on TERM.
+session_members() {
+	local f stat fields
+	for f in /proc/[0-9]*/stat; do
+		read -r stat 2>/dev/null <"$f" || continue
+		# After "comm)": state ppid pgrp session ...
+		read -ra fields <<<"${stat##*) }"
+		[ "${fields[3]:-}" = "$1" ] || continue
+		f=${f#/proc/}
+		echo "${f%/stat}"
+	done
+}
+
+# terminate WHAT PID...: TERM, then KILL what is still running after 10 s
+# (kube-apiserver sometimes ignores TERM). Fails if a process survives KILL.
+terminate() {
+	local what=$1 pid left=() still=(); shift
+	kill -TERM "$@" 2>/dev/null || true
+	for _ in $(seq 1 40); do
+		left=()
+		for pid in "$@"; do running "$pid" && left+=("$pid"); done
+		[ ${#left[@]} -gt 0 ] || return 0
+		sleep 0.25
+	done
+	log "$what: pids ${left[*]} did not stop on TERM, killing"
+	kill -KILL "${left[@]}" 2>/dev/null || true
+	for _ in $(seq 1 20); do
+		still=()
+		for pid in "${left[@]}"; do running "$pid" && still+=("$pid"); done
+		[ ${#still[@]} -gt 0 ] || return 0
+		sleep 0.25
+	done
+	log "$what: pids ${still[*]} survive KILL"
 	return 1
 }
 
@@ -67,19 +143,39 @@ wait_for() {
 	log "$what: ready"
 }
 
-# stop NAME: TERM, then KILL after a grace period (kube-apiserver sometimes
-# ignores TERM), for a process the lab started.
+# stop NAME: stops the process the lab started under NAME and everything
+# else in its session that runs one of the lab's binaries (the Argo
+# controller's plugin processes): TERM, then KILL after a grace period.
 stop() {
-	local name=$1 pid
+	local name=$1 pid procs=() p
 	pid=$(cat "$pids/$name.pid" 2>/dev/null) || return 0
-	if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && owned "$pid"; then
-		kill -TERM "$pid" 2>/dev/null || true
-		for _ in $(seq 1 40); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
-		if kill -0 "$pid" 2>/dev/null; then
-			log "$name: did not stop on TERM, killing"
-			kill -KILL "$pid" 2>/dev/null || true
-		fi
-		log "$name: stopped (pid $pid)"
+	if [ -n "$pid" ]; then
+		for p in $(session_members "$pid"); do owned "$p" && procs+=("$p"); done
+	fi
+	if [ ${#procs[@]} -gt 0 ]; then
+		terminate "$name" "${procs[@]}" || die "$name: could not stop pids ${procs[*]}"
+		log "$name: stopped (pids ${procs[*]})"
 	fi
 	rm -f "$pids/$name.pid"
+}
+
+# lab_leftovers: one line "PID COMMAND" per running process the lab started:
+# a binary from the lab's bin or run dir (plugin copies included), a symlinked
+# one (Envoy, Prometheus) whose arguments name a file under the run dir, or a
+# pod's JVM running a jar from the bin dir. Empty once the lab is down.
+lab_leftovers() {
+	local f pid exe args arg lab
+	for f in /proc/[0-9]*/exe; do
+		pid=${f#/proc/}; pid=${pid%/exe}
+		{ [ "$pid" != $$ ] && running "$pid"; } || continue
+		exe=$(readlink "$f" 2>/dev/null) || continue
+		mapfile -d '' -t args 2>/dev/null <"/proc/$pid/cmdline" || continue
+		lab=
+		case $exe in "$bin"/* | "$(readlink -f "$bin")"/* | "$run"/* | "$(readlink -f "$run")"/*) lab=1 ;; esac
+		if [ -z "$lab" ] && owned "$pid"; then
+			for arg in "${args[@]:1}"; do case $arg in "$run"/*) lab=1 ;; esac; done
+		fi
+		for arg in "${args[@]:1}"; do case $arg in "$bin"/*.jar) lab=1 ;; esac; done
+		[ -z "$lab" ] || echo "$pid ${args[*]}"
+	done
 }

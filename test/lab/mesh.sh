@@ -4,12 +4,16 @@
 #
 #   - a network namespace (danki-lab) + veth pair: host end danki-lab0
 #     10.244.0.1/24, namespace end danki-lab1 holding the pod IPs 10.244.0.x
-#   - the lab runner (`danki lab runner`): runs the lab node's pods as local
-#     processes inside that namespace (the sample app's JVM per pod)
+#   - the lab runner (`danki-lab runner`, test/cmd/danki-lab): runs the lab
+#     node's pods as local processes inside that namespace (the sample app's
+#     JVM per pod)
 #   - istiod (pilot-discovery 1.27.0) out of cluster, and a real Envoy 1.40 as
 #     the ingress gateway on 127.0.0.1
 #   - Prometheus on 127.0.0.1 scraping Envoy and the pods every second
 #   - the Argo Rollouts controller v1.10.2 with danki's plugins registered
+#
+# It builds danki (the plugins) and danki-lab (the runner) on every `up`; a
+# failed build stops it.
 #
 #   test/lab/mesh.sh up      # needs root (network namespace); idempotent
 #   test/lab/mesh.sh down    # stops only what `up` started
@@ -18,9 +22,6 @@ set -euo pipefail
 # shellcheck source=test/lab/lib.sh
 source "$(dirname "$0")/lib.sh"
 
-NETNS=${NETNS:-danki-lab}
-HOST_DEV=${HOST_DEV:-danki-lab0}
-NS_DEV=${NS_DEV:-danki-lab1}
 HOST_IP=${HOST_IP:-10.244.0.1}
 NS_IP=${NS_IP:-10.244.0.2}
 ISTIOD_GRPC_PORT=${ISTIOD_GRPC_PORT:-15010}
@@ -78,15 +79,7 @@ netns_down() {
 
 build_parts() {
 	"$here/build.sh" prometheus istiod argo envoy sample-app
-	log "danki: building $bin/danki (plugins + lab runner)"
-	if (cd "$repo" && go build -trimpath -o "$bin/danki.new" ./cmd/danki); then
-		mv -f "$bin/danki.new" "$bin/danki"
-	elif [ -x "$bin/danki" ] && "$bin/danki" lab runner --help >/dev/null 2>&1; then
-		# Someone's half-written package must not take the lab down.
-		log "WARNING: go build ./cmd/danki failed (see above); using the previous $bin/danki"
-	else
-		die "go build ./cmd/danki failed (see above): the lab runner and the Argo plugins are this binary"
-	fi
+	build_danki danki danki-lab
 }
 
 install_crds() {
@@ -107,7 +100,7 @@ install_crds() {
 
 start_runner() {
 	mkdir -p "$logs/pods" "$run/prometheus"
-	start lab-runner "$bin/danki" lab runner --kubeconfig "$kubeconfig" --node "$LAB_NODE" \
+	start lab-runner "$bin/danki-lab" runner --kubeconfig "$kubeconfig" --node "$LAB_NODE" \
 		--netns "$NETNS" --device "$NS_DEV" --host-ip "$HOST_IP" --log-dir "$logs/pods" --stop-grace 5s \
 		--prometheus-file-sd "$run/prometheus/pods.json" \
 		--image "danki.dev/sample-app=$SAMPLE_APP_JAVA -jar $bin/sample-app.jar"
