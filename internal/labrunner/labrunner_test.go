@@ -10,7 +10,10 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -254,4 +257,63 @@ func get(t *testing.T, url string) string {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return string(b)
+}
+
+// A pod's process may start children that ignore TERM or outlive it; stop
+// must not return while they run (only the runner's direct child dies with
+// it, by Pdeathsig).
+func TestStopEndsTheWholeProcessGroup(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("reads /proc to tell exited (zombie) processes from running ones")
+	}
+	dir := t.TempDir()
+	childPIDFile := filepath.Join(dir, "child.pid")
+	// The shell exits on TERM; its child ignores TERM (an ignored signal
+	// stays ignored across exec).
+	p, err := startProcess([]string{"sh", "-c", `(trap '' TERM; exec sleep 300) & echo $! >"$1.tmp" && mv "$1.tmp" "$1"; wait`, "sh", childPIDFile},
+		os.Environ(), filepath.Join(dir, "pod.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var child int
+	waitUntil(t, 10*time.Second, "the pod's process started its child", func() bool {
+		b, err := os.ReadFile(childPIDFile)
+		if err != nil {
+			return false
+		}
+		child, err = strconv.Atoi(strings.TrimSpace(string(b)))
+		return err == nil
+	})
+	t.Cleanup(func() { _ = syscall.Kill(child, syscall.SIGKILL) })
+
+	const grace = 500 * time.Millisecond
+	start := time.Now()
+	p.stop(grace)
+	if !p.exited() {
+		t.Error("stop returned before the pod's process exited")
+	}
+	if took := time.Since(start); took > grace+2*time.Second {
+		t.Errorf("stop took %v with a grace of %v", took, grace)
+	}
+	// The orphaned child's new parent reaps it in its own time: a zombie
+	// counts as stopped.
+	waitUntil(t, 5*time.Second, fmt.Sprintf("child %d (ignores TERM) killed", child), func() bool {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", child))
+		if err != nil {
+			return true
+		}
+		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+		return len(f) > 0 && f[0] == "Z"
+	})
+}
+
+func waitUntil(t *testing.T, timeout time.Duration, what string, done func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !done() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }

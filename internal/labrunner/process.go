@@ -55,17 +55,31 @@ func (p *process) exited() bool {
 	}
 }
 
-// stop sends SIGTERM to the process group, then SIGKILL after grace.
+// stop sends SIGTERM to the process group and waits up to grace for the
+// whole group to exit, then sends SIGKILL to what is left. Waiting for the
+// group, not just its leader, matters: a child that ignores TERM or outlives
+// its parent would otherwise run on after the pod is gone (Pdeathsig only
+// reaches the runner's direct child).
 func (p *process) stop(grace time.Duration) {
 	if p.exited() {
 		return
 	}
 	pgid := p.cmd.Process.Pid
+	deadline := time.Now().Add(grace)
 	_ = syscall.Kill(-pgid, syscall.SIGTERM)
 	select {
 	case <-p.done:
 	case <-time.After(grace):
-		_ = syscall.Kill(-pgid, syscall.SIGKILL)
-		<-p.done
 	}
+	// Signal 0 tests whether any process of the group exists. The leader's
+	// PID cannot be reused while its group has members, so the KILL reaches
+	// only what the pod's process started; an empty group is not signalled.
+	for syscall.Kill(-pgid, 0) == nil {
+		if time.Now().After(deadline) {
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	<-p.done
 }
