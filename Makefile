@@ -18,15 +18,20 @@ LDFLAGS := -s -w -X main.version=$(VERSION)
 # on a 2-core machine.
 TEST_TIMEOUT ?= 40m
 
-.PHONY: all build release test unit lint demo bench lab-bins lab-up lab-down clean help
+.PHONY: all build build-lab release test unit lint demo bench lab-bins lab-up lab-down clean help
 
 all: build
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 14
 
-build: ## build bin/danki (CLI and Argo Rollouts plugin in one binary)
+build: ## build bin/danki (CLI and Argo Rollouts plugin in one binary; what a release ships)
 	go build -trimpath -ldflags '$(LDFLAGS)' -o bin/danki ./cmd/danki
+
+# The lab's own binary (pod runner, demo, plots), kept out of danki; the lab
+# scripts build it into $(DANKI_CACHE)/lab/bin themselves.
+build-lab: ## build bin/danki-lab (the lab runner and demo; not released)
+	go build -trimpath -ldflags '-s -w' -o bin/danki-lab ./test/cmd/danki-lab
 
 # Argo Rollouts downloads a plugin by URL and checks its sha256: release the
 # bare binaries (no archives) and their sums.
@@ -57,7 +62,7 @@ test: lint lab-bins ## lint, build the lab, run every test: unit, real API serve
 unit: ## unit tests only (no API server, no lab)
 	go test -short -count=1 ./...
 
-lint: $(TOOLS)/staticcheck ## go vet, gofmt, staticcheck
+lint: $(TOOLS)/staticcheck ## gofmt, go vet, staticcheck, shellcheck
 	@unformatted=$$(gofmt -l $$(git ls-files --cached --others --exclude-standard '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	go vet ./...
@@ -73,13 +78,13 @@ bench: ## Go benchmarks, then (root) the lab bench: baseline vs danki ratios + o
 demo: ## the main job (root): baseline vs danki rollout of a cold-starting JVM app under user traffic; table + chart in demo-results/
 	test/lab/demo.sh
 
-lab-bins: ## build the lab's binaries into $(DANKI_CACHE)/lab/bin (cached; ~25 min cold on an idle 2-core machine)
+lab-bins: ## build the lab's other binaries (control plane, istiod, Argo, Envoy, Prometheus, sample app) into $(DANKI_CACHE)/lab/bin (cached; ~25 min cold on an idle 2-core machine)
 	test/lab/build.sh
 
-lab-up: ## start the lab (control plane, pod network, istiod + Envoy, Prometheus, Argo Rollouts); kubeconfig at $(DANKI_CACHE)/lab/kubeconfig
+lab-up: ## build danki + danki-lab, start the lab (control plane, pod network, istiod + Envoy, Prometheus, Argo Rollouts); kubeconfig at $(DANKI_CACHE)/lab/kubeconfig
 	test/lab/up.sh
 
-lab-down: ## stop what lab-up started
+lab-down: ## stop what lab-up started (the controller's plugin processes too); fails if anything is left running
 	test/lab/down.sh
 
 clean: ## remove build outputs (keeps the lab cache; rm -rf .cache for that)
