@@ -2,9 +2,9 @@
 # Stops the processes test/lab/up.sh started (and only those), each with what
 # it started (the Argo controller's plugin processes), and removes the lab's
 # state. Safe to run when nothing is running. Then checks that nothing the lab
-# started is still running — a binary from the lab's bin or run dir, Envoy or
-# Prometheus on the lab's configs, a pod's JVM — nor its network namespace:
-# if something is, it names it, kills it and fails (a teardown bug).
+# started is still running (lib.sh's lab_leftovers: its processes and what
+# they started, plugin copies, pods' JVMs) nor its network namespace: if
+# something is, it names it, kills it and fails (a teardown bug).
 set -euo pipefail
 # shellcheck source=test/lab/lib.sh
 source "$(dirname "$0")/lib.sh"

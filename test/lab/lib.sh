@@ -122,12 +122,14 @@ terminate() {
 }
 
 # start NAME CMD...: starts CMD in its own session (so it outlives this
-# script and can be stopped as a group), logging to $logs/NAME.log.
+# script and can be stopped with what it starts), logging to $logs/NAME.log.
+# DANKI_LAB_RUN in its environment, inherited by what it starts, tells
+# lab_leftovers it is the lab's.
 start() {
 	local name=$1; shift
 	if alive "$name"; then log "$name: already running (pid $(cat "$pids/$name.pid"))"; return; fi
 	mkdir -p "$pids" "$logs"
-	setsid "$@" >"$logs/$name.log" 2>&1 </dev/null &
+	DANKI_LAB_RUN=$run setsid "$@" >"$logs/$name.log" 2>&1 </dev/null &
 	echo $! >"$pids/$name.pid"
 	log "$name: started (pid $!, log $logs/$name.log)"
 }
@@ -153,29 +155,36 @@ stop() {
 		for p in $(session_members "$pid"); do owned "$p" && procs+=("$p"); done
 	fi
 	if [ ${#procs[@]} -gt 0 ]; then
-		terminate "$name" "${procs[@]}" || die "$name: could not stop pids ${procs[*]}"
-		log "$name: stopped (pids ${procs[*]})"
+		# On failure, go on stopping the rest: down.sh's final check names
+		# what survived and fails.
+		if terminate "$name" "${procs[@]}"; then
+			log "$name: stopped (pids ${procs[*]})"
+		else
+			log "ERROR: $name: could not stop all of pids ${procs[*]}"
+		fi
 	fi
 	rm -f "$pids/$name.pid"
 }
 
 # lab_leftovers: one line "PID COMMAND" per running process the lab started:
-# a binary from the lab's bin or run dir (plugin copies included), a symlinked
-# one (Envoy, Prometheus) whose arguments name a file under the run dir, or a
-# pod's JVM running a jar from the bin dir. Empty once the lab is down.
+# what start started and everything that inherited its environment (the Argo
+# controller's plugin processes), any program run from the lab's run dir (the
+# controller's plugin copies, even orphaned by an older teardown), and pods'
+# JVMs (a jar from the bin dir). Not the lab's binaries run by others:
+# test/testenv runs etcd and kube-apiserver from the bin dir too.
 lab_leftovers() {
-	local f pid exe args arg lab
+	local f pid exe args arg envs lab
 	for f in /proc/[0-9]*/exe; do
 		pid=${f#/proc/}; pid=${pid%/exe}
 		{ [ "$pid" != $$ ] && running "$pid"; } || continue
 		exe=$(readlink "$f" 2>/dev/null) || continue
 		mapfile -d '' -t args 2>/dev/null <"/proc/$pid/cmdline" || continue
 		lab=
-		case $exe in "$bin"/* | "$(readlink -f "$bin")"/* | "$run"/* | "$(readlink -f "$run")"/*) lab=1 ;; esac
-		if [ -z "$lab" ] && owned "$pid"; then
-			for arg in "${args[@]:1}"; do case $arg in "$run"/*) lab=1 ;; esac; done
+		[[ $exe == "$run"/* ]] && lab=1
+		for arg in "${args[@]:1}"; do [[ $arg == "$bin"/*.jar ]] && lab=1; done
+		if [ -z "$lab" ] && mapfile -d '' -t envs 2>/dev/null <"/proc/$pid/environ"; then
+			for arg in "${envs[@]}"; do [ "$arg" = "DANKI_LAB_RUN=$run" ] && lab=1; done
 		fi
-		for arg in "${args[@]:1}"; do case $arg in "$bin"/*.jar) lab=1 ;; esac; done
 		[ -z "$lab" ] || echo "$pid ${args[*]}"
 	done
 }

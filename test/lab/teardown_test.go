@@ -150,6 +150,14 @@ func (d labDirs) startFakeArgo(t *testing.T) (controller, plugin int) {
 func TestStopStopsTheControllersPluginsToo(t *testing.T) {
 	d := newLabDirs(t)
 	controller, plugin := d.startFakeArgo(t)
+	// A lab binary someone else runs (test/testenv runs etcd and
+	// kube-apiserver from the lab's bin dir) is not the lab's to stop.
+	other := exec.Command(filepath.Join(d.bin, "fake-controller"))
+	other.Env = []string{"LAB_FAKE=plugin"}
+	if err := other.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = other.Process.Kill(); _ = other.Wait() })
 
 	out, err := d.script(t, `lab_leftovers`)
 	if err != nil {
@@ -160,6 +168,9 @@ func TestStopStopsTheControllersPluginsToo(t *testing.T) {
 			t.Errorf("lab_leftovers does not list running lab process %d (%s):\n%s", pid, cmdline(pid), out)
 		}
 	}
+	if listsPID(out, other.Process.Pid) {
+		t.Errorf("lab_leftovers lists pid %d, a lab binary the lab did not start:\n%s", other.Process.Pid, out)
+	}
 
 	if out, err := d.script(t, `stop argo-rollouts`); err != nil {
 		t.Fatalf("stop argo-rollouts: %v\n%s", err, out)
@@ -167,6 +178,9 @@ func TestStopStopsTheControllersPluginsToo(t *testing.T) {
 	waitGone(t, 15*time.Second, map[int]string{controller: "the controller", plugin: "its plugin (orphaned when the controller exits)"})
 	if out, err := d.script(t, `lab_leftovers`); err != nil || strings.TrimSpace(out) != "" {
 		t.Errorf("lab_leftovers after stop = %q (err %v), want nothing", out, err)
+	}
+	if !running(other.Process.Pid) {
+		t.Errorf("stop argo-rollouts stopped pid %d, which the lab did not start", other.Process.Pid)
 	}
 	if _, err := os.Stat(filepath.Join(d.run, "pids", "argo-rollouts.pid")); !os.IsNotExist(err) {
 		t.Errorf("stop left the pid file: %v", err)
