@@ -16,6 +16,7 @@ import (
 	templateutil "github.com/argoproj/argo-rollouts/utils/template"
 	"sigs.k8s.io/yaml"
 
+	dankiconfig "github.com/danki-dev/danki/internal/config"
 	"github.com/danki-dev/danki/pkg/analysis"
 	"github.com/danki-dev/danki/test/testenv"
 )
@@ -84,11 +85,11 @@ func TestDocsFieldPaths(t *testing.T) {
 	}
 	type config struct {
 		embedded
-		Name    string          `json:"name,omitempty"`
-		Routes  []inner         `json:"routes"`
-		Ptr     *inner          `json:"ptr"`
-		Raw     json.RawMessage `json:"raw"`
-		Wait    duration        `json:"wait"`
+		Name    string               `json:"name,omitempty"`
+		Routes  []inner              `json:"routes"`
+		Ptr     *inner               `json:"ptr"`
+		Raw     json.RawMessage      `json:"raw"`
+		Wait    dankiconfig.Duration `json:"wait"`
 		Labels  map[string]string
 		Skipped string `json:"-"`
 		private int

@@ -11,7 +11,8 @@ import (
 // gateFromConfig builds the danki/istio ramp's latency gate from the plugin
 // configuration's "gate" field, which takes the same configuration as a
 // danki/latency metric (see docs/latency.md). No gate (empty or null) means
-// the ramp moves on time alone.
+// the ramp moves on time alone. The gate keeps no window of its own: the
+// ramp passes it the window start kept in its state.
 func gateFromConfig(raw json.RawMessage) (shift.Gate, error) {
 	if s := strings.TrimSpace(string(raw)); s == "" || s == "null" {
 		return nil, nil
@@ -20,5 +21,5 @@ func gateFromConfig(raw json.RawMessage) (shift.Gate, error) {
 	if err != nil {
 		return nil, err
 	}
-	return analysis.NewGate(cfg)
+	return shift.NewLatencyGate(cfg)
 }

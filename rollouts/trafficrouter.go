@@ -15,6 +15,7 @@ import (
 	argoclient "github.com/argoproj/argo-rollouts/pkg/client/clientset/versioned"
 	"github.com/argoproj/argo-rollouts/rollout/trafficrouting/plugin/rpc"
 	"github.com/argoproj/argo-rollouts/utils/plugin/types"
+	"github.com/danki-dev/danki/internal/config"
 	"github.com/danki-dev/danki/pkg/shift"
 	goplugin "github.com/hashicorp/go-plugin"
 	istioclient "istio.io/client-go/pkg/clientset/versioned"
@@ -40,7 +41,8 @@ const callTimeout = 30 * time.Second
 
 // trafficRouter is the danki/istio traffic-router plugin: an adapter from
 // Argo's RPC calls to pkg/shift. It keeps no ramp state in memory (that
-// lives on the VirtualService), only clients and gates.
+// lives on the VirtualService, the gate's window start included), only
+// clients, gates and when it last recorded an event.
 type trafficRouter struct {
 	log *slog.Logger
 	// newClients builds the clients in InitPlugin; tests replace it.
@@ -54,6 +56,9 @@ type trafficRouter struct {
 	clients routerClients
 	vsLocks map[string]*sync.Mutex
 	gates   map[string]shift.Gate
+	// lastEvent rate-limits the events recorded while a ramp holds:
+	// rollout and reason → when the last one was recorded.
+	lastEvent map[string]time.Time
 }
 
 var _ rpc.TrafficRouterPlugin = (*trafficRouter)(nil)
@@ -66,6 +71,7 @@ func newTrafficRouter(l *slog.Logger) *trafficRouter {
 		gateFor:    gateFromConfig,
 		vsLocks:    map[string]*sync.Mutex{},
 		gates:      map[string]shift.Gate{},
+		lastEvent:  map[string]time.Time{},
 	}
 }
 
@@ -112,7 +118,8 @@ func (r *trafficRouter) InitPlugin() types.RpcError {
 
 func (r *trafficRouter) Type() string { return TrafficRouterName }
 
-// routerConfig is the JSON under trafficRouting.plugins["danki/istio"].
+// routerConfig is the JSON under trafficRouting.plugins["danki/istio"],
+// decoded strictly by config.Decode.
 type routerConfig struct {
 	VirtualService struct {
 		Name      string                   `json:"name"`
@@ -127,35 +134,30 @@ type routerConfig struct {
 		StableSubsetName string `json:"stableSubsetName"`
 	} `json:"destinationRule,omitempty"`
 	Ramp struct {
-		Step        int       `json:"step,omitempty"`
-		Weights     []int     `json:"weights,omitempty"`
-		Interval    *duration `json:"interval,omitempty"`
-		MaxBreaches int       `json:"maxBreaches,omitempty"`
+		Step        int              `json:"step,omitempty"`
+		Weights     []int            `json:"weights,omitempty"`
+		Interval    *config.Duration `json:"interval,omitempty"` // unset: shift.DefaultInterval; "0s" is valid
+		MaxBreaches int              `json:"maxBreaches,omitempty"`
+		MaxHold     config.Duration  `json:"maxHold,omitempty"`
 	} `json:"ramp"`
 	Gate json.RawMessage `json:"gate,omitempty"`
 }
 
-// duration reads a Go duration string ("30s", "2m").
-type duration time.Duration
-
-func (d *duration) UnmarshalJSON(b []byte) error {
-	var s string
-	if err := json.Unmarshal(b, &s); err != nil {
-		return fmt.Errorf("ramp.interval: %s is not a duration string: write it like \"30s\" or \"2m\"", b)
+// plan is the ramp's shift.Plan as configured (zero fields: defaults).
+func (c *routerConfig) plan() shift.Plan {
+	p := shift.Plan{Step: c.Ramp.Step, Weights: c.Ramp.Weights, Interval: shift.DefaultInterval,
+		MaxBreaches: c.Ramp.MaxBreaches, MaxHold: c.Ramp.MaxHold.D()}
+	if c.Ramp.Interval != nil {
+		p.Interval = c.Ramp.Interval.D()
 	}
-	v, err := time.ParseDuration(s)
-	if err != nil {
-		return fmt.Errorf("ramp.interval: %q is not a duration: write it like \"30s\" or \"2m\"", s)
-	}
-	*d = duration(v)
-	return nil
+	return p
 }
 
 // binding is one rollout's resolved configuration.
 type binding struct {
 	key string // rollout namespace/name
-	// canaryHash is the canary's pod-template hash: a new canary gets a new
-	// gate, so its cumulative latency window starts with it.
+	// canaryHash is the canary's pod-template hash: the gate's window start
+	// kept in the ramp state belongs to one canary.
 	canaryHash string
 	target     shift.Target
 	plan       shift.Plan
@@ -180,15 +182,16 @@ func resolve(ro *v1alpha1.Rollout) (*binding, error) {
 	if !ok || len(bytes.TrimSpace(raw)) == 0 {
 		return nil, fmt.Errorf("%s: missing: configure at least virtualService.name", configField)
 	}
-	var cfg routerConfig
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&cfg); err != nil {
-		return nil, fmt.Errorf("%s: %w", configField, err)
+	var (
+		cfg  routerConfig
+		errs config.Errors
+	)
+	if err := config.Decode(raw, &cfg); err != nil {
+		errs.Add(configField, err)
+		return nil, errs.Err()
 	}
-	var errs []error
 	if cfg.VirtualService.Name == "" {
-		errs = append(errs, fmt.Errorf("%s.virtualService.name: required", configField))
+		errs.Addf(configField+".virtualService.name", "required")
 	}
 	t := shift.Target{
 		Namespace:      cfg.VirtualService.Namespace,
@@ -205,29 +208,24 @@ func resolve(ro *v1alpha1.Rollout) (*binding, error) {
 	}
 	if dr := cfg.DestinationRule; dr != nil {
 		if dr.Name == "" || dr.CanarySubsetName == "" || dr.StableSubsetName == "" {
-			errs = append(errs, fmt.Errorf("%s.destinationRule: name, canarySubsetName and stableSubsetName are all required for subset-level routing (or drop destinationRule for host-level routing)", configField))
+			errs.Addf(configField+".destinationRule", "name, canarySubsetName and stableSubsetName are all required for subset-level routing (or drop destinationRule for host-level routing)")
 		}
 		t.Subsets = &shift.Subsets{DestinationRule: dr.Name, Namespace: ro.Namespace, StableSubset: dr.StableSubsetName, CanarySubset: dr.CanarySubsetName}
 	} else {
 		if canary.StableService == "" || canary.CanaryService == "" {
-			errs = append(errs, errors.New("spec.strategy.canary.stableService and canaryService: both required for host-level routing (or configure destinationRule for subset-level routing)"))
+			errs.Addf("spec.strategy.canary.stableService and canaryService", "both required for host-level routing (or configure destinationRule for subset-level routing)")
 		}
 		t.StableHost, t.CanaryHost = canary.StableService, canary.CanaryService
 	}
-	plan := shift.Plan{Step: cfg.Ramp.Step, Weights: cfg.Ramp.Weights, Interval: shift.DefaultInterval, MaxBreaches: cfg.Ramp.MaxBreaches}
-	if cfg.Ramp.Interval != nil {
-		plan.Interval = time.Duration(*cfg.Ramp.Interval)
-	}
-	if err := plan.Validate(); err != nil {
-		errs = append(errs, fmt.Errorf("%s: %w", configField, err))
-	}
-	if err := errors.Join(errs...); err != nil {
+	plan := cfg.plan()
+	errs.Add(configField+".ramp", plan.Validate())
+	if err := errs.Err(); err != nil {
 		return nil, err
 	}
 	if err := t.Validate(); err != nil {
 		return nil, fmt.Errorf("%s: %w", configField, err)
 	}
-	return &binding{key: ro.Namespace + "/" + ro.Name, canaryHash: ro.Status.CurrentPodHash, target: t, plan: plan, gate: cfg.Gate, subset: t.Subsets != nil}, nil
+	return &binding{key: ro.Namespace + "/" + ro.Name, canaryHash: ro.Status.CurrentPodHash, target: t, plan: plan.WithDefaults(), gate: cfg.Gate, subset: t.Subsets != nil}, nil
 }
 
 // call resolves the rollout's binding and runs fn under the VirtualService's
@@ -263,10 +261,10 @@ func (r *trafficRouter) call(op string, ro *v1alpha1.Rollout, fn func(ctx contex
 	return types.RpcError{}
 }
 
-// gate returns the rollout's latency gate, built once per configuration and
-// canary.
+// gate returns the rollout's latency gate, built once per configuration.
+// It keeps no window: the ramp passes the window start kept in its state.
 func (r *trafficRouter) gate(b *binding) (shift.Gate, error) {
-	key := b.key + "\x00" + b.canaryHash + "\x00" + string(b.gate)
+	key := b.key + "\x00" + string(b.gate)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if g, ok := r.gates[key]; ok {
@@ -286,11 +284,11 @@ func (r *trafficRouter) gate(b *binding) (shift.Gate, error) {
 }
 
 // ramp returns the rollout's ramp toward target. Target 0 (before the first
-// setWeight, e.g. while danki/warmup runs, or an abort) needs no gate: the
-// gate is built at the first real target, so its cumulative window starts
-// when this canary can first get users. Built earlier, it would also count
-// the previous canary's last requests, which share the canary Service's
-// metrics.
+// setWeight, e.g. while danki/warmup runs, or an abort) needs no gate. The
+// gate's cumulative window starts at the first move of this canary toward a
+// real target (kept in the ramp state as gateSince, with the canary's hash),
+// so it never counts the previous canary's last requests, which share the
+// canary Service's metrics, and it survives a plugin restart.
 func (r *trafficRouter) ramp(b *binding, s *shift.Shifter, target int32) (*shift.Ramp, error) {
 	var g shift.Gate
 	if target > 0 {
@@ -299,7 +297,7 @@ func (r *trafficRouter) ramp(b *binding, s *shift.Shifter, target int32) (*shift
 			return nil, err
 		}
 	}
-	return &shift.Ramp{Shifter: s, Target: b.target, Plan: b.plan, Gate: g, Now: r.now}, nil
+	return &shift.Ramp{Shifter: s, Target: b.target, Plan: b.plan, Gate: g, Canary: b.canaryHash, Now: r.now}, nil
 }
 
 func extras(b *binding, dests []v1alpha1.WeightDestination) []shift.Extra {
@@ -331,8 +329,52 @@ func (r *trafficRouter) SetWeight(ro *v1alpha1.Rollout, desiredWeight int32, add
 			return err
 		}
 		log.Debug("ramp step", "action", string(d.Action), "from", d.From, "weight", d.Weight, "target", desiredWeight, "reason", d.Reason)
+		r.reportRamp(ctx, ro, d, log)
 		return nil
 	})
+}
+
+// Reasons of the Warning events danki/istio records on a Rollout.
+const (
+	// RampFailedReason: the gated ramp failed and danki aborted the rollout.
+	RampFailedReason = "DankiRampFailed"
+	// GateNoVerdictReason: the ramp holds (or went back to the last good
+	// weight) because the gate has no verdict; the message names the cause.
+	GateNoVerdictReason = "DankiGateNoVerdict"
+	// RampStateResetReason: the ramp state on the VirtualService broke its
+	// invariants; the ramp restarted from the current weight.
+	RampStateResetReason = "DankiRampStateReset"
+)
+
+// holdEventInterval is the least time between two GateNoVerdict events of
+// one rollout while it holds: Argo calls SetWeight every few seconds.
+const holdEventInterval = time.Minute
+
+// reportRamp records what users of `kubectl describe rollout` must see: a
+// reset ramp state, and a hold for want of a gate verdict (rate-limited;
+// the back-off after maxHold always).
+func (r *trafficRouter) reportRamp(ctx context.Context, ro *v1alpha1.Rollout, d shift.Decision, log *slog.Logger) {
+	if d.StateReset != nil {
+		r.event(ctx, ro, RampStateResetReason, fmt.Sprintf("%s: %v", TrafficRouterName, d.StateReset), log)
+	}
+	if d.NoVerdict == nil {
+		return
+	}
+	if d.Action == shift.ActionHold {
+		key := ro.Namespace + "/" + ro.Name + "\x00" + GateNoVerdictReason
+		now := r.now()
+		r.mu.Lock()
+		last, seen := r.lastEvent[key]
+		due := !seen || now.Sub(last) >= holdEventInterval || now.Before(last)
+		if due {
+			r.lastEvent[key] = now
+		}
+		r.mu.Unlock()
+		if !due {
+			return
+		}
+	}
+	r.event(ctx, ro, GateNoVerdictReason, fmt.Sprintf("%s: %s", TrafficRouterName, d.Reason), log)
 }
 
 // VerifyWeight holds Argo's setWeight step (NotVerified) until the ramp has
@@ -390,12 +432,26 @@ func (r *trafficRouter) abort(ctx context.Context, ro *v1alpha1.Rollout, breach 
 	} else {
 		log.Warn("ramp failed: rollout aborted", "breach", breach)
 	}
-	now := metav1.Now()
+	r.event(ctx, ro, RampFailedReason, msg, log)
+}
+
+// event records a Warning event on the Rollout. A failure is logged, never
+// returned: events explain, they must not fail the call.
+func (r *trafficRouter) event(ctx context.Context, ro *v1alpha1.Rollout, reason, msg string, log *slog.Logger) {
+	r.mu.Lock()
+	c := r.clients
+	r.mu.Unlock()
+	if c.kube == nil {
+		log.Warn("no Kubernetes client to record the event", "reason", reason, "message", msg)
+		return
+	}
+	now := metav1.NewTime(r.now())
 	ev := &corev1.Event{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: ro.Name + ".", Namespace: ro.Namespace},
+		// Named like client-go's event recorder names them (unique per call).
+		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s.%x", ro.Name, time.Now().UnixNano()), Namespace: ro.Namespace},
 		InvolvedObject: corev1.ObjectReference{Kind: "Rollout", APIVersion: v1alpha1.SchemeGroupVersion.String(),
 			Namespace: ro.Namespace, Name: ro.Name, UID: ro.UID, ResourceVersion: ro.ResourceVersion},
-		Reason:         RampFailedReason,
+		Reason:         reason,
 		Message:        msg,
 		Type:           corev1.EventTypeWarning,
 		Source:         corev1.EventSource{Component: TrafficRouterName},
@@ -404,13 +460,9 @@ func (r *trafficRouter) abort(ctx context.Context, ro *v1alpha1.Rollout, breach 
 		Count:          1,
 	}
 	if _, err := c.kube.CoreV1().Events(ro.Namespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
-		log.Error("record the ramp failure event (needs create on events)", "err", err, "message", msg)
+		log.Error("record the event (needs create on events)", "err", err, "reason", reason, "message", msg)
 	}
 }
-
-// RampFailedReason is the reason of the Warning event danki/istio records on
-// a Rollout it aborts because its gated ramp failed.
-const RampFailedReason = "DankiRampFailed"
 
 // UpdateHash keeps the DestinationRule subsets' rollouts-pod-template-hash
 // labels in step with the ReplicaSets (subset-level routing only).

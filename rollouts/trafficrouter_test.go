@@ -41,10 +41,10 @@ func (c *trClock) Add(d time.Duration) {
 	c.now = c.now.Add(d)
 }
 
-// gateFunc adapts a function to shift.Gate.
+// gateFunc adapts a function to shift.Gate (the window start is ignored).
 type gateFunc func(ctx context.Context) (bool, string, error)
 
-func (f gateFunc) Check(ctx context.Context) (bool, string, error) { return f(ctx) }
+func (f gateFunc) Check(ctx context.Context, _ time.Time) (bool, string, error) { return f(ctx) }
 
 // trFixture is the adapter served over real go-plugin net/rpc plumbing (gob
 // encoding every argument) against a fake Istio clientset.
@@ -434,11 +434,13 @@ func TestRPCConfigurationErrorsNameTheField(t *testing.T) {
 		want   string
 	}{
 		{"no plugin config", func(ro *v1alpha1.Rollout) { ro.Spec.Strategy.Canary.TrafficRouting.Plugins = nil }, "", `plugins["danki/istio"]: missing`},
-		{"unknown field", nil, `{"virtualService": {"name": "reviews"}, "rampp": {}}`, `unknown field "rampp"`},
+		{"unknown field", nil, `{"virtualService": {"name": "reviews"}, "rampp": {}}`, `plugins["danki/istio"].rampp: unknown field`},
 		{"no virtual service", nil, `{"ramp": {"step": 10}}`, `plugins["danki/istio"].virtualService.name: required`},
-		{"bad interval", nil, `{"virtualService": {"name": "reviews"}, "ramp": {"interval": "soon"}}`, `ramp.interval: "soon" is not a duration`},
-		{"numeric interval", nil, `{"virtualService": {"name": "reviews"}, "ramp": {"interval": 30}}`, `ramp.interval: 30 is not a duration string`},
-		{"bad step", nil, `{"virtualService": {"name": "reviews"}, "ramp": {"step": 150}}`, `ramp.step 150`},
+		{"bad interval", nil, `{"virtualService": {"name": "reviews"}, "ramp": {"interval": "soon"}}`, `plugins["danki/istio"].ramp.interval: want a duration, got "soon"`},
+		{"numeric interval", nil, `{"virtualService": {"name": "reviews"}, "ramp": {"interval": 30}}`, `plugins["danki/istio"].ramp.interval: want a duration, got a number 30`},
+		{"bad step", nil, `{"virtualService": {"name": "reviews"}, "ramp": {"step": 150}}`, `plugins["danki/istio"].ramp.step: must be 1–100 percentage points, got 150`},
+		{"negative max hold", nil, `{"virtualService": {"name": "reviews"}, "ramp": {"maxHold": "-1m"}}`, `plugins["danki/istio"].ramp.maxHold: must be positive, got -1m0s`},
+		{"duplicate field", nil, `{"virtualService": {"name": "reviews"}, "ramp": {"step": 10, "step": 20}}`, `plugins["danki/istio"].ramp.step: set twice`},
 		{"no services", func(ro *v1alpha1.Rollout) { ro.Spec.Strategy.Canary.CanaryService = "" }, hostConfig, "stableService and canaryService: both required"},
 		{"partial destination rule", nil, `{"virtualService": {"name": "reviews"}, "destinationRule": {"name": "reviews"}}`, "destinationRule: name, canarySubsetName and stableSubsetName are all required"},
 		{"max traffic weight", func(ro *v1alpha1.Rollout) {
@@ -544,5 +546,175 @@ func TestRPCGateStartsAtTheFirstTarget(t *testing.T) {
 	mustOK(t, "SetWeight(20)", f.plugin.SetWeight(ro, 20, nil))
 	if built != 1 {
 		t.Fatalf("gate built %d times at the first target, want 1", built)
+	}
+}
+
+// TestRPCAbortWhateverTheRampAnnotationHolds: a corrupt danki.dev/ramp
+// annotation made SetWeight(0) fail, and the canary kept its weight.
+func TestRPCAbortWhateverTheRampAnnotationHolds(t *testing.T) {
+	f := newTRFixture(t, hostVS())
+	ro := trRollout(hostConfig)
+	for range 3 {
+		mustOK(t, "SetWeight", f.plugin.SetWeight(ro, 60, nil))
+		f.clock.Add(30 * time.Second)
+	}
+	vs := f.vs(t)
+	vs.Annotations[shift.RampAnnotation] = `{"target": 60, "weight":` // cut off mid-write
+	if _, err := f.istio.NetworkingV1().VirtualServices(trNS).Update(context.Background(), vs, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	mustOK(t, "SetWeight(0) with a corrupt ramp annotation", f.plugin.SetWeight(ro, 0, nil))
+	vs = f.vs(t)
+	if w := weights(vs, 1); !slices.Equal(w, []int32{100, 0}) {
+		t.Fatalf("after the abort weights %v, want [100 0]", w)
+	}
+	if raw, ok := vs.Annotations[shift.RampAnnotation]; ok {
+		t.Fatalf("the abort left the ramp annotation %q", raw)
+	}
+	if v, err := f.plugin.VerifyWeight(ro, 0, nil); err.HasError() || v != types.Verified {
+		t.Fatalf("VerifyWeight(0) = %v %v", v, err)
+	}
+}
+
+// sinceGate records the window starts it is asked about.
+type sinceGate struct {
+	mu     sync.Mutex
+	sinces []time.Time
+	answer func() (bool, string, error)
+}
+
+func (g *sinceGate) Check(_ context.Context, since time.Time) (bool, string, error) {
+	g.mu.Lock()
+	g.sinces = append(g.sinces, since)
+	g.mu.Unlock()
+	return g.answer()
+}
+
+func eventsWith(t *testing.T, f *trFixture, reason string) []corev1.Event {
+	t.Helper()
+	list, err := f.kube.CoreV1().Events(trNS).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []corev1.Event
+	for _, e := range list.Items {
+		if e.Reason == reason {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// TestRPCNoVerdictIsBoundedAndShown: with Prometheus down the ramp holds at
+// most maxHold (never raising the canary), records rate-limited Warning
+// events naming the outage, then goes back to the last good weight; once
+// the gate answers again the ramp goes on.
+func TestRPCNoVerdictIsBoundedAndShown(t *testing.T) {
+	f := newTRFixture(t, hostVS())
+	down := true
+	gate := &sinceGate{answer: func() (bool, string, error) {
+		if down {
+			return false, "", fmt.Errorf(`latency analysis failed to measure: Post "http://127.0.0.1:9090/api/v1/query": connection refused`)
+		}
+		return true, "p99 12ms ≤ 500ms", nil
+	}}
+	f.impl.gateFor = func(json.RawMessage) (shift.Gate, error) { return gate, nil }
+	ro := trRollout(`{"virtualService": {"name": "reviews", "routes": ["primary"]}, "ramp": {"step": 10, "interval": "10s", "maxHold": "1m"}, "gate": {}}`)
+	mustOK(t, "SetWeight", f.plugin.SetWeight(ro, 20, nil)) // 0 → 10, 0 known good
+	start := f.clock.Now()
+	for f.clock.Now().Sub(start) < 50*time.Second {
+		f.clock.Add(10 * time.Second)
+		mustOK(t, "SetWeight", f.plugin.SetWeight(ro, 20, nil))
+		if w := weights(f.vs(t), 1); w[1] != 10 {
+			t.Fatalf("canary at %d%% without a gate verdict, want held at 10", w[1])
+		}
+	}
+	ev := eventsWith(t, f, GateNoVerdictReason)
+	if len(ev) != 1 || ev[0].Type != corev1.EventTypeWarning || !strings.Contains(ev[0].Message, "connection refused") || !strings.Contains(ev[0].Message, "holding 10%") {
+		t.Fatalf("events while holding %+v: want one (rate-limited) Warning naming the outage", ev)
+	}
+	f.clock.Add(20 * time.Second) // maxHold since the first answer without a verdict
+	mustOK(t, "SetWeight", f.plugin.SetWeight(ro, 20, nil))
+	if w := weights(f.vs(t), 1); w[1] != 0 {
+		t.Fatalf("after maxHold the canary is at %d%%, want back at the last good 0", w[1])
+	}
+	ev = eventsWith(t, f, GateNoVerdictReason)
+	if len(ev) != 2 || !strings.Contains(ev[1].Message, "gate breach 1/3 at 10%: no verdict for 1m0s (maxHold 1m0s)") {
+		t.Fatalf("events after maxHold %+v: want the back-off named", ev)
+	}
+	// Still down: the weight stays at the last good weight.
+	for range 3 {
+		f.clock.Add(10 * time.Second)
+		mustOK(t, "SetWeight", f.plugin.SetWeight(ro, 20, nil))
+		if w := weights(f.vs(t), 1); w[1] != 0 {
+			t.Fatalf("canary at %d%% while the gate is still down", w[1])
+		}
+	}
+	if v, err := f.plugin.VerifyWeight(ro, 20, nil); err.HasError() || v != types.NotVerified {
+		t.Fatalf("VerifyWeight while holding = %v %v", v, err)
+	}
+	// Prometheus is back: the ramp goes on to the target.
+	down = false
+	for range 10 {
+		f.clock.Add(10 * time.Second)
+		mustOK(t, "SetWeight", f.plugin.SetWeight(ro, 20, nil))
+		if v, _ := f.plugin.VerifyWeight(ro, 20, nil); v == types.Verified {
+			return
+		}
+	}
+	t.Fatalf("the ramp did not reach 20%% once the gate answered; weights %v", weights(f.vs(t), 1))
+}
+
+// TestRPCInconsistentRampStateRestartsWithAnEvent: a parseable state that
+// breaks its invariants restarts the ramp from the current weight, and the
+// Rollout gets an event saying so.
+func TestRPCInconsistentRampStateRestartsWithAnEvent(t *testing.T) {
+	vs := trVirtualService(trDest("reviews-stable", "", 80), trDest("reviews-canary", "", 20))
+	vs.Annotations = map[string]string{shift.RampAnnotation: `{"target":60,"weight":20,"lastGood":50,"increment":10,"phase":"Ramping","lastChange":"2025-03-01T11:00:00Z"}`}
+	f := newTRFixture(t, vs)
+	f.impl.gateFor = func(json.RawMessage) (shift.Gate, error) {
+		return gateFunc(func(context.Context) (bool, string, error) { return false, "p99 900ms > 500ms", nil }), nil
+	}
+	ro := trRollout(`{"virtualService": {"name": "reviews", "routes": ["primary"]}, "ramp": {"step": 10, "interval": "30s"}, "gate": {}}`)
+	mustOK(t, "SetWeight", f.plugin.SetWeight(ro, 60, nil))
+	if w := weights(f.vs(t), 1); w[1] != 20 {
+		t.Fatalf("canary at %d%%: a breach with lastGood 50 above the weight raised it; want 20", w[1])
+	}
+	ev := eventsWith(t, f, RampStateResetReason)
+	if len(ev) != 1 || !strings.Contains(ev[0].Message, "lastGood: 50 is not 0–weight (20)") || !strings.Contains(ev[0].Message, "restarted the ramp from the current weight 20%") {
+		t.Fatalf("events %+v: want one naming the broken invariant and the restart", ev)
+	}
+}
+
+// TestRPCGateWindowSurvivesAPluginRestart: the gate's cumulative window
+// starts at the canary's first move and a restarted plugin judges the same
+// window (it used to start over in the new process's memory).
+func TestRPCGateWindowSurvivesAPluginRestart(t *testing.T) {
+	f := newTRFixture(t, hostVS())
+	gate := &sinceGate{answer: func() (bool, string, error) { return true, "ok", nil }}
+	f.impl.gateFor = func(json.RawMessage) (shift.Gate, error) { return gate, nil }
+	ro := trRollout(`{"virtualService": {"name": "reviews", "routes": ["primary"]}, "ramp": {"step": 10, "interval": "10s"}, "gate": {}}`)
+	ro.Status.CurrentPodHash = "c4n4ry"
+	first := f.clock.Now()
+	mustOK(t, "SetWeight", f.plugin.SetWeight(ro, 40, nil)) // 0 → 10: the window starts
+	f.clock.Add(10 * time.Second)
+	mustOK(t, "SetWeight", f.plugin.SetWeight(ro, 40, nil)) // gate at 10
+
+	g := newTRFixture(t) // the controller restarted the plugin
+	g.clock = f.clock
+	g.impl.now = f.clock.Now
+	g.istio = f.istio
+	g.impl.newClients = f.clients
+	g.impl.gateFor = f.impl.gateFor
+	mustOK(t, "InitPlugin", g.plugin.InitPlugin())
+	f.clock.Add(10 * time.Second)
+	mustOK(t, "SetWeight after the restart", g.plugin.SetWeight(ro, 40, nil)) // gate at 20
+	if len(gate.sinces) != 2 {
+		t.Fatalf("gate asked %d times, want 2", len(gate.sinces))
+	}
+	for i, since := range gate.sinces {
+		if !since.Equal(first) {
+			t.Fatalf("check %d judged the window from %s, want %s (the canary's first move), restart or not", i, since, first)
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -14,10 +15,12 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/danki-dev/danki/internal/config"
 	"github.com/danki-dev/danki/pkg/analysis"
 	"github.com/danki-dev/danki/pkg/shift"
 	"github.com/spf13/cobra"
 	istioclient "istio.io/client-go/pkg/clientset/versioned"
+	"sigs.k8s.io/yaml"
 )
 
 func init() { subcommands = append(subcommands, newShiftCmd) }
@@ -189,6 +192,9 @@ func printStatus(w io.Writer, t shift.Target, st *shift.Status) error {
 	if st.Problem != "" {
 		fmt.Fprintln(w, "problem: "+st.Problem)
 	}
+	if st.RampProblem != "" {
+		fmt.Fprintln(w, "ramp state: "+st.RampProblem+" (--canary-weight 0 always works and clears it)")
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "KIND\tROUTE\tMANAGED\tDESTINATION\tROLE\tWEIGHT")
 	dash := func(s string) string {
@@ -252,12 +258,12 @@ gets the rest. No ramp and no gate: use "danki shift ramp" for that.
 }
 
 // gateOptions holds the ramp's latency gate: a danki/latency configuration
-// file, the same JSON as the danki/istio plugin's "gate" field.
+// file, JSON or YAML, the same fields as the danki/istio plugin's "gate".
 type gateOptions struct{ configFile string }
 
 func (g *gateOptions) addFlags(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&g.configFile, "gate-config", "",
-		"latency gate: a danki/latency config JSON file (see docs/latency.md); each weight is held until it passes. Without it the ramp moves on time alone")
+		"latency gate: a danki/latency config file, JSON or YAML (see docs/latency.md); each weight is held until it passes. Without it the ramp moves on time alone")
 }
 
 // gate builds the ramp's latency gate from the flags; nil means no gate.
@@ -269,11 +275,22 @@ func (g *gateOptions) gate() (shift.Gate, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--gate-config: %w", err)
 	}
+	// analysis.ParseConfig reads JSON: YAML is converted first (strictly:
+	// duplicate keys are errors). JSON passes through unchanged.
+	if trimmed := bytes.TrimSpace(data); len(trimmed) > 0 && trimmed[0] != '{' {
+		if data, err = yaml.YAMLToJSONStrict(trimmed); err != nil {
+			return nil, fmt.Errorf("--gate-config %s: not valid YAML: %w", g.configFile, err)
+		}
+	}
 	cfg, err := analysis.ParseConfig(data)
 	if err != nil {
 		return nil, fmt.Errorf("--gate-config %s: %w", g.configFile, err)
 	}
-	return analysis.NewGate(cfg)
+	gate, err := shift.NewLatencyGate(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("--gate-config %s: %w", g.configFile, err)
+	}
+	return gate, nil
 }
 
 func newShiftRampCmd(o *shiftOptions) *cobra.Command {
@@ -290,8 +307,11 @@ func newShiftRampCmd(o *shiftOptions) *cobra.Command {
 --step percentage points (or along the --weights ladder), no faster than
 --interval, each weight held until the latency gate passes there. On a breach
 the weight goes back to the last good weight and the increment halves; after
---max-breaches breaches the ramp fails (exit status 1). Lowering the weight is
-immediate; --canary-weight 0 aborts.
+--max-breaches breaches the ramp fails (exit status 1). While the gate has no
+verdict (Prometheus down, too few samples) a weight is held at most
+--max-hold, then the weight goes back to the last good weight, a breach is
+counted, and the ramp moves on only once the gate answers again. Lowering the
+weight is immediate; --canary-weight 0 aborts, whatever the ramp state holds.
 
 The ramp's state is kept in the danki.dev/ramp annotation on the VirtualService:
 interrupting this command leaves the weight where it is, and running it again
@@ -300,6 +320,9 @@ resumes. Progress goes to stderr, one line per move.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if !cmd.Flags().Changed("canary-weight") {
 				return errors.New("--canary-weight: required (the target, 0–100 percent)")
+			}
+			if cmd.Flags().Changed("step") && cmd.Flags().Changed("weights") {
+				return errors.New("--step and --weights: set one of them, not both")
 			}
 			if err := plan.Validate(); err != nil {
 				return flagNames(err)
@@ -320,10 +343,16 @@ resumes. Progress goes to stderr, one line per move.`,
 			defer stop()
 			r := &shift.Ramp{Shifter: s, Target: t, Plan: plan, Gate: gate}
 			progress := cmd.ErrOrStderr()
+			var lastWarn time.Time
 			d, err := r.Run(ctx, weight, poll, func(d shift.Decision) {
 				switch d.Action {
 				case shift.ActionHold:
-					return
+					// A hold for want of a gate verdict is never silent (but
+					// said at most once a minute).
+					if d.NoVerdict == nil || time.Since(lastWarn) < time.Minute {
+						return
+					}
+					lastWarn = time.Now()
 				case shift.ActionDone:
 					if d.From == d.Weight && !strings.HasPrefix(d.Reason, "reached") {
 						return
@@ -348,14 +377,41 @@ resumes. Progress goes to stderr, one line per move.`,
 	fl.IntVar(&plan.Step, "step", 0, fmt.Sprintf("increment in percentage points (default %d unless --weights)", shift.DefaultStep))
 	fl.IntSliceVar(&plan.Weights, "weights", nil, "explicit ladder of canary weights instead of --step, e.g. 1,5,10,25,50")
 	fl.DurationVar(&plan.Interval, "interval", shift.DefaultInterval, "least time between two weight changes (0: move as soon as the gate passes)")
-	fl.IntVar(&plan.MaxBreaches, "max-breaches", shift.DefaultMaxBreaches, "gate breaches that fail the ramp")
+	fl.IntVar(&plan.MaxBreaches, "max-breaches", shift.DefaultMaxBreaches, "gate breaches that fail the ramp (a hold that reaches --max-hold counts as one)")
+	fl.DurationVar(&plan.MaxHold, "max-hold", shift.DefaultMaxHold, "longest hold of a weight while the gate has no verdict; then back to the last good weight")
 	fl.DurationVar(&poll, "poll", 5*time.Second, "how often to ask the gate while holding a weight")
 	gates.addFlags(cmd)
 	return cmd
 }
 
-// flagNames rewrites the plan's field names as this command's flags.
+// planFlags maps shift.Plan's field names to this command's flags.
+var planFlags = map[string]string{"step": "--step", "weights": "--weights", "interval": "--interval", "maxBreaches": "--max-breaches", "maxHold": "--max-hold"}
+
+// flagNames rewrites the plan's field errors (config.FieldError paths such
+// as "weights[1]") as this command's flags ("--weights[1]").
 func flagNames(err error) error {
-	r := strings.NewReplacer("ramp.step", "--step", "ramp.weights", "--weights", "ramp.interval", "--interval", "ramp.maxBreaches", "--max-breaches")
-	return errors.New(r.Replace(err.Error()))
+	var errs []error
+	for _, e := range unjoin(err) {
+		var fe *config.FieldError
+		if errors.As(e, &fe) {
+			name, rest := fe.Path, ""
+			if i := strings.IndexAny(name, ".["); i >= 0 {
+				name, rest = name[:i], name[i:]
+			}
+			if flag, ok := planFlags[name]; ok {
+				errs = append(errs, fmt.Errorf("%s%s: %w", flag, rest, fe.Err))
+				continue
+			}
+		}
+		errs = append(errs, e)
+	}
+	return errors.Join(errs...)
+}
+
+// unjoin lists the errors an errors.Join holds (err itself otherwise).
+func unjoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
 }

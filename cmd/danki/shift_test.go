@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -121,7 +123,8 @@ func TestShiftFlagErrors(t *testing.T) {
 		{append([]string{"set", "--canary-weight", "10", "--destination-rule", "reviews"}, hostFlags...), "use one (host-level or subset-level routing)"},
 		{append([]string{"set", "--canary-weight", "10", "--route", "nope"}, hostFlags...), `http route "nope"`},
 		{append([]string{"set", "--canary-weight", "10", "--tls-route", "x:y"}, hostFlags...), `--tls-route "x:y"`},
-		{append([]string{"ramp", "--canary-weight", "10", "--weights", "30,20"}, hostFlags...), "--weights[1] = 20: must be greater"},
+		{append([]string{"ramp", "--canary-weight", "10", "--weights", "30,20"}, hostFlags...), "--weights[1]: 20 must be greater than weights[0] = 30"},
+		{append([]string{"ramp", "--canary-weight", "10", "--max-hold", "-1s"}, hostFlags...), "--max-hold: must be positive, got -1s"},
 		{append([]string{"ramp", "--canary-weight", "10", "--step", "5", "--weights", "30"}, hostFlags...), "--step and --weights: set one of them"},
 	}
 	for _, c := range cases {
@@ -132,5 +135,56 @@ func TestShiftFlagErrors(t *testing.T) {
 	}
 	if w := canaryWeightOf(t, client); w != 0 {
 		t.Fatalf("a refused command changed the weight to %d", w)
+	}
+}
+
+// TestShiftGateConfigJSONOrYAML: --gate-config takes the danki/latency
+// config as JSON or YAML; errors name the file and the field.
+func TestShiftGateConfigJSONOrYAML(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, text string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	for name, text := range map[string]string{
+		"gate.json": `{"source":"envoy","prometheus":{"address":"http://p:9090"},"envoy":{"canaryCluster":"c"},"slo":{"p99":"100ms"}}`,
+		"gate.yaml": "source: envoy\nprometheus:\n  address: http://p:9090\nenvoy:\n  canaryCluster: c\nslo:\n  p99: 100ms\n",
+	} {
+		g := gateOptions{configFile: write(name, text)}
+		if gate, err := g.gate(); err != nil || gate == nil {
+			t.Errorf("%s: gate %v, %v; want a gate", name, gate, err)
+		}
+	}
+	bad := write("bad.yaml", "source: envoy\nslo:\n  p99: 100ms\n  p99: 200ms\n")
+	if _, err := (&gateOptions{configFile: bad}).gate(); err == nil || !strings.Contains(err.Error(), "--gate-config "+bad) || !strings.Contains(err.Error(), "not valid YAML") {
+		t.Errorf("duplicate YAML key: %v, want an error naming the file", err)
+	}
+}
+
+// TestShiftWithACorruptRampAnnotation: `shift get` shows what is wrong
+// instead of failing, and `shift ramp --canary-weight 0` still aborts.
+func TestShiftWithACorruptRampAnnotation(t *testing.T) {
+	vs := shiftVS()
+	vs.Spec.Http[1].Route[0].Weight, vs.Spec.Http[1].Route[1].Weight = 60, 40
+	vs.Spec.Http[0].Route[0].Weight = 0 // a lone destination: Istio sends it everything
+	vs.Annotations = map[string]string{"danki.dev/ramp": "{not json"}
+	client := fake.NewSimpleClientset(vs)
+	out, _, err := runShift(t, client, append([]string{"get"}, hostFlags...)...)
+	if err != nil {
+		t.Fatalf("get with a corrupt ramp annotation: %v", err)
+	}
+	for _, want := range []string{"canary weight 40%", "ramp state: annotation danki.dev/ramp", "http  [0] other    -        ratings:8080         other   100"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("get output lacks %q:\n%s", want, out)
+		}
+	}
+	if _, errOut, err := runShift(t, client, append([]string{"ramp", "--canary-weight", "0"}, hostFlags...)...); err != nil {
+		t.Fatalf("ramp --canary-weight 0 with a corrupt ramp annotation: %v\n%s", err, errOut)
+	}
+	if w := canaryWeightOf(t, client); w != 0 {
+		t.Fatalf("canary weight %d after the abort, want 0", w)
 	}
 }

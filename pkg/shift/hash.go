@@ -5,15 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 
 	"google.golang.org/protobuf/proto"
 	networking "istio.io/api/networking/v1"
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/util/retry"
 )
 
 // ExtraSubset is a DestinationRule subset for an additional destination: it
@@ -46,28 +43,18 @@ func (s *Shifter) UpdateHashes(ctx context.Context, t Target, canaryHash, stable
 		}
 	}
 	ns, name := t.drNamespace(), t.Subsets.DestinationRule
-	attempts := 0
-	err := retry.RetryOnConflict(s.Backoff, func() error {
-		attempts++
-		cur, err := s.getDR(ctx, t)
-		if err != nil {
-			return err
-		}
-		next := cur.DeepCopy()
-		if err := setSubsetHashes(next, t.Subsets, canaryHash, stableHash, extras); err != nil {
-			return err
-		}
-		if proto.Equal(&cur.Spec, &next.Spec) && maps.Equal(cur.Annotations, next.Annotations) {
-			return nil
-		}
-		_, err = s.client.NetworkingV1().DestinationRules(ns).Update(ctx, next, metav1.UpdateOptions{})
-		return err
+	_, err := updateWithRetry(ctx, s, objectIO[networkingv1.DestinationRule, *networkingv1.DestinationRule]{
+		ref: "DestinationRule " + ns + "/" + name,
+		get: func(ctx context.Context) (*networkingv1.DestinationRule, error) { return s.getDR(ctx, t) },
+		put: func(ctx context.Context, dr *networkingv1.DestinationRule) (*networkingv1.DestinationRule, error) {
+			return s.client.NetworkingV1().DestinationRules(ns).Update(ctx, dr, metav1.UpdateOptions{})
+		},
+		spec: func(dr *networkingv1.DestinationRule) proto.Message { return &dr.Spec },
+	}, "update subset hashes", func(dr *networkingv1.DestinationRule) error {
+		return setSubsetHashes(dr, t.Subsets, canaryHash, stableHash, extras)
 	})
-	if apierrors.IsConflict(err) {
-		return fmt.Errorf("update subset hashes on DestinationRule %s/%s: gave up after %d conflicting writes (nothing was written): %w", ns, name, attempts, err)
-	}
 	if err != nil {
-		return fmt.Errorf("update subset hashes on DestinationRule %s/%s: %w", ns, name, err)
+		return err
 	}
 	s.log.Info("updated subset hashes", "destinationRule", ns+"/"+name, "canary", canaryHash, "stable", stableHash, "extras", len(extras))
 	return nil

@@ -182,10 +182,11 @@ func assertErr(t *testing.T, err error, parts ...string) {
 }
 
 // scriptedGate answers Check from a script; past its end it repeats the
-// last answer. It counts calls.
+// last answer. It counts calls and records the window starts it was given.
 type scriptedGate struct {
 	answers []verdict
 	calls   int
+	sinces  []time.Time
 }
 
 type verdict struct {
@@ -194,9 +195,10 @@ type verdict struct {
 	err    error
 }
 
-func (g *scriptedGate) Check(context.Context) (bool, string, error) {
+func (g *scriptedGate) Check(_ context.Context, since time.Time) (bool, string, error) {
 	i := min(g.calls, len(g.answers)-1)
 	g.calls++
+	g.sinces = append(g.sinces, since)
 	a := g.answers[i]
 	return a.pass, a.reason, a.err
 }

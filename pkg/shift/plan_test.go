@@ -237,16 +237,32 @@ func TestPlanValidation(t *testing.T) {
 		plan Plan
 		want string
 	}{
-		{Plan{Step: 101}, "ramp.step 101"},
-		{Plan{Step: -1}, "ramp.step -1"},
-		{Plan{Step: 10, Weights: []int{10}}, "set one of them, not both"},
-		{Plan{Weights: []int{10, 5}}, "ramp.weights[1] = 5: must be greater than weights[0] = 10"},
-		{Plan{Weights: []int{0}}, "ramp.weights[0] = 0"},
-		{Plan{Interval: -time.Second}, "ramp.interval -1s"},
-		{Plan{MaxBreaches: -2}, "ramp.maxBreaches -2"},
+		{Plan{Step: 101}, "step: must be 1–100 percentage points, got 101"},
+		{Plan{Step: -1}, "step: must be 1–100 percentage points, got -1"},
+		{Plan{Step: 10, Weights: []int{10}}, "weights: step is set too: set one of them, not both"},
+		{Plan{Weights: []int{10, 5}}, "weights[1]: 5 must be greater than weights[0] = 10"},
+		{Plan{Weights: []int{0}}, "weights[0]: must be 1–100 percent, got 0"},
+		{Plan{Interval: -time.Second}, "interval: must not be negative, got -1s"},
+		{Plan{MaxBreaches: -2}, "maxBreaches: must be at least 1, got -2"},
+		{Plan{MaxHold: -time.Minute}, "maxHold: must be positive, got -1m0s"},
 	}
 	for _, c := range cases {
 		assertErr(t, c.plan.Validate(), c.want)
+	}
+	// Every problem at once, each under its field.
+	err := Plan{Step: 200, Interval: -time.Second, MaxBreaches: -1}.Validate()
+	assertErr(t, err, "step: must be", "interval: must not be negative", "maxBreaches: must be at least 1")
+	// Validate is pure: it neither fills defaults nor changes the ladder.
+	p := Plan{Weights: []int{5, 10}}
+	_ = p.Validate()
+	if p.Step != 0 || p.MaxHold != 0 {
+		t.Fatalf("Validate changed the plan: %+v", p)
+	}
+	// WithDefaults returns a copy: the caller's ladder is not shared.
+	d := p.WithDefaults()
+	d.Weights[0] = 99
+	if p.Weights[0] != 5 || d.MaxHold != DefaultMaxHold || d.Step != 0 {
+		t.Fatalf("WithDefaults: %+v from %+v", d, p)
 	}
 	if err := (Plan{}).Validate(); err != nil {
 		t.Fatalf("zero plan (all defaults): %v", err)

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/danki-dev/danki/internal/config"
 	networking "istio.io/api/networking/v1"
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
 )
@@ -25,6 +26,10 @@ type Ramp struct {
 	Plan    Plan
 	// Gate judges each new weight; nil moves on time alone.
 	Gate Gate
+	// Canary names the canary being ramped (Argo: its pod-template hash;
+	// may be empty). The gate's window start kept in the state belongs to
+	// one canary: a different one starts a new window.
+	Canary string
 	// Now and Sleep default to the real clock; tests replace them.
 	Now   func() time.Time
 	Sleep func(ctx context.Context, d time.Duration) error
@@ -90,11 +95,17 @@ func hasRole(spec *networking.VirtualService, r routeRef, m *matcher, want role)
 
 // Tick makes at most one move toward target (percent) and keeps the ramp
 // state on the VirtualService. It never sleeps. Target 0 aborts: weight 0
-// at once and the ramp state cleared. Extras are set at their weights on
-// every call (they are not ramped).
+// at once and the ramp state cleared, whatever the annotation holds (it is
+// not even read). Extras are set at their weights on every call (they are
+// not ramped).
 func (r *Ramp) Tick(ctx context.Context, target int, extras ...Extra) (Decision, error) {
-	if err := r.Plan.Validate(); err != nil {
-		return Decision{}, err
+	if target != 0 {
+		// An abort needs no plan: a bad one must not keep users on the canary.
+		var errs config.Errors
+		errs.Add("ramp", r.Plan.Validate())
+		if err := errs.Err(); err != nil {
+			return Decision{}, fmt.Errorf("ramp on VirtualService %s: %w", r.Target, err)
+		}
 	}
 	if err := validateExtras(target, extras); err != nil {
 		return Decision{}, fmt.Errorf("ramp on VirtualService %s: %w", r.Target, err)
@@ -115,15 +126,26 @@ func (r *Ramp) Tick(ctx context.Context, target int, extras ...Extra) (Decision,
 			return err
 		}
 		raw := vs.Annotations[RampAnnotation]
-		prev, err := parseState(raw)
-		if err != nil {
-			return err
+		var prev *State
+		if target != 0 {
+			if prev, err = parseState(raw); err != nil {
+				return err
+			}
+			if prev != nil && prev.Canary != r.Canary {
+				// Another canary's gate window is not this one's.
+				fresh := *prev
+				fresh.GateSince, fresh.Canary = time.Time{}, r.Canary
+				prev = &fresh
+			}
 		}
 		// After a 409 the object is read again; decide again only if the
 		// ramp itself moved meanwhile (the gate is not asked twice for the
 		// same step).
 		if k := fmt.Sprintf("%d|%s", current, raw); !decided || k != key {
 			dec, decided, key = r.Plan.Next(ctx, prev, current, target, now, r.Gate), true, k
+			if dec.State != nil {
+				dec.State.Canary = r.Canary
+			}
 		}
 		if err := applyWeights(vs, r.Target, m, dec.Weight, extras); err != nil {
 			return err
@@ -135,9 +157,15 @@ func (r *Ramp) Tick(ctx context.Context, target int, extras ...Extra) (Decision,
 		return dec, err
 	}
 	log := r.Shifter.log.With("virtualService", r.Target.String(), "action", string(dec.Action), "from", dec.From, "weight", dec.Weight, "target", target)
-	if dec.Action == ActionHold || dec.Action == ActionDone {
+	switch {
+	case dec.StateReset != nil:
+		log.Warn(dec.Reason, "stateReset", dec.StateReset)
+	case dec.NoVerdict != nil:
+		// Never silent: users sit on a weight nobody judged.
+		log.Warn(dec.Reason, "noVerdict", dec.NoVerdict)
+	case dec.Action == ActionHold || dec.Action == ActionDone:
 		log.Debug(dec.Reason)
-	} else {
+	default:
 		log.Info(dec.Reason)
 	}
 	return dec, nil
@@ -150,7 +178,8 @@ type Verification struct {
 	Verified bool
 	// Weight is the managed routes' (lowest) canary weight now.
 	Weight int
-	// State is the ramp state on the VirtualService (nil if none).
+	// State is the ramp state on the VirtualService (nil if none, and for
+	// target 0, where it is not read).
 	State *State
 	// Reason says what is still awaited.
 	Reason string
@@ -158,7 +187,7 @@ type Verification struct {
 
 // Verify reports whether the ramp toward target is complete. It changes
 // nothing. A failed ramp returns an error wrapping ErrRampFailed that names
-// the breach.
+// the breach. Verifying 0 never reads the ramp state.
 func (r *Ramp) Verify(ctx context.Context, target int, extras ...Extra) (Verification, error) {
 	var v Verification
 	if err := r.Target.Validate(); err != nil {
@@ -177,16 +206,26 @@ func (r *Ramp) Verify(ctx context.Context, target int, extras ...Extra) (Verific
 		return v, fmt.Errorf("verify weight on VirtualService %s: %w", r.Target, err)
 	}
 	v.Weight = current
+	if target == 0 {
+		v.Verified = atWant
+		v.Reason = fmt.Sprintf("canary weight %d%%, want 0%%", current)
+		return v, nil
+	}
 	if v.State, err = parseState(vs.Annotations[RampAnnotation]); err != nil {
 		return v, fmt.Errorf("verify weight on VirtualService %s: %w", r.Target, err)
 	}
 	st := v.State
+	var problem error
+	if st != nil {
+		problem = st.Check(len(r.Plan.Weights) > 0, r.now())
+	}
 	switch {
-	case target == 0:
-		v.Verified = atWant
-		v.Reason = fmt.Sprintf("canary weight %d%%, want 0%%", current)
 	case st == nil || st.Target != target:
 		v.Reason = fmt.Sprintf("no ramp toward %d%% yet (canary weight %d%%)", target, current)
+	case problem != nil:
+		// Never verified on a state nobody can trust; the next Tick restarts
+		// the ramp from the current weight.
+		v.Reason = fmt.Sprintf("ramp state inconsistent (%v): the next move restarts the ramp from %d%%", problem, current)
 	case st.Phase == PhaseFailed:
 		v.Reason = st.Reason
 		return v, fmt.Errorf("%w: VirtualService %s: toward %d%%: %s; canary weight held at %d%%", ErrRampFailed, r.Target, target, st.Reason, current)
@@ -208,6 +247,12 @@ func (st *State) Progress(current int) string {
 	}
 	if st.Breaches > 0 {
 		fmt.Fprintf(&b, ", %d breach(es), last: %s", st.Breaches, st.Reason)
+	}
+	switch {
+	case !st.HoldSince.IsZero():
+		fmt.Fprintf(&b, "; gate without a verdict since %s", st.HoldSince.UTC().Format(time.RFC3339))
+	case st.AwaitVerdict:
+		b.WriteString("; waiting for the gate to answer again")
 	}
 	b.WriteString(")")
 	return b.String()

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"strings"
 
 	"google.golang.org/protobuf/proto"
@@ -136,44 +135,19 @@ func setAnnotation(obj *metav1.ObjectMeta, key, value string) {
 	obj.Annotations[key] = value
 }
 
-// update reads the VirtualService, lets mutate change a deep copy, and
-// writes it back when it changed. A 409 Conflict starts over with a fresh
-// read; an error from mutate writes nothing.
+// update changes t's VirtualService with updateWithRetry.
 func (s *Shifter) update(ctx context.Context, t Target, what string, mutate func(vs *networkingv1.VirtualService) error) (*networkingv1.VirtualService, error) {
 	if err := t.Validate(); err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
-	var (
-		attempts int
-		result   *networkingv1.VirtualService
-	)
-	err := retry.RetryOnConflict(s.Backoff, func() error {
-		attempts++
-		cur, err := s.getVS(ctx, t)
-		if err != nil {
-			return err
-		}
-		next := cur.DeepCopy()
-		if err := mutate(next); err != nil {
-			return err
-		}
-		if proto.Equal(&cur.Spec, &next.Spec) && maps.Equal(cur.Annotations, next.Annotations) {
-			result = cur
-			return nil
-		}
-		result, err = s.client.NetworkingV1().VirtualServices(t.Namespace).Update(ctx, next, metav1.UpdateOptions{})
-		if apierrors.IsConflict(err) {
-			s.log.Debug("VirtualService changed under us; retrying with a fresh read", "virtualService", t.String(), "attempt", attempts)
-		}
-		return err
-	})
-	if apierrors.IsConflict(err) {
-		return nil, fmt.Errorf("%s on VirtualService %s: gave up after %d conflicting writes (something else keeps changing it; nothing was written): %w", what, t, attempts, err)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("%s on VirtualService %s: %w", what, t, err)
-	}
-	return result, nil
+	return updateWithRetry(ctx, s, objectIO[networkingv1.VirtualService, *networkingv1.VirtualService]{
+		ref: "VirtualService " + t.String(),
+		get: func(ctx context.Context) (*networkingv1.VirtualService, error) { return s.getVS(ctx, t) },
+		put: func(ctx context.Context, vs *networkingv1.VirtualService) (*networkingv1.VirtualService, error) {
+			return s.client.NetworkingV1().VirtualServices(t.Namespace).Update(ctx, vs, metav1.UpdateOptions{})
+		},
+		spec: func(vs *networkingv1.VirtualService) proto.Message { return &vs.Spec },
+	}, what, mutate)
 }
 
 // applyWeights sets the canary weight and extras on every managed route of

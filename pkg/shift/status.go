@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 )
 
 // Status is what Get found on a VirtualService.
@@ -15,6 +16,11 @@ type Status struct {
 	CanaryWeight int
 	// Ramp is the ramp state kept on the VirtualService, if any.
 	Ramp *State
+	// RampProblem says why the kept ramp state cannot be used: unreadable
+	// (Ramp is nil) or inconsistent. The next ramp move restarts from the
+	// current weight (an unreadable one must be deleted first); weight 0
+	// always works.
+	RampProblem string
 	// Problem explains why no route is managed, when the Target had roles
 	// but they did not fit the VirtualService.
 	Problem string
@@ -50,8 +56,15 @@ func (s *Shifter) Get(ctx context.Context, t Target) (*Status, error) {
 		return nil, err
 	}
 	st := &Status{CanaryWeight: -1}
+	// Show the routes whatever the annotation holds: `shift get` is how
+	// one finds out what is wrong.
 	if st.Ramp, err = parseState(vs.Annotations[RampAnnotation]); err != nil {
-		return nil, fmt.Errorf("VirtualService %s: %w", t, err)
+		st.RampProblem = err.Error()
+	} else if st.Ramp != nil {
+		// Get does not know the plan: accept increment 0 (a ladder's).
+		if err := st.Ramp.Check(true, time.Now()); err != nil {
+			st.RampProblem = fmt.Sprintf("annotation %s is inconsistent: %v", RampAnnotation, err)
+		}
 	}
 	var (
 		m       *matcher
@@ -92,8 +105,14 @@ func (s *Shifter) Get(ctx context.Context, t Target) (*Status, error) {
 				rs.Managed = "mirror"
 			}
 		}
-		for _, d := range destinations(&vs.Spec, ref) {
+		dests := destinations(&vs.Spec, ref)
+		for _, d := range dests {
 			ds := DestinationStatus{Host: d.dest.GetHost(), Subset: d.dest.GetSubset(), Port: d.dest.GetPort().GetNumber(), Weight: int(d.weight)}
+			if len(dests) == 1 {
+				// Istio sends all of a route's traffic to its only
+				// destination, whatever (or whether) its weight is written.
+				ds.Weight = 100
+			}
 			if m != nil {
 				ro, _ := m.classify(d.dest)
 				ds.Role = ro.String()
