@@ -106,11 +106,15 @@ func TestWarmupExampleOnAPIServer(t *testing.T) {
 	slice("catalog-stable-1", "catalog-stable", map[string]string{"catalog-5f6d8c7b9-a": "10.2.0.9"})
 
 	resolve := func(stable bool) string {
-		k, err := warmupPodsOf(cfg, stored, stable)
+		q, err := cfg.Query(warmupRollout(stored), cfg.CompareToStable)
 		if err != nil {
 			t.Fatal(err)
 		}
-		ts, err := k.Resolve(ctx, e.Kube)
+		pods := q.Canary.Pods
+		if stable {
+			pods = q.Stable.Pods
+		}
+		ts, err := pods.Resolve(ctx, e.Kube)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -23,6 +23,8 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/danki-dev/danki/pkg/warmup"
 )
 
 // stepLoadServer is a pod stand-in on 127.0.0.1 that counts warm-up requests.
@@ -112,16 +114,16 @@ func warmupConfigJSON(t *testing.T, urls []string, extra map[string]any) json.Ra
 
 // runStepUntilDone calls Run as the controller does, feeding back each returned
 // Status, until the phase is no longer Running.
-func runStepUntilDone(t *testing.T, p rpc.StepPlugin, ro *v1alpha1.Rollout, cfg json.RawMessage, status json.RawMessage, timeout time.Duration) (types.RpcStepResult, []warmupStatus) {
+func runStepUntilDone(t *testing.T, p rpc.StepPlugin, ro *v1alpha1.Rollout, cfg json.RawMessage, status json.RawMessage, timeout time.Duration) (types.RpcStepResult, []warmup.Status) {
 	t.Helper()
-	var seen []warmupStatus
+	var seen []warmup.Status
 	deadline := time.Now().Add(timeout)
 	for {
 		res, rerr := p.Run(ro, &types.RpcStepContext{PluginName: WarmupPluginName, Config: cfg, Status: status})
 		if rerr.HasError() {
 			t.Fatalf("Run: RpcError %v", rerr)
 		}
-		var st warmupStatus
+		var st warmup.Status
 		if err := json.Unmarshal(res.Status, &st); err != nil {
 			t.Fatalf("Run returned status %q: %v", res.Status, err)
 		}
@@ -157,27 +159,24 @@ func TestStepRunConvergesThroughRPC(t *testing.T) {
 	if rerr.HasError() || first.Phase != types.PhaseRunning || first.RequeueAfter != warmupDefaultPoll {
 		t.Fatalf("first Run = %+v, %v; want Running, RequeueAfter 15s", first, rerr)
 	}
-	st := parseWarmupStatus(first.Status)
+	st := warmup.ParseStatus(first.Status)
 	if st == nil || st.RunID != "shop/cart/h1/0" || st.StartedAt.IsZero() {
 		t.Fatalf("first status %s", first.Status)
 	}
 	// Repeated Runs, with and without the status, report the same warm-up.
 	again, _ := p.Run(ro, &types.RpcStepContext{Config: cfg, Status: first.Status})
-	if st2 := parseWarmupStatus(again.Status); again.Phase != types.PhaseRunning && again.Phase != types.PhaseSuccessful || st2.StartedAt != st.StartedAt {
+	if st2 := warmup.ParseStatus(again.Status); again.Phase != types.PhaseRunning && again.Phase != types.PhaseSuccessful || st2.StartedAt != st.StartedAt {
 		t.Errorf("repeated Run: %+v", again)
 	}
 	res, seen := runStepUntilDone(t, p, ro, cfg, again.Status, 30*time.Second)
 	if res.Phase != types.PhaseSuccessful {
 		t.Fatalf("phase %s: %s", res.Phase, res.Message)
 	}
-	impl.mu.Lock()
-	runs := len(impl.runs)
-	impl.mu.Unlock()
-	if runs != 1 {
+	if runs := len(impl.supervisor.Keys()); runs != 1 {
 		t.Errorf("%d warm-ups in memory after repeated Runs, want 1", runs)
 	}
 	final := seen[len(seen)-1]
-	if final.Phase != warmupPhaseConverged || final.Requests == 0 || final.Windows < 3 || final.FirstP99 == "" || final.LastP99 == "" || final.Converged != 1 {
+	if final.Phase != warmup.PhaseConverged || final.Requests == 0 || final.Windows < 3 || final.FirstP99 == "" || final.LastP99 == "" || final.Converged != 1 {
 		t.Errorf("final status %+v", final)
 	}
 	for _, want := range []string{"converged: 1/1 targets warm", "requests", "worst p99"} {
@@ -215,7 +214,7 @@ func TestStepFailsWithTrendWhenNotConverging(t *testing.T) {
 			t.Errorf("message %q lacks %q", res.Message, want)
 		}
 	}
-	if st := parseWarmupStatus(res.Status); st == nil || st.Phase != warmupPhaseFailed {
+	if st := warmup.ParseStatus(res.Status); st == nil || st.Phase != warmup.PhaseFailed {
 		t.Errorf("status %s", res.Status)
 	}
 }
@@ -224,10 +223,10 @@ func TestStepRefusesBadConfig(t *testing.T) {
 	p := warmupStepClient(t, newTestWarmupStep(t))
 	ro := stepRollout("cart", "h1", 0)
 	cases := map[string]json.RawMessage{
-		"requests[0].method":  warmupConfigJSON(t, []string{"http://127.0.0.1:1"}, map[string]any{"requests": []map[string]any{{"method": "DELETE", "path": "/cart"}}}),
-		"pollInterval":        warmupConfigJSON(t, []string{"http://127.0.0.1:1"}, map[string]any{"pollInterval": "5s"}),
-		`unknown field "qsp"`: json.RawMessage(`{"qsp": 5}`),
-		"urls[0]":             warmupConfigJSON(t, []string{"http://127.0.0.1:1/api"}, nil),
+		"requests[0].method": warmupConfigJSON(t, []string{"http://127.0.0.1:1"}, map[string]any{"requests": []map[string]any{{"method": "DELETE", "path": "/cart"}}}),
+		"pollInterval":       warmupConfigJSON(t, []string{"http://127.0.0.1:1"}, map[string]any{"pollInterval": "5s"}),
+		"qsp: unknown field": json.RawMessage(`{"qsp": 5}`),
+		"urls[0]":            warmupConfigJSON(t, []string{"http://127.0.0.1:1/api"}, nil),
 	}
 	for want, cfg := range cases {
 		res, rerr := p.Run(ro, &types.RpcStepContext{Config: cfg})
@@ -283,15 +282,15 @@ func TestStepRestartedPluginResumes(t *testing.T) {
 	res, _ := warmupStepClient(t, old).Run(ro, &types.RpcStepContext{Config: cfg})
 	stepWaitFor(t, 10*time.Second, func() bool { return srv.load.Load() > 20 })
 	// The process dies: its load stops, only the controller's status remains.
-	old.stopRollout(ro)
-	running := parseWarmupStatus(res.Status)
-	if running.Phase == warmupPhaseConverged || running.Phase == warmupPhaseFailed {
+	old.supervisor.Stop(ro.Namespace + "/" + ro.Name)
+	running := warmup.ParseStatus(res.Status)
+	if running.Phase == warmup.PhaseConverged || running.Phase == warmup.PhaseFailed {
 		t.Fatalf("first status already warmupTerminal: %+v", running)
 	}
 
 	fresh := warmupStepClient(t, newTestWarmupStep(t))
 	first, _ := fresh.Run(ro, &types.RpcStepContext{Config: cfg, Status: res.Status})
-	st := parseWarmupStatus(first.Status)
+	st := warmup.ParseStatus(first.Status)
 	if first.Phase != types.PhaseRunning || st.Restarts != 1 || !st.StartedAt.Equal(running.StartedAt) {
 		t.Fatalf("restarted Run: %s, status %+v (first started %s)", first.Phase, st, running.StartedAt)
 	}
@@ -299,7 +298,7 @@ func TestStepRestartedPluginResumes(t *testing.T) {
 	if done.Phase != types.PhaseSuccessful {
 		t.Fatalf("restarted warm-up: %s %s", done.Phase, done.Message)
 	}
-	if parseWarmupStatus(done.Status).Restarts != 1 {
+	if warmup.ParseStatus(done.Status).Restarts != 1 {
 		t.Errorf("final status lost the restart count: %s", done.Status)
 	}
 
@@ -312,7 +311,7 @@ func TestStepRestartedPluginResumes(t *testing.T) {
 
 	// Restarted too often, or past the deadline: Failed, not wedged.
 	tooMany := *running
-	tooMany.Restarts = warmupMaxRestarts
+	tooMany.Restarts = warmup.MaxRestarts
 	raw, _ := json.Marshal(tooMany)
 	if r, _ := warmupStepClient(t, newTestWarmupStep(t)).Run(ro, &types.RpcStepContext{Config: cfg, Status: raw}); r.Phase != types.PhaseFailed || !strings.Contains(r.Message, "restarted") {
 		t.Errorf("too many restarts: %s %s", r.Phase, r.Message)
@@ -398,10 +397,8 @@ func TestStepConcurrentRollouts(t *testing.T) {
 			})
 		}
 	})
-	impl.mu.Lock()
-	defer impl.mu.Unlock()
-	if len(impl.runs) != 4 {
-		t.Errorf("%d runs in memory, want one per rollout", len(impl.runs))
+	if runs := impl.supervisor.Keys(); len(runs) != 4 {
+		t.Errorf("%d runs in memory, want one per rollout: %v", len(runs), runs)
 	}
 }
 

@@ -2,12 +2,14 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -18,6 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
+	"github.com/danki-dev/danki/internal/config"
 	"github.com/danki-dev/danki/pkg/warmup"
 )
 
@@ -163,10 +166,10 @@ func (f *warmupFlags) run(cmd *cobra.Command) error {
 // config turns the flags into a warm-up config, validated.
 func (f *warmupFlags) config() (warmup.Config, error) {
 	cfg := f.cfg
-	cfg.HealthTimeout = warmup.Duration(f.healthTimeout)
-	cfg.Timeout = warmup.Duration(f.timeout)
-	cfg.Deadline = warmup.Duration(f.deadline)
-	cfg.AbsoluteTolerance = warmup.Duration(f.absTolerance)
+	cfg.HealthTimeout = config.Duration(f.healthTimeout)
+	cfg.Timeout = config.Duration(f.timeout)
+	cfg.Deadline = config.Duration(f.deadline)
+	cfg.AbsoluteTolerance = config.Duration(f.absTolerance)
 	ratio := f.maxErrorRatio
 	cfg.MaxErrorRatio = &ratio
 	if !f.untilConverged {
@@ -206,82 +209,71 @@ func (f *warmupFlags) config() (warmup.Config, error) {
 	return cfg, nil
 }
 
-// readWarmupRequestFile reads a YAML or JSON list of requests, or an object with a
-// "requests" list, strictly (unknown fields are errors).
+// readWarmupRequestFile reads a YAML or JSON list of requests, or an object
+// with a "requests" list, strictly (unknown fields are errors that name
+// their path).
 func readWarmupRequestFile(path string) ([]warmup.RequestSpec, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("--request-file: %w", err)
 	}
-	js, err := yaml.YAMLToJSON(data)
-	if err != nil {
-		return nil, fmt.Errorf("--request-file %s: %w", path, err)
+	// A bare list is the requests field of the step config.
+	if js, err := yaml.YAMLToJSONStrict(data); err == nil && bytes.HasPrefix(bytes.TrimSpace(js), []byte("[")) {
+		data = append(append([]byte(`{"requests":`), js...), '}')
 	}
-	js = bytes.TrimSpace(js)
-	if bytes.HasPrefix(js, []byte("[")) {
-		js = append(append([]byte(`{"requests":`), js...), '}')
-	}
-	var wrapper struct {
+	var file struct {
 		Requests []warmup.RequestSpec `json:"requests"`
 	}
-	if err := warmup.DecodeConfig(js, &wrapper); err != nil {
+	if err := config.Decode(data, &file); err != nil {
 		return nil, fmt.Errorf("--request-file %s: %w", path, err)
 	}
-	if len(wrapper.Requests) == 0 {
+	if len(file.Requests) == 0 {
 		return nil, fmt.Errorf("--request-file %s: no requests in it", path)
 	}
-	return wrapper.Requests, nil
+	return file.Requests, nil
 }
 
+// targets finds the targets the flags name, the way the step plugin does
+// (warmup.FindTargets).
 func (f *warmupFlags) targets(ctx context.Context, cfg warmup.Config, stderr io.Writer) (canary, stable []warmup.Target, err error) {
-	kubeWanted := f.service != "" || f.selector != "" || f.hash != ""
+	canaryPods := f.service != "" || f.selector != "" || f.hash != ""
+	stablePods := f.stableService != "" || f.stableHash != ""
 	switch {
-	case len(f.urls) > 0 && kubeWanted:
+	case len(f.urls) > 0 && canaryPods:
 		return nil, nil, errors.New("give either --url or pods (--service / --selector / --hash), not both")
-	case len(f.urls) > 0:
-		canary, err = warmup.URLTargets("--url", f.urls)
-	case kubeWanted:
-		canary, err = f.pods(ctx, cfg, stderr, warmup.KubeTargets{Service: f.service, Selector: f.selector, PodTemplateHash: f.hash})
-	default:
+	case len(f.urls) == 0 && !canaryPods:
 		return nil, nil, errors.New("nothing to warm: give --url http://host:port, or pods with --service, --selector and/or --hash")
+	case cfg.CompareToStable && len(f.stableURLs) == 0 && !stablePods:
+		return nil, nil, errors.New("--compare-to-stable needs the stable pods: --stable-url, --stable-service, or --selector with --stable-hash")
 	}
-	if err != nil || !cfg.CompareToStable {
-		return canary, nil, err
-	}
-	switch {
-	case len(f.stableURLs) > 0:
-		stable, err = warmup.URLTargets("--stable-url", f.stableURLs)
-	case f.stableService != "" || f.stableHash != "":
-		stable, err = f.pods(ctx, cfg, stderr, warmup.KubeTargets{Service: f.stableService, Selector: f.selector, PodTemplateHash: f.stableHash})
-	default:
-		err = errors.New("--compare-to-stable needs the stable pods: --stable-url, --stable-service, or --selector with --stable-hash")
-	}
-	return canary, stable, err
-}
-
-func (f *warmupFlags) pods(ctx context.Context, cfg warmup.Config, stderr io.Writer, k warmup.KubeTargets) ([]warmup.Target, error) {
-	kube, ns, err := f.newKube(f.kubeconfig)
-	if err != nil {
-		return nil, err
-	}
-	k.Namespace = f.namespace
-	if k.Namespace == "" {
-		k.Namespace = ns
-	}
+	port := intstr.IntOrString{}
 	if f.port != "" {
-		k.Port = intstr.Parse(f.port)
+		port = intstr.Parse(f.port)
 	}
-	wctx, cancel := context.WithTimeout(ctx, cfg.HealthTimeout.D())
-	defer cancel()
-	fmt.Fprintf(stderr, "finding %s …\n", k)
-	targets, err := k.Wait(wctx, kube, f.minPods, time.Second)
-	if err != nil {
-		return nil, err
+	q := warmup.TargetQuery{
+		Canary: warmup.TargetSource{URLs: f.urls, URLsField: "--url",
+			Pods: warmup.KubeTargets{Service: f.service, Selector: f.selector, PodTemplateHash: f.hash, Port: port}},
+		Stable: warmup.TargetSource{URLs: f.stableURLs, URLsField: "--stable-url",
+			Pods: warmup.KubeTargets{Service: f.stableService, Selector: f.selector, PodTemplateHash: f.stableHash, Port: port}},
+		CompareToStable: cfg.CompareToStable,
+		MinPods:         f.minPods,
+		Timeout:         cfg.HealthTimeout.D(),
+		OnLookup:        func(k warmup.KubeTargets) { fmt.Fprintf(stderr, "finding %s …\n", k) },
 	}
-	for _, t := range targets {
+	if canaryPods || (cfg.CompareToStable && len(f.stableURLs) == 0) {
+		kube, ns, err := f.newKube(f.kubeconfig)
+		if err != nil {
+			return nil, nil, err
+		}
+		q.Canary.Pods.Namespace = cmp.Or(f.namespace, ns)
+		q.Stable.Pods.Namespace = q.Canary.Pods.Namespace
+		q.Kube = func() (kubernetes.Interface, error) { return kube, nil }
+	}
+	canary, stable, err = warmup.FindTargets(ctx, q)
+	for _, t := range append(slices.Clone(canary), stable...) {
 		fmt.Fprintf(stderr, "  %s\n", t)
 	}
-	return targets, nil
+	return canary, stable, err
 }
 
 // warmupKubeClient builds a client from --kubeconfig or clientcmd's default rules

@@ -120,15 +120,15 @@ func TestWarmupCommandRequestFileAndErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	cases := map[string][]string{
-		"requests[0].method":        {"--url", srv.URL, "--method", "POST", "--path", "/orders"},
-		`unknown field "pth"`:       {"--url", srv.URL, "--request-file", bad},
-		"--url[0]":                  {"--url", srv.URL + "/api"},
-		"nothing to warm":           {},
-		"either --url or pods":      {"--url", srv.URL, "--service", "cart"},
-		"--compare-to-stable":       {"--url", srv.URL, "--compare-to-stable"},
-		`--header "oops"`:           {"--url", srv.URL, "--header", "oops"},
-		"maxRequests":               {"--url", srv.URL, "--max-requests", "10"},
-		"--request-file and --path": {"--url", srv.URL, "--path", "/", "--request-file", file},
+		"requests[0].method":             {"--url", srv.URL, "--method", "POST", "--path", "/orders"},
+		"requests[0].pth: unknown field": {"--url", srv.URL, "--request-file", bad},
+		"--url[0]":                       {"--url", srv.URL + "/api"},
+		"nothing to warm":                {},
+		"either --url or pods":           {"--url", srv.URL, "--service", "cart"},
+		"--compare-to-stable":            {"--url", srv.URL, "--compare-to-stable"},
+		`--header "oops"`:                {"--url", srv.URL, "--header", "oops"},
+		"maxRequests":                    {"--url", srv.URL, "--max-requests", "10"},
+		"--request-file and --path":      {"--url", srv.URL, "--path", "/", "--request-file", file},
 	}
 	for want, args := range cases {
 		if _, _, err := runWarmupCmd(args...); err == nil || !strings.Contains(err.Error(), want) {

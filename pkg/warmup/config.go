@@ -1,17 +1,14 @@
 package warmup
 
 import (
-	"bytes"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
-	"reflect"
-	"strconv"
 	"strings"
 	"time"
 
 	"golang.org/x/net/http/httpguts"
+
+	"github.com/danki-dev/danki/internal/config"
 )
 
 // DefaultMarkerHeader is the header every warm-up request carries, with value
@@ -38,8 +35,9 @@ const (
 	DefaultStableQPS         = 10.0
 )
 
-// Config is what to send and when to stop. The JSON form is the config of
-// the danki/warmup step plugin (see docs/warmup.md); zero values take the
+// Config is what to send and when to stop. The JSON (or YAML) form is the
+// config of the danki/warmup step plugin (see docs/warmup.md): decode it with
+// config.Decode, then WithDefaults, then Validate. Zero values take the
 // defaults above.
 type Config struct {
 	// Requests is the weighted request mix. Default: one GET of "/".
@@ -57,7 +55,7 @@ type Config struct {
 	HealthPath string `json:"healthPath,omitempty"`
 	// HealthTimeout bounds the wait for targets to appear and turn healthy.
 	// Default 2m.
-	HealthTimeout Duration `json:"healthTimeout,omitempty"`
+	HealthTimeout config.Duration `json:"healthTimeout,omitempty"`
 
 	// QPS is the request rate per target (pod). Default 20.
 	QPS float64 `json:"qps,omitempty"`
@@ -65,9 +63,9 @@ type Config struct {
 	// sending one request at a time. Default 4.
 	Connections int `json:"connections,omitempty"`
 	// Timeout is the per-request timeout. Default 10s.
-	Timeout Duration `json:"timeout,omitempty"`
+	Timeout config.Duration `json:"timeout,omitempty"`
 	// Deadline bounds the whole warm-up (health wait included). Default 10m.
-	Deadline Duration `json:"deadline,omitempty"`
+	Deadline config.Duration `json:"deadline,omitempty"`
 	// MinRequests per target before it may count as converged. Default 300.
 	MinRequests int64 `json:"minRequests,omitempty"`
 	// MaxRequests per target; reaching it without convergence fails the
@@ -87,7 +85,7 @@ type Config struct {
 	// AbsoluteTolerance is a spread that always counts as converged, however
 	// large relative to the latency: it keeps sub-millisecond services from
 	// failing on scheduler noise. Default 1ms.
-	AbsoluteTolerance Duration `json:"absoluteTolerance,omitempty"`
+	AbsoluteTolerance config.Duration `json:"absoluteTolerance,omitempty"`
 	// MaxErrorRatio is the share of failed requests (socket errors, HTTP
 	// status < 200 or >= 400) a window may have and still count towards
 	// convergence. Default 0.01; set 0 to require error-free windows.
@@ -127,17 +125,17 @@ func (c Config) WithDefaults() Config {
 	}
 	setDefault(&c.MarkerHeader, DefaultMarkerHeader)
 	setDefault(&c.HealthPath, DefaultHealthPath)
-	setDefault(&c.HealthTimeout, Duration(DefaultHealthTimeout))
+	setDefault(&c.HealthTimeout, config.Duration(DefaultHealthTimeout))
 	setDefault(&c.QPS, DefaultQPS)
 	setDefault(&c.Connections, DefaultConnections)
-	setDefault(&c.Timeout, Duration(DefaultTimeout))
-	setDefault(&c.Deadline, Duration(DefaultDeadline))
+	setDefault(&c.Timeout, config.Duration(DefaultTimeout))
+	setDefault(&c.Deadline, config.Duration(DefaultDeadline))
 	setDefault(&c.Window, DefaultWindow)
 	setDefault(&c.StableWindows, DefaultStableWindows)
 	setDefault(&c.MinRequests, DefaultMinRequests)
 	setDefault(&c.MaxRequests, DefaultMaxRequests)
 	setDefault(&c.Tolerance, DefaultTolerance)
-	setDefault(&c.AbsoluteTolerance, Duration(DefaultAbsoluteTolerance))
+	setDefault(&c.AbsoluteTolerance, config.Duration(DefaultAbsoluteTolerance))
 	if c.MaxErrorRatio == nil {
 		r := DefaultMaxErrorRatio
 		c.MaxErrorRatio = &r
@@ -157,113 +155,62 @@ func setDefault[T comparable](field *T, def T) {
 // safeMethods never change data on a well-behaved server (RFC 9110 §9.2.1).
 var safeMethods = map[string]bool{http.MethodGet: true, http.MethodHead: true, http.MethodOptions: true}
 
-// Validate checks a defaulted Config. Errors name the JSON field and the fix.
+// Validate checks a defaulted Config and changes nothing. Every problem is
+// reported, each naming its JSON field path and the fix.
 func (c Config) Validate() error {
-	var errs []error
-	bad := func(field, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
-	}
+	var errs config.Errors
 	for i, r := range c.Requests {
-		if err := r.validate(fmt.Sprintf("requests[%d]", i), c.AllowSideEffects); err != nil {
-			errs = append(errs, err)
-		}
+		errs.Add(fmt.Sprintf("requests[%d]", i), r.validate(c.AllowSideEffects))
 	}
 	if !httpguts.ValidHeaderFieldName(c.MarkerHeader) {
-		bad("markerHeader", "%q is not a valid HTTP header name", c.MarkerHeader)
+		errs.Addf("markerHeader", "%q is not a valid HTTP header name", c.MarkerHeader)
 	}
 	if !strings.HasPrefix(c.HealthPath, "/") {
-		bad("healthPath", "%q must start with /", c.HealthPath)
+		errs.Addf("healthPath", "%q must start with /", c.HealthPath)
 	}
-	positive := func(field string, d Duration) {
+	positive := func(field string, d config.Duration) {
 		if d <= 0 {
-			bad(field, "must be a positive duration such as \"30s\" (got %s)", time.Duration(d))
+			errs.Addf(field, "must be a positive duration such as \"30s\" (got %s)", d)
 		}
 	}
 	positive("healthTimeout", c.HealthTimeout)
 	positive("timeout", c.Timeout)
 	positive("deadline", c.Deadline)
 	if c.QPS <= 0 {
-		bad("qps", "must be > 0 requests per second per target (got %g)", c.QPS)
+		errs.Addf("qps", "must be > 0 requests per second per target (got %g)", c.QPS)
 	}
 	if c.Connections < 1 {
-		bad("connections", "must be at least 1 (got %d)", c.Connections)
+		errs.Addf("connections", "must be at least 1 (got %d)", c.Connections)
 	}
 	if c.Window < 10 {
-		bad("window", "must be at least 10 requests so percentiles mean something (got %d)", c.Window)
+		errs.Addf("window", "must be at least 10 requests so percentiles mean something (got %d)", c.Window)
 	}
 	if c.StableWindows < 2 {
-		bad("stableWindows", "must be at least 2: convergence compares consecutive windows (got %d)", c.StableWindows)
+		errs.Addf("stableWindows", "must be at least 2: convergence compares consecutive windows (got %d)", c.StableWindows)
 	}
 	if c.MinRequests < 0 {
-		bad("minRequests", "must not be negative (got %d)", c.MinRequests)
+		errs.Addf("minRequests", "must not be negative (got %d)", c.MinRequests)
 	}
 	if need := max(c.MinRequests, int64(c.Window)*int64(c.StableWindows)); c.MaxRequests < need {
-		bad("maxRequests", "%d leaves no room to converge: raise it to at least %d (minRequests, and window × stableWindows = %d × %d)",
+		errs.Addf("maxRequests", "%d leaves no room to converge: raise it to at least %d (minRequests, and window × stableWindows = %d × %d)",
 			c.MaxRequests, need, c.Window, c.StableWindows)
 	}
 	if c.Tolerance <= 0 {
-		bad("tolerance", "must be > 0, a relative spread such as 0.2 for 20 %% (got %g)", c.Tolerance)
+		errs.Addf("tolerance", "must be > 0, a relative spread such as 0.2 for 20 %% (got %g)", c.Tolerance)
 	}
 	if c.AbsoluteTolerance < 0 {
-		bad("absoluteTolerance", "must not be negative (got %s)", time.Duration(c.AbsoluteTolerance))
+		errs.Addf("absoluteTolerance", "must not be negative (got %s)", c.AbsoluteTolerance)
 	}
 	if c.MaxErrorRatio != nil && (*c.MaxErrorRatio < 0 || *c.MaxErrorRatio > 1) {
-		bad("maxErrorRatio", "must be between 0 and 1 (got %g)", *c.MaxErrorRatio)
+		errs.Addf("maxErrorRatio", "must be between 0 and 1 (got %g)", *c.MaxErrorRatio)
 	}
 	if c.CompareToStable {
 		if c.StableRatio < 1 {
-			bad("stableRatio", "must be >= 1: the canary may not be required to beat stable (got %g)", c.StableRatio)
+			errs.Addf("stableRatio", "must be >= 1: the canary may not be required to beat stable (got %g)", c.StableRatio)
 		}
 		if c.StableQPS <= 0 {
-			bad("stableQPS", "must be > 0 (got %g)", c.StableQPS)
+			errs.Addf("stableQPS", "must be > 0 (got %g)", c.StableQPS)
 		}
 	}
-	return errors.Join(errs...)
-}
-
-// DecodeConfig parses a JSON config strictly: unknown fields are errors, so a
-// typo does not silently fall back to a default.
-func DecodeConfig(data []byte, into any) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(into); err != nil {
-		return fmt.Errorf("parse warm-up config: %w", err)
-	}
-	if dec.More() {
-		return errors.New("parse warm-up config: trailing data after the JSON object")
-	}
-	return nil
-}
-
-// Duration is a time.Duration that reads and writes JSON as a Go duration
-// string ("30s", "1m30s").
-type Duration time.Duration
-
-// D returns the time.Duration.
-func (d Duration) D() time.Duration { return time.Duration(d) }
-
-// String formats like time.Duration.
-func (d Duration) String() string { return time.Duration(d).String() }
-
-// MarshalJSON writes the duration as a string such as "1m30s".
-func (d Duration) MarshalJSON() ([]byte, error) {
-	return json.Marshal(time.Duration(d).String())
-}
-
-var durationType = reflect.TypeFor[Duration]()
-
-// UnmarshalJSON reads a Go duration string. Bare numbers are refused: "10"
-// could mean seconds or nanoseconds.
-func (d *Duration) UnmarshalJSON(b []byte) error {
-	var s string
-	if err := json.Unmarshal(b, &s); err != nil {
-		// An UnmarshalTypeError gets the field name added by encoding/json.
-		return &json.UnmarshalTypeError{Value: "number " + string(b) + ` (write a duration string such as "30s")`, Type: durationType}
-	}
-	v, err := time.ParseDuration(s)
-	if err != nil {
-		return &json.UnmarshalTypeError{Value: strconv.Quote(s) + ` (write a duration such as "30s", "2m" or "1m30s")`, Type: durationType}
-	}
-	*d = Duration(v)
-	return nil
+	return errs.Err()
 }

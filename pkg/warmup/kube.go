@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 )
 
@@ -111,20 +112,23 @@ func (k KubeTargets) Resolve(ctx context.Context, kube kubernetes.Interface) ([]
 // Wait polls Resolve until at least minTargets targets exist or ctx ends.
 func (k KubeTargets) Wait(ctx context.Context, kube kubernetes.Interface, minTargets int, poll time.Duration) ([]Target, error) {
 	minTargets = max(minTargets, 1)
-	for {
-		targets, err := k.Resolve(ctx, kube)
-		if err == nil && len(targets) >= minTargets {
-			return targets, nil
+	var targets []Target
+	var lastErr error
+	err := wait.PollUntilContextCancel(ctx, poll, true, func(ctx context.Context) (bool, error) {
+		found, err := k.Resolve(ctx, kube)
+		if ctx.Err() != nil {
+			return false, nil // cut short by the end of ctx: keep the last full answer
 		}
-		select {
-		case <-ctx.Done():
-			if err != nil {
-				return nil, fmt.Errorf("find %s: %w", k, err)
-			}
-			return targets, fmt.Errorf("found %d of at least %d ready pods (%s) before giving up: %w", len(targets), minTargets, k, ctx.Err())
-		case <-time.After(poll):
-		}
+		targets, lastErr = found, err
+		return err == nil && len(found) >= minTargets, nil
+	})
+	switch {
+	case err == nil:
+		return targets, nil
+	case lastErr != nil:
+		return nil, fmt.Errorf("find %s: %w", k, lastErr)
 	}
+	return targets, fmt.Errorf("found %d of at least %d ready pods (%s) before giving up: %w", len(targets), minTargets, k, ctx.Err())
 }
 
 func (k KubeTargets) fromEndpointSlices(ctx context.Context, kube kubernetes.Interface) ([]Target, error) {

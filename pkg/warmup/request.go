@@ -18,6 +18,8 @@ import (
 
 	"github.com/google/uuid"
 	"golang.org/x/net/http/httpguts"
+
+	"github.com/danki-dev/danki/internal/config"
 )
 
 // RequestSpec is one entry of the warm-up request mix. Path, header values
@@ -51,32 +53,31 @@ type RequestSpec struct {
 	Weight int `json:"weight,omitempty"`
 }
 
-func (r RequestSpec) validate(field string, allowSideEffects bool) error {
-	var errs []error
-	bad := func(sub, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%s%s: %s", field, sub, fmt.Sprintf(format, args...)))
-	}
+// validate checks one defaulted request; error paths are relative to it
+// ("method", "path").
+func (r RequestSpec) validate(allowSideEffects bool) error {
+	var errs config.Errors
 	if !httpguts.ValidHeaderFieldName(r.Method) { // a method is an RFC 9110 token, like a header name
-		bad(".method", "%q is not a valid HTTP method", r.Method)
+		errs.Addf("method", "%q is not a valid HTTP method", r.Method)
 	} else if !safeMethods[r.Method] && !allowSideEffects {
-		bad(".method", "%s may change data on the canary; warm-up only sends GET, HEAD and OPTIONS unless allowSideEffects is true "+
+		errs.Addf("method", "%s may change data on the canary; warm-up only sends GET, HEAD and OPTIONS unless allowSideEffects is true "+
 			"(set it only if the application keeps requests marked with the marker header free of side effects)", r.Method)
 	}
 	if !strings.HasPrefix(r.Path, "/") {
-		bad(".path", "%q must start with / (the target gives scheme, host and port)", r.Path)
+		errs.Addf("path", "%q must start with / (the target gives scheme, host and port)", r.Path)
 	}
 	if r.Weight < 0 {
-		bad(".weight", "must not be negative (got %d); remove the request to leave it out", r.Weight)
+		errs.Addf("weight", "must not be negative (got %d); remove the request to leave it out", r.Weight)
 	}
 	for name := range r.Headers {
 		if !httpguts.ValidHeaderFieldName(name) {
-			bad(".headers", "%q is not a valid HTTP header name", name)
+			errs.Addf("headers", "%q is not a valid HTTP header name", name)
 		}
 	}
-	if _, err := compileRequest(r, field); err != nil {
-		errs = append(errs, err)
+	if _, err := compileRequest(r); err != nil {
+		errs.Add("", err)
 	}
-	return errors.Join(errs...)
+	return errs.Err()
 }
 
 // compiledRequest is a RequestSpec with its templates parsed. A nil template
@@ -132,24 +133,26 @@ func parseTemplate(name, text string) (*template.Template, error) {
 	}
 	t, err := template.New(name).Funcs(templateFuncs(nil, nil)).Option("missingkey=error").Parse(text)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
+		return nil, &config.FieldError{Path: name, Err: err}
 	}
 	return t, nil
 }
 
-func compileRequest(r RequestSpec, field string) (*compiledRequest, error) {
+// compileRequest parses the request's templates; error paths are relative
+// to the request ("path", "headers[X-Id]").
+func compileRequest(r RequestSpec) (*compiledRequest, error) {
 	c := &compiledRequest{spec: r}
 	var errs []error
 	var err error
-	if c.path, err = parseTemplate(field+".path", r.Path); err != nil {
+	if c.path, err = parseTemplate("path", r.Path); err != nil {
 		errs = append(errs, err)
 	}
-	if c.body, err = parseTemplate(field+".body", r.Body); err != nil {
+	if c.body, err = parseTemplate("body", r.Body); err != nil {
 		errs = append(errs, err)
 	}
 	// Sorted, so a fixed seed draws random fields in the same order each run.
 	for _, name := range slices.Sorted(maps.Keys(r.Headers)) {
-		t, err := parseTemplate(fmt.Sprintf("%s.headers[%s]", field, name), r.Headers[name])
+		t, err := parseTemplate(fmt.Sprintf("headers[%s]", name), r.Headers[name])
 		if err != nil {
 			errs = append(errs, err)
 		}
@@ -177,9 +180,11 @@ func newRequestSet(cfg Config) (*requestSet, error) {
 	s := &requestSet{marker: http.CanonicalHeaderKey(cfg.MarkerHeader)}
 	total := 0
 	for i, r := range cfg.Requests {
-		c, err := compileRequest(r, fmt.Sprintf("requests[%d]", i))
+		c, err := compileRequest(r)
 		if err != nil {
-			return nil, err
+			var errs config.Errors
+			errs.Add(fmt.Sprintf("requests[%d]", i), err)
+			return nil, errs.Err()
 		}
 		w := max(r.Weight, 1)
 		total += w

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"math"
 	"net/http"
 	"os"
 	"regexp"
@@ -16,23 +15,20 @@ import (
 	"time"
 
 	"fortio.org/fortio/fhttp"
-)
 
-func decaying(base, extra time.Duration, tau float64) func(int64, bool) time.Duration {
-	return func(n int64, _ bool) time.Duration {
-		return base + time.Duration(float64(extra)*math.Exp(-float64(n)/tau))
-	}
-}
+	"github.com/danki-dev/danki/internal/config"
+	"github.com/danki-dev/danki/internal/testutil"
+)
 
 func TestConvergesOnDecayingLatency(t *testing.T) {
 	// 2 ms + 30 ms·e^(−n/50): the p99s (maxima) of the last three windows
 	// of 20 spread by ≈ 55 ms·e^(−n/50), within the 3 ms absolute tolerance
 	// from n ≈ 150 on. Before n = 80 even the two newest windows differ by
 	// more than the tolerance, so converging there would be a bug.
-	srv := newTestServer(t, decaying(2*time.Millisecond, 30*time.Millisecond, 50))
+	srv := newTestServer(t, testutil.Decaying(2*time.Millisecond, 30*time.Millisecond, 50))
 	cfg := fastConfig()
 	var progress []Progress
-	res, err := Run(context.Background(), cfg, []Target{srv.target()}, Options{OnProgress: func(p Progress) { progress = append(progress, p) }})
+	res, err := Run(context.Background(), cfg, []Target{target(srv)}, Options{OnProgress: func(p Progress) { progress = append(progress, p) }})
 	if err != nil {
 		t.Fatalf("warm-up failed: %v\n%s", err, table(res))
 	}
@@ -51,7 +47,7 @@ func TestConvergesOnDecayingLatency(t *testing.T) {
 	if extra := tr.Requests - tr.ConvergedAfter; extra > int64(cfg.Window) {
 		t.Errorf("%d requests after convergence, want < one window (%d)", extra, cfg.Window)
 	}
-	if got := srv.load.Load(); got != res.Requests() {
+	if got := srv.Load(); got != res.Requests() {
 		t.Errorf("server served %d load requests, danki counted %d", got, res.Requests())
 	}
 	first, last, _ := res.P99Trend()
@@ -77,7 +73,7 @@ func TestMinRequestsGuardsEarlyConvergence(t *testing.T) {
 	srv := newTestServer(t, func(int64, bool) time.Duration { return time.Millisecond })
 	cfg := fastConfig()
 	cfg.MinRequests = 200
-	res, err := Run(context.Background(), cfg, []Target{srv.target()}, Options{})
+	res, err := Run(context.Background(), cfg, []Target{target(srv)}, Options{})
 	if err != nil {
 		t.Fatalf("warm-up failed: %v", err)
 	}
@@ -92,23 +88,13 @@ func TestMinRequestsGuardsEarlyConvergence(t *testing.T) {
 	}
 }
 
-// spiky answers in 2 ms, except that every other window of 20 (counted on
-// the server, so use one connection) has one 150 ms request: the p99 of
-// consecutive windows alternates and never settles.
-func spiky(n int64, _ bool) time.Duration {
-	if ((n-1)/20)%2 == 0 && n%20 == 10 {
-		return 150 * time.Millisecond
-	}
-	return 2 * time.Millisecond
-}
-
 func TestNeverSettlingFailsAtRequestCap(t *testing.T) {
-	srv := newTestServer(t, spiky)
+	srv := newTestServer(t, testutil.NeverSettling)
 	cfg := fastConfig()
 	cfg.Connections = 1
 	cfg.MaxRequests = 200
 	cfg.Tolerance = 0.2
-	res, err := Run(context.Background(), cfg, []Target{srv.target()}, Options{})
+	res, err := Run(context.Background(), cfg, []Target{target(srv)}, Options{})
 	if !errors.Is(err, ErrNotConverged) {
 		t.Fatalf("err = %v, want ErrNotConverged\n%s", err, table(res))
 	}
@@ -123,19 +109,19 @@ func TestNeverSettlingFailsAtRequestCap(t *testing.T) {
 	if got := res.Requests(); got != 200 {
 		t.Errorf("sent %d requests with one connection and maxRequests 200, want exactly 200", got)
 	}
-	if got := srv.load.Load(); got != res.Requests() {
+	if got := srv.Load(); got != res.Requests() {
 		t.Errorf("server served %d, danki counted %d", got, res.Requests())
 	}
 }
 
 func TestStillDecayingFailsAtDeadline(t *testing.T) {
-	srv := newTestServer(t, decaying(2*time.Millisecond, 40*time.Millisecond, 100))
+	srv := newTestServer(t, testutil.Decaying(2*time.Millisecond, 40*time.Millisecond, 100))
 	cfg := fastConfig()
 	cfg.QPS = 300
 	cfg.MinRequests = 1000
-	cfg.Deadline = Duration(1500 * time.Millisecond)
+	cfg.Deadline = config.Duration(1500 * time.Millisecond)
 	start := time.Now()
-	res, err := Run(context.Background(), cfg, []Target{srv.target()}, Options{})
+	res, err := Run(context.Background(), cfg, []Target{target(srv)}, Options{})
 	if !errors.Is(err, ErrNotConverged) {
 		t.Fatalf("err = %v, want ErrNotConverged", err)
 	}
@@ -145,8 +131,8 @@ func TestStillDecayingFailsAtDeadline(t *testing.T) {
 	if took := time.Since(start); took > 4*time.Second {
 		t.Errorf("Run took %s with a 1.5s deadline", took)
 	}
-	if res.Requests() == 0 || srv.load.Load() != res.Requests() {
-		t.Errorf("server served %d, danki counted %d", srv.load.Load(), res.Requests())
+	if res.Requests() == 0 || srv.Load() != res.Requests() {
+		t.Errorf("server served %d, danki counted %d", srv.Load(), res.Requests())
 	}
 }
 
@@ -154,12 +140,12 @@ func TestUnsafeMethodsRefused(t *testing.T) {
 	cfg := fastConfig()
 	cfg.Requests = []RequestSpec{{Path: "/ok"}, {Method: "post", Path: "/orders", Body: `{"id": {{randInt 1 9}}}`}}
 	srv := newTestServer(t, nil)
-	_, err := Run(context.Background(), cfg, []Target{srv.target()}, Options{})
+	_, err := Run(context.Background(), cfg, []Target{target(srv)}, Options{})
 	if err == nil || !strings.Contains(err.Error(), "requests[1].method") || !strings.Contains(err.Error(), "allowSideEffects") {
 		t.Fatalf("POST without allowSideEffects: err = %v, want it refused naming requests[1].method and allowSideEffects", err)
 	}
-	if srv.load.Load()+srv.health.Load() != 0 {
-		t.Errorf("refused config still sent %d requests", srv.load.Load()+srv.health.Load())
+	if srv.Load()+srv.Health() != 0 {
+		t.Errorf("refused config still sent %d requests", srv.Load()+srv.Health())
 	}
 	for _, m := range []string{"GET", "HEAD", "OPTIONS"} {
 		c := cfg.WithDefaults()
@@ -173,16 +159,16 @@ func TestUnsafeMethodsRefused(t *testing.T) {
 	// the marker header the application uses to roll it back.
 	cfg.AllowSideEffects = true
 	cfg.MaxRequests, cfg.MinRequests = 60, 1
-	srv.record = true
-	if _, err := Run(context.Background(), cfg, []Target{srv.target()}, Options{RunToMaxRequests: true}); err != nil {
+	srv.Record = true
+	if _, err := Run(context.Background(), cfg, []Target{target(srv)}, Options{RunToMaxRequests: true}); err != nil {
 		t.Fatalf("with allowSideEffects: %v", err)
 	}
 	posts := 0
-	for _, r := range srv.requests() {
-		if r.method == http.MethodPost {
+	for _, r := range srv.Requests() {
+		if r.Method == http.MethodPost {
 			posts++
-			if !regexp.MustCompile(`^\{"id": [1-9]\}$`).MatchString(r.body) || r.header.Get("Content-Type") != "application/json" {
-				t.Errorf("POST body %q content type %q", r.body, r.header.Get("Content-Type"))
+			if !regexp.MustCompile(`^\{"id": [1-9]\}$`).MatchString(r.Body) || r.Header.Get("Content-Type") != "application/json" {
+				t.Errorf("POST body %q content type %q", r.Body, r.Header.Get("Content-Type"))
 			}
 		}
 	}
@@ -203,18 +189,18 @@ func TestEveryRequestMarkedAndCounted(t *testing.T) {
 	cfg := fastConfig()
 	cfg.Connections = 3
 	cfg.MaxRequests, cfg.MinRequests = 100, 1
-	res, err := Run(context.Background(), cfg, []Target{srv.target()}, Options{RunToMaxRequests: true})
+	res, err := Run(context.Background(), cfg, []Target{target(srv)}, Options{RunToMaxRequests: true})
 	if err != nil {
 		t.Fatalf("warm-up: %v", err)
 	}
-	if got := srv.load.Load(); got != res.Requests() || got < 100 {
+	if got := srv.Load(); got != res.Requests() || got < 100 {
 		t.Errorf("server served %d load requests, danki counted %d (cap 100)", got, res.Requests())
 	}
-	if srv.unmarked.Load() != 0 {
-		t.Errorf("%d requests without the marker header", srv.unmarked.Load())
+	if srv.Unmarked() != 0 {
+		t.Errorf("%d requests without the marker header", srv.Unmarked())
 	}
-	if srv.firstOnce.Load() < int64(cfg.Connections) {
-		t.Errorf("server saw %d first-on-connection requests, want >= %d", srv.firstOnce.Load(), cfg.Connections)
+	if srv.FirstOnConn() < int64(cfg.Connections) {
+		t.Errorf("server saw %d first-on-connection requests, want >= %d", srv.FirstOnConn(), cfg.Connections)
 	}
 	w1 := res.Targets[0].Windows[0]
 	if w1.Max < 40*time.Millisecond {
@@ -243,33 +229,33 @@ func TestEveryRequestMarkedAndCounted(t *testing.T) {
 
 func TestTemplatedFieldsVary(t *testing.T) {
 	srv := newTestServer(t, nil)
-	srv.record = true
+	srv.Record = true
 	cfg := fastConfig()
 	cfg.Requests = []RequestSpec{{
 		Path:    `/items/{{randInt 1 1000000}}?color={{pick "red" "green" "blue" | urlquery}}`,
 		Headers: map[string]string{"X-Request-Id": "{{uuid}}", "X-Seq": "{{seq}}"},
 	}}
 	cfg.MaxRequests, cfg.MinRequests = 200, 1
-	if _, err := Run(context.Background(), cfg, []Target{srv.target()}, Options{RunToMaxRequests: true}); err != nil {
+	if _, err := Run(context.Background(), cfg, []Target{target(srv)}, Options{RunToMaxRequests: true}); err != nil {
 		t.Fatal(err)
 	}
-	seen := srv.requests()
+	seen := srv.Requests()
 	paths, ids, seqs, colors := map[string]bool{}, map[string]bool{}, map[string]bool{}, map[string]int{}
 	re := regexp.MustCompile(`^/items/([0-9]+)\?color=(red|green|blue)$`)
 	uuidRe := regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
 	for _, r := range seen {
-		m := re.FindStringSubmatch(r.uri)
+		m := re.FindStringSubmatch(r.URI)
 		if m == nil {
-			t.Fatalf("request %q does not match the template", r.uri)
+			t.Fatalf("request %q does not match the template", r.URI)
 		}
 		paths[m[1]] = true
 		colors[m[2]]++
-		if id := r.header.Get("X-Request-Id"); !uuidRe.MatchString(id) {
+		if id := r.Header.Get("X-Request-Id"); !uuidRe.MatchString(id) {
 			t.Errorf("X-Request-Id %q is not a v4 UUID", id)
 		} else {
 			ids[id] = true
 		}
-		seqs[r.header.Get("X-Seq")] = true
+		seqs[r.Header.Get("X-Seq")] = true
 	}
 	n := len(seen)
 	if len(paths) < n*9/10 || len(ids) != n || len(seqs) != n {
@@ -339,7 +325,7 @@ func TestCompareToStableHoldsBackConvergence(t *testing.T) {
 	cfg.StableRatio = 1.2
 
 	alone := newTestServer(t, canaryDelay)
-	res, err := Run(context.Background(), cfg, []Target{alone.target()}, Options{})
+	res, err := Run(context.Background(), cfg, []Target{target(alone)}, Options{})
 	if err != nil {
 		t.Fatalf("without compareToStable: %v", err)
 	}
@@ -351,8 +337,8 @@ func TestCompareToStableHoldsBackConvergence(t *testing.T) {
 	stable := newTestServer(t, func(int64, bool) time.Duration { return time.Millisecond })
 	cfg.CompareToStable = true
 	var heldBack []string
-	res, err = Run(context.Background(), cfg, []Target{canary.target()}, Options{
-		Stable: []Target{stable.target()},
+	res, err = Run(context.Background(), cfg, []Target{target(canary)}, Options{
+		Stable: []Target{target(stable)},
 		OnProgress: func(p Progress) {
 			if strings.Contains(p.Waiting, "× stable p99") {
 				heldBack = append(heldBack, p.Waiting)
@@ -371,11 +357,11 @@ func TestCompareToStableHoldsBackConvergence(t *testing.T) {
 		// windows; the control run above shows the comparison mattered.
 		t.Log("progress never said the canary was held back by the stable comparison")
 	}
-	if res.Stable == nil || res.Stable.Requests == 0 || stable.load.Load() != res.Stable.Requests {
-		t.Errorf("stable pool: result %+v, server served %d", res.Stable, stable.load.Load())
+	if res.Stable == nil || res.Stable.Requests == 0 || stable.Load() != res.Stable.Requests {
+		t.Errorf("stable pool: result %+v, server served %d", res.Stable, stable.Load())
 	}
-	if stable.unmarked.Load() != 0 {
-		t.Errorf("%d stable requests without the marker header", stable.unmarked.Load())
+	if stable.Unmarked() != 0 {
+		t.Errorf("%d stable requests without the marker header", stable.Unmarked())
 	}
 }
 
@@ -387,16 +373,16 @@ func TestCancelStopsLoadPromptly(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(300*time.Millisecond, cancel)
 	start := time.Now()
-	res, err := Run(ctx, cfg, []Target{srv.target()}, Options{})
+	res, err := Run(ctx, cfg, []Target{target(srv)}, Options{})
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v, want context.Canceled", err)
 	}
 	if took := time.Since(start); took > 1300*time.Millisecond {
 		t.Errorf("Run returned %s after start, %s after cancel", took, took-300*time.Millisecond)
 	}
-	after := srv.load.Load()
+	after := srv.Load()
 	time.Sleep(200 * time.Millisecond)
-	if late := srv.load.Load() - after; late != 0 {
+	if late := srv.Load() - after; late != 0 {
 		t.Errorf("server got %d requests after Run returned", late)
 	}
 	if res.Requests() != after {
@@ -406,7 +392,7 @@ func TestCancelStopsLoadPromptly(t *testing.T) {
 
 func TestHealthGatesLoad(t *testing.T) {
 	srv := newTestServer(t, nil)
-	srv.healthStatus = func(n int64) int {
+	srv.HealthStatus = func(n int64) int {
 		if n <= 3 {
 			return http.StatusServiceUnavailable
 		}
@@ -415,37 +401,37 @@ func TestHealthGatesLoad(t *testing.T) {
 	cfg := fastConfig()
 	cfg.MaxRequests, cfg.MinRequests = 60, 1
 	var phases []Phase
-	if _, err := Run(context.Background(), cfg, []Target{srv.target()}, Options{RunToMaxRequests: true, OnProgress: func(p Progress) {
+	if _, err := Run(context.Background(), cfg, []Target{target(srv)}, Options{RunToMaxRequests: true, OnProgress: func(p Progress) {
 		if len(phases) == 0 || phases[len(phases)-1] != p.Phase {
 			phases = append(phases, p.Phase)
 		}
 	}}); err != nil {
 		t.Fatal(err)
 	}
-	if srv.health.Load() != 4 {
-		t.Errorf("health probed %d times, want 4 (3 × 503, then 200)", srv.health.Load())
+	if srv.Health() != 4 {
+		t.Errorf("health probed %d times, want 4 (3 × 503, then 200)", srv.Health())
 	}
 	if got := strings.Join([]string{string(phases[0]), string(phases[1])}, ","); got != "health,load" {
 		t.Errorf("phases %v", phases)
 	}
 
 	down := newTestServer(t, nil)
-	down.healthStatus = func(int64) int { return http.StatusServiceUnavailable }
-	cfg.HealthTimeout = Duration(600 * time.Millisecond)
-	res, err := Run(context.Background(), cfg, []Target{down.target()}, Options{})
+	down.HealthStatus = func(int64) int { return http.StatusServiceUnavailable }
+	cfg.HealthTimeout = config.Duration(600 * time.Millisecond)
+	res, err := Run(context.Background(), cfg, []Target{target(down)}, Options{})
 	if !errors.Is(err, ErrUnhealthy) || !strings.Contains(err.Error(), "503") {
 		t.Fatalf("err = %v, want ErrUnhealthy mentioning the 503", err)
 	}
-	if down.load.Load() != 0 || res.Requests() != 0 {
-		t.Errorf("unhealthy target got %d load requests", down.load.Load())
+	if down.Load() != 0 || res.Requests() != 0 {
+		t.Errorf("unhealthy target got %d load requests", down.Load())
 	}
 }
 
 func TestWriteTable(t *testing.T) {
-	srv := newTestServer(t, decaying(time.Millisecond, 20*time.Millisecond, 30))
+	srv := newTestServer(t, testutil.Decaying(time.Millisecond, 20*time.Millisecond, 30))
 	cfg := fastConfig()
 	cfg.Connections = 1
-	res, err := Run(context.Background(), cfg, []Target{srv.target()}, Options{})
+	res, err := Run(context.Background(), cfg, []Target{target(srv)}, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -487,7 +473,7 @@ func TestNothingOnStdout(t *testing.T) {
 	os.Stdout = w
 	cfg := fastConfig()
 	cfg.MaxRequests, cfg.MinRequests = 60, 1
-	_, runErr := Run(context.Background(), cfg, []Target{srv.target()}, Options{RunToMaxRequests: true})
+	_, runErr := Run(context.Background(), cfg, []Target{target(srv)}, Options{RunToMaxRequests: true})
 	os.Stdout = stdout
 	w.Close()
 	out, _ := io.ReadAll(r)

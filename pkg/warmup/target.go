@@ -1,10 +1,18 @@
 package warmup
 
 import (
-	"errors"
+	"cmp"
+	"context"
 	"fmt"
 	"net/url"
 	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/danki-dev/danki/internal/config"
 )
 
 // Target is one pod (or server) to warm, addressed directly.
@@ -27,22 +35,23 @@ func (t Target) String() string {
 // names the setting in errors (e.g. "urls" or "--url").
 func URLTargets(field string, urls []string) ([]Target, error) {
 	var targets []Target
-	var errs []error
+	var errs config.Errors
 	seen := map[string]bool{}
 	for i, raw := range urls {
+		path := fmt.Sprintf("%s[%d]", field, i)
 		u, err := url.Parse(raw)
 		switch {
 		case err != nil:
-			errs = append(errs, fmt.Errorf("%s[%d]: %w", field, i, err))
+			errs.Add(path, err)
 			continue
 		case u.Scheme != "http":
-			errs = append(errs, fmt.Errorf("%s[%d]: %q: only http:// targets are supported (warm-up talks to pods directly, not through the mesh's TLS)", field, i, raw))
+			errs.Addf(path, "%q: only http:// targets are supported (warm-up talks to pods directly, not through the mesh's TLS)", raw)
 			continue
 		case u.Host == "":
-			errs = append(errs, fmt.Errorf("%s[%d]: %q has no host; write http://host:port", field, i, raw))
+			errs.Addf(path, "%q has no host; write http://host:port", raw)
 			continue
 		case (u.Path != "" && u.Path != "/") || u.RawQuery != "":
-			errs = append(errs, fmt.Errorf("%s[%d]: %q: give the base URL (http://host:port) only; the path belongs to the requests (path/--path)", field, i, raw))
+			errs.Addf(path, "%q: give the base URL (http://host:port) only; the path belongs to the requests (path/--path)", raw)
 			continue
 		}
 		base := "http://" + u.Host
@@ -52,5 +61,178 @@ func URLTargets(field string, urls []string) ([]Target, error) {
 		seen[base] = true
 		targets = append(targets, Target{Name: u.Host, URL: base})
 	}
-	return targets, errors.Join(errs...)
+	return targets, errs.Err()
+}
+
+// TargetSource is where one set of targets comes from: explicit base URLs
+// or, when there are none, pods in Kubernetes.
+type TargetSource struct {
+	// URLs are base URLs (http://host:port).
+	URLs []string
+	// URLsField names URLs in errors: "urls" in the step config, "--url"
+	// on the command line.
+	URLsField string
+	// Pods finds the pods when URLs is empty.
+	Pods KubeTargets
+}
+
+// TargetQuery is where a warm-up's targets are. The step plugin (from the
+// Rollout and its step config) and `danki warmup` (from its flags) each fill
+// one in and call FindTargets, so URLs, pod lookups and their errors behave
+// the same in both.
+type TargetQuery struct {
+	Canary TargetSource
+	// Stable is looked up only with CompareToStable.
+	Stable          TargetSource
+	CompareToStable bool
+	// MinPods is how many ready pods each pod lookup waits for, within
+	// Timeout (the config's healthTimeout).
+	MinPods int
+	Timeout time.Duration
+	// Kube returns the client for pod lookups; it is called only when a
+	// source has no URLs. Nil means there is none.
+	Kube func() (kubernetes.Interface, error)
+	// OnLookup, if set, is told about each pod lookup before it starts
+	// (the CLI says what it is waiting for).
+	OnLookup func(KubeTargets)
+}
+
+// FindTargets returns the canary targets and, with CompareToStable, the
+// stable ones: explicit URLs as they are, pods once at least MinPods of
+// them are ready (polled every second, up to Timeout).
+func FindTargets(ctx context.Context, q TargetQuery) (canary, stable []Target, err error) {
+	canary, err = q.find(ctx, q.Canary)
+	if err != nil || !q.CompareToStable {
+		return canary, nil, err
+	}
+	stable, err = q.find(ctx, q.Stable)
+	return canary, stable, err
+}
+
+func (q TargetQuery) find(ctx context.Context, src TargetSource) ([]Target, error) {
+	if len(src.URLs) > 0 {
+		return URLTargets(src.URLsField, src.URLs)
+	}
+	if q.Kube == nil {
+		return nil, fmt.Errorf("no Kubernetes client to find %s: give URLs instead", src.Pods)
+	}
+	kube, err := q.Kube()
+	if err != nil {
+		return nil, err
+	}
+	if q.OnLookup != nil {
+		q.OnLookup(src.Pods)
+	}
+	wctx, cancel := context.WithTimeout(ctx, q.Timeout)
+	defer cancel()
+	return src.Pods.Wait(wctx, kube, q.MinPods, time.Second)
+}
+
+// TargetConfig is where to find the pods, as the danki/warmup step config
+// gives it (docs/warmup.md): the JSON fields next to Config's.
+type TargetConfig struct {
+	// URLs and StableURLs are explicit base URLs (http://host:port); when
+	// set, no pods are looked up.
+	URLs       []string `json:"urls,omitempty"`
+	StableURLs []string `json:"stableURLs,omitempty"`
+	// Service and StableService name the Services whose ready endpoints are
+	// the canary and stable pods (the step defaults them to the Rollout's
+	// canaryService and stableService).
+	Service       string `json:"service,omitempty"`
+	StableService string `json:"stableService,omitempty"`
+	// UseSelector finds pods by label selector and pod-template hash even
+	// when a default Service is known.
+	UseSelector bool `json:"useSelector,omitempty"`
+	// Port is the pods' port, by name or number. Default: their only port.
+	Port intstr.IntOrString `json:"port,omitempty"`
+	// MinPods is how many ready pods to wait for (within healthTimeout)
+	// before warming. Default 1.
+	MinPods int `json:"minPods,omitempty"`
+}
+
+// WithDefaults returns a copy with zero values replaced by the defaults.
+func (c TargetConfig) WithDefaults() TargetConfig {
+	c.MinPods = cmp.Or(c.MinPods, 1)
+	return c
+}
+
+// Validate checks a defaulted TargetConfig; errors name the JSON field.
+func (c TargetConfig) Validate() error {
+	var errs config.Errors
+	if c.MinPods < 1 {
+		errs.Addf("minPods", "must be at least 1 (got %d)", c.MinPods)
+	}
+	_, err := URLTargets("urls", c.URLs)
+	errs.Add("", err)
+	_, err = URLTargets("stableURLs", c.StableURLs)
+	errs.Add("", err)
+	return errs.Err()
+}
+
+// Rollout is what FindTargets needs to know about a canary deployment to
+// find its pods. The step plugin copies it from an Argo Rollout; the field
+// comments name the Rollout's fields.
+type Rollout struct {
+	Namespace, Name string
+	// Selector selects all of the Rollout's pods (spec.selector).
+	Selector *metav1.LabelSelector
+	// CanaryService and StableService are spec.strategy.canary's Services.
+	CanaryService, StableService string
+	// CanaryHash and StableHash are the pod-template hashes of the canary
+	// and stable ReplicaSets (status.currentPodHash, status.stableRS).
+	CanaryHash, StableHash string
+}
+
+// Query says where the Rollout's pods are: the URLs when given, else the
+// pods of the canary hash (and, with compareToStable, of the stable hash)
+// behind Service (default: the Rollout's canaryService) or, without one or
+// with UseSelector, matching the Rollout's selector. Timeout and Kube are
+// left for the caller.
+func (c TargetConfig) Query(r Rollout, compareToStable bool) (TargetQuery, error) {
+	q := TargetQuery{
+		Canary:          TargetSource{URLs: c.URLs, URLsField: "urls"},
+		Stable:          TargetSource{URLs: c.StableURLs, URLsField: "stableURLs"},
+		CompareToStable: compareToStable,
+		MinPods:         c.MinPods,
+	}
+	var err error
+	if len(c.URLs) == 0 {
+		if q.Canary.Pods, err = c.podsOf(r, false); err != nil {
+			return q, err
+		}
+	}
+	if compareToStable && len(c.StableURLs) == 0 {
+		q.Stable.Pods, err = c.podsOf(r, true)
+	}
+	return q, err
+}
+
+func (c TargetConfig) podsOf(r Rollout, stable bool) (KubeTargets, error) {
+	k := KubeTargets{Namespace: r.Namespace, Port: c.Port, PodTemplateHash: r.CanaryHash}
+	service, defaultService := c.Service, r.CanaryService
+	if stable {
+		service, defaultService, k.PodTemplateHash = c.StableService, r.StableService, r.StableHash
+		if k.PodTemplateHash == "" || k.PodTemplateHash == r.CanaryHash {
+			return k, fmt.Errorf("compareToStable: Rollout %s/%s has no stable ReplicaSet apart from the canary (status.stableRS %q); turn compareToStable off for the first rollout or give stableURLs", r.Namespace, r.Name, r.StableHash)
+		}
+	}
+	if k.PodTemplateHash == "" {
+		return k, fmt.Errorf("rollout %s/%s has no status.currentPodHash yet", r.Namespace, r.Name)
+	}
+	if service == "" && !c.UseSelector {
+		service = defaultService
+	}
+	if service != "" {
+		k.Service = service
+		return k, nil
+	}
+	if r.Selector == nil {
+		return k, fmt.Errorf("rollout %s/%s has neither a canaryService nor spec.selector to find its pods", r.Namespace, r.Name)
+	}
+	sel, err := metav1.LabelSelectorAsSelector(r.Selector)
+	if err != nil {
+		return k, fmt.Errorf("rollout %s/%s spec.selector: %w", r.Namespace, r.Name, err)
+	}
+	k.Selector = sel.String()
+	return k, nil
 }

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"fortio.org/fortio/periodic"
+
+	"github.com/danki-dev/danki/internal/config"
 )
 
 func ms(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
@@ -42,7 +44,7 @@ func windows(p50s, p99s []float64, per int) []WindowStats {
 }
 
 func TestJudge(t *testing.T) {
-	base := Config{Window: 100, StableWindows: 3, MinRequests: 300, MaxRequests: 10000, Tolerance: 0.2, AbsoluteTolerance: Duration(time.Millisecond)}.WithDefaults()
+	base := Config{Window: 100, StableWindows: 3, MinRequests: 300, MaxRequests: 10000, Tolerance: 0.2, AbsoluteTolerance: config.Duration(time.Millisecond)}.WithDefaults()
 	cases := []struct {
 		name      string
 		cfg       func(*Config)
@@ -110,15 +112,15 @@ func TestTrendMessage(t *testing.T) {
 
 func TestConfigDecodeAndValidate(t *testing.T) {
 	var c Config
-	err := DecodeConfig([]byte(`{"qsp": 10}`), &c)
-	if err == nil || !strings.Contains(err.Error(), `unknown field "qsp"`) {
+	err := config.Decode([]byte(`{"qsp": 10}`), &c)
+	if err == nil || !strings.Contains(err.Error(), "qsp: unknown field") {
 		t.Errorf("typo: err = %v, want unknown field", err)
 	}
-	err = DecodeConfig([]byte(`{"deadline": 10}`), &c)
+	err = config.Decode([]byte(`{"deadline": 10}`), &c)
 	if err == nil || !strings.Contains(err.Error(), "deadline") || !strings.Contains(err.Error(), `"30s"`) {
 		t.Errorf("bare number duration: err = %v, want the field and an example", err)
 	}
-	err = DecodeConfig([]byte(`{"deadline": "5m", "timeout": "2s", "qps": 50, "requests": [{"path": "/x"}], "maxErrorRatio": 0}`), &c)
+	err = config.Decode([]byte(`{"deadline": "5m", "timeout": "2s", "qps": 50, "requests": [{"path": "/x"}], "maxErrorRatio": 0}`), &c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +132,7 @@ func TestConfigDecodeAndValidate(t *testing.T) {
 	if err := c.Validate(); err != nil {
 		t.Errorf("valid config refused: %v", err)
 	}
-	out, _ := json.Marshal(Config{Deadline: Duration(90 * time.Second)})
+	out, _ := json.Marshal(Config{Deadline: config.Duration(90 * time.Second)})
 	if !strings.Contains(string(out), `"deadline":"1m30s"`) {
 		t.Errorf("marshal: %s", out)
 	}

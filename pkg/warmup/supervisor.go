@@ -1,0 +1,290 @@
+package warmup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/danki-dev/danki/internal/config"
+)
+
+// Supervisor limits.
+const (
+	// MaxRestarts bounds how often a run is started again because the
+	// process that ran it restarted (Start with a previous Status that is
+	// not final).
+	MaxRestarts = 3
+	// FinishedTTL is how long a finished run stays in memory to answer
+	// Start and Status.
+	FinishedTTL = time.Hour
+	// StopWait bounds how long Stop waits for a run's load to stop.
+	StopWait = 5 * time.Second
+	// deadlineGrace lets Run's own deadline (which reports the latency
+	// trend) fire before the run's context ends; the grace only bounds
+	// finding the targets.
+	deadlineGrace = 10 * time.Second
+)
+
+// RunKey identifies a supervised warm-up: its owner (for the step plugin the
+// Rollout, "namespace/name"), the revision being warmed (the canary's
+// pod-template hash) and the step.
+type RunKey struct {
+	Owner    string
+	Revision string
+	Step     int32
+}
+
+// String is the run ID kept in Status: owner/revision/step.
+func (k RunKey) String() string { return fmt.Sprintf("%s/%s/%d", k.Owner, k.Revision, k.Step) }
+
+// Job is a warm-up for the Supervisor to run.
+type Job struct {
+	// Config is the warm-up config; Start applies its defaults.
+	Config Config
+	// FindTargets finds the canary (and, for CompareToStable, stable)
+	// targets. It runs in the background; ctx ends at the deadline (plus a
+	// grace) or when the run is stopped. FindTargets with a TargetQuery is
+	// the usual implementation.
+	FindTargets func(ctx context.Context) (canary, stable []Target, err error)
+}
+
+// Supervisor runs warm-ups in the background for callers that poll: the Argo
+// Rollouts step plugin calls Run again and again while a step runs, from
+// several workers at once, and its process may restart in the middle. Each
+// run is keyed by RunKey; Start is idempotent, Status reports, Stop stops.
+// Finished runs are forgotten FinishedTTL after they end. It is safe for
+// concurrent use.
+type Supervisor struct {
+	log *slog.Logger
+
+	mu   sync.Mutex
+	runs map[RunKey]*supervisedRun
+}
+
+// NewSupervisor returns a Supervisor that logs to log (nil: slog.Default()).
+func NewSupervisor(log *slog.Logger) *Supervisor {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Supervisor{log: log, runs: map[RunKey]*supervisedRun{}}
+}
+
+// Start starts the warm-up of key in the background and returns its status
+// at once; it never waits for the load. Called again for the same key it
+// starts nothing and reports the run's progress.
+//
+// previous is the status the caller kept from an earlier call (nil if none).
+// A final previous status of the same run is returned as it is. A previous
+// status that is not final, for a run this Supervisor does not have, means
+// the process that ran it is gone: the warm-up starts again within the
+// original deadline (the pods keep what they learned) and Restarts counts
+// up; after MaxRestarts restarts, or past the deadline, the run fails
+// instead. Starting a key replaces (stops) any other run of the same owner.
+func (s *Supervisor) Start(key RunKey, previous *Status, job Job) Status {
+	cfg := job.Config.WithDefaults()
+	id := key.String()
+	log := s.log.With("owner", key.Owner, "revision", key.Revision, "step", key.Step)
+	if previous != nil && previous.RunID != id {
+		previous = nil // another run's status: not ours to resume
+	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.forgetFinishedLocked()
+	if r, ok := s.runs[key]; ok {
+		if !r.finished() || previous != nil {
+			return r.snapshot()
+		}
+		// A finished run the caller no longer knows about: a retry.
+		delete(s.runs, key)
+	}
+	status := Status{RunID: id, CanaryHash: key.Revision, Step: key.Step, StartedAt: time.Now().UTC(), Phase: PhaseResolving}
+	if previous != nil {
+		if previous.Phase.Final() {
+			return *previous
+		}
+		status.StartedAt, status.Restarts = previous.StartedAt, previous.Restarts+1
+		log.Info("restarting warm-up after a restart of its process", "restarts", status.Restarts, "startedAt", previous.StartedAt)
+	}
+	remaining := cfg.Deadline.D() - time.Since(status.StartedAt)
+	switch {
+	case status.Restarts > MaxRestarts:
+		status.Phase, status.Message = PhaseFailed, fmt.Sprintf("warm-up restarted %d times because the plugin process restarted; giving up", status.Restarts-1)
+		return status
+	case remaining <= 0:
+		status.Phase, status.Message = PhaseFailed, fmt.Sprintf("deadline %s passed (warm-up started %s, restarted after a plugin restart)", cfg.Deadline, status.StartedAt.Format(time.RFC3339))
+		return status
+	}
+	// A new revision or step replaces the owner's other runs (cancel does
+	// not wait: their load stops within hardStopGrace).
+	for k, r := range s.runs {
+		if k.Owner == key.Owner {
+			r.cancel()
+			delete(s.runs, k)
+		}
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), status.StartedAt.Add(cfg.Deadline.D()+deadlineGrace))
+	r := &supervisedRun{owner: key.Owner, cancel: cancel, done: make(chan struct{}), status: status, pods: map[string]*PodProgress{}}
+	s.runs[key] = r
+	go r.execute(ctx, log, cfg, job.FindTargets)
+	log.Info("warm-up started", "remaining", remaining.Round(time.Second))
+	return r.snapshot()
+}
+
+// Status returns the status of key's run, if this Supervisor has it.
+func (s *Supervisor) Status(key RunKey) (Status, bool) {
+	s.mu.Lock()
+	r, ok := s.runs[key]
+	s.mu.Unlock()
+	if !ok {
+		return Status{}, false
+	}
+	return r.snapshot(), true
+}
+
+// Stop stops and forgets every run of owner and returns how many were still
+// running. It returns once their load has stopped (no more requests go
+// out), or after StopWait.
+func (s *Supervisor) Stop(owner string) int {
+	s.mu.Lock()
+	var stopping []*supervisedRun
+	for k, r := range s.runs {
+		if k.Owner != owner {
+			continue
+		}
+		if !r.finished() {
+			stopping = append(stopping, r)
+		}
+		r.cancel()
+		delete(s.runs, k)
+	}
+	s.mu.Unlock()
+	for _, r := range stopping {
+		select {
+		case <-r.done:
+		case <-time.After(StopWait):
+		}
+	}
+	if len(stopping) > 0 {
+		s.log.Info("warm-up stopped", "owner", owner, "runs", len(stopping))
+	}
+	return len(stopping)
+}
+
+// Keys lists the runs in memory, running or finished.
+func (s *Supervisor) Keys() []RunKey {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.SortedFunc(maps.Keys(s.runs), func(a, b RunKey) int { return strings.Compare(a.String(), b.String()) })
+}
+
+func (s *Supervisor) forgetFinishedLocked() {
+	for k, r := range s.runs {
+		if r.finished() && time.Since(r.finishedAt()) > FinishedTTL {
+			delete(s.runs, k)
+		}
+	}
+}
+
+// supervisedRun is one warm-up running (or finished) in the background.
+type supervisedRun struct {
+	owner  string
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu     sync.Mutex
+	status Status
+	pods   map[string]*PodProgress
+	ended  time.Time
+}
+
+func (r *supervisedRun) finished() bool {
+	select {
+	case <-r.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func (r *supervisedRun) finishedAt() time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.ended
+}
+
+func (r *supervisedRun) snapshot() Status {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	st := r.status
+	st.Pods, st.Trend = slices.Clone(st.Pods), slices.Clone(st.Trend)
+	return st
+}
+
+func (r *supervisedRun) set(phase Phase, msg string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.status.Phase, r.status.Message = phase, msg
+	if phase.Final() {
+		r.ended = time.Now()
+	}
+}
+
+func (r *supervisedRun) execute(ctx context.Context, log *slog.Logger, cfg Config, find func(context.Context) ([]Target, []Target, error)) {
+	defer close(r.done)
+	defer r.cancel()
+	canary, stable, err := find(ctx)
+	if err != nil {
+		if errors.Is(ctx.Err(), context.Canceled) {
+			r.set(PhaseStopped, "warm-up stopped while finding pods")
+			return
+		}
+		log.Warn("warm-up failed to find pods", "err", err)
+		r.set(PhaseFailed, err.Error())
+		return
+	}
+	run := cfg
+	deadline, _ := ctx.Deadline()
+	run.Deadline = config.Duration(time.Until(deadline) - deadlineGrace)
+	if run.Deadline <= 0 {
+		r.set(PhaseFailed, fmt.Sprintf("deadline %s passed while finding pods", cfg.Deadline))
+		return
+	}
+	names := make([]string, 0, len(canary))
+	r.mu.Lock()
+	for _, t := range canary {
+		names = append(names, t.String())
+		r.pods[t.String()] = &PodProgress{Name: t.String()}
+	}
+	r.mu.Unlock()
+	r.set(PhaseHealth, fmt.Sprintf("waiting for %d pod(s) to answer %s with 200", len(canary), cfg.HealthPath))
+	log.Info("warming pods", "pods", names, "stable", len(stable))
+	res, err := Run(ctx, run, canary, Options{Stable: stable, Logger: log, OnProgress: r.onProgress})
+	switch {
+	case err == nil:
+		log.Info("warm-up converged", "summary", res.Summary())
+		r.set(PhaseConverged, "warm-up "+res.Summary())
+	case errors.Is(err, context.Canceled):
+		r.set(PhaseStopped, "warm-up stopped: "+err.Error())
+	default:
+		msg := err.Error()
+		if res != nil {
+			msg = fmt.Sprintf("warm-up failed: %s (%d requests)", res.Reason, res.Requests())
+		}
+		log.Warn("warm-up failed", "err", err)
+		r.set(PhaseFailed, msg)
+	}
+}
+
+// onProgress folds a warm-up snapshot into the status.
+func (r *supervisedRun) onProgress(p Progress) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.status.fold(p, r.pods)
+}
