@@ -31,14 +31,19 @@ const (
 	// test's anytime guarantee holds exactly.
 	WindowCumulative = "cumulative"
 
-	DefaultWindow         = WindowCumulative
-	DefaultTimeout        = 30 * time.Second
-	DefaultMinSamples     = 100
-	DefaultMinTailCount   = 5
-	DefaultTailQuantile   = 0.99
-	DefaultConfidence     = 0.95
-	DefaultIstioReporter  = "destination"
+	DefaultWindow       = WindowCumulative
+	DefaultTimeout      = 30 * time.Second
+	DefaultMinSamples   = 100
+	DefaultMinTailCount = 5
+	DefaultTailQuantile = 0.99
+	DefaultConfidence   = 0.95
+	// DefaultMaxErrorRate applies when latency SLOs are set without
+	// slo.maxErrorRate: fast failures (an instant 503) make a failing
+	// canary look fast, so latency is never judged without errors.
+	DefaultMaxErrorRate   = 0.01
+	DefaultIstioReporter  = "source"
 	DefaultResponseCode   = "response_code"
+	DefaultClusterLabel   = "cluster_name"
 	DefaultPromQLUnit     = "s"
 	defaultErrorCodeRegex = "5.."
 )
@@ -111,10 +116,14 @@ type IstioSelector struct {
 // EnvoyConfig selects canary and stable upstream clusters in Envoy's cluster
 // metrics (envoy_cluster_upstream_rq_time_bucket, envoy_cluster_upstream_rq).
 type EnvoyConfig struct {
-	// CanaryCluster and StableCluster are cluster_name values, e.g.
+	// CanaryCluster and StableCluster are cluster names, e.g.
 	// outbound|8080||app-canary.default.svc.cluster.local.
 	CanaryCluster string `json:"canaryCluster"`
 	StableCluster string `json:"stableCluster,omitempty"`
+	// ClusterLabel names the label holding the cluster name: "cluster_name"
+	// with Istio's stats tags (default), "envoy_cluster_name" with plain
+	// Envoy's.
+	ClusterLabel string `json:"clusterLabel,omitempty"`
 	// ResponseCodeLabel names the response-code label of
 	// envoy_cluster_upstream_rq: "response_code" with Istio's stats tags
 	// (default), "envoy_response_code" with Envoy's own.
@@ -261,13 +270,16 @@ type rules struct {
 	maxMs        float64         // 0: unset
 	errorRate    float64
 	hasErrorRate bool
-	tail         *tailRule
-	queries      []queryRule
-	minSamples   float64
-	minTailCount float64
-	hasLatency   bool
-	hasStable    bool
-	hasRequests  bool
+	// errorRateDefault: errorRate is DefaultMaxErrorRate, added because
+	// latency SLOs are set and slo.maxErrorRate is not.
+	errorRateDefault bool
+	tail             *tailRule
+	queries          []queryRule
+	minSamples       float64
+	minTailCount     float64
+	hasLatency       bool
+	hasStable        bool
+	hasRequests      bool
 }
 
 type quantileLimit struct {
@@ -412,9 +424,9 @@ func (c *Config) validateSource(p *problems, r *rules) {
 		if ic.Reporter != "destination" && ic.Reporter != "source" {
 			p.add("istio.reporter: %q is not an Istio reporter; use destination or source", ic.Reporter)
 		}
-		validateIstioSelector(p, "istio.canary", &ic.Canary)
+		validateIstioSelector(p, "istio.canary", ic.Reporter, &ic.Canary)
 		if ic.Stable != nil {
-			validateIstioSelector(p, "istio.stable", ic.Stable)
+			validateIstioSelector(p, "istio.stable", ic.Reporter, ic.Stable)
 		}
 		r.hasLatency, r.hasRequests, r.hasStable = true, true, ic.Stable != nil
 	case SourceEnvoy:
@@ -424,6 +436,12 @@ func (c *Config) validateSource(p *problems, r *rules) {
 		}
 		if ec.ResponseCodeLabel == "" {
 			ec.ResponseCodeLabel = DefaultResponseCode
+		}
+		if ec.ClusterLabel == "" {
+			ec.ClusterLabel = DefaultClusterLabel
+		}
+		if !model.LegacyValidation.IsValidLabelName(ec.ClusterLabel) {
+			p.add("envoy.clusterLabel: %q is not a Prometheus label name", ec.ClusterLabel)
 		}
 		if !model.LegacyValidation.IsValidLabelName(ec.ResponseCodeLabel) {
 			p.add("envoy.responseCodeLabel: %q is not a Prometheus label name", ec.ResponseCodeLabel)
@@ -472,9 +490,16 @@ func (c *Config) validatePrometheus(p *problems) {
 	}
 }
 
-func validateIstioSelector(p *problems, field string, s *IstioSelector) {
+func validateIstioSelector(p *problems, field, reporter string, s *IstioSelector) {
 	if s.Workload == "" && s.Service == "" && s.Version == "" && len(s.Labels) == 0 {
 		p.add("%s: selects nothing; set at least one of workload, service, version or labels (e.g. service: app-canary.default.svc.cluster.local)", field)
+	}
+	if reporter == "destination" && s.Service != "" {
+		// The server sidecar labels destination_service with one of the
+		// Services its pod belongs to; Argo's canary pods belong to the
+		// canary Service and the root Service (and after promotion stable's),
+		// so that label cannot tell canary from stable.
+		p.add("%s.service: with istio.reporter destination, Istio labels destination_service with any one of the Services the pod belongs to, so it cannot tell Argo's canary from stable; use reporter: source (the default: the gateway's or client sidecars' view of the Service they routed to), or select by version or labels", field)
 	}
 	validateLabels(p, field+".labels", s.Labels)
 }
@@ -579,8 +604,20 @@ func (c *Config) validateSLO(p *problems, r *rules) {
 			p.add("promql.histogram: missing; the latency SLOs and the tail test need a histogram query")
 		}
 	}
-	if r.hasErrorRate && !r.hasRequests && c.Source == SourcePromQL && c.PromQL != nil {
-		p.add("promql.requests: missing; slo.maxErrorRate needs promql.requests and promql.errors")
+	latencySLOs := len(r.limits)+len(r.ratios) > 0 || r.maxMs > 0 || r.tail != nil
+	if latencySLOs && !r.hasErrorRate {
+		r.errorRate, r.hasErrorRate, r.errorRateDefault = DefaultMaxErrorRate, true, true
+	}
+	if r.hasErrorRate && c.Source == SourcePromQL && c.PromQL != nil && (c.PromQL.Requests == "" || c.PromQL.Errors == "") {
+		why := "slo.maxErrorRate needs promql.requests and promql.errors"
+		if r.errorRateDefault {
+			why = fmt.Sprintf("latency SLOs are judged together with the error rate (fast failures look fast; default slo.maxErrorRate %g): set promql.requests and promql.errors", DefaultMaxErrorRate)
+		}
+		for _, f := range []struct{ name, text string }{{"requests", c.PromQL.Requests}, {"errors", c.PromQL.Errors}} {
+			if f.text == "" {
+				p.add("promql.%s: missing; %s", f.name, why)
+			}
+		}
 	}
 	if !r.hasStable && c.sourceBlockSet() {
 		need := []string{}

@@ -43,8 +43,8 @@ func TestParseConfigValid(t *testing.T) {
 	if r.minSamples != 200 || r.minTailCount != DefaultMinTailCount || r.timeout != DefaultTimeout {
 		t.Errorf("minSamples %v minTailCount %v timeout %v", r.minSamples, r.minTailCount, r.timeout)
 	}
-	if c.Istio.Reporter != "destination" {
-		t.Errorf("reporter %q, want the default destination", c.Istio.Reporter)
+	if c.Istio.Reporter != "source" {
+		t.Errorf("reporter %q, want the default source", c.Istio.Reporter)
 	}
 }
 

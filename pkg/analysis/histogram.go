@@ -134,6 +134,37 @@ func (h Histogram) Quantile(q float64) float64 {
 	return v
 }
 
+// AboveTop reports whether the q-quantile of a Prometheus histogram (one
+// without raw data) lies in the +Inf bucket, and the highest finite bound
+// top. Quantile then returns top, as histogram_quantile does, but all the
+// data says is "above top": a limit at or below top is breached, and one
+// above it cannot be decided from these buckets.
+func (h Histogram) AboveTop(q float64) (top float64, above bool) {
+	if !h.usable() || h.HasRaw || math.IsNaN(q) {
+		return 0, false
+	}
+	q = math.Max(0, math.Min(1, q))
+	n := len(h.Buckets)
+	if h.bucketOf(q) < n-1 {
+		return 0, false
+	}
+	return h.Buckets[n-2].UpperBound, true
+}
+
+// nonFinite returns the first bucket whose count or bound is NaN or whose
+// count is infinite: data no quantile or test can be computed from.
+func (h Histogram) nonFinite() (Bucket, bool) {
+	for _, b := range h.Buckets {
+		if math.IsNaN(b.Count) || math.IsInf(b.Count, 0) || math.IsNaN(b.UpperBound) {
+			return b, true
+		}
+	}
+	if math.IsNaN(h.Min) || math.IsNaN(h.Max) || math.IsInf(h.Min, 0) || math.IsInf(h.Max, 0) {
+		return Bucket{UpperBound: h.Max, Count: math.NaN()}, true
+	}
+	return Bucket{}, false
+}
+
 // BucketBound returns the upper bound of the bucket that holds the q-quantile:
 // the finest threshold the data can resolve at or above it. It is +Inf when
 // the quantile lies in the +Inf bucket and NaN when there is no data.

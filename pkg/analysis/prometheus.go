@@ -32,9 +32,12 @@ const (
 	istioErrors    = `sum(increase(istio_requests_total{<<.Selector>>,response_code=~"` + defaultErrorCodeRegex + `"}[<<.Window>>]))`
 
 	envoyHistogram = `sum by (le) (increase(envoy_cluster_upstream_rq_time_bucket{<<.Selector>>}[<<.Window>>]))`
-	envoyRequests  = `sum(increase(envoy_cluster_upstream_rq{<<.Selector>>}[<<.Window>>]))`
-	// envoyErrors has a %s for the response-code label name.
-	envoyErrors = `sum(increase(envoy_cluster_upstream_rq{<<.Selector>>,%s=~"` + defaultErrorCodeRegex + `"}[<<.Window>>]))`
+	// envoy_cluster_upstream_rq holds every request twice under one name
+	// when Istio's stats tags are used: once per response_code and once per
+	// response_code_class (upstream_rq_2xx …). Only the series that carry
+	// the response-code label count each request once. %s is that label.
+	envoyRequests = `sum(increase(envoy_cluster_upstream_rq{<<.Selector>>,%s!=""}[<<.Window>>]))`
+	envoyErrors   = `sum(increase(envoy_cluster_upstream_rq{<<.Selector>>,%s=~"` + defaultErrorCodeRegex + `"}[<<.Window>>]))`
 )
 
 // Prometheus is a Source that reads Istio's or Envoy's standard metrics, or a
@@ -145,11 +148,13 @@ func newPrometheusWithAPI(cfg Config, promAPI promv1.API, logger *slog.Logger) (
 		histogram, requests, errorsQuery = istioHistogram, istioRequests, istioErrors
 	case SourceEnvoy:
 		ec := cfg.Envoy
-		canary = envoyMatchers(ec.CanaryCluster, ec.Labels)
+		canary = envoyMatchers(ec.ClusterLabel, ec.CanaryCluster, ec.Labels)
 		if ec.StableCluster != "" {
-			stable, hasStable = envoyMatchers(ec.StableCluster, ec.Labels), true
+			stable, hasStable = envoyMatchers(ec.ClusterLabel, ec.StableCluster, ec.Labels), true
 		}
-		histogram, requests, errorsQuery = envoyHistogram, envoyRequests, fmt.Sprintf(envoyErrors, ec.ResponseCodeLabel)
+		histogram = envoyHistogram
+		requests = fmt.Sprintf(envoyRequests, ec.ResponseCodeLabel)
+		errorsQuery = fmt.Sprintf(envoyErrors, ec.ResponseCodeLabel)
 	case SourcePromQL:
 		pc := cfg.PromQL
 		canary, stable, hasStable = pc.Canary, pc.Stable, pc.Stable != ""
@@ -235,8 +240,8 @@ func istioMatchers(reporter string, s IstioSelector) string {
 	return matchers(labels)
 }
 
-func envoyMatchers(cluster string, extra map[string]string) string {
-	labels := map[string]string{"cluster_name": cluster}
+func envoyMatchers(clusterLabel, cluster string, extra map[string]string) string {
+	labels := map[string]string{clusterLabel: cluster}
 	for k, v := range extra {
 		labels[k] = v
 	}
@@ -453,8 +458,10 @@ func toHistogram(vec model.Vector, leScale float64, query string) (Histogram, er
 			return h, fmt.Errorf("histogram query %s returned le=%q, which is not a number", query, le)
 		}
 		v := float64(s.Value)
-		if math.IsNaN(v) {
-			continue
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			// A NaN or infinite bucket count is broken data: skipping it
+			// (or comparing with it) would let the verdict pass.
+			return h, fmt.Errorf("histogram query %s returned the non-finite count %s for series %s; check the query and the exporter", query, s.Value, s.Metric)
 		}
 		if !math.IsInf(bound, +1) {
 			bound *= leScale
@@ -465,9 +472,9 @@ func toHistogram(vec model.Vector, leScale float64, query string) (Histogram, er
 	return h, nil
 }
 
-// toMeasured turns a single-number result into a Measured. No series (or
-// NaN, e.g. 0/0) is "not found"; several series is an error, because which
-// one to compare would be a guess.
+// toMeasured turns a single-number result into a Measured. No series, or
+// NaN (e.g. 0/0), is "not found" (with NaN recorded); ±Inf is an error;
+// several series is an error, because which one to compare would be a guess.
 func toMeasured(vec model.Vector, query string) (Measured, error) {
 	m := Measured{From: query}
 	switch len(vec) {
@@ -475,8 +482,12 @@ func toMeasured(vec model.Vector, query string) (Measured, error) {
 		return m, nil
 	case 1:
 		v := float64(vec[0].Value)
-		if math.IsNaN(v) || math.IsInf(v, 0) {
+		if math.IsNaN(v) {
+			m.NaN = true // e.g. 0/0: no value, but not "no series" either
 			return m, nil
+		}
+		if math.IsInf(v, 0) {
+			return m, fmt.Errorf("query %s returned %s for series %s; a count or value must be finite", query, vec[0].Value, vec[0].Metric)
 		}
 		m.Value, m.Found = v, true
 		return m, nil

@@ -163,7 +163,13 @@ func TestRealPrometheus(t *testing.T) {
 	envoyReqs := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "envoy_cluster_upstream_rq", Help: "Envoy cluster metric",
 	}, []string{"cluster_name", "response_code"})
-	reg.MustRegister(istioHist, istioReqs, envoyHist, envoyReqs)
+	// With Istio's stats tags Envoy exports every request a second time under
+	// the same name, per response_code_class: the lab's Prometheus holds both.
+	envoyClassReqs := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "envoy_cluster_upstream_rq", Help: "Envoy cluster metric",
+	}, []string{"cluster_name", "response_code_class"})
+	reg.MustRegister(istioHist, istioReqs, envoyHist)
+	reg.MustRegister(sameNameCollector{envoyReqs, envoyClassReqs})
 
 	slowDist := typical
 	slowDist.scale = 2 // every percentile 2× stable's
@@ -182,11 +188,12 @@ func TestRealPrometheus(t *testing.T) {
 	// sees all requests (it never counts what came before a series' first
 	// scrape).
 	for _, v := range versions {
-		istioHist.WithLabelValues("destination", service(v.name))
+		istioHist.WithLabelValues("source", service(v.name))
 		envoyHist.WithLabelValues(cluster(v.name))
 		for _, code := range []string{"200", "503"} {
-			istioReqs.WithLabelValues("destination", service(v.name), code)
+			istioReqs.WithLabelValues("source", service(v.name), code)
 			envoyReqs.WithLabelValues(cluster(v.name), code)
+			envoyClassReqs.WithLabelValues(cluster(v.name), code[:1]+"xx")
 		}
 	}
 	exporter := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
@@ -221,14 +228,15 @@ func TestRealPrometheus(t *testing.T) {
 			if i%500 == 499 {
 				code = "503"
 			}
-			istioHist.WithLabelValues("destination", service(v.name)).Observe(x)
-			istioReqs.WithLabelValues("destination", service(v.name), code).Inc()
+			istioHist.WithLabelValues("source", service(v.name)).Observe(x)
+			istioReqs.WithLabelValues("source", service(v.name), code).Inc()
 			envoyHist.WithLabelValues(cluster(v.name)).Observe(x)
 			envoyReqs.WithLabelValues(cluster(v.name), code).Inc()
+			envoyClassReqs.WithLabelValues(cluster(v.name), code[:1]+"xx").Inc()
 		}
 		exact[v.name] = histogramOf(istioBuckets, lat)
 	}
-	waitFor("the scrape after feeding", `sum(envoy_cluster_upstream_rq{cluster_name="`+cluster("app-stable")+`"})`, 9000)
+	waitFor("the scrape after feeding", `sum(envoy_cluster_upstream_rq{cluster_name="`+cluster("app-stable")+`"})`, 18000)
 	waitFor("the scrape after feeding", `sum(istio_requests_total{destination_service="`+service("app-slow")+`"})`, 1000)
 
 	slo := SLO{P99: "250ms", MaxErrorRate: "1%", Ratio: RatioSLO{P99: "1.5"}}
@@ -265,7 +273,7 @@ func TestRealPrometheus(t *testing.T) {
 				}
 				checkPercentiles(t, ctx, api, a, v, canary.name, canary.dist, exact[canary.name])
 				if v.Canary.ErrorRate == nil || math.Abs(*v.Canary.ErrorRate-0.002) > 1e-9 {
-					t.Errorf("canary error rate %v, want 0.002 (2 of every 1,000 answered 503)", v.Canary.ErrorRate)
+					t.Errorf("canary error rate %v, want 0.002 (2 of every 1,000 answered 503; each request counted once although Envoy exports it twice)", v.Canary.ErrorRate)
 				}
 				// increase() extrapolates to the window's end: counts are
 				// close to, not exactly, what was sent.
@@ -302,6 +310,181 @@ func checkPercentiles(t *testing.T, ctx context.Context, api promv1.API, a *Anal
 		lo, hi, _ := exact.boundsAround(truth)
 		if *got <= lo || *got > hi {
 			t.Errorf("%s %s: danki %.2f ms outside the bucket (%g, %g] of the true %.2f ms", name, qs.label, *got, lo, hi, truth)
+		}
+	}
+}
+
+// sameNameCollector exports several metric vectors of one name with
+// different label names, as Envoy does for envoy_cluster_upstream_rq
+// (client_golang's registry refuses two registrations of one name). It is
+// an unchecked collector: its Describe sends nothing.
+type sameNameCollector []*prometheus.CounterVec
+
+func (c sameNameCollector) Describe(chan<- *prometheus.Desc) {}
+
+func (c sameNameCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, v := range c {
+		v.Collect(ch)
+	}
+}
+
+// istioStandardLabels are the labels istio-proxy puts on istio_requests_total
+// and istio_request_duration_milliseconds (Istio's "Istio Standard Metrics"
+// reference).
+var istioStandardLabels = []string{
+	"reporter",
+	"source_workload", "source_workload_namespace", "source_principal", "source_app", "source_version",
+	"source_canonical_service", "source_canonical_revision", "source_cluster",
+	"destination_workload", "destination_workload_namespace", "destination_principal", "destination_app", "destination_version",
+	"destination_service", "destination_service_name", "destination_service_namespace",
+	"destination_canonical_service", "destination_canonical_revision", "destination_cluster",
+	"request_protocol", "response_code", "grpc_response_status", "response_flags", "connection_security_policy",
+}
+
+// istioProxyLabels is one request's label set as istio-proxy writes it for
+// an Argo Rollout "app" behind an ingress gateway: canary and stable pods
+// share workload, app and version (only their pod-template hash differs,
+// and no Istio label carries it). The gateway (reporter source) labels
+// destination_service with the Service it routed to; the server sidecar
+// (reporter destination) with one of the Services its pod belongs to —
+// here the root Service app, for canary and stable pods alike.
+func istioProxyLabels(reporter, routedTo, code string) prometheus.Labels {
+	svc := func(name string) string { return name + ".default.svc.cluster.local" }
+	l := prometheus.Labels{
+		"reporter":        reporter,
+		"source_workload": "istio-ingressgateway", "source_workload_namespace": "istio-system",
+		"source_principal": "spiffe://cluster.local/ns/istio-system/sa/istio-ingressgateway-service-account",
+		"source_app":       "istio-ingressgateway", "source_version": "unknown",
+		"source_canonical_service": "istio-ingressgateway", "source_canonical_revision": "latest", "source_cluster": "Kubernetes",
+		"destination_workload": "app", "destination_workload_namespace": "default",
+		"destination_principal": "spiffe://cluster.local/ns/default/sa/app",
+		"destination_app":       "app", "destination_version": "v1",
+		"destination_canonical_service": "app", "destination_canonical_revision": "v1", "destination_cluster": "Kubernetes",
+		"destination_service": svc(routedTo), "destination_service_name": routedTo, "destination_service_namespace": "default",
+		"request_protocol": "http", "response_code": code, "grpc_response_status": "", "response_flags": "-",
+		"connection_security_policy": "unknown",
+	}
+	if reporter == "destination" {
+		l["destination_service"], l["destination_service_name"] = svc("app"), "app"
+		l["connection_security_policy"] = "mutual_tls"
+	}
+	return l
+}
+
+// TestRealPrometheusIstioStandardLabels proves the istio source's default
+// (reporter source, canary and stable by Service) against a real Prometheus
+// scraping Istio's standard metrics with istio-proxy's full label sets,
+// both reporters, and pods that belong to several Services (see
+// istioProxyLabels). The canary is 2× slower: the source view catches it;
+// the destination view has no series for the canary's Service at all.
+func TestRealPrometheusIstioStandardLabels(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a real Prometheus (skipped with -short)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+
+	reg := prometheus.NewRegistry()
+	hist := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "istio_request_duration_milliseconds", Help: "Istio standard metric", Buckets: istioBuckets,
+	}, istioStandardLabels)
+	reqs := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "istio_requests_total", Help: "Istio standard metric"}, istioStandardLabels)
+	reg.MustRegister(hist, reqs)
+
+	slowDist := typical
+	slowDist.scale = 2
+	versions := []struct {
+		service string
+		dist    lognormal
+		n       int
+	}{
+		{"app-stable", typical, 9000},
+		{"app-canary", slowDist, 1000},
+	}
+	reporters := []string{"source", "destination"}
+	for _, v := range versions {
+		for _, reporter := range reporters {
+			for _, code := range []string{"200", "503"} {
+				reqs.With(istioProxyLabels(reporter, v.service, code))
+				hist.With(istioProxyLabels(reporter, v.service, code))
+			}
+		}
+	}
+	exporter := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	defer exporter.Close()
+	promURL := startPrometheus(t, strings.TrimPrefix(exporter.URL, "http://"))
+	api, err := NewPrometheusAPI(PrometheusConfig{Address: promURL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor := func(query string, want float64) {
+		t.Helper()
+		for {
+			v, _, _, err := api.Query(ctx, query, time.Now())
+			if vec, ok := v.(model.Vector); err == nil && ok && len(vec) == 1 && float64(vec[0].Value) == want {
+				return
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("waiting for %s == %g: %v (last: %v)", query, want, ctx.Err(), v)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	// 2 versions × 2 reporters × 2 codes, but the destination view merges
+	// both versions into one label set per code: 6 series.
+	waitFor(`count(istio_request_duration_milliseconds_bucket{le="+Inf"} == 0)`, 6)
+	for _, v := range versions {
+		for i, x := range knownSamples(v.dist, v.n) {
+			code := "200"
+			if i%500 == 499 {
+				code = "503"
+			}
+			for _, reporter := range reporters {
+				hist.With(istioProxyLabels(reporter, v.service, code)).Observe(x)
+				reqs.With(istioProxyLabels(reporter, v.service, code)).Inc()
+			}
+		}
+	}
+	waitFor(`sum(istio_requests_total)`, 20000)
+
+	svc := func(name string) string { return name + ".default.svc.cluster.local" }
+	cfg := Config{Source: SourceIstio, Prometheus: &PrometheusConfig{Address: promURL},
+		Istio:  &IstioConfig{Canary: IstioSelector{Service: svc("app-canary")}, Stable: &IstioSelector{Service: svc("app-stable")}},
+		Window: "1m", SLO: SLO{P99: "250ms", Ratio: RatioSLO{P99: "1.5"}}, TailTest: &TailTestConfig{}}
+	a, err := NewAnalyzer(cfg, WithLogger(quiet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := a.Analyze(ctx, time.Time{})
+	t.Logf("%s", v.Summary)
+	if v.Phase != Fail || !strings.Contains(v.Summary, "canary's tail is heavier") || !strings.Contains(v.Summary, "p99 canary/stable 2.") {
+		t.Fatalf("phase %s, want Fail on the slow canary: %s", v.Phase, v.Summary)
+	}
+	if n := v.Canary.Count; n < 1000 || n > 1150 {
+		t.Errorf("canary count %v, want ~1000: the source view counts only the canary's requests", n)
+	}
+	if n := v.Stable.Count; n < 9000 || n > 10350 {
+		t.Errorf("stable count %v, want ~9000", n)
+	}
+	if v.Canary.ErrorRate == nil || math.Abs(*v.Canary.ErrorRate-0.002) > 1e-9 {
+		t.Errorf("canary error rate %v, want 0.002", v.Canary.ErrorRate)
+	}
+	// The destination view: both versions under the root Service, none
+	// under the canary's — what reporter destination + service would have
+	// seen, and why Validate refuses that combination.
+	for query, want := range map[string]float64{
+		`sum(istio_requests_total{reporter="destination",destination_service="` + svc("app-canary") + `"})`: -1, // no series
+		`sum(istio_requests_total{reporter="destination",destination_service="` + svc("app") + `"})`:        10000,
+	} {
+		res, _, _, err := api.Query(ctx, query, time.Now())
+		vec, _ := res.(model.Vector)
+		switch {
+		case err != nil:
+			t.Errorf("%s: %v", query, err)
+		case want < 0 && len(vec) != 0:
+			t.Errorf("%s = %v, want no series", query, vec)
+		case want >= 0 && (len(vec) != 1 || float64(vec[0].Value) != want):
+			t.Errorf("%s = %v, want %g", query, vec, want)
 		}
 	}
 }

@@ -2,9 +2,7 @@ package analysis
 
 import (
 	"context"
-	"encoding/json"
 	"encoding/pem"
-	"fmt"
 	"io"
 	"log"
 	"log/slog"
@@ -14,120 +12,64 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/danki-dev/danki/internal/testutil"
 )
-
-// fakeProm is a Prometheus HTTP API on 127.0.0.1 that answers instant
-// queries from synthetic data, keyed by a substring of the query's selector.
-type fakeProm struct {
-	mu      sync.Mutex
-	queries []string
-	auth    []string
-	sides   map[string]fakeSide // selector substring → data
-	values  map[string]float64  // query substring → value (custom queries)
-	// respond, when set, overrides everything (status, body).
-	respond func(query string) (int, string)
-	delay   time.Duration
-}
-
-type fakeSide struct {
-	hist     Histogram // ms; leScale divides the le labels (1000 for seconds)
-	leScale  float64
-	requests *float64
-	errors   *float64
-}
 
 func f64(v float64) *float64 { return &v }
 
-func (f *fakeProm) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if err := r.ParseForm(); err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
+// istioService is the FQDN of an Istio test service.
+func istioService(name string) string { return name + ".default.svc.cluster.local" }
+
+// addIstio adds one version's Istio standard metrics, as the gateway
+// (reporter="source") reports them for the Service it routed to: the
+// latency histogram, and its requests split into 200s and 503s (errors nil:
+// no 503 series at all; requests nil: no request series).
+func addIstio(p *testutil.Prometheus, service string, h Histogram, requests, errors *float64) {
+	labels := map[string]string{"reporter": "source", "destination_service": service}
+	addHistogram(p, "istio_request_duration_milliseconds", labels, h, 1)
+	code := func(c string) map[string]string {
+		return map[string]string{"reporter": "source", "destination_service": service, "response_code": c}
 	}
-	q := r.Form.Get("query")
-	f.mu.Lock()
-	f.queries = append(f.queries, q)
-	f.auth = append(f.auth, r.Header.Get("Authorization"))
-	f.mu.Unlock()
-	if f.delay > 0 {
-		select {
-		case <-time.After(f.delay):
-		case <-r.Context().Done():
-			return
+	if requests != nil {
+		ok := *requests
+		if errors != nil {
+			ok -= *errors
 		}
+		p.Add("istio_requests_total", code("200"), ok)
 	}
-	status, body := f.answer(q)
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_, _ = w.Write([]byte(body))
+	if errors != nil {
+		p.Add("istio_requests_total", code("503"), *errors)
+	}
 }
 
-func (f *fakeProm) answer(q string) (int, string) {
-	if f.respond != nil {
-		return f.respond(q)
+// addEnvoy adds one upstream cluster's Envoy metrics as Envoy with Istio's
+// stats tags exports them: envoy_cluster_upstream_rq once per response_code
+// and once more per response_code_class, under one name.
+func addEnvoy(p *testutil.Prometheus, cluster string, h Histogram, requests, errors float64) {
+	addHistogram(p, "envoy_cluster_upstream_rq_time", map[string]string{"cluster_name": cluster}, h, 1)
+	for _, s := range []struct {
+		label, value string
+		n            float64
+	}{
+		{"response_code", "200", requests - errors}, {"response_code", "503", errors},
+		{"response_code_class", "2xx", requests - errors}, {"response_code_class", "5xx", errors},
+	} {
+		p.Add("envoy_cluster_upstream_rq", map[string]string{"cluster_name": cluster, s.label: s.value}, s.n)
 	}
-	for key, v := range f.values {
-		if strings.Contains(q, key) {
-			return 200, vectorJSON(sample(nil, v))
-		}
-	}
-	for key, s := range f.sides {
-		if !strings.Contains(q, key) {
-			continue
-		}
-		switch {
-		case strings.Contains(q, "_bucket"):
-			var out []string
-			for _, b := range s.hist.Buckets {
-				le := b.UpperBound
-				if s.leScale != 0 && !math.IsInf(le, 0) {
-					le /= s.leScale
-				}
-				out = append(out, sample(map[string]string{"le": strconv.FormatFloat(le, 'g', -1, 64)}, b.Count))
-			}
-			return 200, vectorJSON(out...)
-		case strings.Contains(q, `~"5.."`):
-			if s.errors == nil {
-				return 200, vectorJSON()
-			}
-			return 200, vectorJSON(sample(nil, *s.errors))
-		default:
-			if s.requests == nil {
-				return 200, vectorJSON()
-			}
-			return 200, vectorJSON(sample(nil, *s.requests))
-		}
-	}
-	return 200, vectorJSON()
 }
 
-func sample(labels map[string]string, v float64) string {
-	if labels == nil {
-		labels = map[string]string{}
+// addHistogram adds h's buckets (ms) as <name>_bucket series, with le
+// divided by leScale (1000 for a histogram in seconds).
+func addHistogram(p *testutil.Prometheus, name string, labels map[string]string, h Histogram, leScale float64) {
+	bounds, counts := make([]float64, len(h.Buckets)), make([]float64, len(h.Buckets))
+	for i, b := range h.Buckets {
+		bounds[i], counts[i] = b.UpperBound/leScale, b.Count
 	}
-	m, _ := json.Marshal(labels)
-	return fmt.Sprintf(`{"metric":%s,"value":[1700000000,"%s"]}`, m, strconv.FormatFloat(v, 'g', -1, 64))
-}
-
-func vectorJSON(samples ...string) string {
-	return `{"status":"success","data":{"resultType":"vector","result":[` + strings.Join(samples, ",") + `]}}`
-}
-
-func (f *fakeProm) seen() []string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]string(nil), f.queries...)
-}
-
-func startFake(t *testing.T, f *fakeProm) *httptest.Server {
-	t.Helper()
-	srv := httptest.NewServer(f) // listens on 127.0.0.1
-	t.Cleanup(srv.Close)
-	return srv
+	p.AddHistogram(name, labels, bounds, counts)
 }
 
 func istioConfig(address string) Config {
@@ -153,24 +95,26 @@ func analyze(t *testing.T, c Config) Verdict {
 	return a.Analyze(context.Background(), time.Time{})
 }
 
-func healthyIstio(rng *rand.Rand, canaryDist lognormal) *fakeProm {
+// healthyIstio serves 2,000 canary requests (4 failed) from canaryDist and
+// 18,000 stable requests (20 failed) from typical; it returns the canary's
+// histogram.
+func healthyIstio(p *testutil.Prometheus, rng *rand.Rand, canaryDist lognormal) Histogram {
 	c := sampleHistogram(rng, canaryDist, 2000)
 	s := sampleHistogram(rng, typical, 18000)
-	return &fakeProm{sides: map[string]fakeSide{
-		"app-canary": {hist: c, requests: f64(c.Count()), errors: f64(4)},
-		"app-stable": {hist: s, requests: f64(s.Count()), errors: f64(20)},
-	}}
+	addIstio(p, istioService("app-canary"), c, f64(c.Count()), f64(4))
+	addIstio(p, istioService("app-stable"), s, f64(s.Count()), f64(20))
+	return c
 }
 
 func TestPrometheusIstioQueriesAndPass(t *testing.T) {
 	rng := rand.New(rand.NewPCG(11, 12))
-	fake := healthyIstio(rng, typical)
-	srv := startFake(t, fake)
-	v := analyze(t, istioConfig(srv.URL))
+	fake := testutil.NewPrometheus(t)
+	canaryHist := healthyIstio(fake, rng, typical)
+	v := analyze(t, istioConfig(fake.URL))
 	if v.Phase != Pass {
 		t.Fatalf("phase %s, want Pass: %s", v.Phase, v.Summary)
 	}
-	const c, s = `destination_service="app-canary.default.svc.cluster.local",reporter="destination"`, `destination_service="app-stable.default.svc.cluster.local",reporter="destination"`
+	const c, s = `destination_service="app-canary.default.svc.cluster.local",reporter="source"`, `destination_service="app-stable.default.svc.cluster.local",reporter="source"`
 	want := []string{
 		`sum by (le) (increase(istio_request_duration_milliseconds_bucket{` + c + `}[5m]))`,
 		`sum(increase(istio_requests_total{` + c + `}[5m]))`,
@@ -179,7 +123,7 @@ func TestPrometheusIstioQueriesAndPass(t *testing.T) {
 		`sum(increase(istio_requests_total{` + s + `}[5m]))`,
 		`sum(increase(istio_requests_total{` + s + `,response_code=~"5.."}[5m]))`,
 	}
-	got := fake.seen()
+	got := fake.Queries()
 	for _, w := range want {
 		if !containsString(got, w) {
 			t.Errorf("query not sent: %s\nsent: %q", w, got)
@@ -189,7 +133,7 @@ func TestPrometheusIstioQueriesAndPass(t *testing.T) {
 		t.Errorf("sent %d queries, want %d", len(got), len(want))
 	}
 	// The verdict carries the numbers: canary p99 is histogram_quantile's.
-	cp99 := fake.sides["app-canary"].hist.Quantile(0.99)
+	cp99 := canaryHist.Quantile(0.99)
 	if v.Canary.P99 == nil || *v.Canary.P99 != cp99 {
 		t.Errorf("canary p99 %v, want %v", v.Canary.P99, cp99)
 	}
@@ -208,8 +152,9 @@ func TestPrometheusSlowCanaryFails(t *testing.T) {
 	rng := rand.New(rand.NewPCG(13, 14))
 	slow := typical
 	slow.scale = 2
-	srv := startFake(t, healthyIstio(rng, slow))
-	v := analyze(t, istioConfig(srv.URL))
+	fake := testutil.NewPrometheus(t)
+	healthyIstio(fake, rng, slow)
+	v := analyze(t, istioConfig(fake.URL))
 	if v.Phase != Fail {
 		t.Fatalf("phase %s, want Fail: %s", v.Phase, v.Summary)
 	}
@@ -224,14 +169,16 @@ func TestPrometheusEnvoyQueries(t *testing.T) {
 	rng := rand.New(rand.NewPCG(15, 16))
 	c := sampleHistogram(rng, typical, 1000)
 	const canary, stable = "outbound|8080||app-canary.default.svc.cluster.local", "outbound|8080||app-stable.default.svc.cluster.local"
-	fake := &fakeProm{sides: map[string]fakeSide{
-		"app-canary": {hist: c, requests: f64(1000)},
-		"app-stable": {hist: c, requests: f64(1000)},
-	}}
-	srv := startFake(t, fake)
+	fake := testutil.NewPrometheus(t)
+	addHistogram(fake, "envoy_cluster_upstream_rq_time", map[string]string{"cluster_name": canary}, c, 1)
+	addHistogram(fake, "envoy_cluster_upstream_rq_time", map[string]string{"cluster_name": stable}, c, 1)
+	for _, cl := range []string{canary, stable} {
+		fake.Add("envoy_cluster_upstream_rq", map[string]string{"cluster_name": cl, "response_code": "200"}, 1000)
+		fake.Add("envoy_cluster_upstream_rq", map[string]string{"cluster_name": cl, "response_code_class": "2xx"}, 1000)
+	}
 	cfg := Config{
 		Source:     SourceEnvoy,
-		Prometheus: &PrometheusConfig{Address: srv.URL},
+		Prometheus: &PrometheusConfig{Address: fake.URL},
 		Envoy:      &EnvoyConfig{CanaryCluster: canary, StableCluster: stable},
 		Window:     "90s",
 		SLO:        SLO{P99: "1s", MaxErrorRate: "1%"},
@@ -242,12 +189,12 @@ func TestPrometheusEnvoyQueries(t *testing.T) {
 	}
 	for _, w := range []string{
 		`sum by (le) (increase(envoy_cluster_upstream_rq_time_bucket{cluster_name="` + canary + `"}[1m30s]))`,
-		`sum(increase(envoy_cluster_upstream_rq{cluster_name="` + canary + `"}[1m30s]))`,
+		`sum(increase(envoy_cluster_upstream_rq{cluster_name="` + canary + `",response_code!=""}[1m30s]))`,
 		`sum(increase(envoy_cluster_upstream_rq{cluster_name="` + canary + `",response_code=~"5.."}[1m30s]))`,
 		`sum by (le) (increase(envoy_cluster_upstream_rq_time_bucket{cluster_name="` + stable + `"}[1m30s]))`,
 	} {
-		if !containsString(fake.seen(), w) {
-			t.Errorf("query not sent: %s\nsent: %q", w, fake.seen())
+		if !containsString(fake.Queries(), w) {
+			t.Errorf("query not sent: %s\nsent: %q", w, fake.Queries())
 		}
 	}
 	// No errors series at all means zero errors, not missing data.
@@ -259,20 +206,18 @@ func TestPrometheusEnvoyQueries(t *testing.T) {
 func TestPrometheusCustomPromQLAndQueries(t *testing.T) {
 	rng := rand.New(rand.NewPCG(17, 18))
 	c := sampleHistogram(rng, typical, 1000)
-	fake := &fakeProm{
-		sides: map[string]fakeSide{
-			`version="v2"`: {hist: c, leScale: 1000, requests: f64(1000), errors: f64(1)},
-			`version="v1"`: {hist: c, leScale: 1000, requests: f64(1000), errors: f64(1)},
-		},
-		values: map[string]float64{
-			`jvm_gc_pause_seconds_sum{pod=~"app-v2.*"}`: 0.09,
-			`jvm_gc_pause_seconds_sum{pod=~"app-v1.*"}`: 0.03,
-		},
+	fake := testutil.NewPrometheus(t)
+	for _, version := range []string{"v2", "v1"} {
+		labels := map[string]string{"app": "checkout", "version": version}
+		addHistogram(fake, "http_server_requests_seconds", labels, c, 1000)
+		fake.Add("http_server_requests_seconds_count", map[string]string{"app": "checkout", "version": version, "status": "200"}, 999)
+		fake.Add("http_server_requests_seconds_count", map[string]string{"app": "checkout", "version": version, "status": "500"}, 1)
 	}
-	srv := startFake(t, fake)
+	fake.Add("jvm_gc_pause_seconds_sum", map[string]string{"pod": "app-v2-abc"}, 0.09)
+	fake.Add("jvm_gc_pause_seconds_sum", map[string]string{"pod": "app-v1-def"}, 0.03)
 	cfg := Config{
 		Source:     SourcePromQL,
-		Prometheus: &PrometheusConfig{Address: srv.URL},
+		Prometheus: &PrometheusConfig{Address: fake.URL},
 		PromQL: &PromQLConfig{
 			Canary:    `app="checkout",version="v2"`,
 			Stable:    `app="checkout",version="v1"`,
@@ -302,8 +247,8 @@ func TestPrometheusCustomPromQLAndQueries(t *testing.T) {
 	if want := c.Quantile(0.99); v.Canary.P99 == nil || math.Abs(*v.Canary.P99-want) > 1e-9 {
 		t.Errorf("canary p99 %v ms, want %v ms (le labels were seconds)", v.Canary.P99, want)
 	}
-	if !containsString(fake.seen(), `sum by (le) (increase(http_server_requests_seconds_bucket{app="checkout",version="v2"}[2m]))`) {
-		t.Errorf("custom histogram query not rendered as expected: %q", fake.seen())
+	if !containsString(fake.Queries(), `sum by (le) (increase(http_server_requests_seconds_bucket{app="checkout",version="v2"}[2m]))`) {
+		t.Errorf("custom histogram query not rendered as expected: %q", fake.Queries())
 	}
 	for _, c := range v.Checks {
 		if c.Name == "p99" && c.Phase != Pass {
@@ -329,11 +274,11 @@ func TestPrometheusUnreachableIsError(t *testing.T) {
 }
 
 func TestPrometheusBadQueryIsError(t *testing.T) {
-	fake := &fakeProm{respond: func(q string) (int, string) {
+	fake := testutil.NewPrometheus(t)
+	fake.Respond(func(q string) (int, string) {
 		return http.StatusBadRequest, `{"status":"error","errorType":"bad_data","error":"1:44: parse error: unexpected \"}\" in label matching"}`
-	}}
-	srv := startFake(t, fake)
-	cfg := istioConfig(srv.URL)
+	})
+	cfg := istioConfig(fake.URL)
 	v := analyze(t, cfg)
 	if v.Phase != Error {
 		t.Fatalf("phase %s, want Error: %s", v.Phase, v.Summary)
@@ -346,20 +291,20 @@ func TestPrometheusBadQueryIsError(t *testing.T) {
 }
 
 func TestPrometheusServerErrorIsError(t *testing.T) {
-	fake := &fakeProm{respond: func(q string) (int, string) {
+	fake := testutil.NewPrometheus(t)
+	fake.Respond(func(q string) (int, string) {
 		return http.StatusServiceUnavailable, `{"status":"error","errorType":"unavailable","error":"TSDB not ready"}`
-	}}
-	srv := startFake(t, fake)
-	v := analyze(t, istioConfig(srv.URL))
+	})
+	v := analyze(t, istioConfig(fake.URL))
 	if v.Phase != Error || !strings.Contains(v.Summary, "TSDB not ready") || !strings.Contains(v.Summary, "and 5 more queries failed") {
 		t.Fatalf("phase %s, want Error naming the cause: %s", v.Phase, v.Summary)
 	}
 }
 
 func TestPrometheusTimeoutIsError(t *testing.T) {
-	fake := &fakeProm{delay: 5 * time.Second}
-	srv := startFake(t, fake)
-	cfg := istioConfig(srv.URL)
+	fake := testutil.NewPrometheus(t)
+	fake.Delay(5 * time.Second)
+	cfg := istioConfig(fake.URL)
 	cfg.Timeout = "200ms"
 	start := time.Now()
 	v := analyze(t, cfg)
@@ -374,19 +319,17 @@ func TestPrometheusTimeoutIsError(t *testing.T) {
 func TestPrometheusEmptyResultIsInconclusiveNamingTheQuery(t *testing.T) {
 	rng := rand.New(rand.NewPCG(19, 20))
 	s := sampleHistogram(rng, typical, 9000)
-	fake := &fakeProm{sides: map[string]fakeSide{
-		// no canary series at all: e.g. the canary selector is wrong, or no traffic yet
-		"app-stable": {hist: s, requests: f64(9000)},
-	}}
-	srv := startFake(t, fake)
-	v := analyze(t, istioConfig(srv.URL))
+	fake := testutil.NewPrometheus(t)
+	// no canary series at all: e.g. the canary selector is wrong, or no traffic yet
+	addIstio(fake, istioService("app-stable"), s, f64(9000), nil)
+	v := analyze(t, istioConfig(fake.URL))
 	if v.Phase != Inconclusive {
 		t.Fatalf("phase %s, want Inconclusive: %s", v.Phase, v.Summary)
 	}
 	for _, w := range []string{
 		"no data, query returned no series",
-		`sum by (le) (increase(istio_request_duration_milliseconds_bucket{destination_service="app-canary.default.svc.cluster.local",reporter="destination"}[5m]))`,
-		`sum(increase(istio_requests_total{destination_service="app-canary.default.svc.cluster.local",reporter="destination"}[5m]))`,
+		`sum by (le) (increase(istio_request_duration_milliseconds_bucket{destination_service="app-canary.default.svc.cluster.local",reporter="source"}[5m]))`,
+		`sum(increase(istio_requests_total{destination_service="app-canary.default.svc.cluster.local",reporter="source"}[5m]))`,
 	} {
 		if !strings.Contains(v.Summary, w) {
 			t.Errorf("summary %q does not contain %q", v.Summary, w)
@@ -397,16 +340,16 @@ func TestPrometheusEmptyResultIsInconclusiveNamingTheQuery(t *testing.T) {
 func TestPrometheusRatioWithStableMissingIsInconclusive(t *testing.T) {
 	rng := rand.New(rand.NewPCG(21, 22))
 	c := sampleHistogram(rng, typical, 2000)
-	fake := &fakeProm{sides: map[string]fakeSide{"app-canary": {hist: c, requests: f64(2000)}}}
-	srv := startFake(t, fake)
-	cfg := istioConfig(srv.URL)
+	fake := testutil.NewPrometheus(t)
+	addIstio(fake, istioService("app-canary"), c, f64(2000), nil)
+	cfg := istioConfig(fake.URL)
 	cfg.SLO = SLO{Ratio: RatioSLO{P99: "1.2"}}
 	cfg.TailTest = nil
 	v := analyze(t, cfg)
 	if v.Phase != Inconclusive {
 		t.Fatalf("phase %s, want Inconclusive: %s", v.Phase, v.Summary)
 	}
-	want := `p99 ratio: stable: no data, query returned no series: sum by (le) (increase(istio_request_duration_milliseconds_bucket{destination_service="app-stable.default.svc.cluster.local",reporter="destination"}[5m]))`
+	want := `p99 ratio: stable: no data, query returned no series: sum by (le) (increase(istio_request_duration_milliseconds_bucket{destination_service="app-stable.default.svc.cluster.local",reporter="source"}[5m]))`
 	if !strings.Contains(v.Summary, want) {
 		t.Errorf("summary %q\ndoes not contain %q", v.Summary, want)
 	}
@@ -415,37 +358,35 @@ func TestPrometheusRatioWithStableMissingIsInconclusive(t *testing.T) {
 func TestPrometheusZeroTrafficIsInconclusive(t *testing.T) {
 	// The series exist but nothing happened in the window: counts are 0.
 	zero := cumulative(istioBuckets, make([]float64, len(istioBuckets)+1))
-	fake := &fakeProm{sides: map[string]fakeSide{
-		"app-canary": {hist: zero, requests: f64(0)},
-		"app-stable": {hist: zero, requests: f64(0)},
-	}}
-	srv := startFake(t, fake)
-	v := analyze(t, istioConfig(srv.URL))
+	fake := testutil.NewPrometheus(t)
+	addIstio(fake, istioService("app-canary"), zero, f64(0), nil)
+	addIstio(fake, istioService("app-stable"), zero, f64(0), nil)
+	v := analyze(t, istioConfig(fake.URL))
 	if v.Phase != Inconclusive || !strings.Contains(v.Summary, "canary has 0 requests in the window") {
 		t.Fatalf("phase %s, want Inconclusive on zero traffic: %s", v.Phase, v.Summary)
 	}
 }
 
 func TestPrometheusSeveralSeriesIsError(t *testing.T) {
-	fake := &fakeProm{respond: func(q string) (int, string) {
+	fake := testutil.NewPrometheus(t)
+	fake.Respond(func(q string) (int, string) {
 		if strings.Contains(q, "_bucket") {
-			return 200, vectorJSON(sample(map[string]string{"le": "+Inf"}, 10))
+			return 200, testutil.VectorJSON(testutil.SampleJSON(map[string]string{"le": "+Inf"}, 10))
 		}
-		return 200, vectorJSON(sample(map[string]string{"pod": "a"}, 1), sample(map[string]string{"pod": "b"}, 2))
-	}}
-	srv := startFake(t, fake)
-	v := analyze(t, istioConfig(srv.URL))
+		return 200, testutil.VectorJSON(testutil.SampleJSON(map[string]string{"pod": "a"}, 1), testutil.SampleJSON(map[string]string{"pod": "b"}, 2))
+	})
+	v := analyze(t, istioConfig(fake.URL))
 	if v.Phase != Error || !strings.Contains(v.Summary, "returned 2 series") {
 		t.Fatalf("phase %s, want Error: %s", v.Phase, v.Summary)
 	}
 }
 
 func TestPrometheusHistogramWithoutLeIsError(t *testing.T) {
-	fake := &fakeProm{respond: func(q string) (int, string) {
-		return 200, vectorJSON(sample(map[string]string{"pod": "a"}, 1))
-	}}
-	srv := startFake(t, fake)
-	v := analyze(t, istioConfig(srv.URL))
+	fake := testutil.NewPrometheus(t)
+	fake.Respond(func(q string) (int, string) {
+		return 200, testutil.VectorJSON(testutil.SampleJSON(map[string]string{"pod": "a"}, 1))
+	})
+	v := analyze(t, istioConfig(fake.URL))
 	if v.Phase != Error || !strings.Contains(v.Summary, "without an le label") {
 		t.Fatalf("phase %s, want Error: %s", v.Phase, v.Summary)
 	}
@@ -453,10 +394,10 @@ func TestPrometheusHistogramWithoutLeIsError(t *testing.T) {
 
 func TestPrometheusBearerToken(t *testing.T) {
 	rng := rand.New(rand.NewPCG(23, 24))
-	fake := healthyIstio(rng, typical)
-	srv := startFake(t, fake)
+	fake := testutil.NewPrometheus(t)
+	healthyIstio(fake, rng, typical)
 
-	cfg := istioConfig(srv.URL)
+	cfg := istioConfig(fake.URL)
 	cfg.Prometheus.BearerToken = "inline-token"
 	if v := analyze(t, cfg); v.Phase == Error {
 		t.Fatal(v.Summary)
@@ -465,15 +406,13 @@ func TestPrometheusBearerToken(t *testing.T) {
 	if err := os.WriteFile(tokenFile, []byte("file-token\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg = istioConfig(srv.URL)
+	cfg = istioConfig(fake.URL)
 	cfg.Prometheus.BearerTokenFile = tokenFile
 	if v := analyze(t, cfg); v.Phase == Error {
 		t.Fatal(v.Summary)
 	}
-	fake.mu.Lock()
-	defer fake.mu.Unlock()
 	seen := map[string]int{}
-	for _, a := range fake.auth {
+	for _, a := range fake.Authorizations() {
 		seen[a]++
 	}
 	if seen["Bearer inline-token"] != 6 || seen["Bearer file-token"] != 6 {
@@ -483,8 +422,10 @@ func TestPrometheusBearerToken(t *testing.T) {
 
 func TestPrometheusTLS(t *testing.T) {
 	rng := rand.New(rand.NewPCG(25, 26))
-	srv := httptest.NewUnstartedServer(healthyIstio(rng, typical)) // 127.0.0.1, self-signed
-	srv.Config.ErrorLog = log.New(io.Discard, "", 0)               // expected handshake failures
+	fake := &testutil.Prometheus{}
+	healthyIstio(fake, rng, typical)
+	srv := httptest.NewUnstartedServer(fake)         // 127.0.0.1, self-signed
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // expected handshake failures
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
 	caFile := filepath.Join(t.TempDir(), "ca.pem")
@@ -516,9 +457,9 @@ func TestPrometheusTLS(t *testing.T) {
 
 func TestPrometheusCumulativeWindow(t *testing.T) {
 	rng := rand.New(rand.NewPCG(27, 28))
-	fake := healthyIstio(rng, typical)
-	srv := startFake(t, fake)
-	cfg := istioConfig(srv.URL)
+	fake := testutil.NewPrometheus(t)
+	healthyIstio(fake, rng, typical)
+	cfg := istioConfig(fake.URL)
 	cfg.Window = ""
 	now := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
 	a, err := NewAnalyzer(cfg, WithLogger(quiet), WithClock(func() time.Time { return now }))
@@ -532,8 +473,8 @@ func TestPrometheusCumulativeWindow(t *testing.T) {
 	if v.Phase != Pass || v.Window != "3m1s (cumulative)" {
 		t.Fatalf("phase %s window %q: %s", v.Phase, v.Window, v.Summary)
 	}
-	if !strings.Contains(fake.seen()[0], "[3m1s]") {
-		t.Errorf("query %q does not use the cumulative range [3m1s]", fake.seen()[0])
+	if !strings.Contains(fake.Queries()[0], "[3m1s]") {
+		t.Errorf("query %q does not use the cumulative range [3m1s]", fake.Queries()[0])
 	}
 }
 

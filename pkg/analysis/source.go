@@ -47,7 +47,18 @@ type Measured struct {
 	Name  string  `json:"name,omitempty"`
 	From  string  `json:"from"`  // the query or file
 	Value float64 `json:"value"` // valid only when Found
-	Found bool    `json:"found"` // false: the query returned no series (or NaN)
+	Found bool    `json:"found"` // false: the query returned no series, or NaN
+	// NaN: the query returned NaN (e.g. 0/0), which is not the same as no
+	// series; Found is false.
+	NaN bool `json:"nan,omitempty"`
+}
+
+// missing says why a Measured that is not Found has no value.
+func (m Measured) missing() string {
+	if m.NaN {
+		return "query returned NaN: " + m.From
+	}
+	return "no data, query returned no series: " + m.From
 }
 
 func (m Measured) configured() bool { return m.From != "" }

@@ -26,11 +26,14 @@ func TestTailTestAAFalseAlarms(t *testing.T) {
 		nStable    int
 		maxAlarms  float64
 		wantAlarms float64 // the design target, far below the 5 % budget
+		// allInconclusive: below minTailCount/(1−q) canary requests (500 at
+		// p99) the test never judges, so it can never raise a false alarm.
+		allInconclusive bool
 	}{
-		{"typical 10% weight", typical, 1000, 9000, 0.05, 0.02},
-		{"typical 50% weight", typical, 5000, 5000, 0.05, 0.02},
-		{"typical small canary", typical, 200, 1800, 0.05, 0.02},
-		{"worst-case threshold", atTheBound, 1000, 9000, 0.05, 0.05},
+		{"typical 10% weight", typical, 1000, 9000, 0.05, 0.02, false},
+		{"typical 50% weight", typical, 5000, 5000, 0.05, 0.02, false},
+		{"typical small canary", typical, 200, 1800, 0.05, 0.02, true},
+		{"worst-case threshold", atTheBound, 1000, 9000, 0.05, 0.05, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -51,7 +54,10 @@ func TestTailTestAAFalseAlarms(t *testing.T) {
 			}
 			rate := float64(alarms) / windows
 			t.Logf("%s: n=%d/%d: %d false alarms in %d windows (%.1f%%), %d inconclusive", tc.name, tc.nCanary, tc.nStable, alarms, windows, 100*rate, inconclusive)
-			if inconclusive > 0 {
+			if tc.allInconclusive && inconclusive != windows {
+				t.Errorf("%d of %d windows inconclusive; with %d canary requests none may get a verdict", inconclusive, windows, tc.nCanary)
+			}
+			if !tc.allInconclusive && inconclusive > 0 {
 				t.Errorf("%d windows inconclusive; with these sample sizes every window should get a verdict", inconclusive)
 			}
 			if rate > tc.maxAlarms {
@@ -160,7 +166,8 @@ func TestTailTestBelowMinSamplesIsInconclusive(t *testing.T) {
 		nCanary, nStable     int
 		wantMessageFragments []string
 	}{
-		{"few canary requests", 40, 9000, []string{"canary has 40 requests", "needs 100 (minSamples)"}},
+		{"few canary requests", 40, 9000, []string{"canary has 40 requests", "needs 500 (minTailCount 5 ÷ (1−0.99))"}},
+		{"canary below minTailCount/(1−q)", 300, 9000, []string{"canary has 300 requests", "needs 500 (minTailCount 5 ÷ (1−0.99))"}},
 		{"few stable requests", 1000, 300, []string{"stable has 300 requests", "needs 500 (minTailCount 5 ÷ (1−0.99))"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,8 +1,10 @@
 package analysis
 
 import (
+	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 )
 
@@ -39,18 +41,32 @@ func (v Verdict) Err() error { return v.err }
 // SideStats are one version's measured numbers; latencies in milliseconds.
 // A nil field was not measured (or had no data).
 type SideStats struct {
-	Count     float64            `json:"count"` // latency observations
-	Requests  *float64           `json:"requests,omitempty"`
-	Errors    *float64           `json:"errors,omitempty"`
-	ErrorRate *float64           `json:"errorRate,omitempty"`
-	P50       *float64           `json:"p50Ms,omitempty"`
-	P90       *float64           `json:"p90Ms,omitempty"`
-	P95       *float64           `json:"p95Ms,omitempty"`
-	P99       *float64           `json:"p99Ms,omitempty"`
-	P999      *float64           `json:"p999Ms,omitempty"`
-	Min       *float64           `json:"minMs,omitempty"`
-	Max       *float64           `json:"maxMs,omitempty"`
-	Values    map[string]float64 `json:"values,omitempty"`
+	Count     float64  `json:"count"` // latency observations
+	Requests  *float64 `json:"requests,omitempty"`
+	Errors    *float64 `json:"errors,omitempty"`
+	ErrorRate *float64 `json:"errorRate,omitempty"`
+	P50       *float64 `json:"p50Ms,omitempty"`
+	P90       *float64 `json:"p90Ms,omitempty"`
+	P95       *float64 `json:"p95Ms,omitempty"`
+	P99       *float64 `json:"p99Ms,omitempty"`
+	P999      *float64 `json:"p999Ms,omitempty"`
+	Min       *float64 `json:"minMs,omitempty"`
+	Max       *float64 `json:"maxMs,omitempty"`
+	// AboveMs holds, per percentile key, the highest finite bucket bound
+	// when that percentile lies in the +Inf bucket: it is above that bound,
+	// by an unknown amount (its pNNMs field is then unset).
+	AboveMs map[string]float64 `json:"aboveMs,omitempty"`
+	Values  map[string]float64 `json:"values,omitempty"`
+}
+
+// quantileKey is the key (p99, p999) of quantile q, or its value as text.
+func quantileKey(q float64) string {
+	for _, qs := range quantiles {
+		if qs.q == q {
+			return qs.key
+		}
+	}
+	return strconv.FormatFloat(q, 'g', -1, 64)
 }
 
 // Percentile returns the percentile by key (p50, p90, p95, p99, p999).
@@ -73,6 +89,30 @@ func (s *SideStats) Percentile(key string) *float64 {
 	return nil
 }
 
+func (v Verdict) hasCheck(name string) bool {
+	for _, c := range v.Checks {
+		if c.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// percentileText formats a percentile for the summary: its value, ">X" when
+// it lies above the top bucket bound X, or "" when it was not measured.
+func (s *SideStats) percentileText(key string) string {
+	if s == nil {
+		return ""
+	}
+	if p := s.Percentile(key); p != nil {
+		return ms(*p)
+	}
+	if top, ok := s.AboveMs[key]; ok {
+		return ">" + ms(top)
+	}
+	return ""
+}
+
 // Check is one SLO's outcome.
 type Check struct {
 	Name    string   `json:"name"` // p99, ratio:p99, max, error-rate, tail-test, query:<name>, query-ratio:<name>
@@ -85,6 +125,13 @@ type Check struct {
 
 // evaluate turns a sample into a verdict under the validated rules.
 func evaluate(r *rules, s *Sample, window string) Verdict {
+	if err := checkSample(r, s); err != nil {
+		var queries []string
+		if s != nil {
+			queries = s.Queries
+		}
+		return errorVerdict(err, window, queries)
+	}
 	v := Verdict{Window: window, Queries: s.Queries}
 	v.Canary = sideStats(&s.Canary)
 	if s.Stable != nil {
@@ -132,6 +179,64 @@ func evaluate(r *rules, s *Sample, window string) Verdict {
 	return v
 }
 
+// checkSample rejects samples no verdict can be computed from: none at all,
+// one with nothing in it (a custom Source that returned an empty Sample),
+// one with fewer query values than the config has queries, and non-finite
+// numbers (+Inf or NaN bucket counts would turn every comparison into NaN,
+// and NaN compares as "not above the limit").
+func checkSample(r *rules, s *Sample) error {
+	if s == nil {
+		return errors.New("the latency source returned no sample (nil) and no error")
+	}
+	sides := []*Side{&s.Canary}
+	if s.Stable != nil {
+		sides = append(sides, s.Stable)
+	}
+	c := &s.Canary
+	if c.LatencyFrom == "" && len(c.Latency.Buckets) == 0 && !c.Requests.configured() && !c.Errors.configured() && len(c.Values) == 0 {
+		return errors.New("the latency source returned an empty sample: the canary has no latency histogram, request count or query value (a custom Source must fill Sample.Canary)")
+	}
+	for _, side := range sides {
+		name := side.Name
+		if name == "" {
+			name = "canary"
+			if side != c {
+				name = "stable"
+			}
+		}
+		if len(side.Values) < len(r.queries) && (side == c || r.needsStableValues()) {
+			return fmt.Errorf("the latency source returned %d query values for %s, the config has %d queries", len(side.Values), name, len(r.queries))
+		}
+		if b, bad := side.Latency.nonFinite(); bad {
+			return fmt.Errorf("%s latency histogram has a non-finite count %v in bucket le=%q (from %s): the data is broken, not slow or fast; check the query and the exporter",
+				name, b.Count, strconv.FormatFloat(b.UpperBound, 'g', -1, 64), orUnknown(side.LatencyFrom))
+		}
+		for _, m := range append([]Measured{side.Requests, side.Errors}, side.Values...) {
+			if m.Found && (math.IsNaN(m.Value) || math.IsInf(m.Value, 0)) {
+				return fmt.Errorf("%s: query returned the non-finite value %v: %s", name, m.Value, orUnknown(m.From))
+			}
+		}
+	}
+	return nil
+}
+
+func orUnknown(from string) string {
+	if from == "" {
+		return "an unnamed source"
+	}
+	return from
+}
+
+// needsStableValues reports whether some query compares with stable.
+func (r *rules) needsStableValues() bool {
+	for _, q := range r.queries {
+		if q.maxRatio > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // errorVerdict is the verdict when nothing could be measured.
 func errorVerdict(err error, window string, queries []string) Verdict {
 	return Verdict{
@@ -147,7 +252,16 @@ func errorVerdict(err error, window string, queries []string) Verdict {
 func sideStats(side *Side) *SideStats {
 	st := &SideStats{Count: side.Latency.Count()}
 	if side.Latency.usable() {
-		set := func(q float64) *float64 { return num(side.Latency.Quantile(q)) }
+		set := func(q float64) *float64 {
+			if top, above := side.Latency.AboveTop(q); above {
+				if st.AboveMs == nil {
+					st.AboveMs = map[string]float64{}
+				}
+				st.AboveMs[quantileKey(q)] = top
+				return nil // not a number: only "above top" is known
+			}
+			return num(side.Latency.Quantile(q))
+		}
 		st.P50, st.P90, st.P95, st.P99, st.P999 = set(0.5), set(0.9), set(0.95), set(0.99), set(0.999)
 		if side.Latency.HasRaw {
 			st.Min, st.Max = num(side.Latency.Min), num(side.Latency.Max)
@@ -211,6 +325,13 @@ func absoluteCheck(r *rules, l quantileLimit, canary *Side) Check {
 	if p := latencyProblem(canary, need, why); p != "" {
 		return inconclusive(c, "%s: %s", l.label, p)
 	}
+	if top, above := canary.Latency.AboveTop(l.q); above {
+		if l.limit <= top {
+			return fail(c, "%s above %s (in the +Inf bucket, above the top bucket bound) > %s SLO", l.label, ms(top), ms(l.limit))
+		}
+		return inconclusive(c, "%s is above %s, the top bucket bound: the histogram cannot tell whether it is ≤ %s; add buckets above %s",
+			l.label, ms(top), ms(l.limit), ms(top))
+	}
 	val := canary.Latency.Quantile(l.q)
 	c.Value = num(val)
 	note := ""
@@ -233,6 +354,25 @@ func ratioCheck(r *rules, l quantileLimit, canary, stable *Side) Check {
 		return inconclusive(c, "%s ratio: %s", l.label, p)
 	}
 	cv, sv := canary.Latency.Quantile(l.q), stable.Latency.Quantile(l.q)
+	cTop, cAbove := canary.Latency.AboveTop(l.q)
+	sTop, sAbove := stable.Latency.AboveTop(l.q)
+	switch {
+	case cAbove && sAbove:
+		return inconclusive(c, "%s ratio: canary's and stable's %s are both above the top bucket bound (%s, %s): the histogram cannot tell; add buckets above them",
+			l.label, l.label, ms(cTop), ms(sTop))
+	case cAbove && sv > 0 && cTop/sv >= l.limit:
+		// The canary's percentile is above cTop, so the ratio is above cTop/sv.
+		return fail(c, "%s canary/stable above %.2f (canary above %s, the top bucket bound / %s) > %g", l.label, cTop/sv, ms(cTop), ms(sv), l.limit)
+	case cAbove:
+		return inconclusive(c, "%s ratio: canary's %s is above %s, the top bucket bound: the histogram cannot tell whether canary/stable ≤ %g; add buckets above %s",
+			l.label, l.label, ms(cTop), l.limit, ms(cTop))
+	case sAbove && cv/sTop <= l.limit:
+		// Stable's percentile is above sTop, so the ratio is below cv/sTop.
+		return pass(c, "%s canary/stable below %.2f (%s / stable above %s, the top bucket bound) ≤ %g", l.label, cv/sTop, ms(cv), ms(sTop), l.limit)
+	case sAbove:
+		return inconclusive(c, "%s ratio: stable's %s is above %s, the top bucket bound: the histogram cannot tell the ratio; add buckets above %s",
+			l.label, l.label, ms(sTop), ms(sTop))
+	}
 	if !(sv > 0) {
 		return inconclusive(c, "%s ratio: stable's %s is %s, the ratio is undefined", l.label, l.label, ms(sv))
 	}
@@ -269,7 +409,7 @@ func errorRateCheck(r *rules, canary *Side) Check {
 	case !req.configured():
 		return inconclusive(c, "error rate: requests are not measured")
 	case !req.Found:
-		return inconclusive(c, "error rate: canary: no data, query returned no series: %s", req.From)
+		return inconclusive(c, "error rate: canary: %s", req.missing())
 	case req.Value < r.minSamples:
 		return inconclusive(c, "error rate: canary has %s requests in the window, needs %s (minSamples); from %s",
 			count(req.Value), count(r.minSamples), req.From)
@@ -280,19 +420,26 @@ func errorRateCheck(r *rules, canary *Side) Check {
 	}
 	rate := math.Min(1, errs/req.Value)
 	c.Value = num(rate)
-	if rate <= r.errorRate {
-		return pass(c, "error rate %s ≤ %s (%s of %s)", pct(rate), pct(r.errorRate), count(errs), count(req.Value))
+	note := ""
+	if r.errorRateDefault {
+		note = ", default limit: latency is judged with errors"
 	}
-	return fail(c, "error rate %s > %s SLO (%s of %s)", pct(rate), pct(r.errorRate), count(errs), count(req.Value))
+	if rate <= r.errorRate {
+		return pass(c, "error rate %s ≤ %s (%s of %s%s)", pct(rate), pct(r.errorRate), count(errs), count(req.Value), note)
+	}
+	return fail(c, "error rate %s > %s SLO (%s of %s%s)", pct(rate), pct(r.errorRate), count(errs), count(req.Value), note)
 }
 
 func tailCheck(r *rules, canary, stable *Side) (Check, *TailTest) {
 	t := r.tail
 	c := Check{Name: "tail-test", Unit: "e-value", Limit: 1 / (1 - t.confidence)}
-	if p := latencyProblem(canary, r.minSamples, "minSamples"); p != "" {
+	// Both sides need minTailCount/(1−q) requests: with fewer canary
+	// requests only about one exceedance is expected, and a chance pair of
+	// them was a third of the A/A false alarms at low canary weight.
+	need, why := needFor(r, t.q)
+	if p := latencyProblem(canary, need, why); p != "" {
 		return inconclusive(c, "tail test: %s", p), nil
 	}
-	need, why := needFor(r, t.q)
 	if p := latencyProblem(stable, need, why); p != "" {
 		return inconclusive(c, "tail test: %s", p), nil
 	}
@@ -318,7 +465,7 @@ func queryCheck(q queryRule, canary *Side, i int) Check {
 	c := Check{Name: "query:" + q.name, Limit: q.max}
 	m := canary.Values[i]
 	if !m.Found {
-		return inconclusive(c, "%s: canary: no data, query returned no series: %s", q.name, m.From)
+		return inconclusive(c, "%s: canary: %s", q.name, m.missing())
 	}
 	c.Value = num(m.Value)
 	if m.Value <= q.max {
@@ -331,14 +478,14 @@ func queryRatioCheck(q queryRule, canary, stable *Side, i int) Check {
 	c := Check{Name: "query-ratio:" + q.name, Limit: q.maxRatio, Unit: "ratio"}
 	cm := canary.Values[i]
 	if !cm.Found {
-		return inconclusive(c, "%s ratio: canary: no data, query returned no series: %s", q.name, cm.From)
+		return inconclusive(c, "%s ratio: canary: %s", q.name, cm.missing())
 	}
 	if stable == nil || i >= len(stable.Values) {
 		return inconclusive(c, "%s ratio: no stable version is configured", q.name)
 	}
 	sm := stable.Values[i]
 	if !sm.Found {
-		return inconclusive(c, "%s ratio: stable: no data, query returned no series: %s", q.name, sm.From)
+		return inconclusive(c, "%s ratio: stable: %s", q.name, sm.missing())
 	}
 	switch {
 	case sm.Value == 0 && cm.Value == 0:
@@ -401,14 +548,16 @@ func keyNumbers(v Verdict) string {
 	}
 	var parts []string
 	for _, key := range []string{"p99", "p999"} {
-		if p := c.Percentile(key); p != nil {
-			label := map[string]string{"p99": "p99", "p999": "p99.9"}[key]
-			part := fmt.Sprintf("canary %s %s", label, ms(*p))
-			if sp := s.Percentile(key); sp != nil {
-				part += fmt.Sprintf(" (stable %s)", ms(*sp))
-			}
-			parts = append(parts, part)
+		label := map[string]string{"p99": "p99", "p999": "p99.9"}[key]
+		cv := c.percentileText(key)
+		if cv == "" {
+			continue
 		}
+		part := fmt.Sprintf("canary %s %s", label, cv)
+		if sv := s.percentileText(key); sv != "" {
+			part += fmt.Sprintf(" (stable %s)", sv)
+		}
+		parts = append(parts, part)
 	}
 	if c.ErrorRate != nil {
 		part := "errors " + pct(*c.ErrorRate)
@@ -416,6 +565,8 @@ func keyNumbers(v Verdict) string {
 			part += fmt.Sprintf(" (stable %s)", pct(*s.ErrorRate))
 		}
 		parts = append(parts, part)
+	} else if v.hasCheck("error-rate") {
+		parts = append(parts, "errors n/a")
 	}
 	if c.Count > 0 || c.Requests != nil || v.Tail != nil {
 		n := fmt.Sprintf("n=%s", count(c.Count))
@@ -455,7 +606,7 @@ func num(f float64) *float64 {
 func ms(v float64) string {
 	switch {
 	case math.IsNaN(v):
-		return "n/a"
+		return "NaN"
 	case math.IsInf(v, 0):
 		return "+Inf"
 	case v >= 10000:
