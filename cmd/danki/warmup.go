@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/danki-dev/danki/internal/config"
+	"github.com/danki-dev/danki/pkg/latency"
 	"github.com/danki-dev/danki/pkg/warmup"
 )
 
@@ -332,12 +333,12 @@ func (p *warmupProgressLine) update(pr warmup.Progress) {
 	default:
 		line = fmt.Sprintf("%5.1fs  %d/%d warm  %d requests  %s window %d: p50 %s p99 %s max %s",
 			pr.Elapsed.Seconds(), pr.ConvergedTargets, pr.Targets, pr.Requests, pr.Target, pr.Window.Index,
-			warmupMs(pr.Window.P50), warmupMs(pr.Window.P99), warmupMs(pr.Window.Max))
+			latency.Format(pr.Window.P50), latency.Format(pr.Window.P99), latency.Format(pr.Window.Max))
 		if pr.Window.Errors > 0 {
 			line += fmt.Sprintf(" errors %d", pr.Window.Errors)
 		}
 		if pr.StableP99 > 0 {
-			line += " (stable p99 " + warmupMs(pr.StableP99) + ")"
+			line += " (stable p99 " + latency.Format(pr.StableP99) + ")"
 		}
 		if pr.TargetConverged {
 			line += "  converged"
@@ -360,8 +361,4 @@ func (p *warmupProgressLine) end() {
 	if p.terminal && p.shown {
 		fmt.Fprintln(p.w)
 	}
-}
-
-func warmupMs(d time.Duration) string {
-	return fmt.Sprintf("%.2fms", float64(d)/float64(time.Millisecond))
 }

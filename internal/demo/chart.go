@@ -8,7 +8,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -20,6 +19,8 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
 	"gonum.org/v1/plot/vg/vgsvg"
+
+	"github.com/danki-dev/danki/pkg/latency"
 )
 
 // ChartPanel is one scenario on the latency chart.
@@ -145,12 +146,8 @@ func perSecond(samples []Sample, origin time.Time) []second {
 		if len(lat) == 0 {
 			continue
 		}
-		slices.Sort(lat)
-		out = append(out, second{
-			x:   float64(i) + 0.5,
-			p50: ms(percentile(lat, 50)), p99: ms(percentile(lat, 99)), max: ms(lat[len(lat)-1]),
-			errors: errs[i],
-		})
+		sum := latency.Summarize(lat, errs[i])
+		out = append(out, second{x: float64(i) + 0.5, p50: ms(sum.P50), p99: ms(sum.P99), max: ms(sum.Max), errors: sum.Errors})
 	}
 	return out
 }

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/danki-dev/danki/pkg/latency"
 )
 
 // WarmupBucket is the latency of a range of requests, counted from the first
@@ -16,17 +18,9 @@ import (
 type WarmupBucket struct {
 	// First and Last are 1-based request numbers, both included. The last
 	// bucket ends at the last sample, so it may be shorter than a decade.
-	First  int `json:"first"`
-	Last   int `json:"last"`
-	Count  int `json:"count"`
-	Errors int `json:"errors"`
-	// Exact latencies (nearest rank), failed requests included.
-	Min  time.Duration `json:"min"`
-	Mean time.Duration `json:"mean"`
-	P50  time.Duration `json:"p50"`
-	P90  time.Duration `json:"p90"`
-	P99  time.Duration `json:"p99"`
-	Max  time.Duration `json:"max"`
+	First int `json:"first"`
+	Last  int `json:"last"`
+	latency.Summary
 }
 
 // Label is the bucket's request range as the tables show it ("2–10").
@@ -48,21 +42,14 @@ func WarmupCurve(samples []Sample) []WarmupBucket {
 	var lat []time.Duration
 	for first, last := 1, 1; first <= len(ordered); first, last = last+1, last*10 {
 		end := min(last, len(ordered))
-		b := WarmupBucket{First: first, Last: end, Count: end - first + 1}
-		lat = lat[:0]
-		var sum time.Duration
+		lat, errs := lat[:0], 0
 		for _, s := range ordered[first-1 : end] {
 			lat = append(lat, s.Latency)
-			sum += s.Latency
 			if !s.OK() {
-				b.Errors++
+				errs++
 			}
 		}
-		slices.Sort(lat)
-		b.Min, b.Max = lat[0], lat[len(lat)-1]
-		b.Mean = sum / time.Duration(len(lat))
-		b.P50, b.P90, b.P99 = percentile(lat, 50), percentile(lat, 90), percentile(lat, 99)
-		out = append(out, b)
+		out = append(out, WarmupBucket{First: first, Last: end, Summary: latency.Summarize(lat, errs)})
 	}
 	return out
 }
@@ -72,8 +59,8 @@ func WarmupCurve(samples []Sample) []WarmupBucket {
 func WriteWarmupTable(w io.Writer, f Format, buckets []WarmupBucket) error {
 	t := table{header: []string{"requests", "count", "min", "mean", "p50", "p90", "p99", "max", "errors"}}
 	for _, b := range buckets {
-		t.rows = append(t.rows, []string{b.Label(), fmtCount(b.Count), fmtLatency(b.Min), fmtLatency(b.Mean),
-			fmtLatency(b.P50), fmtLatency(b.P90), fmtLatency(b.P99), fmtLatency(b.Max), fmt.Sprint(b.Errors)})
+		t.rows = append(t.rows, []string{b.Label(), fmtCount(b.Count), latency.Format(b.Min), latency.Format(b.Mean),
+			latency.Format(b.P50), latency.Format(b.P90), latency.Format(b.P99), latency.Format(b.Max), fmt.Sprint(b.Errors)})
 	}
 	var sb strings.Builder
 	t.write(&sb, f)

@@ -1,9 +1,9 @@
 package demo
 
 import (
-	"math"
-	"slices"
 	"time"
+
+	"github.com/danki-dev/danki/pkg/latency"
 )
 
 // Phase is a named stretch of a run, e.g. "before", "during", "after" a
@@ -19,21 +19,14 @@ func (p Phase) contains(t time.Time) bool {
 	return (p.From.IsZero() || !t.Before(p.From)) && (p.To.IsZero() || t.Before(p.To))
 }
 
-// PhaseStats is the user-visible latency of one phase. Percentiles are exact
-// (nearest rank over the raw latencies) and include failed requests: a user
-// waited for those too.
+// PhaseStats is the user-visible latency of one phase: exact percentiles
+// over the raw latencies, failed requests included (a user waited for
+// those too).
 type PhaseStats struct {
-	Name   string    `json:"name"`
-	From   time.Time `json:"from,omitzero"`
-	To     time.Time `json:"to,omitzero"`
-	Count  int       `json:"count"`
-	Errors int       `json:"errors"`
-	// Latencies; all zero when Count is 0.
-	P50  time.Duration `json:"p50"`
-	P90  time.Duration `json:"p90"`
-	P99  time.Duration `json:"p99"`
-	P999 time.Duration `json:"p999"`
-	Max  time.Duration `json:"max"`
+	Name string    `json:"name"`
+	From time.Time `json:"from,omitzero"`
+	To   time.Time `json:"to,omitzero"`
+	latency.Summary
 }
 
 // Marker labels a moment of a run on the chart, e.g. "setWeight 20",
@@ -60,6 +53,7 @@ func Summarize(samples []Sample, phases []Phase) []PhaseStats {
 	lat := make([]time.Duration, 0, len(samples)) // reused across phases
 	for i, p := range phases {
 		lat = lat[:0]
+		errs := 0
 		st := PhaseStats{Name: p.Name, From: p.From, To: p.To}
 		for _, s := range samples {
 			if !p.contains(s.Start) {
@@ -67,32 +61,11 @@ func Summarize(samples []Sample, phases []Phase) []PhaseStats {
 			}
 			lat = append(lat, s.Latency)
 			if !s.OK() {
-				st.Errors++
+				errs++
 			}
 		}
-		st.Count = len(lat)
-		if len(lat) > 0 {
-			slices.Sort(lat)
-			st.P50 = percentile(lat, 50)
-			st.P90 = percentile(lat, 90)
-			st.P99 = percentile(lat, 99)
-			st.P999 = percentile(lat, 99.9)
-			st.Max = lat[len(lat)-1]
-		}
+		st.Summary = latency.Summarize(lat, errs)
 		out[i] = st
 	}
 	return out
-}
-
-// percentile returns the nearest-rank p-th percentile of sorted latencies:
-// the smallest value with at least p % of the values at or below it. It is
-// always one of the measured values, never an interpolation.
-func percentile(sorted []time.Duration, p float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	// The epsilon absorbs float error (99.9/100*1000 is 999.0000000000001).
-	rank := int(math.Ceil(p/100*float64(len(sorted)) - 1e-9))
-	rank = min(max(rank, 1), len(sorted))
-	return sorted[rank-1]
 }

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/danki-dev/danki/pkg/latency"
 )
 
 var t0 = time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
@@ -27,17 +29,17 @@ func shuffled(n int) []Sample {
 func TestSummarizeExactPercentiles(t *testing.T) {
 	ms := time.Millisecond
 	for _, tc := range []struct {
-		n                         int
-		p50, p90, p99, p999, pmax time.Duration
+		n                               int
+		mean, p50, p90, p99, p999, pmax time.Duration
 	}{
 		// Nearest rank: the ceil(p/100·n)-th smallest value.
-		{1000, 500 * ms, 900 * ms, 990 * ms, 999 * ms, 1000 * ms},
-		{10, 5 * ms, 9 * ms, 10 * ms, 10 * ms, 10 * ms},
-		{1, 1 * ms, 1 * ms, 1 * ms, 1 * ms, 1 * ms},
-		{2000, 1000 * ms, 1800 * ms, 1980 * ms, 1998 * ms, 2000 * ms},
+		{1000, 500500 * time.Microsecond, 500 * ms, 900 * ms, 990 * ms, 999 * ms, 1000 * ms},
+		{10, 5500 * time.Microsecond, 5 * ms, 9 * ms, 10 * ms, 10 * ms, 10 * ms},
+		{1, 1 * ms, 1 * ms, 1 * ms, 1 * ms, 1 * ms, 1 * ms},
+		{2000, 1000500 * time.Microsecond, 1000 * ms, 1800 * ms, 1980 * ms, 1998 * ms, 2000 * ms},
 	} {
 		got := Summarize(shuffled(tc.n), []Phase{{Name: "all"}})[0]
-		want := PhaseStats{Name: "all", Count: tc.n, P50: tc.p50, P90: tc.p90, P99: tc.p99, P999: tc.p999, Max: tc.pmax}
+		want := PhaseStats{Name: "all", Summary: latency.Summary{Count: tc.n, Min: ms, Mean: tc.mean, P50: tc.p50, P90: tc.p90, P99: tc.p99, P999: tc.p999, Max: tc.pmax}}
 		if got != want {
 			t.Errorf("n=%d:\n got %+v\nwant %+v", tc.n, got, want)
 		}
@@ -67,9 +69,9 @@ func TestSummarizePhaseBoundaries(t *testing.T) {
 	got := Summarize(samples, phases)
 	ms := time.Millisecond
 	want := []PhaseStats{
-		{Name: "before", To: phases[0].To, Count: 2, Errors: 1, P50: 1 * ms, P90: 2 * ms, P99: 2 * ms, P999: 2 * ms, Max: 2 * ms},
-		{Name: "during", From: phases[1].From, To: phases[1].To, Count: 3, Errors: 2, P50: 50 * ms, P90: 300 * ms, P99: 300 * ms, P999: 300 * ms, Max: 300 * ms},
-		{Name: "after", From: phases[2].From, Count: 2, P50: 3 * ms, P90: 7 * ms, P99: 7 * ms, P999: 7 * ms, Max: 7 * ms},
+		{Name: "before", To: phases[0].To, Summary: latency.Summary{Count: 2, Errors: 1, Min: 1 * ms, Mean: 1500 * time.Microsecond, P50: 1 * ms, P90: 2 * ms, P99: 2 * ms, P999: 2 * ms, Max: 2 * ms}},
+		{Name: "during", From: phases[1].From, To: phases[1].To, Summary: latency.Summary{Count: 3, Errors: 2, Min: 40 * ms, Mean: 130 * ms, P50: 50 * ms, P90: 300 * ms, P99: 300 * ms, P999: 300 * ms, Max: 300 * ms}},
+		{Name: "after", From: phases[2].From, Summary: latency.Summary{Count: 2, Min: 3 * ms, Mean: 5 * ms, P50: 3 * ms, P90: 7 * ms, P99: 7 * ms, P999: 7 * ms, Max: 7 * ms}},
 		{Name: "empty", From: phases[3].From, To: phases[3].To},
 		{Name: "inverted", From: phases[4].From, To: phases[4].To},
 	}
@@ -84,17 +86,17 @@ func scenariosForTable() []Scenario {
 		{
 			Name: "baseline",
 			Phases: []PhaseStats{
-				{Name: "before", Count: 3000, P50: 3500 * time.Microsecond, P99: 8 * ms, P999: 12 * ms, Max: 15 * ms},
-				{Name: "during", Count: 6000, Errors: 3, P50: 4 * ms, P99: 210 * ms, P999: 980 * ms, Max: 12500 * ms},
-				{Name: "after", Count: 3000, P50: 3600 * time.Microsecond, P99: 9 * ms, P999: 14 * ms, Max: 16 * ms},
+				{Name: "before", Summary: latency.Summary{Count: 3000, P50: 3500 * time.Microsecond, P99: 8 * ms, P999: 12 * ms, Max: 15 * ms}},
+				{Name: "during", Summary: latency.Summary{Count: 6000, Errors: 3, P50: 4 * ms, P99: 210 * ms, P999: 980 * ms, Max: 12500 * ms}},
+				{Name: "after", Summary: latency.Summary{Count: 3000, P50: 3600 * time.Microsecond, P99: 9 * ms, P999: 14 * ms, Max: 16 * ms}},
 			},
 			RolloutDuration: 90 * time.Second,
 		},
 		{
 			Name: "danki",
 			Phases: []PhaseStats{
-				{Name: "before", Count: 3000, P50: 3400 * time.Microsecond, P99: 8 * ms, P999: 11 * ms, Max: 14 * ms},
-				{Name: "during", Count: 15000, P50: 3700 * time.Microsecond, P99: 10 * ms, P999: 19 * ms, Max: 25 * ms},
+				{Name: "before", Summary: latency.Summary{Count: 3000, P50: 3400 * time.Microsecond, P99: 8 * ms, P999: 11 * ms, Max: 14 * ms}},
+				{Name: "during", Summary: latency.Summary{Count: 15000, P50: 3700 * time.Microsecond, P99: 10 * ms, P999: 19 * ms, Max: 25 * ms}},
 				// no "after" phase: shows as "–"
 			},
 			RolloutDuration: 4*time.Minute + 12300*time.Millisecond,
@@ -216,11 +218,11 @@ func TestWarmupCurve(t *testing.T) {
 	got := WarmupCurve(samples)
 	ms := time.Millisecond
 	want := []WarmupBucket{
-		{First: 1, Last: 1, Count: 1, Min: ms, Mean: ms, P50: ms, P90: ms, P99: ms, Max: ms},
-		{First: 2, Last: 10, Count: 9, Errors: 1, Min: 2 * ms, Mean: 6 * ms, P50: 6 * ms, P90: 10 * ms, P99: 10 * ms, Max: 10 * ms},
-		{First: 11, Last: 100, Count: 90, Min: 11 * ms, Mean: 55500 * time.Microsecond, P50: 55 * ms, P90: 91 * ms, P99: 100 * ms, Max: 100 * ms},
-		{First: 101, Last: 1000, Count: 900, Min: 101 * ms, Mean: 550500 * time.Microsecond, P50: 550 * ms, P90: 910 * ms, P99: 991 * ms, Max: 1000 * ms},
-		{First: 1001, Last: 1500, Count: 500, Min: 1001 * ms, Mean: 1250500 * time.Microsecond, P50: 1250 * ms, P90: 1450 * ms, P99: 1495 * ms, Max: 1500 * ms},
+		{First: 1, Last: 1, Summary: latency.Summary{Count: 1, Min: ms, Mean: ms, P50: ms, P90: ms, P99: ms, P999: ms, Max: ms}},
+		{First: 2, Last: 10, Summary: latency.Summary{Count: 9, Errors: 1, Min: 2 * ms, Mean: 6 * ms, P50: 6 * ms, P90: 10 * ms, P99: 10 * ms, P999: 10 * ms, Max: 10 * ms}},
+		{First: 11, Last: 100, Summary: latency.Summary{Count: 90, Min: 11 * ms, Mean: 55500 * time.Microsecond, P50: 55 * ms, P90: 91 * ms, P99: 100 * ms, P999: 100 * ms, Max: 100 * ms}},
+		{First: 101, Last: 1000, Summary: latency.Summary{Count: 900, Min: 101 * ms, Mean: 550500 * time.Microsecond, P50: 550 * ms, P90: 910 * ms, P99: 991 * ms, P999: 1000 * ms, Max: 1000 * ms}},
+		{First: 1001, Last: 1500, Summary: latency.Summary{Count: 500, Min: 1001 * ms, Mean: 1250500 * time.Microsecond, P50: 1250 * ms, P90: 1450 * ms, P99: 1495 * ms, P999: 1500 * ms, Max: 1500 * ms}},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("WarmupCurve:\n got %+v\nwant %+v", got, want)
@@ -251,17 +253,7 @@ func TestWarmupCurve(t *testing.T) {
 }
 
 func TestFormatting(t *testing.T) {
-	for d, want := range map[time.Duration]string{
-		450 * time.Microsecond:  "0.450ms",
-		3517 * time.Microsecond: "3.52ms",
-		42 * time.Millisecond:   "42.0ms",
-		1396 * time.Millisecond: "1396ms",
-		20 * time.Second:        "20.0s",
-	} {
-		if got := fmtLatency(d); got != want {
-			t.Errorf("fmtLatency(%s) = %q, want %q", d, got, want)
-		}
-	}
+	// Latencies: latency.Format, tested in pkg/latency.
 	for n, want := range map[int]string{0: "0", 999: "999", 1000: "1,000", 1234567: "1,234,567", -20000: "-20,000"} {
 		if got := fmtCount(n); got != want {
 			t.Errorf("fmtCount(%d) = %q, want %q", n, got, want)

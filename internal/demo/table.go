@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/danki-dev/danki/pkg/latency"
 )
 
 // Format is the layout of a written table.
@@ -68,7 +70,7 @@ func phaseCells(sc Scenario, phase string) []string {
 		if p.Name != phase || p.Count == 0 {
 			continue
 		}
-		return []string{fmtLatency(p.P50), fmtLatency(p.P99), fmtLatency(p.P999), fmtLatency(p.Max),
+		return []string{latency.Format(p.P50), latency.Format(p.P99), latency.Format(p.P999), latency.Format(p.Max),
 			fmtCount(p.Errors) + "/" + fmtCount(p.Count)}
 	}
 	cells := make([]string, len(scenarioColumns))
@@ -76,24 +78,6 @@ func phaseCells(sc Scenario, phase string) []string {
 		cells[i] = "–"
 	}
 	return cells
-}
-
-// fmtLatency formats a latency in milliseconds with 3 significant digits or
-// so, seconds from 10 s on.
-func fmtLatency(d time.Duration) string {
-	ms := float64(d) / float64(time.Millisecond)
-	switch {
-	case ms >= 10000:
-		return fmt.Sprintf("%.1fs", ms/1000)
-	case ms >= 100:
-		return fmt.Sprintf("%.0fms", ms)
-	case ms >= 10:
-		return fmt.Sprintf("%.1fms", ms)
-	case ms >= 1:
-		return fmt.Sprintf("%.2fms", ms)
-	default:
-		return fmt.Sprintf("%.3fms", ms)
-	}
 }
 
 func fmtRollout(d time.Duration) string {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/danki-dev/danki/internal/demo"
+	"github.com/danki-dev/danki/pkg/latency"
 )
 
 // A pod whose latency decays from 200 ms to 4 ms over its first 1,500
@@ -53,8 +54,8 @@ func TestRatios(t *testing.T) {
 	ms := func(n float64) time.Duration { return time.Duration(n * float64(time.Millisecond)) }
 	res := &Result{
 		Scenarios: []demo.Scenario{
-			{Name: "baseline", Phases: []demo.PhaseStats{{Name: "before", Count: 100, P99: ms(5), Max: ms(9)}, {Name: "during", Count: 100, P99: ms(400), P999: ms(900), Max: ms(1200)}, {Name: "after", Count: 100, P999: ms(60), Max: ms(200)}}},
-			{Name: "danki", Phases: []demo.PhaseStats{{Name: "before", Count: 100, P99: ms(5), Max: ms(10)}, {Name: "during", Count: 100, P99: ms(8), P999: ms(20), Max: ms(30)}, {Name: "after", Count: 100, P999: ms(10), Max: ms(10)}}},
+			{Name: "baseline", Phases: []demo.PhaseStats{{Name: "before", Summary: latency.Summary{Count: 100, P99: ms(5), Max: ms(9)}}, {Name: "during", Summary: latency.Summary{Count: 100, P99: ms(400), P999: ms(900), Max: ms(1200)}}, {Name: "after", Summary: latency.Summary{Count: 100, P999: ms(60), Max: ms(200)}}}},
+			{Name: "danki", Phases: []demo.PhaseStats{{Name: "before", Summary: latency.Summary{Count: 100, P99: ms(5), Max: ms(10)}}, {Name: "during", Summary: latency.Summary{Count: 100, P99: ms(8), P999: ms(20), Max: ms(30)}}, {Name: "after", Summary: latency.Summary{Count: 100, P999: ms(10), Max: ms(10)}}}},
 		},
 		Runs:    []Run{{}, {WarmupRequests: 2000}},
 		Oracle:  &Oracle{WarmAfter: 1600},

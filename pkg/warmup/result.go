@@ -13,6 +13,8 @@ import (
 	"fortio.org/fortio/periodic"
 	"fortio.org/fortio/stats"
 	"fortio.org/fortio/version"
+
+	"github.com/danki-dev/danki/pkg/latency"
 )
 
 // Result is what a warm-up measured.
@@ -146,7 +148,7 @@ func writeWindows(b *strings.Builder, windows []WindowStats, convergedWindow int
 			note = "converged"
 		}
 		rows = append(rows, []string{strconv.Itoa(w.Index), strconv.FormatInt(w.Requests, 10),
-			fmtMs(w.P50), fmtMs(w.P90), fmtMs(w.P99), fmtMs(w.Max), strconv.Itoa(w.Errors), note})
+			latency.Format(w.P50), latency.Format(w.P90), latency.Format(w.P99), latency.Format(w.Max), strconv.Itoa(w.Errors), note})
 	}
 	widths := make([]int, len(rows[0]))
 	for _, row := range rows {

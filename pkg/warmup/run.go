@@ -10,6 +10,8 @@ import (
 	"time"
 
 	flog "fortio.org/log"
+
+	"github.com/danki-dev/danki/pkg/latency"
 )
 
 // userAgent is sent on warm-up and health requests.
@@ -159,11 +161,11 @@ func (r *Result) Summary() string {
 	}
 	fmt.Fprintf(&b, " after %d requests (%d windows of %d per target) in %s", r.Requests(), r.Windows(), r.Config.Window, r.Elapsed.Round(100*time.Millisecond))
 	if first, last, ok := r.P99Trend(); ok {
-		fmt.Fprintf(&b, "; worst p99 %s in window 1 → %s in the last window", fmtMs(first), fmtMs(last))
+		fmt.Fprintf(&b, "; worst p99 %s in window 1 → %s in the last window", latency.Format(first), latency.Format(last))
 	}
 	if r.Stable != nil {
 		if w, ok := lastComplete(r.Stable.Windows); ok {
-			fmt.Fprintf(&b, " (stable p99 %s)", fmtMs(w.P99))
+			fmt.Fprintf(&b, " (stable p99 %s)", latency.Format(w.P99))
 		}
 	}
 	return b.String()

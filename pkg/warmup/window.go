@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/danki-dev/danki/pkg/latency"
 )
 
 // WindowStats is the latency of one window of consecutive requests to one
@@ -15,14 +17,9 @@ type WindowStats struct {
 	// Requests is the number of requests to this target so far, this window
 	// included.
 	Requests int64 `json:"requests"`
-	// Count is the number of requests in this window (the window size, or
-	// fewer for the last, partial window).
-	Count  int           `json:"count"`
-	P50    time.Duration `json:"p50"`
-	P90    time.Duration `json:"p90"`
-	P99    time.Duration `json:"p99"`
-	Max    time.Duration `json:"max"`
-	Errors int           `json:"errors"`
+	// Summary's Count is the number of requests in this window (the window
+	// size, or fewer for the last, partial window).
+	latency.Summary
 	// Partial marks the requests left over when the load stopped; partial
 	// windows never count towards convergence.
 	Partial bool `json:"partial,omitempty"`
@@ -34,8 +31,8 @@ type sample struct {
 	ok      bool
 }
 
-// computeWindow sorts a copy of the latencies into scratch (reused between
-// calls to avoid allocation) and reads exact percentiles.
+// computeWindow copies the latencies into scratch (reused between calls to
+// avoid allocation) and summarizes them.
 func computeWindow(samples []sample, scratch []time.Duration) (WindowStats, []time.Duration) {
 	scratch = scratch[:0]
 	errs := 0
@@ -45,29 +42,7 @@ func computeWindow(samples []sample, scratch []time.Duration) (WindowStats, []ti
 			errs++
 		}
 	}
-	slices.Sort(scratch)
-	w := WindowStats{
-		Count:  len(scratch),
-		P50:    percentile(scratch, 50),
-		P90:    percentile(scratch, 90),
-		P99:    percentile(scratch, 99),
-		Errors: errs,
-	}
-	if len(scratch) > 0 {
-		w.Max = scratch[len(scratch)-1]
-	}
-	return w, scratch
-}
-
-// percentile is the nearest-rank percentile of sorted values: the smallest
-// value with at least p % of the values at or below it.
-func percentile(sorted []time.Duration, p float64) time.Duration {
-	n := len(sorted)
-	if n == 0 {
-		return 0
-	}
-	rank := int(p/100*float64(n) + 0.999999999) // ceil without float surprises at exact ranks
-	return sorted[min(max(rank, 1), n)-1]
+	return WindowStats{Summary: latency.Summarize(scratch, errs)}, scratch
 }
 
 // verdict says whether a target's latest windows satisfy the convergence
@@ -103,7 +78,7 @@ func (c *Config) judge(windows []WindowStats, stableP99 time.Duration) verdict {
 			lo, hi = min(lo, q.get(w)), max(hi, q.get(w))
 		}
 		if !c.within(lo, hi) {
-			return verdict{why: fmt.Sprintf("%s of last %d windows spread %s–%s", q.name, k, fmtMs(lo), fmtMs(hi))}
+			return verdict{why: fmt.Sprintf("%s of last %d windows spread %s–%s", q.name, k, latency.Format(lo), latency.Format(hi))}
 		}
 	}
 	if c.CompareToStable {
@@ -113,7 +88,7 @@ func (c *Config) judge(windows []WindowStats, stableP99 time.Duration) verdict {
 		p99 := last[k-1].P99
 		limit := time.Duration(c.StableRatio * float64(stableP99))
 		if p99 > limit && p99-stableP99 > c.AbsoluteTolerance.D() {
-			return verdict{why: fmt.Sprintf("p99 %s above %g × stable p99 %s", fmtMs(p99), c.StableRatio, fmtMs(stableP99))}
+			return verdict{why: fmt.Sprintf("p99 %s above %g × stable p99 %s", latency.Format(p99), c.StableRatio, latency.Format(stableP99))}
 		}
 	}
 	return verdict{converged: true}
@@ -162,14 +137,14 @@ func trend(windows []WindowStats, n int) string {
 	first := max(0, len(complete)-n)
 	var vals []string
 	for _, w := range complete[first:] {
-		vals = append(vals, fmtMs(w.P99))
+		vals = append(vals, latency.Format(w.P99))
 	}
 	lastW := complete[len(complete)-1]
 	s := fmt.Sprintf("p99 of windows %d–%d: %s", complete[first].Index, lastW.Index, strings.Join(vals, " → "))
 	if first > 0 {
-		s += fmt.Sprintf(" (window 1: %s)", fmtMs(complete[0].P99))
+		s += fmt.Sprintf(" (window 1: %s)", latency.Format(complete[0].P99))
 	}
-	s += "; last p50 " + fmtMs(lastW.P50)
+	s += "; last p50 " + latency.Format(lastW.P50)
 	falling := len(complete) >= 3
 	for i := max(1, len(complete)-3); i < len(complete); i++ {
 		if complete[i].P99 >= complete[i-1].P99 {
@@ -182,17 +157,4 @@ func trend(windows []WindowStats, n int) string {
 		s += ", not settling: check errors, or widen tolerance / window"
 	}
 	return s
-}
-
-// fmtMs formats a latency in milliseconds with three significant digits.
-func fmtMs(d time.Duration) string {
-	ms := float64(d) / float64(time.Millisecond)
-	switch {
-	case ms >= 100:
-		return fmt.Sprintf("%.0fms", ms)
-	case ms >= 10:
-		return fmt.Sprintf("%.1fms", ms)
-	default:
-		return fmt.Sprintf("%.2fms", ms)
-	}
 }

@@ -12,6 +12,7 @@ import (
 	"fortio.org/fortio/periodic"
 
 	"github.com/danki-dev/danki/internal/config"
+	"github.com/danki-dev/danki/pkg/latency"
 )
 
 func ms(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
@@ -38,7 +39,7 @@ func TestPercentileIsExactNearestRank(t *testing.T) {
 func windows(p50s, p99s []float64, per int) []WindowStats {
 	var ws []WindowStats
 	for i := range p99s {
-		ws = append(ws, WindowStats{Index: i + 1, Requests: int64((i + 1) * per), Count: per, P50: ms(p50s[i]), P99: ms(p99s[i])})
+		ws = append(ws, WindowStats{Index: i + 1, Requests: int64((i + 1) * per), Summary: latency.Summary{Count: per, P50: ms(p50s[i]), P99: ms(p99s[i])}})
 	}
 	return ws
 }
