@@ -563,6 +563,11 @@ func TestRPCAbortWhateverTheRampAnnotationHolds(t *testing.T) {
 	if _, err := f.istio.NetworkingV1().VirtualServices(trNS).Update(context.Background(), vs, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// Toward a real weight the step stays unverified (never an error: at the
+	// end of the steps Argo would promote on one).
+	if v, err := f.plugin.VerifyWeight(ro, 60, nil); err.HasError() || v != types.NotVerified {
+		t.Fatalf("VerifyWeight(60) with a corrupt ramp annotation = %v %q, want NotVerified, no error", v, err.Error())
+	}
 	mustOK(t, "SetWeight(0) with a corrupt ramp annotation", f.plugin.SetWeight(ro, 0, nil))
 	vs = f.vs(t)
 	if w := weights(vs, 1); !slices.Equal(w, []int32{100, 0}) {
