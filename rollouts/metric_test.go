@@ -4,9 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
-	"net/http/httptest"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/argoproj/argo-rollouts/metricproviders/plugin/rpc"
 	"github.com/argoproj/argo-rollouts/pkg/apis/rollouts/v1alpha1"
+	"github.com/danki-dev/danki/internal/testutil"
 	"github.com/danki-dev/danki/pkg/analysis"
 	goplugin "github.com/hashicorp/go-plugin"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -32,62 +32,45 @@ var (
 	slowCounts = []float64{0, 0, 0, 50, 200, 300, 300, 120, 30, 0, 0}
 )
 
-// fakePrometheus answers Istio queries for services app-canary, app-slow and
-// app-stable (app-empty has no series), and rejects queries containing BAD
-// with Prometheus' 400 bad_data answer.
-type fakePrometheus struct {
-	mu      sync.Mutex
-	queries []string
+// latencyProm is a fake Prometheus holding the Istio standard metrics the
+// gateway reports (reporter="source") for services app-canary (healthy),
+// app-slow and app-stable; app-empty has no series. More versions are
+// added with addIstioVersion.
+func latencyProm(t *testing.T) *testutil.Prometheus {
+	t.Helper()
+	p := testutil.NewPrometheus(t)
+	addIstioVersion(p, "app-canary", testBounds, healthyCounts, 0)
+	addIstioVersion(p, "app-slow", testBounds, slowCounts, 0)
+	addIstioVersion(p, "app-stable", testBounds, stableCounts, 0)
+	return p
 }
 
-func (f *fakePrometheus) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	_ = r.ParseForm()
-	q := r.Form.Get("query")
-	f.mu.Lock()
-	f.queries = append(f.queries, q)
-	f.mu.Unlock()
-	w.Header().Set("Content-Type", "application/json")
-	if strings.Contains(q, "BAD") {
-		w.WriteHeader(http.StatusBadRequest)
-		_, _ = w.Write([]byte(`{"status":"error","errorType":"bad_data","error":"1:1: parse error: unexpected identifier \"BAD\""}`))
-		return
+// addIstioVersion adds one Service's latency histogram (per-bucket counts,
+// the last is +Inf) and its requests, errors of them answered 503.
+func addIstioVersion(p *testutil.Prometheus, service string, bounds, counts []float64, errors float64) {
+	labels := map[string]string{"reporter": "source", "destination_service": service + ".default.svc.cluster.local"}
+	les := append(append([]float64(nil), bounds...), math.Inf(+1))
+	cum, total := make([]float64, len(counts)), 0.0
+	for i, c := range counts {
+		total += c
+		cum[i] = total
 	}
-	var counts []float64
-	switch {
-	case strings.Contains(q, "app-canary"):
-		counts = healthyCounts
-	case strings.Contains(q, "app-slow"):
-		counts = slowCounts
-	case strings.Contains(q, "app-stable"):
-		counts = stableCounts
+	p.AddHistogram("istio_request_duration_milliseconds", labels, les, cum)
+	code := func(c string) map[string]string {
+		return map[string]string{"reporter": "source", "destination_service": labels["destination_service"], "response_code": c}
 	}
-	var result []string
-	if counts != nil {
-		total := 0.0
-		for i, c := range counts {
-			total += c
-			if strings.Contains(q, "_bucket") {
-				le := "+Inf"
-				if i < len(testBounds) {
-					le = strconv.FormatFloat(testBounds[i], 'g', -1, 64)
-				}
-				result = append(result, fmt.Sprintf(`{"metric":{"le":%q},"value":[1700000000,"%g"]}`, le, total))
-			}
-		}
-		if !strings.Contains(q, "_bucket") {
-			if strings.Contains(q, `=~"5.."`) {
-				total = 0
-			}
-			result = append(result, fmt.Sprintf(`{"metric":{},"value":[1700000000,"%g"]}`, total))
-		}
-	}
-	_, _ = fmt.Fprintf(w, `{"status":"success","data":{"resultType":"vector","result":[%s]}}`, strings.Join(result, ","))
+	p.Add("istio_requests_total", code("200"), total-errors)
+	p.Add("istio_requests_total", code("503"), errors)
 }
 
-func (f *fakePrometheus) seen() []string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]string(nil), f.queries...)
+// rejectingProm answers every query with Prometheus' 400 bad_data.
+func rejectingProm(t *testing.T) *testutil.Prometheus {
+	t.Helper()
+	p := testutil.NewPrometheus(t)
+	p.Respond(func(q string) (int, string) {
+		return http.StatusBadRequest, fmt.Sprintf(`{"status":"error","errorType":"bad_data","error":%q}`, "1:1: parse error: unexpected identifier in "+q)
+	})
+	return p
 }
 
 // dispenseLatency serves the registered metric-provider plugin over
@@ -142,9 +125,8 @@ func istioPluginConfig(address, canaryService string) string {
 }
 
 func TestLatencyMetricPhasesThroughRPC(t *testing.T) {
-	fake := &fakePrometheus{}
-	srv := httptest.NewServer(fake)
-	defer srv.Close()
+	fake := latencyProm(t)
+	bad := rejectingProm(t)
 	now := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
 	mp, _ := dispenseLatency(t, now)
 	started := metav1.NewTime(now.Add(-5 * time.Minute))
@@ -160,14 +142,14 @@ func TestLatencyMetricPhasesThroughRPC(t *testing.T) {
 		message  []string
 		hasValue bool
 	}{
-		{"healthy canary", istioPluginConfig(srv.URL, "app-canary"), v1alpha1.AnalysisPhaseSuccessful,
+		{"healthy canary", istioPluginConfig(fake.URL, "app-canary"), v1alpha1.AnalysisPhaseSuccessful,
 			[]string{"Pass: all SLOs hold", "window 5m (cumulative)"}, true},
-		{"slow canary", istioPluginConfig(srv.URL, "app-slow"), v1alpha1.AnalysisPhaseFailed,
+		{"slow canary", istioPluginConfig(fake.URL, "app-slow"), v1alpha1.AnalysisPhaseFailed,
 			[]string{"Fail:", "p99 ", "> 250ms SLO", "canary's tail is heavier"}, true},
-		{"no canary data", istioPluginConfig(srv.URL, "app-empty"), v1alpha1.AnalysisPhaseInconclusive,
-			[]string{"Inconclusive:", `no data, query returned no series: sum by (le) (increase(istio_request_duration_milliseconds_bucket{destination_service="app-empty.default.svc.cluster.local",reporter="destination"}[5m]))`}, true},
-		{"bad PromQL", `{"source":"promql","prometheus":{"address":"` + srv.URL + `"},"promql":{"canary":"a=\"b\"","histogram":"BAD{<<.Selector>>}"},"slo":{"p99":"1s"}}`,
-			v1alpha1.AnalysisPhaseError, []string{"failed to run via plugin:", "prometheus rejected query BAD{a=\"b\"}", "fix the PromQL"}, false},
+		{"no canary data", istioPluginConfig(fake.URL, "app-empty"), v1alpha1.AnalysisPhaseInconclusive,
+			[]string{"Inconclusive:", `no data, query returned no series: sum by (le) (increase(istio_request_duration_milliseconds_bucket{destination_service="app-empty.default.svc.cluster.local",reporter="source"}[5m]))`}, true},
+		{"bad PromQL", `{"source":"promql","prometheus":{"address":"` + bad.URL + `"},"promql":{"canary":"a=\"b\"","histogram":"BAD{<<.Selector>>}","requests":"BAD_requests{<<.Selector>>}","errors":"BAD_errors{<<.Selector>>}"},"slo":{"p99":"1s"}}`,
+			v1alpha1.AnalysisPhaseError, []string{"failed to run via plugin:", "prometheus rejected query BAD", "fix the PromQL"}, false},
 		{"invalid config", `{"source":"istio","slo":{"p99":"fast"}}`, v1alpha1.AnalysisPhaseError,
 			[]string{`metric "latency"`, "prometheus.address: missing", "istio: missing", `slo.p99: "fast" is not a duration`}, false},
 	} {
@@ -211,8 +193,8 @@ func TestLatencyMetricPhasesThroughRPC(t *testing.T) {
 		})
 	}
 	// The cumulative window came from the AnalysisRun's startedAt, through gob.
-	for _, q := range fake.seen() {
-		if !strings.Contains(q, "[5m]") && !strings.Contains(q, "BAD") {
+	for _, q := range fake.Queries() {
+		if !strings.Contains(q, "[5m]") {
 			t.Errorf("query %q does not use the 5m since the AnalysisRun started", q)
 		}
 	}
@@ -227,18 +209,17 @@ func TestLatencyMetricMissingConfig(t *testing.T) {
 }
 
 func TestLatencyMetricLifecycleThroughRPC(t *testing.T) {
-	srv := httptest.NewServer(&fakePrometheus{})
-	defer srv.Close()
+	fake := latencyProm(t)
 	now := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
 	mp, _ := dispenseLatency(t, now)
-	metric := latencyMetric("latency", istioPluginConfig(srv.URL, "app-canary"))
+	metric := latencyMetric("latency", istioPluginConfig(fake.URL, "app-canary"))
 	run := &v1alpha1.AnalysisRun{Status: v1alpha1.AnalysisRunStatus{StartedAt: &metav1.Time{Time: now.Add(-time.Minute)}}}
 
 	if got := mp.Type(); got != "danki/latency" {
 		t.Errorf("Type() = %q", got)
 	}
 	md := mp.GetMetadata(metric)
-	if md["source"] != "istio" || md["window"] != "cumulative" || !strings.Contains(md["queries"], "istio_request_duration_milliseconds_bucket{destination_service=\"app-canary.default.svc.cluster.local\",reporter=\"destination\"}[<window>]") {
+	if md["source"] != "istio" || md["window"] != "cumulative" || !strings.Contains(md["queries"], "istio_request_duration_milliseconds_bucket{destination_service=\"app-canary.default.svc.cluster.local\",reporter=\"source\"}[<window>]") {
 		t.Errorf("GetMetadata = %v", md)
 	}
 	if md := mp.GetMetadata(latencyMetric("latency", `{"source":"x"}`)); !strings.Contains(md["error"], `source: "x" is not a source`) {
@@ -269,8 +250,7 @@ func TestLatencyMetricLifecycleThroughRPC(t *testing.T) {
 }
 
 func TestLatencyMetricConcurrentRuns(t *testing.T) {
-	srv := httptest.NewServer(&fakePrometheus{})
-	defer srv.Close()
+	fake := latencyProm(t)
 	now := time.Now()
 	mp, impl := dispenseLatency(t, now)
 	run := &v1alpha1.AnalysisRun{Status: v1alpha1.AnalysisRunStatus{StartedAt: &metav1.Time{Time: now.Add(-time.Minute)}}}
@@ -282,7 +262,7 @@ func TestLatencyMetricConcurrentRuns(t *testing.T) {
 			if i%2 == 1 {
 				svc, want = "app-slow", v1alpha1.AnalysisPhaseFailed
 			}
-			if m := mp.Run(run, latencyMetric("latency", istioPluginConfig(srv.URL, svc))); m.Phase != want {
+			if m := mp.Run(run, latencyMetric("latency", istioPluginConfig(fake.URL, svc))); m.Phase != want {
 				errs <- fmt.Sprintf("run %d (%s): %s, want %s: %s", i, svc, m.Phase, want, m.Message)
 			}
 		})
@@ -296,5 +276,83 @@ func TestLatencyMetricConcurrentRuns(t *testing.T) {
 	defer impl.mu.Unlock()
 	if n := len(impl.analyzers); n != 2 {
 		t.Errorf("%d cached analyzers, want 2 (one per configuration)", n)
+	}
+}
+
+// TestLatencyMetricRefusesBadCanariesThroughRPC drives issue #12's cases
+// through the real plugin RPC and checks Argo's measurement phase and
+// message: each of them used to end Successful.
+func TestLatencyMetricRefusesBadCanariesThroughRPC(t *testing.T) {
+	fake := latencyProm(t)
+	// 10,000 requests, 30 taking 5 s: p99.9 above the top bound 1000 ms
+	// of the finer buckets the docs recommend.
+	customBounds := []float64{1, 2, 5, 10, 15, 20, 25, 35, 50, 75, 100, 150, 250, 500, 1000}
+	topTail := make([]float64, len(customBounds)+1)
+	topTail[6], topTail[len(topTail)-1] = 9970, 30
+	addIstioVersion(fake, "app-toptail", customBounds, topTail, 0)
+	// Healthy latency, but 5 % of requests failed fast.
+	addIstioVersion(fake, "app-fastfail", testBounds, healthyCounts, 50)
+	// A slow canary at low weight: 300 requests, under the 500 the tail
+	// test needs at p99.
+	lowWeight := make([]float64, len(slowCounts))
+	for i, c := range slowCounts {
+		lowWeight[i] = c * 0.3
+	}
+	addIstioVersion(fake, "app-lowweight", testBounds, lowWeight, 0)
+	// Broken data: +Inf and NaN bucket counts.
+	broken := map[string]string{"reporter": "source", "destination_service": "app-inf.default.svc.cluster.local"}
+	fake.AddHistogram("istio_request_duration_milliseconds", broken, []float64{100, math.Inf(+1)}, []float64{math.NaN(), math.Inf(+1)})
+	fake.Add("istio_requests_total", map[string]string{"reporter": "source", "destination_service": "app-inf.default.svc.cluster.local", "response_code": "200"}, 1000)
+	// Envoy with Istio's stats tags: every request under response_code and
+	// again under response_code_class; 1.5 % failed.
+	const cluster = "outbound|8080||app-envoy.default.svc.cluster.local"
+	les := append(append([]float64(nil), testBounds...), math.Inf(+1))
+	cum, total := make([]float64, len(healthyCounts)), 0.0
+	for i, c := range healthyCounts {
+		total += 2 * c
+		cum[i] = total
+	}
+	fake.AddHistogram("envoy_cluster_upstream_rq_time", map[string]string{"cluster_name": cluster}, les, cum)
+	for label, values := range map[string][2]string{"response_code": {"200", "503"}, "response_code_class": {"2xx", "5xx"}} {
+		fake.Add("envoy_cluster_upstream_rq", map[string]string{"cluster_name": cluster, label: values[0]}, 1970)
+		fake.Add("envoy_cluster_upstream_rq", map[string]string{"cluster_name": cluster, label: values[1]}, 30)
+	}
+
+	now := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
+	mp, _ := dispenseLatency(t, now)
+	run := &v1alpha1.AnalysisRun{Status: v1alpha1.AnalysisRunStatus{StartedAt: &metav1.Time{Time: now.Add(-5 * time.Minute)}}}
+	istio := func(canary, slo string, extra string) string {
+		return `{"source":"istio","prometheus":{"address":"` + fake.URL + `"},"istio":{"canary":{"service":"` + canary +
+			`.default.svc.cluster.local"},"stable":{"service":"app-stable.default.svc.cluster.local"}},"slo":` + slo + extra + `}`
+	}
+	for _, tc := range []struct {
+		name, config string
+		phase        v1alpha1.AnalysisPhase
+		message      []string
+	}{
+		{"p99.9 in the +Inf bucket", istio("app-toptail", `{"p999":"1s"}`, ""), v1alpha1.AnalysisPhaseFailed,
+			[]string{"Fail: p99.9 above 1.00s (in the +Inf bucket, above the top bucket bound) > 1.00s SLO", "canary p99.9 >1.00s"}},
+		{"p99.9 in the +Inf bucket, limit above the top", istio("app-toptail", `{"p999":"2s"}`, ""), v1alpha1.AnalysisPhaseInconclusive,
+			[]string{"Inconclusive:", "add buckets above 1.00s"}},
+		{"non-finite bucket counts", istio("app-inf", `{"p99":"250ms"}`, ""), v1alpha1.AnalysisPhaseError,
+			[]string{"Error:", "returned the non-finite count", "istio_request_duration_milliseconds_bucket"}},
+		{"fast failures", istio("app-fastfail", `{"p99":"250ms"}`, ""), v1alpha1.AnalysisPhaseFailed,
+			[]string{"Fail: error rate 5.00% > 1.00% SLO (50 of 1000, default limit", "canary p99 ", "errors 5.00%"}},
+		{"tail test at low weight", istio("app-lowweight", `{}`, `,"tailTest":{}`), v1alpha1.AnalysisPhaseInconclusive,
+			[]string{"tail test: canary has 300 requests in the window, needs 500 (minTailCount 5 ÷ (1−0.99))"}},
+		{"envoy counts each request once", `{"source":"envoy","prometheus":{"address":"` + fake.URL + `"},"envoy":{"canaryCluster":"` + cluster + `"},"slo":{"maxErrorRate":"1%"}}`,
+			v1alpha1.AnalysisPhaseFailed, []string{"Fail: error rate 1.50% > 1.00% SLO (30 of 2000)"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := mp.Run(run, latencyMetric("latency", tc.config))
+			if m.Phase != tc.phase {
+				t.Fatalf("phase %s, want %s: %s", m.Phase, tc.phase, m.Message)
+			}
+			for _, w := range tc.message {
+				if !strings.Contains(m.Message, w) {
+					t.Errorf("message %q does not contain %q", m.Message, w)
+				}
+			}
+		})
 	}
 }

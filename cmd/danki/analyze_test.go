@@ -4,13 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
+	"math"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/danki-dev/danki/internal/testutil"
 )
 
 // analyzeBounds are Istio/Envoy's default bucket bounds (ms), and the counts
@@ -23,44 +23,36 @@ var (
 	analyzeSlow    = []float64{0, 0, 0, 50, 200, 300, 300, 120, 30, 0, 0}
 )
 
-// analyzeFakeProm answers Envoy cluster queries on 127.0.0.1.
-func analyzeFakeProm(t *testing.T) *httptest.Server {
+// analyzeFakeProm serves, for app-canary (healthy), app-slow and
+// app-stable, Envoy's cluster metrics (with Istio's stats tags: every
+// request under response_code and again under response_code_class) and the
+// gateway's Istio standard metrics; 0.5 % of requests failed.
+func analyzeFakeProm(t *testing.T) *testutil.Prometheus {
 	t.Helper()
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_ = r.ParseForm()
-		q := r.Form.Get("query")
-		var counts []float64
-		switch {
-		case strings.Contains(q, "app-canary"):
-			counts = analyzeHealthy
-		case strings.Contains(q, "app-slow"):
-			counts = analyzeSlow
-		case strings.Contains(q, "app-stable"):
-			counts = analyzeStable
-		}
-		var result []string
-		total := 0.0
+	p := testutil.NewPrometheus(t)
+	les := append(append([]float64(nil), analyzeBounds...), math.Inf(+1))
+	for name, counts := range map[string][]float64{"app-canary": analyzeHealthy, "app-slow": analyzeSlow, "app-stable": analyzeStable} {
+		cum, total := make([]float64, len(counts)), 0.0
 		for i, c := range counts {
 			total += c
-			if strings.Contains(q, "_bucket") {
-				le := "+Inf"
-				if i < len(analyzeBounds) {
-					le = strconv.FormatFloat(analyzeBounds[i], 'g', -1, 64)
-				}
-				result = append(result, fmt.Sprintf(`{"metric":{"le":%q},"value":[1,"%g"]}`, le, total))
-			}
+			cum[i] = total
 		}
-		if counts != nil && !strings.Contains(q, "_bucket") {
-			if strings.Contains(q, `=~"5.."`) {
-				total = total / 200 // 0.5 % errors
-			}
-			result = append(result, fmt.Sprintf(`{"metric":{},"value":[1,"%g"]}`, total))
+		errors := total / 200
+		service := name + ".default.svc.cluster.local"
+		cluster := map[string]string{"cluster_name": "outbound|8080||" + service}
+		p.AddHistogram("envoy_cluster_upstream_rq_time", cluster, les, cum)
+		istio := map[string]string{"reporter": "source", "destination_service": service}
+		p.AddHistogram("istio_request_duration_milliseconds", istio, les, cum)
+		for _, code := range []struct {
+			label, ok, failed string
+		}{{"response_code", "200", "503"}, {"response_code_class", "2xx", "5xx"}} {
+			p.Add("envoy_cluster_upstream_rq", map[string]string{"cluster_name": cluster["cluster_name"], code.label: code.ok}, total-errors)
+			p.Add("envoy_cluster_upstream_rq", map[string]string{"cluster_name": cluster["cluster_name"], code.label: code.failed}, errors)
 		}
-		w.Header().Set("Content-Type", "application/json")
-		fmt.Fprintf(w, `{"status":"success","data":{"resultType":"vector","result":[%s]}}`, strings.Join(result, ","))
-	}))
-	t.Cleanup(srv.Close)
-	return srv
+		p.Add("istio_requests_total", map[string]string{"reporter": "source", "destination_service": service, "response_code": "200"}, total-errors)
+		p.Add("istio_requests_total", map[string]string{"reporter": "source", "destination_service": service, "response_code": "503"}, errors)
+	}
+	return p
 }
 
 func runDanki(args ...string) (string, string, error) {
@@ -126,7 +118,7 @@ func TestAnalyzeJSONOutput(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &v); err != nil {
 		t.Fatalf("not JSON: %v\n%s", err, out)
 	}
-	if v.Phase != "Pass" || len(v.Queries) != 6 || !strings.Contains(v.Queries[0], `istio_request_duration_milliseconds_bucket{destination_service="app-canary.default.svc.cluster.local",reporter="destination"}[5m]`) {
+	if v.Phase != "Pass" || len(v.Queries) != 6 || !strings.Contains(v.Queries[0], `istio_request_duration_milliseconds_bucket{destination_service="app-canary.default.svc.cluster.local",reporter="source"}[5m]`) {
 		t.Errorf("phase %s queries %q", v.Phase, v.Queries)
 	}
 }
