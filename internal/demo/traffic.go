@@ -4,18 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"net/url"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 
 	"fortio.org/fortio/fhttp"
 	"fortio.org/fortio/periodic"
-	flog "fortio.org/log"
 	"golang.org/x/net/http/httpguts"
+
+	"github.com/danki-dev/danki/pkg/load"
 )
 
 // Defaults for TrafficConfig fields left zero.
@@ -57,7 +56,7 @@ type Sample struct {
 }
 
 // OK reports whether the request succeeded: a 2xx or 3xx reply.
-func (s Sample) OK() bool { return s.Code >= 200 && s.Code < 400 }
+func (s Sample) OK() bool { return load.Succeeded(s.Code) }
 
 // Result is what a traffic run measured.
 type Result struct {
@@ -85,11 +84,10 @@ type Result struct {
 // Traffic is a running traffic generator. Stop it with Stop or by ending
 // the context given to StartTraffic.
 type Traffic struct {
-	cfg     TrafficConfig
-	rec     *recorder
-	aborter *periodic.Aborter
-	clients []*fhttp.Client
-	done    chan struct{}
+	cfg    TrafficConfig
+	rec    *recorder
+	runner *load.Runner
+	done   chan struct{}
 
 	fortio periodic.RunnerResults // written before done is closed
 
@@ -107,78 +105,32 @@ func StartTraffic(ctx context.Context, cfg TrafficConfig) (*Traffic, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("start traffic to %s: %w", cfg.URL, err)
 	}
-	quietFortio()
-	t := &Traffic{cfg: cfg, aborter: periodic.NewAborter(), done: make(chan struct{})}
-	origin := time.Now()
-	t.rec = newRecorder(origin)
-	ro := periodic.RunnerOptions{
-		RunType:      "HTTP",
-		QPS:          cfg.QPS,
-		Duration:     -1, // until aborted
-		NumThreads:   cfg.Connections,
-		Out:          io.Discard, // fortio prints its summary to stdout by default
-		Stop:         t.aborter,  // our own Aborter also keeps periodic from catching SIGINT
-		AccessLogger: t.rec,
-		NoCatchUp:    true,
-		Uniform:      cfg.Connections > 1, // stagger connections instead of sending in bursts
-		Labels:       "danki demo traffic",
-	}
-	runner := periodic.NewPeriodicRunner(&ro)
-	for i := range runner.Options().NumThreads {
-		client, err := newClient(cfg, i)
-		if err != nil {
-			t.closeClients()
-			t.aborter.Abort(false)
-			return nil, err
-		}
-		t.clients = append(t.clients, client)
-		runner.Options().Runners[i] = fetch{client}
+	t := &Traffic{cfg: cfg, done: make(chan struct{})}
+	t.rec = newRecorder(time.Now())
+	t.runner, err = load.New(load.Options{
+		URL:         cfg.URL,
+		QPS:         cfg.QPS,
+		Connections: cfg.Connections,
+		Timeout:     cfg.Timeout,
+		Headers:     cfg.Headers,
+		Recorder:    t.rec,
+		Label:       "danki demo traffic",
+	})
+	if err != nil {
+		return nil, fmt.Errorf("start traffic to %s: %w", cfg.URL, err)
 	}
 	go func() {
 		defer close(t.done)
-		t.fortio = runner.Run()
-		t.closeClients()
+		t.fortio = t.runner.Run()
 	}()
 	go func() {
 		select {
 		case <-ctx.Done():
-			t.aborter.Abort(false)
+			t.runner.Stop()
 		case <-t.done:
 		}
 	}()
 	return t, nil
-}
-
-var quietFortioOnce sync.Once
-
-// quietFortio keeps fortio's own logging (one line per failed request, one
-// per connection at the end) to real trouble: every request is a Sample, its
-// failure included. Process-wide, as pkg/warmup does.
-func quietFortio() {
-	quietFortioOnce.Do(func() { flog.SetLogLevelQuiet(flog.Critical) })
-}
-
-func newClient(cfg TrafficConfig, id int) (*fhttp.Client, error) {
-	o := fhttp.HTTPOptions{DisableFastClient: true, HTTPReqTimeOut: cfg.Timeout}
-	o.Init(cfg.URL)
-	o.ID = id
-	// Sorted, so every connection sends the headers in the same order.
-	for _, name := range slices.Sorted(maps.Keys(cfg.Headers)) {
-		if err := o.AddAndValidateExtraHeader(name + ": " + cfg.Headers[name]); err != nil {
-			return nil, fmt.Errorf("TrafficConfig.Headers[%q]: %w", name, err)
-		}
-	}
-	client, err := fhttp.NewStdClient(&o)
-	if err != nil {
-		return nil, fmt.Errorf("create fortio client for %s: %w", cfg.URL, err)
-	}
-	return client, nil
-}
-
-func (t *Traffic) closeClients() {
-	for _, c := range t.clients {
-		c.Close()
-	}
 }
 
 // Count returns how many requests completed so far (for progress output).
@@ -196,7 +148,7 @@ func (t *Traffic) Done() <-chan struct{} { return t.done }
 // are user requests like any other and are recorded. Stop may be called more
 // than once, also after ctx ended; every call returns the same Result.
 func (t *Traffic) Stop() Result {
-	t.aborter.Abort(false)
+	t.runner.Stop()
 	<-t.done
 	t.once.Do(func() {
 		samples := t.rec.samples()
@@ -219,15 +171,6 @@ func (t *Traffic) Stop() Result {
 		t.result = r
 	})
 	return t.result
-}
-
-// fetch is periodic's unit of work: one request on one connection's fortio
-// client. It reports the status code as details for the recorder.
-type fetch struct{ client *fhttp.Client }
-
-func (f fetch) Run(ctx context.Context, _ periodic.ThreadID) (bool, string) {
-	code, _, _ := f.client.StreamFetch(ctx)
-	return Sample{Code: code}.OK(), strconv.Itoa(code)
 }
 
 // withDefaults fills zero fields and rejects bad ones, naming the field.

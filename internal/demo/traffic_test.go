@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/danki-dev/danki/internal/testutil"
 )
 
 func TestTrafficRecordsEveryRequest(t *testing.T) {
@@ -26,7 +28,7 @@ func TestTrafficRecordsEveryRequest(t *testing.T) {
 	time.Sleep(1500 * time.Millisecond)
 	res := tr.Stop()
 
-	served := int(srv.requests.Load())
+	served := int(srv.All())
 	if served == 0 {
 		t.Fatal("the server saw no request")
 	}
@@ -46,7 +48,7 @@ func TestTrafficRecordsEveryRequest(t *testing.T) {
 
 	// The first request on each connection (status 203, delayed by the
 	// server) must be among the samples, with its slow latency.
-	conns := int(srv.conns.Load())
+	conns := int(srv.FirstOnConn())
 	if conns < cfg.Connections {
 		t.Errorf("server saw %d connections, want at least %d", conns, cfg.Connections)
 	}
@@ -84,7 +86,8 @@ func TestTrafficRecordsEveryRequest(t *testing.T) {
 		t.Errorf("achieved %.1f qps for %.0f asked (ratio %.2f), want within 0.5–1.2", res.AchievedQPS, res.AskedQPS, r)
 	}
 
-	host, h := srv.seen()
+	last := srv.Last()
+	host, h := last.Host, last.Header
 	if host != "app.demo.test" || h.Get("X-Demo") != "yes" {
 		t.Errorf("server saw Host %q and X-Demo %q, want app.demo.test and yes", host, h.Get("X-Demo"))
 	}
@@ -104,13 +107,13 @@ func TestTrafficStopWaitsForInFlightRequests(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Stop as soon as the server has a request: it is still in flight.
-	for deadline := time.Now().Add(5 * time.Second); srv.requests.Load() == 0; time.Sleep(time.Millisecond) {
+	for deadline := time.Now().Add(5 * time.Second); srv.All() == 0; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("no request reached the server within 5 s")
 		}
 	}
 	res := tr.Stop()
-	if served := int(srv.requests.Load()); served == 0 || len(res.Samples) != served {
+	if served := int(srv.All()); served == 0 || len(res.Samples) != served {
 		t.Fatalf("server got %d requests, %d samples recorded", served, len(res.Samples))
 	}
 	for _, s := range res.Samples {
@@ -121,7 +124,7 @@ func TestTrafficStopWaitsForInFlightRequests(t *testing.T) {
 }
 
 func TestTrafficRecordsConnectionErrors(t *testing.T) {
-	l := listenLoopback(t)
+	l := testutil.ListenLoopback(t)
 	url := "http://" + l.Addr().String() + "/"
 	l.Close() // nothing listens there any more: connection refused
 	tr, err := StartTraffic(t.Context(), TrafficConfig{URL: url, QPS: 50, Connections: 2})
@@ -182,7 +185,7 @@ func TestTrafficStopsWhenContextEnds(t *testing.T) {
 	if n == 0 || res.Requests != n || tr.Count() != n {
 		t.Errorf("Count() %d when Done, %d after, Result.Requests %d: want equal and > 0", n, tr.Count(), res.Requests)
 	}
-	if served := int(srv.requests.Load()); served != n {
+	if served := int(srv.All()); served != n {
 		t.Errorf("server served %d, recorded %d", served, n)
 	}
 }
@@ -247,7 +250,7 @@ func TestTrafficImmediateStop(t *testing.T) {
 		t.Fatal(err)
 	}
 	res := tr.Stop()
-	if served := int(srv.requests.Load()); res.Requests != served || len(res.Samples) != served {
+	if served := int(srv.All()); res.Requests != served || len(res.Samples) != served {
 		t.Errorf("server served %d, result has %d requests and %d samples", served, res.Requests, len(res.Samples))
 	}
 	if res.Start.IsZero() {

@@ -65,7 +65,7 @@ func (c *coordinator) run(parent, runCtx context.Context, targets []Target) erro
 	var runners []*loadRunner
 	abortAll := func() {
 		for _, r := range runners {
-			r.aborter.Abort(false)
+			r.stop()
 		}
 	}
 	for i, t := range targets {
@@ -77,7 +77,7 @@ func (c *coordinator) run(parent, runCtx context.Context, targets []Target) erro
 			return err
 		}
 		st.runner = r
-		st.rec.onCap = func() { r.aborter.Abort(false) }
+		st.rec.onCap = func() { r.stop() }
 		c.canary = append(c.canary, st)
 		runners = append(runners, r)
 	}
@@ -159,7 +159,7 @@ func (c *coordinator) run(parent, runCtx context.Context, targets []Target) erro
 			}
 			if canaryRunning == 0 {
 				for _, r := range c.sruns {
-					r.aborter.Abort(false)
+					r.stop()
 				}
 				if c.res.Reason == "" {
 					c.res.Reason = fmt.Sprintf("maxRequests %d sent to every target", c.cfg.MaxRequests)
@@ -213,7 +213,7 @@ func (c *coordinator) onWindow(ev event) {
 				if v.converged {
 					st.res.Converged, st.res.ConvergedAfter, st.res.ConvergedWindow = true, w.Requests, w.Index
 					if !c.opts.RunToMaxRequests {
-						st.runner.aborter.Abort(false)
+						st.runner.stop()
 					}
 				}
 			}

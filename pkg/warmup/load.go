@@ -3,16 +3,16 @@ package warmup
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"fortio.org/fortio/fhttp"
 	"fortio.org/fortio/periodic"
 	"fortio.org/fortio/stats"
+
+	"github.com/danki-dev/danki/pkg/load"
 )
 
 // fortioPercentiles go into fortio's result JSON; fortioResolution is the
@@ -91,81 +91,42 @@ func (r *recorder) Report(_ context.Context, _ periodic.ThreadID, _ int64, _ tim
 // Info implements periodic.AccessLogger.
 func (r *recorder) Info() string { return "danki warm-up windows" }
 
-// fetchRunnable is periodic's unit of work: one request on one connection's
-// fortio client. It reports 2xx and 3xx as success.
-type fetchRunnable struct {
-	client fhttp.Fetcher
-	ctx    context.Context // cancelled on a hard stop to cut in-flight requests
-}
-
-func (f *fetchRunnable) Run(context.Context, periodic.ThreadID) (bool, string) {
-	code, _, _ := f.client.StreamFetch(f.ctx)
-	return code >= 200 && code < 400, strconv.Itoa(code)
-}
-
-// loadRunner is fortio's periodic runner for one target: Connections
-// goroutines, each with its own fortio std client whose transport is a
-// requestRewriter, paced to QPS without catch-up bursts, running until its
-// Aborter is aborted.
+// loadRunner is the load on one target: a paced fortio runner
+// (pkg/load) whose connections each render the request mix through their
+// own requestRewriter, running until stopped.
 type loadRunner struct {
 	target  Target
-	aborter *periodic.Aborter
-	runner  periodic.PeriodicRunner
-	clients []fhttp.Fetcher
+	runner  *load.Runner
 	lastErr *errorBox
 }
 
 func newLoadRunner(reqCtx context.Context, t Target, qps float64, conns int, cfg *Config, set *requestSet, seed, stream uint64, rec *recorder) (*loadRunner, error) {
-	lr := &loadRunner{target: t, aborter: periodic.NewAborter(), lastErr: &errorBox{}}
-	ro := periodic.RunnerOptions{
-		RunType:      "HTTP",
-		QPS:          qps,
-		Duration:     -1, // until aborted
-		NumThreads:   conns,
-		Percentiles:  fortioPercentiles,
-		Resolution:   fortioResolution,
-		Out:          io.Discard, // fortio prints to stdout by default; go-plugin owns the plugin's stdout
-		Stop:         lr.aborter, // our own Aborter: also keeps periodic from installing a SIGINT handler
-		AccessLogger: rec,
-		NoCatchUp:    true,
-		Uniform:      conns > 1, // stagger connections instead of sending in bursts
-		Labels:       "danki warmup " + t.Name,
-	}
-	lr.runner = periodic.NewPeriodicRunner(&ro)
+	lr := &loadRunner{target: t, lastErr: &errorBox{}}
 	seq := &atomic.Int64{}
-	for i := range lr.runner.Options().NumThreads {
-		rw := &requestRewriter{gen: set.newGenerator(seed, stream<<20|uint64(i), seq), lastErr: lr.lastErr}
-		o := fhttp.HTTPOptions{DisableFastClient: true, HTTPReqTimeOut: cfg.Timeout.D()}
-		o.Init(t.URL + "/")
-		o.ID = i
-		o.Transport = func(base http.RoundTripper) http.RoundTripper {
-			rw.base = base
-			return rw
-		}
-		if err := o.AddAndValidateExtraHeader("User-Agent: " + userAgent); err != nil {
-			lr.close()
-			return nil, err
-		}
-		client, err := fhttp.NewStdClient(&o)
-		if err != nil {
-			lr.close()
-			return nil, fmt.Errorf("create fortio client for %s: %w", t, err)
-		}
-		lr.clients = append(lr.clients, client)
-		lr.runner.Options().Runners[i] = &fetchRunnable{client: client, ctx: reqCtx}
+	r, err := load.New(load.Options{
+		URL:            t.URL + "/",
+		QPS:            qps,
+		Connections:    conns,
+		Timeout:        cfg.Timeout.D(),
+		Headers:        map[string]string{"User-Agent": userAgent},
+		Recorder:       rec,
+		Label:          "danki warmup " + t.Name,
+		Percentiles:    fortioPercentiles,
+		Resolution:     fortioResolution,
+		RequestContext: reqCtx, // cancelled on a hard stop to cut in-flight requests
+		WrapTransport: func(conn int, base http.RoundTripper) http.RoundTripper {
+			return &requestRewriter{base: base, gen: set.newGenerator(seed, stream<<20|uint64(conn), seq), lastErr: lr.lastErr}
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("load %s: %w", t, err)
 	}
+	lr.runner = r
 	return lr, nil
 }
 
-// run sends load until aborted and returns fortio's results.
-func (lr *loadRunner) run() periodic.RunnerResults {
-	defer lr.close()
-	return lr.runner.Run()
-}
+// run sends load until stopped and returns fortio's results.
+func (lr *loadRunner) run() periodic.RunnerResults { return lr.runner.Run() }
 
-func (lr *loadRunner) close() {
-	lr.aborter.Abort(false)
-	for _, c := range lr.clients {
-		c.Close()
-	}
-}
+// stop sends no new request; requests in flight finish.
+func (lr *loadRunner) stop() { lr.runner.Stop() }

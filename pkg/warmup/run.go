@@ -6,10 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"time"
-
-	flog "fortio.org/log"
 
 	"github.com/danki-dev/danki/pkg/latency"
 )
@@ -70,14 +67,6 @@ type Progress struct {
 	StableP99 time.Duration
 }
 
-var quietFortioOnce sync.Once
-
-// quietFortio keeps fortio's own logging to real trouble: danki reports
-// errors per window, and `danki plugin` stderr goes to the controller log.
-func quietFortio() {
-	quietFortioOnce.Do(func() { flog.SetLogLevelQuiet(flog.Critical) })
-}
-
 // Run warms the targets until their latency converges (see the package
 // documentation), the deadline passes, a target reaches MaxRequests, or ctx
 // ends. It always returns a Result (nil only for invalid input) describing
@@ -105,7 +94,6 @@ func Run(ctx context.Context, cfg Config, targets []Target, opts Options) (*Resu
 	if seed == 0 {
 		seed = time.Now().UnixNano()
 	}
-	quietFortio()
 
 	start := time.Now()
 	res := &Result{Config: cfg, Start: start, Seed: seed}

@@ -1,0 +1,155 @@
+package load
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"fortio.org/fortio/fhttp"
+	"fortio.org/fortio/periodic"
+	flog "fortio.org/log"
+)
+
+// Options describe paced load on one URL.
+type Options struct {
+	// URL is where every request goes (a transport from WrapTransport may
+	// rewrite it per request).
+	URL string
+	// QPS is the rate, summed over all connections; must be > 0.
+	QPS float64
+	// Connections each send their share of QPS, one request at a time.
+	Connections int
+	// Timeout bounds one request; 0 is fortio's default.
+	Timeout time.Duration
+	// Headers are sent with every request; "Host" sets the Host header.
+	Headers map[string]string
+	// Recorder is told about every request (on the request's goroutine),
+	// with details set to the HTTP status code, or -1 when no reply came.
+	Recorder periodic.AccessLogger
+	// Label names the run in fortio's results.
+	Label string
+	// Percentiles and Resolution (seconds) shape fortio's own histogram in
+	// the results; zero values take fortio's defaults.
+	Percentiles []float64
+	Resolution  float64
+	// RequestContext, if set, is the context of every request: cancelling
+	// it cuts requests in flight, while Stop only stops new ones.
+	RequestContext context.Context
+	// WrapTransport, if set, wraps connection conn's HTTP transport (the
+	// warm-up renders each request of its mix there).
+	WrapTransport func(conn int, base http.RoundTripper) http.RoundTripper
+}
+
+// Runner sends the load of one Options until Stop.
+type Runner struct {
+	aborter *periodic.Aborter
+	runner  periodic.PeriodicRunner
+	clients []*fhttp.Client
+}
+
+// New prepares a Runner; nothing is sent before Run.
+func New(o Options) (*Runner, error) {
+	if !(o.QPS > 0) {
+		return nil, fmt.Errorf("load: QPS must be > 0 (got %g); fortio would treat 0 as its default rate and < 0 as unpaced", o.QPS)
+	}
+	quietFortio()
+	r := &Runner{aborter: periodic.NewAborter()}
+	ro := periodic.RunnerOptions{
+		RunType:      "HTTP",
+		QPS:          o.QPS,
+		Duration:     -1, // until stopped
+		NumThreads:   max(o.Connections, 1),
+		Percentiles:  o.Percentiles,
+		Resolution:   o.Resolution,
+		Out:          io.Discard, // fortio prints its report to stdout by default
+		Stop:         r.aborter,  // our own Aborter also keeps periodic from catching SIGINT
+		AccessLogger: o.Recorder,
+		NoCatchUp:    true,
+		Uniform:      o.Connections > 1, // stagger connections instead of sending in bursts
+		Labels:       o.Label,
+	}
+	r.runner = periodic.NewPeriodicRunner(&ro)
+	for i := range r.runner.Options().NumThreads {
+		client, err := newClient(o, i)
+		if err != nil {
+			r.close()
+			return nil, err
+		}
+		r.clients = append(r.clients, client)
+		r.runner.Options().Runners[i] = &fetch{client: client, ctx: o.RequestContext}
+	}
+	return r, nil
+}
+
+func newClient(o Options, conn int) (*fhttp.Client, error) {
+	ho := fhttp.HTTPOptions{DisableFastClient: true, HTTPReqTimeOut: o.Timeout}
+	ho.Init(o.URL)
+	ho.ID = conn
+	if o.WrapTransport != nil {
+		ho.Transport = func(base http.RoundTripper) http.RoundTripper { return o.WrapTransport(conn, base) }
+	}
+	// Sorted, so every connection sends the headers in the same order.
+	for _, name := range slices.Sorted(maps.Keys(o.Headers)) {
+		if err := ho.AddAndValidateExtraHeader(name + ": " + o.Headers[name]); err != nil {
+			return nil, fmt.Errorf("header %q: %w", name, err)
+		}
+	}
+	client, err := fhttp.NewStdClient(&ho)
+	if err != nil {
+		return nil, fmt.Errorf("create fortio client for %s: %w", o.URL, err)
+	}
+	return client, nil
+}
+
+// Run sends load until Stop and returns fortio's results once the last
+// request in flight has finished.
+func (r *Runner) Run() periodic.RunnerResults {
+	defer r.close()
+	return r.runner.Run()
+}
+
+// Stop sends no new request; requests in flight finish (and are recorded).
+// It may be called more than once, and before Run.
+func (r *Runner) Stop() { r.aborter.Abort(false) }
+
+func (r *Runner) close() {
+	r.Stop()
+	for _, c := range r.clients {
+		c.Close()
+	}
+}
+
+// Succeeded reports whether an HTTP status code counts as a success: 2xx
+// and 3xx.
+func Succeeded(code int) bool { return code >= 200 && code < 400 }
+
+// fetch is periodic's unit of work: one request on one connection's fortio
+// client. Its details are the status code for the Recorder.
+type fetch struct {
+	client *fhttp.Client
+	ctx    context.Context // nil: periodic's
+}
+
+func (f *fetch) Run(ctx context.Context, _ periodic.ThreadID) (bool, string) {
+	if f.ctx != nil {
+		ctx = f.ctx
+	}
+	code, _, _ := f.client.StreamFetch(ctx)
+	return Succeeded(code), strconv.Itoa(code)
+}
+
+var quietFortioOnce sync.Once
+
+// quietFortio keeps fortio's own logging (a line per failed request, one per
+// connection at the end) to real trouble: callers record every request,
+// failures included, and `danki plugin` stderr goes to the controller log.
+// fortio's log level is process-wide.
+func quietFortio() {
+	quietFortioOnce.Do(func() { flog.SetLogLevelQuiet(flog.Critical) })
+}
