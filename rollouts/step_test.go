@@ -5,13 +5,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
-	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,40 +20,21 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/danki-dev/danki/internal/testutil"
 	"github.com/danki-dev/danki/pkg/warmup"
 )
 
-// stepLoadServer is a pod stand-in on 127.0.0.1 that counts warm-up requests.
-type stepLoadServer struct {
-	*httptest.Server
-	load     atomic.Int64
-	unmarked atomic.Int64
-}
-
-func newStepLoadServer(t *testing.T, delay func(n int64) time.Duration) *stepLoadServer {
+// newStepLoadServer is a pod stand-in on 127.0.0.1 with the health path
+// /healthz that counts warm-up requests.
+func newStepLoadServer(t *testing.T, delay func(n int64, firstOnConn bool) time.Duration) *testutil.ColdServer {
 	t.Helper()
-	s := &stepLoadServer{}
-	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("X-Danki-Warmup") != "1" {
-			s.unmarked.Add(1)
-		}
-		if r.URL.Path != "/healthz" {
-			n := s.load.Add(1)
-			time.Sleep(delay(n))
-		}
-		_, _ = io.WriteString(w, "ok")
-	}))
-	t.Cleanup(s.Close)
+	s := testutil.NewColdServer(t, delay)
+	s.HealthPath = "/healthz"
 	return s
 }
 
-func stepFlat(d time.Duration) func(int64) time.Duration {
-	return func(int64) time.Duration { return d }
-}
-
-func stepDecay(n int64) time.Duration {
-	return time.Millisecond + time.Duration(20*float64(time.Millisecond)*math.Exp(-float64(n)/40))
-}
+// stepDecay is a cold pod: 1 ms + 20 ms·e^(−n/40).
+var stepDecay = testutil.Decaying(time.Millisecond, 20*time.Millisecond, 40)
 
 // warmupStepClient serves impl through go-plugin's real net/rpc plumbing and
 // returns the controller-side client, as the Argo Rollouts controller
@@ -184,8 +161,8 @@ func TestStepRunConvergesThroughRPC(t *testing.T) {
 			t.Errorf("message %q lacks %q", res.Message, want)
 		}
 	}
-	if srv.unmarked.Load() != 0 {
-		t.Errorf("%d requests without marker", srv.unmarked.Load())
+	if srv.Unmarked() != 0 {
+		t.Errorf("%d requests without marker", srv.Unmarked())
 	}
 	// Status round trip: the controller hands the final status back.
 	back, _ := p.Run(ro, &types.RpcStepContext{Config: cfg, Status: res.Status})
@@ -194,15 +171,8 @@ func TestStepRunConvergesThroughRPC(t *testing.T) {
 	}
 }
 
-func stepSpiky(n int64) time.Duration {
-	if ((n-1)/20)%2 == 0 && n%20 == 10 {
-		return 150 * time.Millisecond
-	}
-	return 2 * time.Millisecond
-}
-
 func TestStepFailsWithTrendWhenNotConverging(t *testing.T) {
-	srv := newStepLoadServer(t, stepSpiky)
+	srv := newStepLoadServer(t, testutil.NeverSettling)
 	p := warmupStepClient(t, newTestWarmupStep(t))
 	cfg := warmupConfigJSON(t, []string{srv.URL}, map[string]any{"connections": 1, "maxRequests": 200, "tolerance": 0.2})
 	res, _ := runStepUntilDone(t, p, stepRollout("cart", "h1", 1), cfg, nil, 30*time.Second)
@@ -239,7 +209,7 @@ func TestStepRefusesBadConfig(t *testing.T) {
 func TestStepAbortAndTerminateStopLoad(t *testing.T) {
 	for _, op := range []string{"Abort", "Terminate"} {
 		t.Run(op, func(t *testing.T) {
-			srv := newStepLoadServer(t, stepFlat(2*time.Millisecond))
+			srv := newStepLoadServer(t, testutil.Flat(2*time.Millisecond))
 			p := warmupStepClient(t, newTestWarmupStep(t))
 			ro := stepRollout("cart", "h1", 0)
 			cfg := warmupConfigJSON(t, []string{srv.URL}, map[string]any{"minRequests": 1000000, "maxRequests": 1000000, "qps": 200})
@@ -247,7 +217,7 @@ func TestStepAbortAndTerminateStopLoad(t *testing.T) {
 			if res.Phase != types.PhaseRunning {
 				t.Fatalf("Run: %s %s", res.Phase, res.Message)
 			}
-			stepWaitFor(t, 10*time.Second, func() bool { return srv.load.Load() > 50 })
+			testutil.WaitFor(t, 10*time.Second, func() bool { return srv.Load() > 50 })
 			start := time.Now()
 			var out types.RpcStepResult
 			var rerr types.RpcError
@@ -264,9 +234,9 @@ func TestStepAbortAndTerminateStopLoad(t *testing.T) {
 			if took > time.Second {
 				t.Errorf("%s took %s, want the load stopped within a second", op, took)
 			}
-			after := srv.load.Load()
+			after := srv.Load()
 			time.Sleep(300 * time.Millisecond)
-			if late := srv.load.Load() - after; late != 0 {
+			if late := srv.Load() - after; late != 0 {
 				t.Errorf("server got %d requests after %s returned", late, op)
 			}
 		})
@@ -280,7 +250,7 @@ func TestStepRestartedPluginResumes(t *testing.T) {
 
 	old := newTestWarmupStep(t)
 	res, _ := warmupStepClient(t, old).Run(ro, &types.RpcStepContext{Config: cfg})
-	stepWaitFor(t, 10*time.Second, func() bool { return srv.load.Load() > 20 })
+	testutil.WaitFor(t, 10*time.Second, func() bool { return srv.Load() > 20 })
 	// The process dies: its load stops, only the controller's status remains.
 	old.supervisor.Stop(ro.Namespace + "/" + ro.Name)
 	running := warmup.ParseStatus(res.Status)
@@ -303,10 +273,10 @@ func TestStepRestartedPluginResumes(t *testing.T) {
 	}
 
 	// A fresh process handed a finished status reports it without new load.
-	before := srv.load.Load()
+	before := srv.Load()
 	again, _ := warmupStepClient(t, newTestWarmupStep(t)).Run(ro, &types.RpcStepContext{Config: cfg, Status: done.Status})
-	if again.Phase != types.PhaseSuccessful || srv.load.Load() != before {
-		t.Errorf("finished status: %s, %d new requests", again.Phase, srv.load.Load()-before)
+	if again.Phase != types.PhaseSuccessful || srv.Load() != before {
+		t.Errorf("finished status: %s, %d new requests", again.Phase, srv.Load()-before)
 	}
 
 	// Restarted too often, or past the deadline: Failed, not wedged.
@@ -348,7 +318,7 @@ func TestStepFindsCanaryPodsOfRollout(t *testing.T) {
 
 	for _, mode := range []string{"canaryService", "selector"} {
 		t.Run(mode, func(t *testing.T) {
-			before := srv.load.Load()
+			before := srv.Load()
 			impl := newTestWarmupStep(t)
 			impl.kube = fake.NewClientset(pod("cart-h1-a", "h1"), slice)
 			p := warmupStepClient(t, impl)
@@ -360,7 +330,7 @@ func TestStepFindsCanaryPodsOfRollout(t *testing.T) {
 			if res.Phase != types.PhaseSuccessful {
 				t.Fatalf("%s: %s", res.Phase, res.Message)
 			}
-			if srv.load.Load() == before {
+			if srv.Load() == before {
 				t.Error("no load reached the pod")
 			}
 			final := seen[len(seen)-1]
@@ -399,17 +369,6 @@ func TestStepConcurrentRollouts(t *testing.T) {
 	})
 	if runs := impl.supervisor.Keys(); len(runs) != 4 {
 		t.Errorf("%d runs in memory, want one per rollout: %v", len(runs), runs)
-	}
-}
-
-func stepWaitFor(t *testing.T, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %s", timeout)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 

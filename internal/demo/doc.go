@@ -5,8 +5,9 @@
 // What users feel during a rollout is the latency of their own requests, so
 // the demo measures it from the client side, request by request:
 //
-//   - StartTraffic sends steady traffic at a fixed QPS with fortio (periodic
-//     driving fhttp clients, one connection each) and records every request
+//   - StartTraffic sends steady traffic at a fixed QPS with pkg/load's
+//     paced fortio runner (periodic driving fhttp clients, one per
+//     connection) and records every request
 //     as a Sample: start time, latency and HTTP status (-1 when no response
 //     came). danki drives periodic with its own Runnable and collects
 //     samples through periodic's AccessLogger, so nothing is left out, not
@@ -15,9 +16,10 @@
 //     (fortio's NoCatchUp): a slow pod shows as latency and as achieved QPS
 //     below the asked QPS, not as a burst afterwards.
 //   - Summarize cuts samples into phases (before / during / after a rollout,
-//     half-open [From, To) intervals) with exact percentiles computed from
-//     the raw latencies, not from histogram buckets: a handful of cold-start
-//     requests must show in p99.9 and max as they were.
+//     half-open [From, To) intervals), each a latency.Summary: exact
+//     percentiles computed from the raw latencies, not from histogram
+//     buckets: a handful of cold-start requests must show in p99.9 and max
+//     as they were.
 //   - WriteTable puts scenarios side by side (rows = phases, columns = p50,
 //     p99, p99.9, max and errors per scenario, then the rollout durations), as
 //     aligned text or Markdown, shaped like the field reports' tables;

@@ -33,6 +33,13 @@
 // pkg/analysis can read. Progress is reported per window through
 // Options.OnProgress.
 //
+// FindTargets resolves a TargetQuery (explicit URLs, or pods waited for in
+// Kubernetes) the same way for both callers. A Supervisor runs warm-ups in
+// the background for callers that poll, keyed by RunKey: Start is
+// idempotent and resumes from a kept Status after a restart, Stop stops the
+// load, finished runs expire. The load itself is pkg/load's paced fortio
+// runner; windows are pkg/latency summaries.
+//
 // The package is plain Go: the Argo Rollouts step plugin (rollouts/step.go)
 // and the `danki warmup` command are thin layers over it.
 package warmup

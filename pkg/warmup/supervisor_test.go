@@ -41,17 +41,6 @@ func waitFinal(t *testing.T, s *Supervisor, key RunKey, timeout time.Duration) S
 	}
 }
 
-func waitUntil(t *testing.T, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %s", timeout)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func TestSupervisorStartIsIdempotent(t *testing.T) {
 	srv := newTestServer(t, testutil.Decaying(time.Millisecond, 20*time.Millisecond, 40))
 	s := newTestSupervisor()
@@ -133,7 +122,7 @@ func TestSupervisorStopWaitsForLoadToStop(t *testing.T) {
 	s := newTestSupervisor()
 	key := RunKey{Owner: "shop/cart", Revision: "h1"}
 	s.Start(key, nil, urlJob(cfg, srv))
-	waitUntil(t, 10*time.Second, func() bool { return srv.Load() > 50 })
+	testutil.WaitFor(t, 10*time.Second, func() bool { return srv.Load() > 50 })
 	start := time.Now()
 	if n := s.Stop("shop/other"); n != 0 {
 		t.Errorf("Stop of another owner stopped %d runs", n)
@@ -161,7 +150,7 @@ func TestSupervisorNewRevisionReplacesRun(t *testing.T) {
 	s := newTestSupervisor()
 	s.Start(RunKey{Owner: "shop/cart", Revision: "h1"}, nil, urlJob(cfg, old))
 	s.Start(RunKey{Owner: "shop/web", Revision: "h1"}, nil, urlJob(cfg, next))
-	waitUntil(t, 10*time.Second, func() bool { return old.Load() > 20 })
+	testutil.WaitFor(t, 10*time.Second, func() bool { return old.Load() > 20 })
 	s.Start(RunKey{Owner: "shop/cart", Revision: "h2"}, nil, urlJob(cfg, next))
 	if keys := s.Keys(); len(keys) != 2 || keys[0].Revision != "h2" || keys[1].Owner != "shop/web" {
 		t.Errorf("runs %v, want shop/cart/h2 and shop/web/h1", keys)
