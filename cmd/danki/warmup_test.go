@@ -3,39 +3,30 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"io"
-	"math"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"fortio.org/fortio/fhttp"
+
+	"github.com/danki-dev/danki/internal/testutil"
 )
 
-// warmupServer is a cold pod stand-in on 127.0.0.1: 1 ms + 20 ms·e^(−n/40).
-func warmupServer(t *testing.T) (*httptest.Server, *atomic.Int64) {
+// warmupServer is a cold pod stand-in on 127.0.0.1: 1 ms + 20 ms·e^(−n/40),
+// health path /healthz.
+func warmupServer(t *testing.T) *testutil.ColdServer {
 	t.Helper()
-	var n atomic.Int64
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("X-Danki-Warmup") != "1" {
-			w.WriteHeader(http.StatusBadRequest)
-			return
+	srv := testutil.NewColdServer(t, testutil.Decaying(time.Millisecond, 20*time.Millisecond, 40))
+	srv.HealthPath = "/healthz"
+	t.Cleanup(func() {
+		if n := srv.Unmarked(); n != 0 {
+			t.Errorf("%d requests without the marker header X-Danki-Warmup: 1", n)
 		}
-		if r.URL.Path == "/healthz" { // health probes are not load
-			return
-		}
-		k := n.Add(1)
-		time.Sleep(time.Millisecond + time.Duration(20*float64(time.Millisecond)*math.Exp(-float64(k)/40)))
-		_, _ = io.WriteString(w, "ok")
-	}))
-	t.Cleanup(srv.Close)
-	return srv, &n
+	})
+	return srv
 }
 
 func runWarmupCmd(args ...string) (stdout, stderr string, err error) {
@@ -51,7 +42,7 @@ func runWarmupCmd(args ...string) (stdout, stderr string, err error) {
 var quickWarmup = []string{"--health-path", "/healthz", "--qps", "500", "-c", "2", "--window", "20", "--min-requests", "60", "--tolerance", "0.5", "--abs-tolerance", "3ms", "--deadline", "60s"}
 
 func TestWarmupCommandConverges(t *testing.T) {
-	srv, served := warmupServer(t)
+	srv := warmupServer(t)
 	jsonPath := filepath.Join(t.TempDir(), "warmup.json")
 	stdout, stderr, err := runWarmupCmd(append([]string{"--url", srv.URL, "--json", jsonPath, "--max-requests", "3000"}, quickWarmup...)...)
 	if err != nil {
@@ -74,19 +65,19 @@ func TestWarmupCommandConverges(t *testing.T) {
 	if err := json.Unmarshal(data, &res); err != nil {
 		t.Fatalf("--json is not fortio's result JSON: %v", err)
 	}
-	if res.DurationHistogram == nil || res.DurationHistogram.Count != served.Load() || res.RetCodes[200] != served.Load() {
-		t.Errorf("fortio JSON counts %+v / codes %v, server served %d", res.DurationHistogram, res.RetCodes, served.Load())
+	if res.DurationHistogram == nil || res.DurationHistogram.Count != srv.Load() || res.RetCodes[200] != srv.Load() {
+		t.Errorf("fortio JSON counts %+v / codes %v, server served %d", res.DurationHistogram, res.RetCodes, srv.Load())
 	}
 }
 
 func TestWarmupCommandMeasureMode(t *testing.T) {
-	srv, served := warmupServer(t)
+	srv := warmupServer(t)
 	stdout, _, err := runWarmupCmd("--url", srv.URL, "--health-path", "/healthz", "--until-converged=false", "--max-requests", "100", "-c", "1", "--qps", "500", "--window", "20")
 	if err != nil {
 		t.Fatalf("measure mode: %v\n%s", err, stdout)
 	}
-	if served.Load() != 100 {
-		t.Errorf("--until-converged=false --max-requests 100 -c 1 sent %d requests, want 100", served.Load())
+	if srv.Load() != 100 {
+		t.Errorf("--until-converged=false --max-requests 100 -c 1 sent %d requests, want 100", srv.Load())
 	}
 	if strings.Count(stdout, "\n| ") != 2+5 { // header, separator, 5 windows of 20
 		t.Errorf("want 5 window rows:\n%s", stdout)
@@ -94,7 +85,7 @@ func TestWarmupCommandMeasureMode(t *testing.T) {
 }
 
 func TestWarmupCommandFailsWithoutConvergence(t *testing.T) {
-	srv, _ := warmupServer(t)
+	srv := warmupServer(t)
 	stdout, _, err := runWarmupCmd("--url", srv.URL, "--health-path", "/healthz", "--qps", "500", "-c", "1", "--window", "20", "--min-requests", "1000", "--max-requests", "1000", "--deadline", "700ms")
 	if err == nil || !strings.Contains(err.Error(), "deadline 700ms") || !strings.Contains(err.Error(), "p99 of windows") {
 		t.Fatalf("err = %v, want a deadline failure with the trend", err)
@@ -105,7 +96,7 @@ func TestWarmupCommandFailsWithoutConvergence(t *testing.T) {
 }
 
 func TestWarmupCommandRequestFileAndErrors(t *testing.T) {
-	srv, _ := warmupServer(t)
+	srv := warmupServer(t)
 	dir := t.TempDir()
 	file := filepath.Join(dir, "requests.yaml")
 	if err := os.WriteFile(file, []byte("- path: /\n  headers: {X-Id: \"{{uuid}}\"}\n  weight: 2\n- method: HEAD\n  path: /\n"), 0o644); err != nil {
