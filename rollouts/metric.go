@@ -108,7 +108,7 @@ func (p *latencyProvider) Type() string { return LatencyPluginName }
 func (p *latencyProvider) GetMetadata(metric v1alpha1.Metric) map[string]string {
 	a, err := p.analyzer(metric)
 	if err != nil {
-		return map[string]string{"error": err.Error()}
+		return map[string]string{"error": oneLineError(err)}
 	}
 	md := map[string]string{"source": a.Source(), "window": a.Window()}
 	if q := a.Queries(); len(q) > 0 {
@@ -120,7 +120,7 @@ func (p *latencyProvider) GetMetadata(metric v1alpha1.Metric) map[string]string 
 func (p *latencyProvider) measure(run *v1alpha1.AnalysisRun, metric v1alpha1.Metric, m v1alpha1.Measurement) v1alpha1.Measurement {
 	a, err := p.analyzer(metric)
 	if err != nil {
-		return p.finish(m, v1alpha1.AnalysisPhaseError, err.Error(), nil)
+		return p.finish(m, v1alpha1.AnalysisPhaseError, oneLineError(err), nil)
 	}
 	since := analysisStart(run)
 	v := a.Analyze(context.Background(), since)
@@ -191,6 +191,10 @@ func keyNumbers(v *analysis.Verdict) map[string]string {
 	}
 	return out
 }
+
+// oneLineError writes an error on one line for a measurement message:
+// configuration errors list one problem per line (errors.Join).
+func oneLineError(err error) string { return strings.ReplaceAll(err.Error(), "\n", "; ") }
 
 // phaseOf maps a verdict onto Argo's measurement phases.
 func phaseOf(p analysis.Phase) v1alpha1.AnalysisPhase {

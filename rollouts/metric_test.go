@@ -150,8 +150,10 @@ func TestLatencyMetricPhasesThroughRPC(t *testing.T) {
 			[]string{"Inconclusive:", `no data, query returned no series: sum by (le) (increase(istio_request_duration_milliseconds_bucket{destination_service="app-empty.default.svc.cluster.local",reporter="source"}[5m]))`}, true},
 		{"bad PromQL", `{"source":"promql","prometheus":{"address":"` + bad.URL + `"},"promql":{"canary":"a=\"b\"","histogram":"BAD{<<.Selector>>}","requests":"BAD_requests{<<.Selector>>}","errors":"BAD_errors{<<.Selector>>}"},"slo":{"p99":"1s"}}`,
 			v1alpha1.AnalysisPhaseError, []string{"failed to run via plugin:", "prometheus rejected query BAD", "fix the PromQL"}, false},
-		{"invalid config", `{"source":"istio","slo":{"p99":"fast"}}`, v1alpha1.AnalysisPhaseError,
-			[]string{`metric "latency"`, "prometheus.address: missing", "istio: missing", `slo.p99: "fast" is not a duration`}, false},
+		{"invalid config", `{"source":"istio","slo":{"p99":"-1s"}}`, v1alpha1.AnalysisPhaseError,
+			[]string{`metric "latency"`, "prometheus.address: missing", "istio: missing", `slo.p99: -1s must be positive`}, false},
+		{"not a duration", `{"source":"istio","slo":{"p99":"fast"}}`, v1alpha1.AnalysisPhaseError,
+			[]string{`metric "latency"`, `slo.p99: want a duration, got "fast"`}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := mp.Run(run, latencyMetric("latency", tc.config))
@@ -340,6 +342,12 @@ func TestLatencyMetricRefusesBadCanariesThroughRPC(t *testing.T) {
 			[]string{"Fail: error rate 5.00% > 1.00% SLO (50 of 1000, default limit", "canary p99 ", "errors 5.00%"}},
 		{"tail test at low weight", istio("app-lowweight", `{}`, `,"tailTest":{}`), v1alpha1.AnalysisPhaseInconclusive,
 			[]string{"tail test: canary has 300 requests in the window, needs 500 (minTailCount 5 ÷ (1−0.99))"}},
+		{"ratio limit below 1", istio("app-canary", `{"ratio":{"p99":"0.8"}}`, ""), v1alpha1.AnalysisPhaseError,
+			[]string{`metric "latency": invalid danki/latency config: slo.ratio.p99: 0.8 is below 1`}},
+		{"object-valued duration", istio("app-canary", `{"p99":{"ms":250}}`, ""), v1alpha1.AnalysisPhaseError,
+			[]string{"slo.p99: want a duration, got an object"}},
+		{"text after the object", istio("app-canary", `{"p99":"250ms"}`, "} {"), v1alpha1.AnalysisPhaseError,
+			[]string{"not valid JSON"}},
 		{"envoy counts each request once", `{"source":"envoy","prometheus":{"address":"` + fake.URL + `"},"envoy":{"canaryCluster":"` + cluster + `"},"slo":{"maxErrorRate":"1%"}}`,
 			v1alpha1.AnalysisPhaseFailed, []string{"Fail: error rate 1.50% > 1.00% SLO (30 of 2000)"}},
 	} {
@@ -352,6 +360,9 @@ func TestLatencyMetricRefusesBadCanariesThroughRPC(t *testing.T) {
 				if !strings.Contains(m.Message, w) {
 					t.Errorf("message %q does not contain %q", m.Message, w)
 				}
+			}
+			if strings.Contains(m.Message, "\n") {
+				t.Errorf("message %q is not one line", m.Message)
 			}
 		})
 	}

@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/danki-dev/danki/internal/config"
 	"github.com/danki-dev/danki/pkg/analysis"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -28,7 +28,8 @@ type analyzeFlags struct {
 
 	source                   string
 	canary, stable           string
-	namespace, reporter      string
+	workloadNamespace        string
+	reporter                 string
 	canaryWorkload           string
 	stableWorkload           string
 	canaryVersion            string
@@ -61,7 +62,8 @@ same analysis the danki/latency metric plugin runs in an AnalysisTemplate.
 
 --canary and --stable select the versions; what they mean depends on --source:
   istio   destination_service (e.g. app-canary.default.svc.cluster.local);
-          add --canary-workload / --canary-version / --namespace to narrow it
+          (as the gateway reports it: reporter source); add --canary-workload /
+          --canary-version / --workload-namespace to narrow it
   envoy   cluster_name (e.g. "outbound|8080||app-canary.default.svc.cluster.local")
   promql  label matchers for <<.Selector>> (e.g. 'app="checkout",version="v2"')
   fortio  a fortio result JSON file or http(s) URL
@@ -77,7 +79,7 @@ Inconclusive (not enough data — never a pass) and Error. See docs/latency.md.`
 		RunE: func(cmd *cobra.Command, _ []string) error { return runAnalyze(cmd, f) },
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.configFile, "config", "", "danki/latency config JSON file (the plugin's format); flags given override its fields")
+	fl.StringVar(&f.configFile, "config", "", "danki/latency config file, JSON or YAML (the plugin's format); flags given override its fields")
 	fl.StringVarP(&f.output, "output", "o", "table", "output format: table or json")
 
 	fl.StringVar(&f.prometheus, "prometheus", "", "Prometheus URL, e.g. http://prometheus.istio-system:9090")
@@ -89,8 +91,8 @@ Inconclusive (not enough data — never a pass) and Error. See docs/latency.md.`
 	fl.StringVar(&f.source, "source", "istio", "latency source: istio, envoy, promql or fortio")
 	fl.StringVar(&f.canary, "canary", "", "the canary: service (istio), cluster_name (envoy), label matchers (promql) or result file/URL (fortio)")
 	fl.StringVar(&f.stable, "stable", "", "the stable version, in the same form as --canary")
-	fl.StringVar(&f.namespace, "namespace", "", "istio: destination_workload_namespace of both versions")
-	fl.StringVar(&f.reporter, "reporter", "", "istio: reporter label, destination (default) or source")
+	fl.StringVar(&f.workloadNamespace, "workload-namespace", "", "istio: destination_workload_namespace of both versions")
+	fl.StringVar(&f.reporter, "reporter", "", "istio: reporter label, source (default: the gateway's or client's view) or destination")
 	fl.StringVar(&f.canaryWorkload, "canary-workload", "", "istio: destination_workload of the canary")
 	fl.StringVar(&f.stableWorkload, "stable-workload", "", "istio: destination_workload of stable")
 	fl.StringVar(&f.canaryVersion, "canary-version", "", "istio: destination_version of the canary")
@@ -161,14 +163,8 @@ func runAnalyze(cmd *cobra.Command, f *analyzeFlags) error {
 func (f *analyzeFlags) config(fl *pflag.FlagSet) (analysis.Config, error) {
 	var c analysis.Config
 	if f.configFile != "" {
-		data, err := os.ReadFile(f.configFile)
-		if err != nil {
+		if err := config.DecodeFile(f.configFile, &c); err != nil {
 			return c, fmt.Errorf("--config: %w", err)
-		}
-		dec := json.NewDecoder(strings.NewReader(string(data)))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&c); err != nil {
-			return c, fmt.Errorf("--config %s: %w", f.configFile, err)
 		}
 	}
 	set := func(name string) bool { return f.configFile == "" || fl.Changed(name) }
@@ -200,7 +196,7 @@ func (f *analyzeFlags) config(fl *pflag.FlagSet) (analysis.Config, error) {
 		analyzeAssign(set("canary"), &ic.Canary.Service, f.canary)
 		analyzeAssign(set("canary-workload"), &ic.Canary.Workload, f.canaryWorkload)
 		analyzeAssign(set("canary-version"), &ic.Canary.Version, f.canaryVersion)
-		analyzeAssign(set("namespace"), &ic.Canary.Namespace, f.namespace)
+		analyzeAssign(set("workload-namespace"), &ic.Canary.Namespace, f.workloadNamespace)
 		if f.stable != "" || f.stableWorkload != "" || f.stableVersion != "" {
 			if ic.Stable == nil {
 				ic.Stable = &analysis.IstioSelector{}
@@ -208,7 +204,7 @@ func (f *analyzeFlags) config(fl *pflag.FlagSet) (analysis.Config, error) {
 			analyzeAssign(set("stable"), &ic.Stable.Service, f.stable)
 			analyzeAssign(set("stable-workload"), &ic.Stable.Workload, f.stableWorkload)
 			analyzeAssign(set("stable-version"), &ic.Stable.Version, f.stableVersion)
-			analyzeAssign(set("namespace"), &ic.Stable.Namespace, f.namespace)
+			analyzeAssign(set("workload-namespace"), &ic.Stable.Namespace, f.workloadNamespace)
 		}
 	case analysis.SourceEnvoy:
 		if c.Envoy == nil {
@@ -236,49 +232,61 @@ func (f *analyzeFlags) config(fl *pflag.FlagSet) (analysis.Config, error) {
 		analyzeAssign(set("stable"), &c.Fortio.Stable, f.stable)
 	}
 
-	if set("window") {
+	if set("window") || c.Window.IsZero() || c.Window.Cumulative {
 		if f.window == analysis.WindowCumulative {
 			return c, errors.New(`--window cumulative needs an analysis start, which the CLI does not have; give a duration such as --window 10m`)
 		}
-		c.Window = analysis.Duration(f.window)
-	} else if c.Window == "" || c.Window == analysis.WindowCumulative {
-		c.Window = analysis.Duration(f.window)
+		d, err := config.ParseDuration(f.window)
+		if err != nil {
+			return c, fmt.Errorf("--window: %w", err)
+		}
+		c.Window = analysis.FixedWindow(d)
 	}
-	if set("timeout") {
-		c.Timeout = analysis.Duration(f.timeout)
+	if set("timeout") && f.timeout != "" {
+		d, err := config.ParseDuration(f.timeout)
+		if err != nil {
+			return c, fmt.Errorf("--timeout: %w", err)
+		}
+		c.Timeout = config.Duration(d)
 	}
 	if fl.Changed("min-samples") {
-		c.MinSamples = analysis.Number(strconv.Itoa(f.minSamples))
+		c.MinSamples = analyzeNumber(float64(f.minSamples))
 	}
 	if fl.Changed("min-tail-count") {
-		c.MinTailCount = analysis.Number(strconv.Itoa(f.minTailCount))
+		c.MinTailCount = analyzeNumber(float64(f.minTailCount))
 	}
 
-	latency := map[string]*analysis.Duration{"p50": &c.SLO.P50, "p90": &c.SLO.P90, "p95": &c.SLO.P95, "p99": &c.SLO.P99, "p999": &c.SLO.P999, "max": &c.SLO.Max}
+	latency := map[string]**config.Duration{"p50": &c.SLO.P50, "p90": &c.SLO.P90, "p95": &c.SLO.P95, "p99": &c.SLO.P99, "p999": &c.SLO.P999, "max": &c.SLO.Max}
 	for key, d := range f.latency {
 		if fl.Changed(key) {
 			if *d <= 0 {
 				return c, fmt.Errorf("--%s %s: give a positive latency, e.g. 250ms", key, *d)
 			}
-			*latency[key] = analysis.Duration(d.String())
+			v := config.Duration(*d)
+			*latency[key] = &v
 		}
 	}
-	ratio := map[string]*analysis.Number{"p50": &c.SLO.Ratio.P50, "p90": &c.SLO.Ratio.P90, "p95": &c.SLO.Ratio.P95, "p99": &c.SLO.Ratio.P99, "p999": &c.SLO.Ratio.P999}
+	ratio := map[string]**config.Number{"p50": &c.SLO.Ratio.P50, "p90": &c.SLO.Ratio.P90, "p95": &c.SLO.Ratio.P95, "p99": &c.SLO.Ratio.P99, "p999": &c.SLO.Ratio.P999}
 	for key, r := range f.ratio {
 		if fl.Changed(key + "-ratio") {
-			*ratio[key] = analysis.Number(strconv.FormatFloat(*r, 'g', -1, 64))
+			*ratio[key] = analyzeNumber(*r)
 		}
 	}
 	if fl.Changed("max-error-rate") {
-		c.SLO.MaxErrorRate = analysis.Number(f.maxErrorRate)
+		// The plugin's own parsing: a fraction (0.01) or a percentage (1%).
+		var n config.Number
+		if err := json.Unmarshal([]byte(strconv.Quote(f.maxErrorRate)), &n); err != nil {
+			return c, fmt.Errorf("--max-error-rate (slo.maxErrorRate): %q is not a number; write a fraction (0.01) or a percentage (1%%)", f.maxErrorRate)
+		}
+		c.SLO.MaxErrorRate = &n
 	}
 	if f.tailTest || fl.Changed("confidence") || fl.Changed("tail-quantile") || fl.Changed("margin") {
 		if c.TailTest == nil {
 			c.TailTest = &analysis.TailTestConfig{}
 		}
-		num := func(name string, v float64, dst *analysis.Number) {
+		num := func(name string, v float64, dst **config.Number) {
 			if fl.Changed(name) {
-				*dst = analysis.Number(strconv.FormatFloat(v, 'g', -1, 64))
+				*dst = analyzeNumber(v)
 			}
 		}
 		num("confidence", f.confidence, &c.TailTest.Confidence)
@@ -286,6 +294,11 @@ func (f *analyzeFlags) config(fl *pflag.FlagSet) (analysis.Config, error) {
 		num("margin", f.mrg, &c.TailTest.Margin)
 	}
 	return c, nil
+}
+
+func analyzeNumber(v float64) *config.Number {
+	n := config.Number(v)
+	return &n
 }
 
 func analyzeAssign(ok bool, dst *string, v string) {

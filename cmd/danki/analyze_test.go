@@ -179,3 +179,45 @@ func TestAnalyzeConfigFileWithOverrides(t *testing.T) {
 		t.Fatalf("--canary overriding the file's canary: %v\n%s", err, out)
 	}
 }
+
+// TestAnalyzeConfigFileYAML: --config accepts YAML as well as JSON, with
+// the plugin's strict decoding (a misspelt field names its path).
+func TestAnalyzeConfigFileYAML(t *testing.T) {
+	srv := analyzeFakeProm(t)
+	dir := t.TempDir()
+	good := filepath.Join(dir, "latency.yaml")
+	data := `source: envoy
+prometheus: {address: "` + srv.URL + `"}
+envoy:
+  canaryCluster: "outbound|8080||app-slow.default.svc.cluster.local"
+  stableCluster: "outbound|8080||app-stable.default.svc.cluster.local"
+window: 10m
+slo: {p99: 250ms}
+`
+	if err := os.WriteFile(good, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err := runDanki("analyze", "--config", good)
+	if err == nil || !strings.Contains(err.Error(), "verdict Fail") || !strings.Contains(out, "window 10m") {
+		t.Fatalf("slow canary from a YAML config: err %v, want Fail over the file's 10m window\n%s", err, out)
+	}
+	bad := filepath.Join(dir, "typo.yaml")
+	if err := os.WriteFile(bad, []byte(strings.Replace(data, "p99:", "p99x:", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := runDanki("analyze", "--config", bad); err == nil || !strings.Contains(err.Error(), "slo.p99x: unknown field") {
+		t.Fatalf("misspelt field: err %v, want one naming slo.p99x", err)
+	}
+}
+
+// TestAnalyzeWorkloadNamespace: --workload-namespace selects Istio's
+// destination_workload_namespace (--namespace is left to the kubectl-style
+// flag all commands will share).
+func TestAnalyzeWorkloadNamespace(t *testing.T) {
+	srv := analyzeFakeProm(t)
+	out, _, _ := runDanki("analyze", "-o", "json", "--prometheus", srv.URL, "--source", "istio",
+		"--canary", "app-canary.default.svc.cluster.local", "--workload-namespace", "shop", "--p99", "250ms")
+	if !strings.Contains(out, `destination_workload_namespace=\"shop\"`) {
+		t.Fatalf("queries do not select destination_workload_namespace=\"shop\":\n%s", out)
+	}
+}

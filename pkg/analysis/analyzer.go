@@ -11,7 +11,7 @@ import (
 // Analyzer runs one analysis: fetch a sample from the configured Source and
 // judge it under the SLOs. It is safe for concurrent use.
 type Analyzer struct {
-	rules  *rules
+	rules  *Rules
 	source Source
 	now    func() time.Time
 	logger *slog.Logger
@@ -30,13 +30,16 @@ func WithSource(s Source) Option { return func(a *Analyzer) { a.source = s } }
 // WithClock sets the clock used for cumulative windows.
 func WithClock(now func() time.Time) Option { return func(a *Analyzer) { a.now = now } }
 
-// NewAnalyzer validates cfg and builds its Source. Building makes no network
-// calls: an unreachable Prometheus shows up as an Error verdict later.
+// NewAnalyzer compiles cfg (its defaults applied, validated; cfg itself is
+// not changed) and builds its Source. Building makes no network calls: an
+// unreachable Prometheus shows up as an Error verdict later.
 func NewAnalyzer(cfg Config, opts ...Option) (*Analyzer, error) {
-	if err := cfg.Validate(); err != nil {
+	rules, err := Compile(cfg)
+	if err != nil {
 		return nil, err
 	}
-	a := &Analyzer{rules: cfg.rules, now: time.Now, logger: slog.Default(), kind: cfg.Source}
+	cfg = cfg.WithDefaults()
+	a := &Analyzer{rules: rules, now: time.Now, logger: slog.Default(), kind: cfg.Source}
 	for _, o := range opts {
 		o(a)
 	}
@@ -51,7 +54,7 @@ func NewAnalyzer(cfg Config, opts ...Option) (*Analyzer, error) {
 		}
 		a.source = f
 	default:
-		p, err := NewPrometheus(cfg, a.logger)
+		p, err := newPrometheusWithRules(cfg, rules, a.logger)
 		if err != nil {
 			return nil, err
 		}

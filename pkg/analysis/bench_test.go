@@ -10,8 +10,8 @@ import (
 // measurement after the queries return.
 func BenchmarkEvaluate(b *testing.B) {
 	rng := rand.New(rand.NewPCG(61, 62))
-	cfg := promConfig(SLO{P50: "50ms", P90: "100ms", P95: "150ms", P99: "250ms", P999: "1s", MaxErrorRate: "1%",
-		Ratio: RatioSLO{P50: "1.2", P99: "1.2", P999: "1.5"}})
+	cfg := promConfig(SLO{P50: dur("50ms"), P90: dur("100ms"), P95: dur("150ms"), P99: dur("250ms"), P999: dur("1s"), MaxErrorRate: number("1%"),
+		Ratio: RatioSLO{P50: number("1.2"), P99: number("1.2"), P999: number("1.5")}})
 	cfg.TailTest = &TailTestConfig{}
 	r := mustRules(b, cfg)
 	s := &Sample{Canary: *side("canary", sampleHistogram(rng, typical, 10000)), Stable: side("stable", sampleHistogram(rng, typical, 90000))}

@@ -1,17 +1,17 @@
 package analysis
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
+	"maps"
 	"math"
-	"strconv"
+	"slices"
 	"strings"
 	"text/template"
 	"time"
 
+	"github.com/danki-dev/danki/internal/config"
 	"github.com/prometheus/common/model"
 )
 
@@ -23,7 +23,7 @@ const (
 	SourceFortio = "fortio"
 )
 
-// Defaults applied by Validate. They are documented in docs/latency.md.
+// Defaults applied by WithDefaults. They are documented in docs/latency.md.
 const (
 	// WindowCumulative makes every check look at everything since the
 	// analysis started (the AnalysisRun's start, or the Gate's creation), so
@@ -48,12 +48,16 @@ const (
 	defaultErrorCodeRegex = "5.."
 )
 
-// Config is the danki/latency configuration: the JSON object under
+// Config is the danki/latency configuration: the object under
 // metric.provider.plugin["danki/latency"] in an AnalysisTemplate, also built
-// by `danki analyze` and by pkg/shift's gate. Durations are strings with a
-// unit ("250ms", "5m"); numbers may be JSON numbers or strings, because Argo's
-// {{args.…}} substitution produces strings. ParseConfig decodes and validates
-// it; Validate checks a Config built in code.
+// by `danki analyze` and by pkg/shift's gate. It follows internal/config's
+// convention: ParseConfig decodes it strictly (JSON or YAML; errors name the
+// field path), WithDefaults returns a copy with the defaults filled in,
+// Validate reports every problem without changing anything, and Compile
+// turns it into the Rules an Analyzer judges by. Durations are strings with
+// a unit ("250ms", "5m", "1d"); numbers may be JSON numbers or strings,
+// because Argo's {{args.…}} substitution produces strings. Optional numbers
+// and limits are pointers: unset is not 0.
 type Config struct {
 	// Source of latency data: istio, envoy, promql or fortio.
 	Source     string            `json:"source"`
@@ -64,21 +68,66 @@ type Config struct {
 	Fortio     *FortioConfig     `json:"fortio,omitempty"`
 	// Queries are extra value checks in PromQL (GC pause time, CPU …).
 	Queries []QueryCheck `json:"queries,omitempty"`
-	// Window every query looks back over: a duration ("5m") or "cumulative"
+	// Window every query looks back over: a duration ("5m") or cumulative
 	// (since the analysis started). Default cumulative.
-	Window Duration `json:"window,omitempty"`
-	SLO    SLO      `json:"slo"`
+	Window Window `json:"window,omitzero"`
+	SLO    SLO    `json:"slo"`
 	// TailTest, when present (even as {}), enables the statistical tail test.
 	TailTest *TailTestConfig `json:"tailTest,omitempty"`
 	// MinSamples each side needs before any check can pass. Default 100.
-	MinSamples Number `json:"minSamples,omitempty"`
+	MinSamples *config.Number `json:"minSamples,omitempty"`
 	// MinTailCount: a check on quantile q needs at least MinTailCount/(1-q)
 	// observations (5 → p99 needs 500, p99.9 needs 5,000). Default 5.
-	MinTailCount Number `json:"minTailCount,omitempty"`
+	MinTailCount *config.Number `json:"minTailCount,omitempty"`
 	// Timeout for one whole analysis (all queries). Default 30s.
-	Timeout Duration `json:"timeout,omitempty"`
+	Timeout config.Duration `json:"timeout,omitzero"`
+}
 
-	rules *rules // set by Validate
+// Window is a query window: a duration, or cumulative (from the start of
+// the analysis to now). The zero value is unset (WithDefaults: cumulative).
+type Window struct {
+	Cumulative bool
+	Duration   config.Duration
+}
+
+// FixedWindow is a sliding window of d.
+func FixedWindow(d time.Duration) Window { return Window{Duration: config.Duration(d)} }
+
+// CumulativeWindow is the window from the start of the analysis to now.
+func CumulativeWindow() Window { return Window{Cumulative: true} }
+
+// IsZero reports an unset window.
+func (w Window) IsZero() bool { return !w.Cumulative && w.Duration == 0 }
+
+// String is "cumulative" or the duration.
+func (w Window) String() string {
+	if w.Cumulative {
+		return WindowCumulative
+	}
+	return w.Duration.String()
+}
+
+// MarshalJSON writes "cumulative" or the duration.
+func (w Window) MarshalJSON() ([]byte, error) { return json.Marshal(w.String()) }
+
+// UnmarshalJSON reads "cumulative" or a duration. Other values are
+// *json.UnmarshalTypeError, so that the decoder names the field.
+func (w *Window) UnmarshalJSON(b []byte) error {
+	var s string
+	if json.Unmarshal(b, &s) == nil && strings.TrimSpace(s) == WindowCumulative {
+		*w = CumulativeWindow()
+		return nil
+	}
+	var d config.Duration
+	if err := d.UnmarshalJSON(b); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			te.Value += `, or "cumulative"`
+		}
+		return err
+	}
+	*w = Window{Duration: d}
+	return nil
 }
 
 // PrometheusConfig says how to reach Prometheus.
@@ -168,81 +217,46 @@ type QueryCheck struct {
 	Canary string `json:"canary,omitempty"`
 	Stable string `json:"stable,omitempty"`
 	// Max is the limit for the canary's value; MaxRatio the limit for
-	// canary ÷ stable. At least one is required.
-	Max      Number `json:"max,omitempty"`
-	MaxRatio Number `json:"maxRatio,omitempty"`
+	// canary ÷ stable (at least 1). At least one is required.
+	Max      *config.Number `json:"max,omitempty"`
+	MaxRatio *config.Number `json:"maxRatio,omitempty"`
 }
 
 // SLO holds the latency limits. Percentile limits are durations; ratio
 // limits compare the canary's percentile with stable's over the same window.
 type SLO struct {
-	P50  Duration `json:"p50,omitempty"`
-	P90  Duration `json:"p90,omitempty"`
-	P95  Duration `json:"p95,omitempty"`
-	P99  Duration `json:"p99,omitempty"`
-	P999 Duration `json:"p999,omitempty"`
+	P50  *config.Duration `json:"p50,omitempty"`
+	P90  *config.Duration `json:"p90,omitempty"`
+	P95  *config.Duration `json:"p95,omitempty"`
+	P99  *config.Duration `json:"p99,omitempty"`
+	P999 *config.Duration `json:"p999,omitempty"`
 	// Max latency: only for sources that keep raw latencies (fortio).
-	Max Duration `json:"max,omitempty"`
+	Max *config.Duration `json:"max,omitempty"`
 	// MaxErrorRate is a fraction (0.01) or a percentage string ("1%").
-	MaxErrorRate Number   `json:"maxErrorRate,omitempty"`
-	Ratio        RatioSLO `json:"ratio,omitempty"`
+	// Latency SLOs without it get DefaultMaxErrorRate.
+	MaxErrorRate *config.Number `json:"maxErrorRate,omitempty"`
+	Ratio        RatioSLO       `json:"ratio,omitzero"`
 }
 
 // RatioSLO limits canary percentile ÷ stable percentile (1.2 = at most 20 %
-// slower than stable).
+// slower than stable; at least 1).
 type RatioSLO struct {
-	P50  Number `json:"p50,omitempty"`
-	P90  Number `json:"p90,omitempty"`
-	P95  Number `json:"p95,omitempty"`
-	P99  Number `json:"p99,omitempty"`
-	P999 Number `json:"p999,omitempty"`
+	P50  *config.Number `json:"p50,omitempty"`
+	P90  *config.Number `json:"p90,omitempty"`
+	P95  *config.Number `json:"p95,omitempty"`
+	P99  *config.Number `json:"p99,omitempty"`
+	P999 *config.Number `json:"p999,omitempty"`
 }
 
 // TailTestConfig configures the sequential tail test (see tailtest.go).
 type TailTestConfig struct {
 	// Quantile whose stable bucket bound is the threshold. Default 0.99.
-	Quantile Number `json:"quantile,omitempty"`
+	Quantile *config.Number `json:"quantile,omitempty"`
 	// Confidence of a Fail verdict, 1 - false-alarm probability. Default 0.95.
-	Confidence Number `json:"confidence,omitempty"`
+	Confidence *config.Number `json:"confidence,omitempty"`
 	// Margin (a fraction) the canary's exceedance rate may be above
 	// stable's before it counts. Default 0.
-	Margin Number `json:"margin,omitempty"`
-}
-
-// Duration is a duration written with a unit, e.g. "250ms", "1.5s", "5m".
-type Duration string
-
-// UnmarshalJSON keeps the raw text; Validate parses it so its error can name
-// the field.
-func (d *Duration) UnmarshalJSON(b []byte) error {
-	s, err := rawText(b)
-	*d = Duration(s)
-	return err
-}
-
-// Number is a number written as a JSON number or a string.
-type Number string
-
-// UnmarshalJSON keeps the raw text; Validate parses it.
-func (n *Number) UnmarshalJSON(b []byte) error {
-	s, err := rawText(b)
-	*n = Number(s)
-	return err
-}
-
-func rawText(b []byte) (string, error) {
-	b = bytes.TrimSpace(b)
-	switch {
-	case bytes.Equal(b, []byte("null")):
-		return "", nil
-	case len(b) > 0 && b[0] == '"':
-		var s string
-		err := json.Unmarshal(b, &s)
-		return strings.TrimSpace(s), err
-	case len(b) > 0 && (b[0] == '{' || b[0] == '['):
-		return "", fmt.Errorf("want a string or a number, got %s", b)
-	}
-	return string(b), nil
+	Margin *config.Number `json:"margin,omitempty"`
 }
 
 // quantileSpec names a percentile the SLOs can set.
@@ -260,8 +274,20 @@ var quantiles = []quantileSpec{
 	{"p999", "p99.9", 0.999},
 }
 
-// rules is the validated, parsed form of a Config.
-type rules struct {
+// Bounds on the counts and durations: beyond them a config is a typo, and
+// would hold a rollout forever (a tail test needing millions of requests)
+// or block one of Argo's reconcile workers for too long.
+const (
+	maxMinSamples   = 1_000_000
+	maxMinTailCount = 1_000
+	maxTimeout      = 5 * time.Minute
+	maxWindow       = 90 * 24 * time.Hour
+)
+
+// Rules is a compiled Config: every limit parsed, the defaults applied.
+// Compile builds it; an Analyzer judges by it. It never changes after
+// Compile, so one Rules can serve concurrent analyses.
+type Rules struct {
 	window       time.Duration
 	cumulative   bool
 	timeout      time.Duration
@@ -296,90 +322,157 @@ type queryRule struct {
 	max, maxRatio float64 // 0: unset
 }
 
-// ParseConfig decodes the danki/latency JSON (unknown fields are errors,
-// so typos do not silently drop an SLO), applies defaults and validates it.
-// Errors name the field and say how to fix it.
+// ParseConfig decodes the danki/latency configuration (JSON or YAML,
+// strictly: unknown, duplicate or mistyped fields and trailing text are
+// errors naming the field path), validates it, and returns it with its
+// defaults applied.
 func ParseConfig(data []byte) (Config, error) {
 	var c Config
-	if len(bytes.TrimSpace(data)) == 0 {
-		return c, errors.New("danki/latency config is empty; set at least source and one SLO (see docs/latency.md)")
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&c); err != nil {
-		return c, explainJSONError(err)
+	if err := config.Decode(data, &c); err != nil {
+		return c, fmt.Errorf("danki/latency config: %w (see docs/latency.md)", err)
 	}
 	if err := c.Validate(); err != nil {
 		return c, err
 	}
-	return c, nil
+	return c.WithDefaults(), nil
 }
 
-func explainJSONError(err error) error {
-	var typeErr *json.UnmarshalTypeError
-	var syntaxErr *json.SyntaxError
-	switch {
-	case errors.As(err, &typeErr):
-		field := typeErr.Field
-		if field == "" {
-			field = "config"
-		}
-		return fmt.Errorf("danki/latency config: %s: want %s, got a JSON %s", field, typeErr.Type, typeErr.Value)
-	case errors.As(err, &syntaxErr):
-		return fmt.Errorf("danki/latency config is not valid JSON (at byte %d): %w", syntaxErr.Offset, err)
-	case errors.Is(err, io.ErrUnexpectedEOF):
-		return errors.New("danki/latency config is not valid JSON: it ends early (an unclosed { or \")")
-	case strings.Contains(err.Error(), "unknown field"):
-		return fmt.Errorf("danki/latency config: %s; check its spelling against docs/latency.md",
-			strings.TrimPrefix(err.Error(), "json: "))
-	}
-	return fmt.Errorf("danki/latency config: %w", err)
+func numberPtr(f float64) *config.Number {
+	n := config.Number(f)
+	return &n
 }
 
-// problems collects every validation error so the user sees them all at once.
-type problems []string
-
-func (p *problems) add(format string, args ...any) { *p = append(*p, fmt.Sprintf(format, args...)) }
-
-// Validate applies defaults and checks the whole configuration. Each problem
-// starts with the field's path (slo.p99, istio.canary, …).
-func (c *Config) Validate() error {
-	var p problems
-	r := &rules{}
-
-	c.validateSource(&p, r)
-	c.validateWindow(&p, r)
-	c.validateSLO(&p, r)
-	c.validateQueries(&p, r)
-
-	r.minSamples = parseCount(&p, "minSamples", c.MinSamples, DefaultMinSamples)
-	r.minTailCount = parseCount(&p, "minTailCount", c.MinTailCount, DefaultMinTailCount)
-	r.timeout = parsePositiveDuration(&p, "timeout", c.Timeout, DefaultTimeout)
-
-	if !c.anythingToCheck() {
-		p.add("slo: nothing to check; set at least one of slo.p50 … slo.p999, slo.max, slo.maxErrorRate, slo.ratio.*, tailTest or queries")
-	}
-	if len(p) > 0 {
-		return fmt.Errorf("invalid danki/latency config: %s", strings.Join(p, "; "))
-	}
-	c.rules = r
-	return nil
-}
-
-// anythingToCheck reports whether any SLO, the tail test or a query is set
-// (valid or not: a malformed one has its own error).
-func (c *Config) anythingToCheck() bool {
+// hasLatencySLO reports whether any latency limit or the tail test is set.
+func (c Config) hasLatencySLO() bool {
 	s := c.SLO
-	for _, v := range []string{string(s.P50), string(s.P90), string(s.P95), string(s.P99), string(s.P999), string(s.Max), string(s.MaxErrorRate),
-		string(s.Ratio.P50), string(s.Ratio.P90), string(s.Ratio.P95), string(s.Ratio.P99), string(s.Ratio.P999)} {
-		if v != "" {
+	for _, d := range []*config.Duration{s.P50, s.P90, s.P95, s.P99, s.P999, s.Max} {
+		if d != nil {
 			return true
 		}
 	}
-	return c.TailTest != nil || len(c.Queries) > 0
+	for _, n := range []*config.Number{s.Ratio.P50, s.Ratio.P90, s.Ratio.P95, s.Ratio.P99, s.Ratio.P999} {
+		if n != nil {
+			return true
+		}
+	}
+	return c.TailTest != nil
 }
 
-func (c *Config) validateSource(p *problems, r *rules) {
+// WithDefaults returns a copy of c with every default filled in (c is not
+// changed): window cumulative, timeout, minSamples, minTailCount, the
+// source blocks' labels and units, the tail test's parameters, queries'
+// matchers from promql. (Latency SLOs without slo.maxErrorRate are judged
+// with DefaultMaxErrorRate: Compile adds that check, and the verdict says
+// the limit is the default.)
+func (c Config) WithDefaults() Config {
+	d := c
+	if d.Window.IsZero() {
+		d.Window = CumulativeWindow()
+	}
+	if d.Timeout == 0 {
+		d.Timeout = config.Duration(DefaultTimeout)
+	}
+	if d.MinSamples == nil {
+		d.MinSamples = numberPtr(DefaultMinSamples)
+	}
+	if d.MinTailCount == nil {
+		d.MinTailCount = numberPtr(DefaultMinTailCount)
+	}
+	if c.Istio != nil {
+		ic := *c.Istio
+		if ic.Reporter == "" {
+			ic.Reporter = DefaultIstioReporter
+		}
+		d.Istio = &ic
+	}
+	if c.Envoy != nil {
+		ec := *c.Envoy
+		if ec.ResponseCodeLabel == "" {
+			ec.ResponseCodeLabel = DefaultResponseCode
+		}
+		if ec.ClusterLabel == "" {
+			ec.ClusterLabel = DefaultClusterLabel
+		}
+		d.Envoy = &ec
+	}
+	if c.PromQL != nil {
+		pc := *c.PromQL
+		if pc.Unit == "" {
+			pc.Unit = DefaultPromQLUnit
+		}
+		d.PromQL = &pc
+	}
+	if c.TailTest != nil {
+		tt := *c.TailTest
+		if tt.Quantile == nil {
+			tt.Quantile = numberPtr(DefaultTailQuantile)
+		}
+		if tt.Confidence == nil {
+			tt.Confidence = numberPtr(DefaultConfidence)
+		}
+		if tt.Margin == nil {
+			tt.Margin = numberPtr(0)
+		}
+		d.TailTest = &tt
+	}
+	if len(c.Queries) > 0 {
+		d.Queries = slices.Clone(c.Queries)
+		for i := range d.Queries {
+			q := &d.Queries[i]
+			if q.Canary == "" && c.PromQL != nil {
+				q.Canary = c.PromQL.Canary
+			}
+			if q.Stable == "" && c.PromQL != nil {
+				q.Stable = c.PromQL.Stable
+			}
+		}
+	}
+	return d
+}
+
+// Validate reports every problem of the configuration, each starting with
+// its field path (slo.p99, istio.canary, …). It changes nothing.
+func (c Config) Validate() error {
+	_, err := Compile(c)
+	return err
+}
+
+// Compile validates c (with its defaults) and returns the Rules an Analyzer
+// judges by. It has no side effects: c is not changed.
+func Compile(c Config) (*Rules, error) {
+	d := c.WithDefaults()
+	var errs config.Errors
+	r := &Rules{}
+
+	d.compileSource(&errs, r)
+	d.compileWindow(&errs, r)
+	d.compileSLO(&errs, r)
+	d.compileQueries(&errs, r)
+	r.minSamples = compileCount(&errs, "minSamples", *d.MinSamples, maxMinSamples)
+	r.minTailCount = compileCount(&errs, "minTailCount", *d.MinTailCount, maxMinTailCount)
+	switch t := d.Timeout.D(); {
+	case t <= 0:
+		errs.Addf("timeout", "%s must be positive; write it like \"30s\"", t)
+	case t > maxTimeout:
+		errs.Addf("timeout", "%s is longer than %s: a measurement blocks one of Argo's reconcile workers; use at most %s", t, maxTimeout, maxTimeout)
+	default:
+		r.timeout = t
+	}
+	if !c.anythingToCheck() {
+		errs.Addf("slo", "nothing to check; set at least one of slo.p50 … slo.p999, slo.max, slo.maxErrorRate, slo.ratio.*, tailTest or queries")
+	}
+	if err := errs.Err(); err != nil {
+		return nil, fmt.Errorf("invalid danki/latency config: %w", err)
+	}
+	return r, nil
+}
+
+// anythingToCheck reports whether any SLO, the tail test or a query is set.
+func (c Config) anythingToCheck() bool {
+	return c.hasLatencySLO() || c.SLO.MaxErrorRate != nil || len(c.Queries) > 0
+}
+
+func (c Config) compileSource(p *config.Errors, r *Rules) {
 	blocks := map[string]bool{
 		SourceIstio:  c.Istio != nil,
 		SourceEnvoy:  c.Envoy != nil,
@@ -389,10 +482,10 @@ func (c *Config) validateSource(p *problems, r *rules) {
 	switch c.Source {
 	case SourceIstio, SourceEnvoy, SourcePromQL, SourceFortio:
 	case "":
-		p.add("source: missing; set it to istio, envoy, promql or fortio")
+		p.Addf("source", "missing; set it to istio, envoy, promql or fortio")
 		return
 	default:
-		p.add("source: %q is not a source; use istio, envoy, promql or fortio", c.Source)
+		p.Addf("source", "%q is not a source; use istio, envoy, promql or fortio", c.Source)
 		return
 	}
 	for _, name := range []string{SourceIstio, SourceEnvoy, SourcePromQL, SourceFortio} {
@@ -403,224 +496,191 @@ func (c *Config) validateSource(p *problems, r *rules) {
 			c.PromQL.Histogram == "" && c.PromQL.Requests == "" && c.PromQL.Errors == "" {
 			continue // only label matchers for queries
 		}
-		p.add("%s: set, but source is %q; remove it or set source: %s", name, c.Source, name)
+		p.Addf(name, "set, but source is %q; remove it or set source: %s", c.Source, name)
 	}
 	if c.Source != SourceFortio {
-		c.validatePrometheus(p)
+		c.compilePrometheus(p)
 	} else if c.Prometheus != nil {
-		p.add("prometheus: set, but source is fortio, which reads result files; remove it")
+		p.Addf("prometheus", "set, but source is fortio, which reads result files; remove it")
 	}
 	if !blocks[c.Source] {
-		p.add("%s: missing; source %q needs an %s block with the canary (and stable) to compare", c.Source, c.Source, c.Source)
+		p.Addf(c.Source, "missing; source %q needs an %s block with the canary (and stable) to compare", c.Source, c.Source)
 		return
 	}
 
 	switch c.Source {
 	case SourceIstio:
 		ic := c.Istio
-		if ic.Reporter == "" {
-			ic.Reporter = DefaultIstioReporter
-		}
 		if ic.Reporter != "destination" && ic.Reporter != "source" {
-			p.add("istio.reporter: %q is not an Istio reporter; use destination or source", ic.Reporter)
+			p.Addf("istio.reporter", "%q is not an Istio reporter; use source or destination", ic.Reporter)
 		}
-		validateIstioSelector(p, "istio.canary", ic.Reporter, &ic.Canary)
+		compileIstioSelector(p, "istio.canary", ic.Reporter, &ic.Canary)
 		if ic.Stable != nil {
-			validateIstioSelector(p, "istio.stable", ic.Reporter, ic.Stable)
+			compileIstioSelector(p, "istio.stable", ic.Reporter, ic.Stable)
 		}
 		r.hasLatency, r.hasRequests, r.hasStable = true, true, ic.Stable != nil
 	case SourceEnvoy:
 		ec := c.Envoy
 		if ec.CanaryCluster == "" {
-			p.add("envoy.canaryCluster: missing; set the canary's cluster_name, e.g. outbound|8080||app-canary.default.svc.cluster.local")
+			p.Addf("envoy.canaryCluster", "missing; set the canary's cluster name, e.g. outbound|8080||app-canary.default.svc.cluster.local")
 		}
-		if ec.ResponseCodeLabel == "" {
-			ec.ResponseCodeLabel = DefaultResponseCode
+		for field, label := range map[string]string{"envoy.responseCodeLabel": ec.ResponseCodeLabel, "envoy.clusterLabel": ec.ClusterLabel} {
+			if !model.LegacyValidation.IsValidLabelName(label) {
+				p.Addf(field, "%q is not a Prometheus label name", label)
+			}
 		}
-		if ec.ClusterLabel == "" {
-			ec.ClusterLabel = DefaultClusterLabel
-		}
-		if !model.LegacyValidation.IsValidLabelName(ec.ClusterLabel) {
-			p.add("envoy.clusterLabel: %q is not a Prometheus label name", ec.ClusterLabel)
-		}
-		if !model.LegacyValidation.IsValidLabelName(ec.ResponseCodeLabel) {
-			p.add("envoy.responseCodeLabel: %q is not a Prometheus label name", ec.ResponseCodeLabel)
-		}
-		validateLabels(p, "envoy.labels", ec.Labels)
+		compileLabels(p, "envoy.labels", ec.Labels)
 		r.hasLatency, r.hasRequests, r.hasStable = true, true, ec.StableCluster != ""
 	case SourcePromQL:
 		pc := c.PromQL
 		if pc.Canary == "" {
-			p.add("promql.canary: missing; set the label matchers that select the canary's series, e.g. app=\"checkout\",version=\"v2\"")
-		}
-		if pc.Unit == "" {
-			pc.Unit = DefaultPromQLUnit
+			p.Addf("promql.canary", "missing; set the label matchers that select the canary's series, e.g. app=\"checkout\",version=\"v2\"")
 		}
 		if pc.Unit != "s" && pc.Unit != "ms" {
-			p.add("promql.unit: %q is not a unit; use s (seconds, the Prometheus convention) or ms", pc.Unit)
+			p.Addf("promql.unit", "%q is not a unit; use s (seconds, the Prometheus convention) or ms", pc.Unit)
 		}
 		for _, f := range []struct{ name, text string }{{"histogram", pc.Histogram}, {"requests", pc.Requests}, {"errors", pc.Errors}} {
 			if f.text != "" {
-				validateTemplate(p, "promql."+f.name, f.text)
+				compileTemplate(p, "promql."+f.name, f.text)
 			}
 		}
 		if pc.Errors != "" && pc.Requests == "" {
-			p.add("promql.requests: missing; promql.errors needs it as the error rate's denominator")
+			p.Addf("promql.requests", "missing; promql.errors needs it as the error rate's denominator")
 		}
 		r.hasLatency, r.hasRequests, r.hasStable = pc.Histogram != "", pc.Requests != "", pc.Stable != ""
 	case SourceFortio:
 		if c.Fortio.Canary == "" {
-			p.add("fortio.canary: missing; set the path or http(s) URL of the canary's fortio result JSON")
+			p.Addf("fortio.canary", "missing; set the path or http(s) URL of the canary's fortio result JSON")
 		}
 		r.hasLatency, r.hasRequests, r.hasStable = true, true, c.Fortio.Stable != ""
 	}
 }
 
-func (c *Config) validatePrometheus(p *problems) {
+func (c Config) compilePrometheus(p *config.Errors) {
 	pc := c.Prometheus
 	if pc == nil || pc.Address == "" {
-		p.add("prometheus.address: missing; set the Prometheus URL, e.g. http://prometheus.istio-system:9090")
+		p.Addf("prometheus.address", "missing; set the Prometheus URL, e.g. http://prometheus.istio-system:9090")
 		return
 	}
 	if !strings.HasPrefix(pc.Address, "http://") && !strings.HasPrefix(pc.Address, "https://") {
-		p.add("prometheus.address: %q is not an http(s) URL; write it like http://prometheus.istio-system:9090", pc.Address)
+		p.Addf("prometheus.address", "%q is not an http(s) URL; write it like http://prometheus.istio-system:9090", pc.Address)
 	}
 	if pc.BearerToken != "" && pc.BearerTokenFile != "" {
-		p.add("prometheus.bearerTokenFile: set together with prometheus.bearerToken; keep only one")
+		p.Addf("prometheus.bearerTokenFile", "set together with prometheus.bearerToken; keep only one")
 	}
 }
 
-func validateIstioSelector(p *problems, field, reporter string, s *IstioSelector) {
+func compileIstioSelector(p *config.Errors, field, reporter string, s *IstioSelector) {
 	if s.Workload == "" && s.Service == "" && s.Version == "" && len(s.Labels) == 0 {
-		p.add("%s: selects nothing; set at least one of workload, service, version or labels (e.g. service: app-canary.default.svc.cluster.local)", field)
+		p.Addf(field, "selects nothing; set at least one of workload, service, version or labels (e.g. service: app-canary.default.svc.cluster.local)")
 	}
 	if reporter == "destination" && s.Service != "" {
 		// The server sidecar labels destination_service with one of the
 		// Services its pod belongs to; Argo's canary pods belong to the
 		// canary Service and the root Service (and after promotion stable's),
 		// so that label cannot tell canary from stable.
-		p.add("%s.service: with istio.reporter destination, Istio labels destination_service with any one of the Services the pod belongs to, so it cannot tell Argo's canary from stable; use reporter: source (the default: the gateway's or client sidecars' view of the Service they routed to), or select by version or labels", field)
+		p.Addf(field+".service", "with istio.reporter destination, Istio labels destination_service with any one of the Services the pod belongs to, so it cannot tell Argo's canary from stable; use reporter: source (the default: the gateway's or client sidecars' view of the Service they routed to), or select by version or labels")
 	}
-	validateLabels(p, field+".labels", s.Labels)
+	compileLabels(p, field+".labels", s.Labels)
 }
 
-func validateLabels(p *problems, field string, labels map[string]string) {
-	for k := range labels {
+func compileLabels(p *config.Errors, field string, labels map[string]string) {
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
 		if !model.LegacyValidation.IsValidLabelName(k) {
-			p.add("%s: %q is not a Prometheus label name", field, k)
+			p.Addf(field, "%q is not a Prometheus label name", k)
 		}
 	}
 }
 
-func validateTemplate(p *problems, field, text string) {
+func compileTemplate(p *config.Errors, field, text string) {
 	t, err := parseQueryTemplate(field, text)
 	if err != nil {
-		p.add("%s: %v", field, err)
+		p.Addf(field, "%v", err)
 		return
 	}
 	var b strings.Builder
 	if err := t.Execute(&b, QueryData{Selector: `a="b"`, Window: "5m", Side: "canary", Canary: `a="b"`, Stable: `a="c"`}); err != nil {
-		p.add("%s: %v (fields: <<.Selector>> <<.Window>> <<.Side>> <<.Canary>> <<.Stable>>)", field, err)
+		p.Addf(field, "%v (fields: <<.Selector>> <<.Window>> <<.Side>> <<.Canary>> <<.Stable>>)", err)
 	}
 }
 
-func (c *Config) validateWindow(p *problems, r *rules) {
-	w := strings.TrimSpace(string(c.Window))
-	if w == "" {
-		w = DefaultWindow
-	}
-	if w == WindowCumulative {
+func (c Config) compileWindow(p *config.Errors, r *Rules) {
+	if c.Window.Cumulative {
 		r.cumulative = true
 		return
 	}
-	d, err := time.ParseDuration(w)
-	switch {
-	case err != nil:
-		p.add("window: %q is neither a duration nor %q; write it like \"5m\"", w, WindowCumulative)
+	switch d := c.Window.Duration.D(); {
 	case d < time.Second:
-		p.add("window: %s is shorter than 1s; PromQL ranges need at least two scrapes, use e.g. \"5m\"", d)
+		p.Addf("window", "%s is shorter than 1s; PromQL ranges need at least two scrapes, use e.g. \"5m\"", d)
+	case d > maxWindow:
+		p.Addf("window", "%s is longer than %s, beyond any Prometheus retention worth querying; use e.g. \"10m\" or cumulative", d, model.Duration(maxWindow))
 	default:
 		r.window = d
 	}
 }
 
-func (c *Config) validateSLO(p *problems, r *rules) {
+func (c Config) compileSLO(p *config.Errors, r *Rules) {
 	s := c.SLO
-	abs := map[string]Duration{"p50": s.P50, "p90": s.P90, "p95": s.P95, "p99": s.P99, "p999": s.P999}
-	rat := map[string]Number{"p50": s.Ratio.P50, "p90": s.Ratio.P90, "p95": s.Ratio.P95, "p99": s.Ratio.P99, "p999": s.Ratio.P999}
+	abs := map[string]*config.Duration{"p50": s.P50, "p90": s.P90, "p95": s.P95, "p99": s.P99, "p999": s.P999}
+	rat := map[string]*config.Number{"p50": s.Ratio.P50, "p90": s.Ratio.P90, "p95": s.Ratio.P95, "p99": s.Ratio.P99, "p999": s.Ratio.P999}
 	for _, qs := range quantiles {
-		if v := abs[qs.key]; v != "" {
-			if ms, ok := parseLatency(p, "slo."+qs.key, v); ok {
+		if v := abs[qs.key]; v != nil {
+			if ms, ok := compileLatency(p, "slo."+qs.key, *v); ok {
 				r.limits = append(r.limits, quantileLimit{qs, ms})
 			}
 		}
-		if v := rat[qs.key]; v != "" {
-			f, err := strconv.ParseFloat(string(v), 64)
-			switch {
-			case err != nil:
-				p.add("slo.ratio.%s: %q is not a number; write the allowed canary÷stable ratio, e.g. 1.2", qs.key, v)
-			case !(f > 0) || math.IsInf(f, 0):
-				p.add("slo.ratio.%s: %v must be a positive ratio, e.g. 1.2 (canary at most 20%% slower than stable)", qs.key, v)
-			default:
+		if v := rat[qs.key]; v != nil {
+			if f, ok := compileRatio(p, "slo.ratio."+qs.key, float64(*v)); ok {
 				r.ratios = append(r.ratios, quantileLimit{qs, f})
 			}
 		}
 	}
-	if s.Max != "" {
-		if ms, ok := parseLatency(p, "slo.max", s.Max); ok {
+	if s.Max != nil {
+		if ms, ok := compileLatency(p, "slo.max", *s.Max); ok {
 			r.maxMs = ms
 		}
 		if c.Source != SourceFortio && c.Source != "" {
-			p.add("slo.max: source %s has only histogram buckets, no raw maximum; use slo.p999, or source fortio", c.Source)
+			p.Addf("slo.max", "source %s has only histogram buckets, no raw maximum; use slo.p999, or source fortio", c.Source)
 		}
 	}
-	if s.MaxErrorRate != "" {
-		text := string(s.MaxErrorRate)
-		scale := 1.0
-		if strings.HasSuffix(text, "%") {
-			text, scale = strings.TrimSpace(strings.TrimSuffix(text, "%")), 0.01
+	switch {
+	case s.MaxErrorRate != nil:
+		if f := float64(*s.MaxErrorRate); f < 0 || f > 1 {
+			p.Addf("slo.maxErrorRate", "%g is outside 0…1; write a fraction (0.01) or a percentage (\"1%%\")", f)
+		} else {
+			r.errorRate, r.hasErrorRate = f, true
 		}
-		f, err := strconv.ParseFloat(text, 64)
-		switch {
-		case err != nil:
-			p.add("slo.maxErrorRate: %q is not a number; write a fraction (0.01) or a percentage (\"1%%\")", s.MaxErrorRate)
-		case f*scale < 0 || f*scale > 1:
-			p.add("slo.maxErrorRate: %v is outside 0…1; write a fraction (0.01) or a percentage (\"1%%\")", s.MaxErrorRate)
-		default:
-			r.errorRate, r.hasErrorRate = f*scale, true
-		}
+	case c.hasLatencySLO():
+		// Fast failures (an instant 503) make a failing canary look fast:
+		// latency is never judged without the error rate.
+		r.errorRate, r.hasErrorRate, r.errorRateDefault = DefaultMaxErrorRate, true, true
 	}
 	if tt := c.TailTest; tt != nil {
-		t := &tailRule{
-			q:          parseFraction(p, "tailTest.quantile", tt.Quantile, DefaultTailQuantile, 0.5, 0.9999),
-			confidence: parseFraction(p, "tailTest.confidence", tt.Confidence, DefaultConfidence, 0.5, 0.9999),
-			margin:     parseFraction(p, "tailTest.margin", tt.Margin, 0, 0, 0.5),
+		r.tail = &tailRule{
+			q:          compileFraction(p, "tailTest.quantile", *tt.Quantile, 0.5, 0.9999),
+			confidence: compileFraction(p, "tailTest.confidence", *tt.Confidence, 0.5, 0.9999),
+			margin:     compileFraction(p, "tailTest.margin", *tt.Margin, 0, 0.5),
 		}
-		r.tail = t
 	}
 
 	if len(r.limits)+len(r.ratios) > 0 || r.maxMs > 0 || r.tail != nil {
 		if !r.hasLatency && c.Source == SourcePromQL && c.PromQL != nil {
-			p.add("promql.histogram: missing; the latency SLOs and the tail test need a histogram query")
+			p.Addf("promql.histogram", "missing; the latency SLOs and the tail test need a histogram query")
 		}
 	}
-	latencySLOs := len(r.limits)+len(r.ratios) > 0 || r.maxMs > 0 || r.tail != nil
-	if latencySLOs && !r.hasErrorRate {
-		r.errorRate, r.hasErrorRate, r.errorRateDefault = DefaultMaxErrorRate, true, true
-	}
-	if r.hasErrorRate && c.Source == SourcePromQL && c.PromQL != nil && (c.PromQL.Requests == "" || c.PromQL.Errors == "") {
+	if r.hasErrorRate && c.Source == SourcePromQL && c.PromQL != nil {
 		why := "slo.maxErrorRate needs promql.requests and promql.errors"
 		if r.errorRateDefault {
 			why = fmt.Sprintf("latency SLOs are judged together with the error rate (fast failures look fast; default slo.maxErrorRate %g): set promql.requests and promql.errors", DefaultMaxErrorRate)
 		}
 		for _, f := range []struct{ name, text string }{{"requests", c.PromQL.Requests}, {"errors", c.PromQL.Errors}} {
 			if f.text == "" {
-				p.add("promql.%s: missing; %s", f.name, why)
+				p.Addf("promql."+f.name, "missing; %s", why)
 			}
 		}
 	}
 	if !r.hasStable && c.sourceBlockSet() {
-		need := []string{}
+		var need []string
 		for _, l := range r.ratios {
 			need = append(need, "slo.ratio."+l.key)
 		}
@@ -628,13 +688,13 @@ func (c *Config) validateSLO(p *problems, r *rules) {
 			need = append(need, "tailTest")
 		}
 		if len(need) > 0 {
-			p.add("%s: compares with stable, but no stable side is set; set %s", strings.Join(need, ", "), stableField(c.Source))
+			p.Addf(strings.Join(need, ", "), "compares with stable, but no stable side is set; set %s", stableField(c.Source))
 		}
 	}
 }
 
 // sourceBlockSet reports whether the block for the chosen source is there.
-func (c *Config) sourceBlockSet() bool {
+func (c Config) sourceBlockSet() bool {
 	switch c.Source {
 	case SourceIstio:
 		return c.Istio != nil
@@ -660,110 +720,85 @@ func stableField(source string) string {
 	return "fortio.stable"
 }
 
-func (c *Config) validateQueries(p *problems, r *rules) {
+func (c Config) compileQueries(p *config.Errors, r *Rules) {
 	if len(c.Queries) > 0 && c.Source == SourceFortio {
-		p.add("queries: need Prometheus, but source is fortio; use source istio, envoy or promql")
+		p.Addf("queries", "need Prometheus, but source is fortio; use source istio, envoy or promql")
 		return
 	}
 	seen := map[string]bool{}
-	for i := range c.Queries {
-		q := &c.Queries[i]
+	for i, q := range c.Queries {
 		field := fmt.Sprintf("queries[%d]", i)
 		if q.Name == "" {
-			p.add("%s.name: missing; name the check, e.g. gc-pause-fraction", field)
+			p.Addf(field+".name", "missing; name the check, e.g. gc-pause-fraction")
 		} else if seen[q.Name] {
-			p.add("%s.name: %q is used twice; names must be unique", field, q.Name)
+			p.Addf(field+".name", "%q is used twice; names must be unique", q.Name)
 		}
 		seen[q.Name] = true
 		if q.Query == "" {
-			p.add("%s.query: missing; write the PromQL, e.g. sum(rate(jvm_gc_pause_seconds_sum{<<.Selector>>}[<<.Window>>]))", field)
+			p.Addf(field+".query", "missing; write the PromQL, e.g. sum(rate(jvm_gc_pause_seconds_sum{<<.Selector>>}[<<.Window>>]))")
 		} else {
-			validateTemplate(p, field+".query", q.Query)
-		}
-		if q.Canary == "" && c.PromQL != nil {
-			q.Canary = c.PromQL.Canary
-		}
-		if q.Stable == "" && c.PromQL != nil {
-			q.Stable = c.PromQL.Stable
+			compileTemplate(p, field+".query", q.Query)
 		}
 		if q.Canary == "" && strings.Contains(q.Query, ".Selector") {
-			p.add("%s.canary: missing; set the label matchers of the canary's series (or promql.canary)", field)
+			p.Addf(field+".canary", "missing; set the label matchers of the canary's series (or promql.canary)")
 		}
 		rule := queryRule{name: q.Name}
-		if q.Max != "" {
-			rule.max = parsePositive(p, field+".max", q.Max)
+		if q.Max != nil {
+			rule.max = compilePositive(p, field+".max", float64(*q.Max))
 		}
-		if q.MaxRatio != "" {
-			rule.maxRatio = parsePositive(p, field+".maxRatio", q.MaxRatio)
+		if q.MaxRatio != nil {
+			rule.maxRatio, _ = compileRatio(p, field+".maxRatio", float64(*q.MaxRatio))
 			if q.Stable == "" && strings.Contains(q.Query, ".Selector") {
-				p.add("%s.stable: missing; maxRatio compares with stable, set the stable's label matchers (or promql.stable)", field)
+				p.Addf(field+".stable", "missing; maxRatio compares with stable, set the stable's label matchers (or promql.stable)")
 			}
 		}
-		if q.Max == "" && q.MaxRatio == "" {
-			p.add("%s: set max and/or maxRatio", field)
+		if q.Max == nil && q.MaxRatio == nil {
+			p.Addf(field, "set max and/or maxRatio")
 		}
 		r.queries = append(r.queries, rule)
 	}
 }
 
-// parseLatency parses a latency limit into milliseconds.
-func parseLatency(p *problems, field string, v Duration) (float64, bool) {
-	d, err := time.ParseDuration(string(v))
-	if err != nil {
-		if _, numErr := strconv.ParseFloat(string(v), 64); numErr == nil {
-			p.add("%s: %q has no unit; write it like \"%sms\"", field, v, v)
-		} else {
-			p.add("%s: %q is not a duration; write it like \"250ms\" or \"1.5s\"", field, v)
-		}
+// compileLatency turns a latency limit into milliseconds.
+func compileLatency(p *config.Errors, field string, v config.Duration) (float64, bool) {
+	if v <= 0 {
+		p.Addf(field, "%s must be positive; write it like \"250ms\"", v)
 		return 0, false
 	}
-	if d <= 0 {
-		p.add("%s: %s must be positive", field, v)
+	return float64(v.D()) / float64(time.Millisecond), true
+}
+
+// compileRatio checks a canary ÷ stable limit: below 1 it would fail every
+// canary as fast as stable (and, read the other way round, pass slow ones).
+func compileRatio(p *config.Errors, field string, f float64) (float64, bool) {
+	if f < 1 {
+		p.Addf(field, "%g is below 1: a canary ÷ stable limit below 1 fails every canary as fast as stable; write at least 1, e.g. 1.2 (at most 20%% slower than stable)", f)
 		return 0, false
 	}
-	return float64(d) / float64(time.Millisecond), true
+	return f, true
 }
 
-func parsePositiveDuration(p *problems, field string, v Duration, def time.Duration) time.Duration {
-	if v == "" {
-		return def
-	}
-	d, err := time.ParseDuration(string(v))
-	if err != nil || d <= 0 {
-		p.add("%s: %q is not a positive duration; write it like \"30s\"", field, v)
-		return def
-	}
-	return d
-}
-
-func parseCount(p *problems, field string, v Number, def float64) float64 {
-	if v == "" {
-		return def
-	}
-	f, err := strconv.ParseFloat(string(v), 64)
-	if err != nil || f < 1 || f != math.Trunc(f) {
-		p.add("%s: %q must be a whole number ≥ 1", field, v)
-		return def
+func compileCount(p *config.Errors, field string, v config.Number, maximum float64) float64 {
+	f := float64(v)
+	if f < 1 || f > maximum || f != math.Trunc(f) {
+		p.Addf(field, "%g must be a whole number from 1 to %d", f, int(maximum))
+		return 1
 	}
 	return f
 }
 
-func parseFraction(p *problems, field string, v Number, def, lo, hi float64) float64 {
-	if v == "" {
-		return def
-	}
-	f, err := strconv.ParseFloat(string(v), 64)
-	if err != nil || f < lo || f > hi {
-		p.add("%s: %q must be a number from %g to %g", field, v, lo, hi)
-		return def
+func compileFraction(p *config.Errors, field string, v config.Number, lo, hi float64) float64 {
+	f := float64(v)
+	if f < lo || f > hi {
+		p.Addf(field, "%g must be a number from %g to %g", f, lo, hi)
+		return lo
 	}
 	return f
 }
 
-func parsePositive(p *problems, field string, v Number) float64 {
-	f, err := strconv.ParseFloat(string(v), 64)
-	if err != nil || !(f > 0) || math.IsInf(f, 0) {
-		p.add("%s: %q must be a positive number", field, v)
+func compilePositive(p *config.Errors, field string, f float64) float64 {
+	if !(f > 0) {
+		p.Addf(field, "%g must be a positive number", f)
 		return 0
 	}
 	return f

@@ -65,7 +65,7 @@ func TestFortioRealRun(t *testing.T) {
 	cfg := Config{
 		Source: SourceFortio,
 		Fortio: &FortioConfig{Canary: canaryFile, Stable: files.URL + "/stable.json"},
-		SLO:    SLO{P50: "10s", Max: "10s", MaxErrorRate: "0.2", Ratio: RatioSLO{P50: "1.01"}},
+		SLO:    SLO{P50: dur("10s"), Max: dur("10s"), MaxErrorRate: number("0.2"), Ratio: RatioSLO{P50: number("1.01")}},
 	}
 	a, err := NewAnalyzer(cfg, WithLogger(quiet))
 	if err != nil {
@@ -88,7 +88,7 @@ func TestFortioRealRun(t *testing.T) {
 	}
 
 	// The same data against tight SLOs: max (raw, fortio only) and error rate fail.
-	cfg.SLO = SLO{Max: "1ms", MaxErrorRate: "1%"}
+	cfg.SLO = SLO{Max: dur("1ms"), MaxErrorRate: number("1%")}
 	a, err = NewAnalyzer(cfg, WithLogger(quiet))
 	if err != nil {
 		t.Fatal(err)
@@ -114,7 +114,7 @@ func TestFortioMissingAndBadFiles(t *testing.T) {
 		{bad, Error, "is not fortio HTTP result JSON"},
 		{empty, Inconclusive, "canary: no data, query returned no series: " + empty},
 	} {
-		cfg := Config{Source: SourceFortio, Fortio: &FortioConfig{Canary: tc.canary}, SLO: SLO{P50: "1s"}}
+		cfg := Config{Source: SourceFortio, Fortio: &FortioConfig{Canary: tc.canary}, SLO: SLO{P50: dur("1s")}}
 		a, err := NewAnalyzer(cfg, WithLogger(quiet))
 		if err != nil {
 			t.Fatal(err)

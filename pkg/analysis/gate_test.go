@@ -35,8 +35,8 @@ func TestGateMapsVerdicts(t *testing.T) {
 	slowDist := typical
 	slowDist.scale = 4
 	slow := sampleHistogram(rng, slowDist, 1000)
-	cfg := promConfig(SLO{P99: "150ms"})
-	cfg.Window = "" // cumulative from the gate's creation
+	cfg := promConfig(SLO{P99: dur("150ms")})
+	cfg.Window = Window{} // cumulative from the gate's creation
 
 	for _, tc := range []struct {
 		name     string

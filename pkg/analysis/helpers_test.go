@@ -1,9 +1,13 @@
 package analysis
 
 import (
+	"encoding/json"
 	"math"
 	"math/rand/v2"
 	"sort"
+	"strconv"
+
+	"github.com/danki-dev/danki/internal/config"
 )
 
 // istioBuckets are Istio's and Envoy's default latency bucket bounds (ms).
@@ -88,12 +92,33 @@ func side(name string, h Histogram) *Side {
 		Errors:   Measured{From: "test:" + name + ":errors"}}
 }
 
-func mustRules(t interface{ Fatalf(string, ...any) }, c Config) *rules {
-	if err := c.Validate(); err != nil {
+func mustRules(t interface{ Fatalf(string, ...any) }, c Config) *Rules {
+	r, err := Compile(c)
+	if err != nil {
 		t.Fatalf("config: %v", err)
 	}
-	return c.rules
+	return r
 }
+
+// dur is a config duration from its text ("250ms"); number a config number
+// ("1.5", "1%"), as they would be decoded; window a fixed window ("5m").
+func dur(text string) *config.Duration {
+	var d config.Duration
+	if err := json.Unmarshal([]byte(strconv.Quote(text)), &d); err != nil {
+		panic(err)
+	}
+	return &d
+}
+
+func number(text string) *config.Number {
+	var n config.Number
+	if err := json.Unmarshal([]byte(strconv.Quote(text)), &n); err != nil {
+		panic(err)
+	}
+	return &n
+}
+
+func window(text string) Window { return Window{Duration: *dur(text)} }
 
 // tailOnly is a fortio-sourced config with only the tail test (fortio needs
 // no Prometheus address; the source itself is replaced in tests).

@@ -105,13 +105,17 @@ func NewPrometheusAPI(pc PrometheusConfig) (promv1.API, error) {
 	return promv1.NewAPI(client), nil
 }
 
-// NewPrometheus builds the Prometheus source for a validated Config.
+// NewPrometheus builds the Prometheus source for a Config (compiled and
+// with its defaults applied here; cfg is not changed).
 func NewPrometheus(cfg Config, logger *slog.Logger) (*Prometheus, error) {
-	if cfg.rules == nil {
-		if err := cfg.Validate(); err != nil {
-			return nil, err
-		}
+	rules, err := Compile(cfg)
+	if err != nil {
+		return nil, err
 	}
+	return newPrometheusWithRules(cfg.WithDefaults(), rules, logger)
+}
+
+func newPrometheusWithRules(cfg Config, rules *Rules, logger *slog.Logger) (*Prometheus, error) {
 	if cfg.Prometheus == nil {
 		return nil, errors.New("prometheus.address: missing")
 	}
@@ -119,17 +123,19 @@ func NewPrometheus(cfg Config, logger *slog.Logger) (*Prometheus, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newPrometheusWithAPI(cfg, promAPI, logger)
+	return newPrometheusWithAPI(cfg, rules, promAPI, logger)
 }
 
-func newPrometheusWithAPI(cfg Config, promAPI promv1.API, logger *slog.Logger) (*Prometheus, error) {
+// newPrometheusWithAPI builds the source from a Config with its defaults
+// applied and its compiled rules.
+func newPrometheusWithAPI(cfg Config, rules *Rules, promAPI promv1.API, logger *slog.Logger) (*Prometheus, error) {
 	if logger == nil {
 		logger = slog.Default()
 	}
 	p := &Prometheus{
 		api:     promAPI,
 		address: cfg.Prometheus.Address,
-		timeout: cfg.rules.timeout,
+		timeout: rules.timeout,
 		now:     time.Now,
 		logger:  logger,
 	}

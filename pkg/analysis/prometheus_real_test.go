@@ -239,17 +239,17 @@ func TestRealPrometheus(t *testing.T) {
 	waitFor("the scrape after feeding", `sum(envoy_cluster_upstream_rq{cluster_name="`+cluster("app-stable")+`"})`, 18000)
 	waitFor("the scrape after feeding", `sum(istio_requests_total{destination_service="`+service("app-slow")+`"})`, 1000)
 
-	slo := SLO{P99: "250ms", MaxErrorRate: "1%", Ratio: RatioSLO{P99: "1.5"}}
+	slo := SLO{P99: dur("250ms"), MaxErrorRate: number("1%"), Ratio: RatioSLO{P99: number("1.5")}}
 	configs := map[string]func(canary string) Config{
 		"istio": func(canary string) Config {
 			return Config{Source: SourceIstio, Prometheus: &PrometheusConfig{Address: promURL},
 				Istio:  &IstioConfig{Canary: IstioSelector{Service: service(canary)}, Stable: &IstioSelector{Service: service("app-stable")}},
-				Window: "1m", SLO: slo, TailTest: &TailTestConfig{}}
+				Window: window("1m"), SLO: slo, TailTest: &TailTestConfig{}}
 		},
 		"envoy": func(canary string) Config {
 			return Config{Source: SourceEnvoy, Prometheus: &PrometheusConfig{Address: promURL},
 				Envoy:  &EnvoyConfig{CanaryCluster: cluster(canary), StableCluster: cluster("app-stable")},
-				Window: "1m", SLO: slo, TailTest: &TailTestConfig{}}
+				Window: window("1m"), SLO: slo, TailTest: &TailTestConfig{}}
 		},
 	}
 	for source, mk := range configs {
@@ -450,7 +450,7 @@ func TestRealPrometheusIstioStandardLabels(t *testing.T) {
 	svc := func(name string) string { return name + ".default.svc.cluster.local" }
 	cfg := Config{Source: SourceIstio, Prometheus: &PrometheusConfig{Address: promURL},
 		Istio:  &IstioConfig{Canary: IstioSelector{Service: svc("app-canary")}, Stable: &IstioSelector{Service: svc("app-stable")}},
-		Window: "1m", SLO: SLO{P99: "250ms", Ratio: RatioSLO{P99: "1.5"}}, TailTest: &TailTestConfig{}}
+		Window: window("1m"), SLO: SLO{P99: dur("250ms"), Ratio: RatioSLO{P99: number("1.5")}}, TailTest: &TailTestConfig{}}
 	a, err := NewAnalyzer(cfg, WithLogger(quiet))
 	if err != nil {
 		t.Fatal(err)

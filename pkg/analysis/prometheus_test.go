@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/danki-dev/danki/internal/config"
 	"github.com/danki-dev/danki/internal/testutil"
 )
 
@@ -80,8 +81,8 @@ func istioConfig(address string) Config {
 			Canary: IstioSelector{Service: "app-canary.default.svc.cluster.local"},
 			Stable: &IstioSelector{Service: "app-stable.default.svc.cluster.local"},
 		},
-		Window:   "5m",
-		SLO:      SLO{P99: "250ms", MaxErrorRate: "0.01", Ratio: RatioSLO{P99: "1.5"}},
+		Window:   window("5m"),
+		SLO:      SLO{P99: dur("250ms"), MaxErrorRate: number("0.01"), Ratio: RatioSLO{P99: number("1.5")}},
 		TailTest: &TailTestConfig{},
 	}
 }
@@ -180,8 +181,8 @@ func TestPrometheusEnvoyQueries(t *testing.T) {
 		Source:     SourceEnvoy,
 		Prometheus: &PrometheusConfig{Address: fake.URL},
 		Envoy:      &EnvoyConfig{CanaryCluster: canary, StableCluster: stable},
-		Window:     "90s",
-		SLO:        SLO{P99: "1s", MaxErrorRate: "1%"},
+		Window:     window("90s"),
+		SLO:        SLO{P99: dur("1s"), MaxErrorRate: number("1%")},
 	}
 	v := analyze(t, cfg)
 	if v.Phase != Pass {
@@ -230,11 +231,11 @@ func TestPrometheusCustomPromQLAndQueries(t *testing.T) {
 			Query:    `sum(rate(jvm_gc_pause_seconds_sum{<<.Selector>>}[<<.Window>>]))`,
 			Canary:   `pod=~"app-v2.*"`,
 			Stable:   `pod=~"app-v1.*"`,
-			Max:      "0.05",
-			MaxRatio: "2",
+			Max:      number("0.05"),
+			MaxRatio: number("2"),
 		}},
-		Window: "2m",
-		SLO:    SLO{P99: "250ms", Ratio: RatioSLO{P50: "1.1"}},
+		Window: window("2m"),
+		SLO:    SLO{P99: dur("250ms"), Ratio: RatioSLO{P50: number("1.1")}},
 	}
 	v := analyze(t, cfg)
 	if v.Phase != Fail {
@@ -305,7 +306,7 @@ func TestPrometheusTimeoutIsError(t *testing.T) {
 	fake := testutil.NewPrometheus(t)
 	fake.Delay(5 * time.Second)
 	cfg := istioConfig(fake.URL)
-	cfg.Timeout = "200ms"
+	cfg.Timeout = config.Duration(200 * time.Millisecond)
 	start := time.Now()
 	v := analyze(t, cfg)
 	if v.Phase != Error || !strings.Contains(v.Summary, "no answer within 200ms") {
@@ -343,7 +344,7 @@ func TestPrometheusRatioWithStableMissingIsInconclusive(t *testing.T) {
 	fake := testutil.NewPrometheus(t)
 	addIstio(fake, istioService("app-canary"), c, f64(2000), nil)
 	cfg := istioConfig(fake.URL)
-	cfg.SLO = SLO{Ratio: RatioSLO{P99: "1.2"}}
+	cfg.SLO = SLO{Ratio: RatioSLO{P99: number("1.2")}}
 	cfg.TailTest = nil
 	v := analyze(t, cfg)
 	if v.Phase != Inconclusive {
@@ -460,7 +461,7 @@ func TestPrometheusCumulativeWindow(t *testing.T) {
 	fake := testutil.NewPrometheus(t)
 	healthyIstio(fake, rng, typical)
 	cfg := istioConfig(fake.URL)
-	cfg.Window = ""
+	cfg.Window = Window{}
 	now := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
 	a, err := NewAnalyzer(cfg, WithLogger(quiet), WithClock(func() time.Time { return now }))
 	if err != nil {

@@ -164,7 +164,7 @@ func simScenarios() []simScenario {
 
 // simTrial runs one trial of simLooks looks and returns the first look
 // (1-based) whose tail test failed, or 0.
-func simTrial(rng *rand.Rand, r *rules, sc simScenario, canaryProbs, stableProbs []float64, interval float64, looks int) int {
+func simTrial(rng *rand.Rand, r *Rules, sc simScenario, canaryProbs, stableProbs []float64, interval float64, looks int) int {
 	nb := len(istioBuckets) + 1
 	var ringC, ringS [][]float64
 	cumC, cumS := make([]float64, nb), make([]float64, nb)

@@ -124,7 +124,7 @@ type Check struct {
 }
 
 // evaluate turns a sample into a verdict under the validated rules.
-func evaluate(r *rules, s *Sample, window string) Verdict {
+func evaluate(r *Rules, s *Sample, window string) Verdict {
 	if err := checkSample(r, s); err != nil {
 		var queries []string
 		if s != nil {
@@ -184,7 +184,7 @@ func evaluate(r *rules, s *Sample, window string) Verdict {
 // one with fewer query values than the config has queries, and non-finite
 // numbers (+Inf or NaN bucket counts would turn every comparison into NaN,
 // and NaN compares as "not above the limit").
-func checkSample(r *rules, s *Sample) error {
+func checkSample(r *Rules, s *Sample) error {
 	if s == nil {
 		return errors.New("the latency source returned no sample (nil) and no error")
 	}
@@ -228,7 +228,7 @@ func orUnknown(from string) string {
 }
 
 // needsStableValues reports whether some query compares with stable.
-func (r *rules) needsStableValues() bool {
+func (r *Rules) needsStableValues() bool {
 	for _, q := range r.queries {
 		if q.maxRatio > 0 {
 			return true
@@ -311,7 +311,7 @@ func latencyProblem(side *Side, need float64, why string) string {
 }
 
 // needFor is how many observations a check on quantile q needs.
-func needFor(r *rules, q float64) (float64, string) {
+func needFor(r *Rules, q float64) (float64, string) {
 	tail := math.Ceil(r.minTailCount / (1 - q))
 	if tail > r.minSamples {
 		return tail, fmt.Sprintf("minTailCount %g ÷ (1−%g)", r.minTailCount, q)
@@ -319,7 +319,7 @@ func needFor(r *rules, q float64) (float64, string) {
 	return r.minSamples, "minSamples"
 }
 
-func absoluteCheck(r *rules, l quantileLimit, canary *Side) Check {
+func absoluteCheck(r *Rules, l quantileLimit, canary *Side) Check {
 	c := Check{Name: l.key, Limit: l.limit, Unit: "ms"}
 	need, why := needFor(r, l.q)
 	if p := latencyProblem(canary, need, why); p != "" {
@@ -344,7 +344,7 @@ func absoluteCheck(r *rules, l quantileLimit, canary *Side) Check {
 	return fail(c, "%s %s > %s SLO%s", l.label, ms(val), ms(l.limit), note)
 }
 
-func ratioCheck(r *rules, l quantileLimit, canary, stable *Side) Check {
+func ratioCheck(r *Rules, l quantileLimit, canary, stable *Side) Check {
 	c := Check{Name: "ratio:" + l.key, Limit: l.limit, Unit: "ratio"}
 	need, why := needFor(r, l.q)
 	if p := latencyProblem(canary, need, why); p != "" {
@@ -384,7 +384,7 @@ func ratioCheck(r *rules, l quantileLimit, canary, stable *Side) Check {
 	return fail(c, "%s canary/stable %.2f (%s / %s) > %g", l.label, ratio, ms(cv), ms(sv), l.limit)
 }
 
-func maxCheck(r *rules, canary *Side) Check {
+func maxCheck(r *Rules, canary *Side) Check {
 	c := Check{Name: "max", Limit: r.maxMs, Unit: "ms"}
 	h := canary.Latency
 	if canary.LatencyFrom == "" || !h.HasRaw || h.Count() == 0 {
@@ -402,7 +402,7 @@ func maxCheck(r *rules, canary *Side) Check {
 	return pass(c, "max %s ≤ %s", ms(h.Max), ms(r.maxMs))
 }
 
-func errorRateCheck(r *rules, canary *Side) Check {
+func errorRateCheck(r *Rules, canary *Side) Check {
 	c := Check{Name: "error-rate", Limit: r.errorRate, Unit: "fraction"}
 	req := canary.Requests
 	switch {
@@ -430,7 +430,7 @@ func errorRateCheck(r *rules, canary *Side) Check {
 	return fail(c, "error rate %s > %s SLO (%s of %s%s)", pct(rate), pct(r.errorRate), count(errs), count(req.Value), note)
 }
 
-func tailCheck(r *rules, canary, stable *Side) (Check, *TailTest) {
+func tailCheck(r *Rules, canary, stable *Side) (Check, *TailTest) {
 	t := r.tail
 	c := Check{Name: "tail-test", Unit: "e-value", Limit: 1 / (1 - t.confidence)}
 	// Both sides need minTailCount/(1−q) requests: with fewer canary

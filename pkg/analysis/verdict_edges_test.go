@@ -41,7 +41,7 @@ func checkNamed(t *testing.T, v Verdict, name string) Check {
 // it is Inconclusive — never Pass (it passed at 1s with top 1000 ms).
 func TestTopBucketNeverPasses(t *testing.T) {
 	for _, tc := range []struct {
-		limit Duration
+		limit string
 		phase Phase
 		want  string
 	}{
@@ -49,7 +49,7 @@ func TestTopBucketNeverPasses(t *testing.T) {
 		{"500ms", Fail, "p99.9 above 1.00s"},
 		{"2s", Inconclusive, "the histogram cannot tell whether it is ≤ 2.00s; add buckets above 1.00s"},
 	} {
-		r := mustRules(t, promConfig(SLO{P999: tc.limit}))
+		r := mustRules(t, promConfig(SLO{P999: dur(tc.limit)}))
 		v := evaluate(r, &Sample{Canary: *side("canary", slowTail())}, "5m")
 		c := checkNamed(t, v, "p999")
 		if c.Phase != tc.phase || !strings.Contains(c.Message, tc.want) {
@@ -72,7 +72,7 @@ func TestTopBucketRatio(t *testing.T) {
 	for _, tc := range []struct {
 		name           string
 		canary, stable Histogram
-		limit          Number
+		limit          string
 		phase          Phase
 		want           string
 	}{
@@ -82,7 +82,7 @@ func TestTopBucketRatio(t *testing.T) {
 		{"stable above top, canary certainly faster", stable, slowTail(), "1.2", Pass, "canary/stable below"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := mustRules(t, promConfig(SLO{Ratio: RatioSLO{P999: tc.limit}}))
+			r := mustRules(t, promConfig(SLO{Ratio: RatioSLO{P999: number(tc.limit)}}))
 			v := evaluate(r, &Sample{Canary: *side("canary", tc.canary), Stable: side("stable", tc.stable)}, "5m")
 			c := checkNamed(t, v, "ratio:p999")
 			if c.Phase != tc.phase || !strings.Contains(c.Message, tc.want) {
@@ -95,7 +95,7 @@ func TestTopBucketRatio(t *testing.T) {
 // TestNonFiniteDataIsError: +Inf or NaN counts made the tail test compute
 // NaN and pass; they are an Error naming the series.
 func TestNonFiniteDataIsError(t *testing.T) {
-	cfg := promConfig(SLO{P99: "250ms"})
+	cfg := promConfig(SLO{P99: dur("250ms")})
 	cfg.TailTest = &TailTestConfig{}
 	r := mustRules(t, cfg)
 	rng := rand.New(rand.NewPCG(71, 72))
@@ -129,7 +129,7 @@ func TestNaNResultSaysNaN(t *testing.T) {
 	addHistogram(fake, "istio_request_duration_milliseconds", map[string]string{"reporter": "source", "destination_service": istioService("app-canary")}, c, 1)
 	fake.Add("istio_requests_total", map[string]string{"reporter": "source", "destination_service": istioService("app-canary"), "response_code": "200"}, math.NaN())
 	cfg := istioConfig(fake.URL)
-	cfg.Istio.Stable, cfg.TailTest, cfg.SLO = nil, nil, SLO{P99: "1s"}
+	cfg.Istio.Stable, cfg.TailTest, cfg.SLO = nil, nil, SLO{P99: dur("1s")}
 	v := analyze(t, cfg)
 	if v.Phase != Inconclusive || !strings.Contains(v.Summary, "error rate: canary: query returned NaN: sum(increase(istio_requests_total") || strings.Contains(v.Summary, "no series") {
 		t.Errorf("NaN requests: %s %q, want Inconclusive saying NaN", v.Phase, v.Summary)
@@ -148,7 +148,7 @@ func TestEnvoyRequestsCountedOnce(t *testing.T) {
 	fake := testutil.NewPrometheus(t)
 	addEnvoy(fake, canary, sampleHistogram(rng, typical, 2000), 2000, 30)
 	cfg := Config{Source: SourceEnvoy, Prometheus: &PrometheusConfig{Address: fake.URL},
-		Envoy: &EnvoyConfig{CanaryCluster: canary}, Window: "5m", SLO: SLO{MaxErrorRate: "1%"}}
+		Envoy: &EnvoyConfig{CanaryCluster: canary}, Window: window("5m"), SLO: SLO{MaxErrorRate: number("1%")}}
 	v := analyze(t, cfg)
 	if v.Phase != Fail || v.Canary.ErrorRate == nil || math.Abs(*v.Canary.ErrorRate-0.015) > 1e-12 || !strings.Contains(v.Summary, "error rate 1.50% > 1.00% SLO (30 of 2000)") {
 		t.Fatalf("%s %q (error rate %v), want Fail at 1.50%% (30 of 2000)", v.Phase, v.Summary, v.Canary.ErrorRate)
@@ -166,7 +166,7 @@ func TestEnvoyPlainLabels(t *testing.T) {
 	fake.Add("envoy_cluster_upstream_rq", map[string]string{"envoy_cluster_name": canary, "envoy_response_code": "503"}, 5)
 	cfg := Config{Source: SourceEnvoy, Prometheus: &PrometheusConfig{Address: fake.URL},
 		Envoy:  &EnvoyConfig{CanaryCluster: canary, ClusterLabel: "envoy_cluster_name", ResponseCodeLabel: "envoy_response_code"},
-		Window: "5m", SLO: SLO{P99: "1s", MaxErrorRate: "1%"}}
+		Window: window("5m"), SLO: SLO{P99: dur("1s"), MaxErrorRate: number("1%")}}
 	v := analyze(t, cfg)
 	if v.Phase != Pass || v.Canary.ErrorRate == nil || *v.Canary.ErrorRate != 0.005 {
 		t.Fatalf("%s %q, want Pass at 0.50%% errors", v.Phase, v.Summary)
@@ -180,7 +180,7 @@ func TestEnvoyPlainLabels(t *testing.T) {
 // fast; latency SLOs without slo.maxErrorRate get the default 1 %.
 func TestLatencySLOsAreJudgedWithErrors(t *testing.T) {
 	rng := rand.New(rand.NewPCG(79, 80))
-	r := mustRules(t, promConfig(SLO{P99: "250ms"}))
+	r := mustRules(t, promConfig(SLO{P99: dur("250ms")}))
 	c := side("canary", sampleHistogram(rng, typical, 2000))
 	c.Errors = Measured{From: "errors", Value: 100, Found: true} // 5 % fast failures
 	v := evaluate(r, &Sample{Canary: *c}, "5m")
@@ -192,7 +192,7 @@ func TestLatencySLOsAreJudgedWithErrors(t *testing.T) {
 		t.Errorf("summary %q does not show both latency and errors", v.Summary)
 	}
 	// An explicit limit wins.
-	r = mustRules(t, promConfig(SLO{P99: "250ms", MaxErrorRate: "10%"}))
+	r = mustRules(t, promConfig(SLO{P99: dur("250ms"), MaxErrorRate: number("10%")}))
 	if v := evaluate(r, &Sample{Canary: *c}, "5m"); v.Phase != Pass {
 		t.Errorf("explicit maxErrorRate 10%%: %s", v.Summary)
 	}
@@ -206,8 +206,8 @@ func TestLatencySLOsAreJudgedWithErrors(t *testing.T) {
 // TestEmptySampleIsError: a custom Source returning an empty (or nil)
 // sample, or too few query values, is an Error, not a panic.
 func TestEmptySampleIsError(t *testing.T) {
-	cfg := promConfig(SLO{P99: "250ms"})
-	cfg.Queries = []QueryCheck{{Name: "gc", Query: "up", Max: "1"}}
+	cfg := promConfig(SLO{P99: dur("250ms")})
+	cfg.Queries = []QueryCheck{{Name: "gc", Query: "up", Max: number("1")}}
 	rng := rand.New(rand.NewPCG(81, 82))
 	for _, tc := range []struct {
 		name   string

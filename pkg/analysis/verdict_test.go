@@ -12,14 +12,14 @@ func promConfig(slo SLO) Config {
 	return Config{
 		Source: SourceEnvoy, Prometheus: &PrometheusConfig{Address: "http://127.0.0.1:9"},
 		Envoy:  &EnvoyConfig{CanaryCluster: "c", StableCluster: "s"},
-		Window: "5m", SLO: slo,
+		Window: window("5m"), SLO: slo,
 	}
 }
 
 func TestAbsoluteChecks(t *testing.T) {
 	rng := rand.New(rand.NewPCG(31, 32))
 	h := sampleHistogram(rng, typical, 5000) // p99 ≈ 81 ms → read in (50, 100]
-	r := mustRules(t, promConfig(SLO{P50: "25ms", P99: "60ms", P999: "1s"}))
+	r := mustRules(t, promConfig(SLO{P50: dur("25ms"), P99: dur("60ms"), P999: dur("1s")}))
 	v := evaluate(r, &Sample{Canary: *side("canary", h)}, "5m")
 	if v.Phase != Fail {
 		t.Fatalf("phase %s: %s", v.Phase, v.Summary)
@@ -45,7 +45,7 @@ func TestAbsoluteChecks(t *testing.T) {
 func TestPercentileNeedsEnoughTail(t *testing.T) {
 	rng := rand.New(rand.NewPCG(33, 34))
 	h := sampleHistogram(rng, typical, 2000)
-	r := mustRules(t, promConfig(SLO{P99: "1s", P999: "1s"}))
+	r := mustRules(t, promConfig(SLO{P99: dur("1s"), P999: dur("1s")}))
 	v := evaluate(r, &Sample{Canary: *side("canary", h)}, "5m")
 	if v.Phase != Inconclusive {
 		t.Fatalf("phase %s: %s", v.Phase, v.Summary)
@@ -61,7 +61,7 @@ func TestPercentileNeedsEnoughTail(t *testing.T) {
 func TestFailBeatsInconclusive(t *testing.T) {
 	rng := rand.New(rand.NewPCG(35, 36))
 	h := sampleHistogram(rng, typical, 1000)
-	r := mustRules(t, promConfig(SLO{P50: "5ms", P999: "1s"}))
+	r := mustRules(t, promConfig(SLO{P50: dur("5ms"), P999: dur("1s")}))
 	v := evaluate(r, &Sample{Canary: *side("canary", h)}, "5m")
 	if v.Phase != Fail {
 		t.Fatalf("a measured breach (p50) must fail even while p99.9 is inconclusive: %s", v.Summary)
@@ -71,7 +71,7 @@ func TestFailBeatsInconclusive(t *testing.T) {
 func TestErrorRateChecks(t *testing.T) {
 	rng := rand.New(rand.NewPCG(37, 38))
 	h := sampleHistogram(rng, typical, 1000)
-	r := mustRules(t, promConfig(SLO{MaxErrorRate: "2%"}))
+	r := mustRules(t, promConfig(SLO{MaxErrorRate: number("2%")}))
 	for _, tc := range []struct {
 		name     string
 		requests Measured
@@ -99,7 +99,7 @@ func TestRatioChecks(t *testing.T) {
 	stable := sampleHistogram(rng, typical, 20000)
 	slow := typical
 	slow.scale = 1.5
-	r := mustRules(t, promConfig(SLO{Ratio: RatioSLO{P50: "1.2", P99: "1.2"}}))
+	r := mustRules(t, promConfig(SLO{Ratio: RatioSLO{P50: number("1.2"), P99: number("1.2")}}))
 
 	v := evaluate(r, &Sample{Canary: *side("canary", sampleHistogram(rng, slow, 5000)), Stable: side("stable", stable)}, "5m")
 	if v.Phase != Fail || !strings.Contains(v.Summary, "p50 canary/stable 1.") || !strings.Contains(v.Summary, "> 1.2") {
@@ -118,7 +118,7 @@ func TestRatioChecks(t *testing.T) {
 }
 
 func TestMaxNeedsRawData(t *testing.T) {
-	cfg := Config{Source: SourceFortio, Fortio: &FortioConfig{Canary: "c"}, SLO: SLO{Max: "100ms"}}
+	cfg := Config{Source: SourceFortio, Fortio: &FortioConfig{Canary: "c"}, SLO: SLO{Max: dur("100ms")}}
 	r := mustRules(t, cfg)
 	raw := Histogram{HasRaw: true, Min: 1, Max: 250, Buckets: []Bucket{{10, 40}, {250, 50}}}
 	v := evaluate(r, &Sample{Canary: *side("canary", raw)}, "run")
@@ -135,7 +135,7 @@ func TestMaxNeedsRawData(t *testing.T) {
 
 func TestVerdictJSONHasEveryNumber(t *testing.T) {
 	rng := rand.New(rand.NewPCG(41, 42))
-	cfg := promConfig(SLO{P99: "250ms", MaxErrorRate: "0.01", Ratio: RatioSLO{P99: "1.5"}})
+	cfg := promConfig(SLO{P99: dur("250ms"), MaxErrorRate: number("0.01"), Ratio: RatioSLO{P99: number("1.5")}})
 	cfg.TailTest = &TailTestConfig{}
 	r := mustRules(t, cfg)
 	c, s := side("canary", sampleHistogram(rng, typical, 1000)), side("stable", sampleHistogram(rng, typical, 9000))
