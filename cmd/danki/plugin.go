@@ -8,8 +8,6 @@ import (
 	"github.com/spf13/cobra"
 )
 
-func init() { subcommands = append(subcommands, newPluginCmd) }
-
 func newPluginCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "plugin",

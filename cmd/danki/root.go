@@ -7,8 +7,8 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// subcommands are added by the files that define them (warmup.go, shift.go,
-// …) so that each command lives in its own file.
+// subcommands holds commands still registered from their file's init
+// (analyze.go, until it moves to newRootCmd's explicit list).
 var subcommands []func() *cobra.Command
 
 func newRootCmd() *cobra.Command {
@@ -34,7 +34,8 @@ It runs as Argo Rollouts plugins (danki/warmup, danki/istio, danki/latency; see
 		},
 	}
 	root.PersistentFlags().BoolVarP(&verbose, "verbose", "v", false, "log debug messages to stderr")
-	root.AddCommand(newVersionCmd())
+	// Every command is listed here, each defined in its own file.
+	root.AddCommand(newWarmupCmd(), newShiftCmd(), newPluginCmd(), newVersionCmd())
 	for _, sub := range subcommands {
 		root.AddCommand(sub())
 	}

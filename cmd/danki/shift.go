@@ -8,10 +8,8 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/signal"
 	"strconv"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -23,17 +21,16 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-func init() { subcommands = append(subcommands, newShiftCmd) }
-
 // shiftOptions are the flags every shift subcommand shares: where the
 // VirtualService is and which of its routes and destinations are managed.
 type shiftOptions struct {
-	kubeconfig, namespace, virtualService string
-	routes, tlsRoutes, tcpRoutes          []string
-	stableHost, canaryHost                string
-	destinationRule                       string
-	stableSubset, canarySubset            string
-	managedRoutes                         []string
+	kube                         kubeFlags
+	virtualService               string
+	routes, tlsRoutes, tcpRoutes []string
+	stableHost, canaryHost       string
+	destinationRule              string
+	stableSubset, canarySubset   string
+	managedRoutes                []string
 }
 
 func newShiftCmd() *cobra.Command {
@@ -54,8 +51,7 @@ every other route and field stays as it was, and weights always sum to 100.`,
   danki shift ramp -n shop --virtual-service reviews --destination-rule reviews --canary-weight 60 --step 10 --interval 1m`,
 	}
 	f := cmd.PersistentFlags()
-	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster)")
-	f.StringVarP(&o.namespace, "namespace", "n", "", "namespace of the VirtualService (default: the kubeconfig context's)")
+	o.kube.addFlags(f, "namespace of the VirtualService")
 	f.StringVar(&o.virtualService, "virtual-service", "", "name of the VirtualService (required)")
 	f.StringArrayVar(&o.routes, "route", nil, "name of an http route to manage (repeatable; default: every route holding both destinations)")
 	f.StringArrayVar(&o.tlsRoutes, "tls-route", nil, "tls route to manage, by match: PORT or PORT:SNI[,SNI...] (repeatable)")
@@ -109,7 +105,7 @@ func (o *shiftOptions) target(needRoles bool) (shift.Target, error) {
 	case needRoles:
 		return t, errors.New("--stable-host and --canary-host (host-level routing) or --destination-rule (subset-level): required to know which destinations to weigh")
 	}
-	ns, _, err := kubeClientConfig(o.kubeconfig, o.namespace).Namespace()
+	ns, err := o.kube.namespace()
 	if err != nil {
 		return t, fmt.Errorf("--kubeconfig: %w", err)
 	}
@@ -120,7 +116,7 @@ func (o *shiftOptions) target(needRoles bool) (shift.Target, error) {
 // newIstioClient builds the Istio client from the kubeconfig flags; tests
 // replace it.
 var newIstioClient = func(o *shiftOptions) (istioclient.Interface, error) {
-	cfg, err := kubeClientConfig(o.kubeconfig, "").ClientConfig()
+	cfg, err := o.kube.restConfig()
 	if err != nil {
 		return nil, fmt.Errorf("--kubeconfig: load client configuration: %w", err)
 	}
@@ -339,8 +335,7 @@ resumes. Progress goes to stderr, one line per move.`,
 			if err != nil {
 				return err
 			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
+			ctx := cmd.Context() // cancelled by Ctrl-C or SIGTERM (main)
 			r := &shift.Ramp{Shifter: s, Target: t, Plan: plan, Gate: gate}
 			progress := cmd.ErrOrStderr()
 			var lastWarn time.Time
@@ -362,7 +357,7 @@ resumes. Progress goes to stderr, one line per move.`,
 			})
 			out := cmd.OutOrStdout()
 			switch {
-			case errors.Is(err, context.Canceled) && cmd.Context().Err() == nil:
+			case errors.Is(err, context.Canceled):
 				fmt.Fprintf(out, "VirtualService %s: interrupted at %d%%; the ramp state is kept: run the same command to resume, or set --canary-weight 0 to abort\n", t, d.Weight)
 				return err
 			case err != nil:

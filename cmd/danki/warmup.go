@@ -2,16 +2,13 @@ package main
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -25,13 +22,11 @@ import (
 	"github.com/danki-dev/danki/pkg/warmup"
 )
 
-func init() { subcommands = append(subcommands, newWarmupCmd) }
-
 // warmupFlags are the `danki warmup` flags that do not map 1:1 onto
 // warmup.Config.
 type warmupFlags struct {
 	urls, stableURLs              []string
-	kubeconfig, namespace         string
+	kube                          kubeFlags
 	service, selector, hash, port string
 	stableService, stableHash     string
 	minPods                       int
@@ -45,7 +40,7 @@ type warmupFlags struct {
 	cfg                           warmup.Config
 	progressEvery                 time.Duration
 	stderrIsTerminal              func() bool
-	newKube                       func(kubeconfig string) (kubernetes.Interface, string, error)
+	newKube                       func(k *kubeFlags) (kubernetes.Interface, string, error)
 }
 
 func newWarmupCmd() *cobra.Command {
@@ -87,8 +82,7 @@ See docs/warmup.md.`,
 	}
 	fl := cmd.Flags()
 	fl.StringArrayVar(&f.urls, "url", nil, "target base URL http://host:port (repeatable)")
-	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster)")
-	fl.StringVarP(&f.namespace, "namespace", "n", "", "namespace of the pods (default: the kubeconfig context's)")
+	f.kube.addFlags(fl, "namespace of the pods")
 	fl.StringVar(&f.service, "service", "", "warm the ready endpoints of this Service")
 	fl.StringVar(&f.selector, "selector", "", "warm the Running+Ready pods matching this label selector")
 	fl.StringVar(&f.hash, "hash", "", "only pods with this rollouts-pod-template-hash (the canary ReplicaSet)")
@@ -135,8 +129,7 @@ func (f *warmupFlags) run(cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	ctx := cmd.Context() // cancelled by Ctrl-C or SIGTERM (main)
 	stderr := cmd.ErrOrStderr()
 
 	targets, stable, err := f.targets(ctx, cfg, stderr)
@@ -262,11 +255,11 @@ func (f *warmupFlags) targets(ctx context.Context, cfg warmup.Config, stderr io.
 		OnLookup:        func(k warmup.KubeTargets) { fmt.Fprintf(stderr, "finding %s …\n", k) },
 	}
 	if canaryPods || (cfg.CompareToStable && len(f.stableURLs) == 0) {
-		kube, ns, err := f.newKube(f.kubeconfig)
+		kube, ns, err := f.newKube(&f.kube)
 		if err != nil {
 			return nil, nil, err
 		}
-		q.Canary.Pods.Namespace = cmp.Or(f.namespace, ns)
+		q.Canary.Pods.Namespace = ns
 		q.Stable.Pods.Namespace = q.Canary.Pods.Namespace
 		q.Kube = func() (kubernetes.Interface, error) { return kube, nil }
 	}
@@ -277,16 +270,15 @@ func (f *warmupFlags) targets(ctx context.Context, cfg warmup.Config, stderr io.
 	return canary, stable, err
 }
 
-// warmupKubeClient builds a client from --kubeconfig or clientcmd's default rules
-// ($KUBECONFIG, ~/.kube/config, in-cluster) and returns the context's
-// namespace.
-func warmupKubeClient(kubeconfig string) (kubernetes.Interface, string, error) {
-	cc := kubeClientConfig(kubeconfig, "")
-	rc, err := cc.ClientConfig()
+// warmupKubeClient builds a client from the kube flags (kubectl's rules:
+// --kubeconfig, $KUBECONFIG, ~/.kube/config, in-cluster) and returns the
+// namespace: --namespace, else the context's.
+func warmupKubeClient(k *kubeFlags) (kubernetes.Interface, string, error) {
+	rc, err := k.restConfig()
 	if err != nil {
 		return nil, "", fmt.Errorf("kubeconfig: %w (give --kubeconfig, or --url targets)", err)
 	}
-	ns, _, err := cc.Namespace()
+	ns, err := k.namespace()
 	if err != nil {
 		return nil, "", fmt.Errorf("kubeconfig namespace: %w", err)
 	}
