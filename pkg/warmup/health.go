@@ -9,6 +9,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // healthPoll is the pause between health probes of a target.
@@ -55,28 +57,33 @@ func waitHealthy(ctx context.Context, cfg *Config, targets []Target) error {
 // outcome when ctx ended.
 func probeUntilOK(ctx context.Context, client *http.Client, cfg *Config, t Target) string {
 	last := "no answer yet"
-	for {
+	probe := func(ctx context.Context) (bool, error) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, t.URL+cfg.HealthPath, nil)
 		if err != nil {
-			return err.Error()
+			return false, err
 		}
 		req.Header.Set(cfg.MarkerHeader, "1")
 		req.Header.Set("User-Agent", userAgent)
 		resp, err := client.Do(req)
-		if err == nil {
-			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return ""
+		if err != nil {
+			if ctx.Err() == nil {
+				last = err.Error()
 			}
-			last = "HTTP " + resp.Status
-		} else if ctx.Err() == nil {
-			last = err.Error()
+			return false, nil
 		}
-		select {
-		case <-ctx.Done():
-			return last
-		case <-time.After(healthPoll):
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			return true, nil
 		}
+		last = "HTTP " + resp.Status
+		return false, nil
 	}
+	switch err := wait.PollUntilContextCancel(ctx, healthPoll, true, probe); {
+	case err == nil:
+		return ""
+	case ctx.Err() == nil:
+		return err.Error() // the request could not be built
+	}
+	return last
 }
