@@ -17,11 +17,18 @@
 // histogram_quantile does, so they are only as fine as the buckets (Istio's
 // and Envoy's defaults read a true p99 of 15 ms as ~24 ms).
 //
-// A verdict is Pass, Fail, Inconclusive (not enough data: never a pass) or
-// Error (could not measure), with every number it was decided on and a
-// one-line summary. Analyzer runs one analysis; Gate wraps it for pkg/shift;
-// the Argo Rollouts metric plugin danki/latency (package rollouts) and
-// `danki analyze` use the same Config. See docs/latency.md.
+// A verdict is Pass, Fail, Inconclusive (not enough data, or data that
+// cannot tell — a percentile above the top bucket bound with a limit above
+// it: never a pass) or Error (could not measure, or non-finite data), with
+// every number it was decided on and a one-line summary. Latency SLOs are
+// always judged together with the error rate.
+//
+// Config follows internal/config's convention: ParseConfig decodes JSON or
+// YAML strictly, WithDefaults returns a copy with defaults, Validate is
+// pure, and Compile returns the Rules an Analyzer judges by. Analyzer runs
+// one analysis; Gate wraps it for pkg/shift; the Argo Rollouts metric plugin
+// danki/latency (package rollouts) and `danki analyze` use the same Config.
+// See docs/latency.md.
 //
 // This package imports neither Argo nor cobra.
 package analysis
