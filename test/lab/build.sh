@@ -6,7 +6,10 @@
 #   test/lab/build.sh                 # all: etcd kube kwok prometheus istiod argo envoy sample-app
 #   test/lab/build.sh etcd kube       # only these
 #
-# Pins live here and in the wrapper modules under test/lab/build/.
+# Pins live here and in the wrapper modules under test/lab/build/. danki's own
+# binaries (danki: the plugins; danki-lab: the runner and demo) are not built
+# here: mesh.sh builds them from the working tree on every lab up (lib.sh's
+# build_danki).
 set -euo pipefail
 
 KUBE_VERSION=v1.34.4   # kube-apiserver, kube-controller-manager, kube-scheduler
