@@ -450,7 +450,7 @@ func TestRPCConfigurationErrorsNameTheField(t *testing.T) {
 		{"no canary strategy", func(ro *v1alpha1.Rollout) { ro.Spec.Strategy.Canary = nil }, hostConfig, "spec.strategy.canary.trafficRouting: required"},
 		// The gate takes a danki/latency config; pkg/analysis' validation
 		// error comes back under the plugin's field.
-		{"invalid gate", nil, `{"virtualService": {"name": "reviews"}, "gate": {"p99": "250ms"}}`, `plugins["danki/istio"].gate: danki/latency config: unknown field "p99"`},
+		{"invalid gate", nil, `{"virtualService": {"name": "reviews"}, "gate": {"p99": "250ms"}}`, `plugins["danki/istio"].gate: danki/latency config: p99: unknown field`},
 		{"missing virtual service object", nil, `{"virtualService": {"name": "nope"}}`, "VirtualService shop/nope not found"},
 	}
 	f := newTRFixture(t, hostVS())
