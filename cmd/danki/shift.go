@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -18,7 +17,6 @@ import (
 	"github.com/danki-dev/danki/pkg/shift"
 	"github.com/spf13/cobra"
 	istioclient "istio.io/client-go/pkg/clientset/versioned"
-	"sigs.k8s.io/yaml"
 )
 
 // shiftOptions are the flags every shift subcommand shares: where the
@@ -271,14 +269,7 @@ func (g *gateOptions) gate() (shift.Gate, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--gate-config: %w", err)
 	}
-	// analysis.ParseConfig reads JSON: YAML is converted first (strictly:
-	// duplicate keys are errors). JSON passes through unchanged.
-	if trimmed := bytes.TrimSpace(data); len(trimmed) > 0 && trimmed[0] != '{' {
-		if data, err = yaml.YAMLToJSONStrict(trimmed); err != nil {
-			return nil, fmt.Errorf("--gate-config %s: not valid YAML: %w", g.configFile, err)
-		}
-	}
-	cfg, err := analysis.ParseConfig(data)
+	cfg, err := analysis.ParseConfig(data) // JSON or YAML, strictly
 	if err != nil {
 		return nil, fmt.Errorf("--gate-config %s: %w", g.configFile, err)
 	}

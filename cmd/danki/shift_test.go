@@ -162,6 +162,12 @@ func TestShiftGateConfigJSONOrYAML(t *testing.T) {
 	if _, err := (&gateOptions{configFile: bad}).gate(); err == nil || !strings.Contains(err.Error(), "--gate-config "+bad) || !strings.Contains(err.Error(), "not valid YAML") {
 		t.Errorf("duplicate YAML key: %v, want an error naming the file", err)
 	}
+	// YAML goes through the same strict decoder as JSON: a typo names its
+	// field path.
+	typo := write("typo.yaml", "source: envoy\nslo:\n  p99x: 100ms\n")
+	if _, err := (&gateOptions{configFile: typo}).gate(); err == nil || !strings.Contains(err.Error(), "--gate-config "+typo) || !strings.Contains(err.Error(), "slo.p99x: unknown field") {
+		t.Errorf("misspelt YAML field: %v, want an error naming the file and slo.p99x", err)
+	}
 }
 
 // TestShiftWithACorruptRampAnnotation: `shift get` shows what is wrong
