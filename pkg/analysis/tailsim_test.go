@@ -3,6 +3,7 @@ package analysis
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -239,14 +240,11 @@ func TestTailTestAAFalseAlarmsSimulated(t *testing.T) {
 // TestTailTestPowerSimulated: a canary with a slow fraction of requests at
 // 500 canary requests per window (5 % weight, cumulative) must fail within
 // two windows: ≥ 95 % of trials for "5 % of requests +1 s" on every shape,
-// ≥ 85 % for "1 % +200 ms" on lognormal σ 0.5, where stable's rate above
-// the threshold T (100 ms) is small. On the other shapes that figure is
-// logged, not asserted, because the buckets or stable's own tail hide it
-// (docs/latency.md quotes them): with lognormal σ 1.0 T is 250 ms and +200 ms
-// lifts only requests that already took > 50 ms above it; the bimodal mix
-// has its p99 at the 100 ms bound (T flips to 250 ms); the Pareto tail has
-// 1 % of stable above T = 50 ms, so +1 point is 1.5 % vs 1 % — about 2.6
-// standard errors at 1,000 canary requests.
+// ≥ 85 % for "1 % +200 ms" where the test reaches it (lognormal σ 0.5 and
+// the Pareto tail). The other two are logged, not asserted:
+// lognormal σ 1.0 is beyond any test (TestTailTestPowerCeiling), and the
+// bimodal mix is within 4 points of that ceiling, which a test that knows
+// neither the regression nor the number of looks does not reach.
 func TestTailTestPowerSimulated(t *testing.T) {
 	r := mustRules(t, tailOnly())
 	trials := simTrials()
@@ -262,8 +260,8 @@ func TestTailTestPowerSimulated(t *testing.T) {
 			{"1% +200ms", 0.01, 200, 0.85},
 		} {
 			minPower := reg.minPower
-			if reg.extra == 200 && d.name != "lognormal σ0.5" {
-				minPower = 0 // hidden by the buckets or stable's tail, see above
+			if reg.extra == 200 && (d.name == "lognormal σ1.0" || d.name == "bimodal 90/10") {
+				minPower = 0 // out of reach, see above
 			}
 			t.Run(d.name+"/"+reg.name, func(t *testing.T) {
 				t.Parallel()
@@ -282,6 +280,57 @@ func TestTailTestPowerSimulated(t *testing.T) {
 					t.Errorf("power %.1f%% < %.0f%%", 100*power, 100*minPower)
 				}
 			})
+		}
+	}
+}
+
+// TestTailTestPowerCeiling bounds what any test can do with the data of two
+// windows (1,000 canary requests on Istio's buckets) even knowing stable's
+// distribution exactly and the regression in advance: the Neyman–Pearson
+// likelihood-ratio test at 5 %, the most powerful there is. For "1 % of
+// requests +200 ms" on lognormal σ 1.0 it stays far below 85 %: stable
+// already has 0.58 % above 250 ms and 5.4 % above 100 ms, and the slowed
+// requests add 0.17 and 0.95 points there, too little in 1,000 requests.
+func TestTailTestPowerCeiling(t *testing.T) {
+	const canaryRequests, draws = 1000.0, 20000
+	for di, d := range simDists {
+		stable := bucketProbs(d.dist)
+		canary := bucketProbs(slowed{base: d.dist, fraction: 0.01, extraMs: 200})
+		logRatio := make([]float64, len(stable))
+		for i := range stable {
+			if stable[i] > 0 && canary[i] > 0 {
+				logRatio[i] = math.Log(canary[i] / stable[i])
+			}
+		}
+		rng := rand.New(rand.NewPCG(500, uint64(di)))
+		statistic := func(probs []float64) float64 {
+			s := 0.0
+			for i, p := range probs {
+				if logRatio[i] != 0 {
+					s += logRatio[i] * poisson(rng, canaryRequests*p)
+				}
+			}
+			return s
+		}
+		null := make([]float64, draws)
+		for i := range null {
+			null[i] = statistic(stable)
+		}
+		slices.Sort(null)
+		critical := null[int(0.95*draws)] // rejects at most 5 % of A/A draws
+		caught := 0
+		for range draws {
+			if statistic(canary) > critical {
+				caught++
+			}
+		}
+		ceiling := float64(caught) / draws
+		t.Logf("ceiling %-16s 1%% +200ms at %.0f canary requests: the most powerful 5%% test catches %.1f%%", d.name, canaryRequests, 100*ceiling)
+		if d.name == "lognormal σ1.0" && ceiling >= 0.85 {
+			t.Errorf("ceiling %.1f%% ≥ 85%%: the target is reachable on %s after all", 100*ceiling, d.name)
+		}
+		if d.name != "lognormal σ1.0" && ceiling < 0.85 {
+			t.Errorf("ceiling %.1f%% < 85%% on %s", 100*ceiling, d.name)
 		}
 	}
 }

@@ -204,42 +204,73 @@ func TestRunTailTestNumbers(t *testing.T) {
 	if math.Abs(res.CanaryRate-0.06) > 1e-12 || math.Abs(res.StableRate-0.005) > 1e-12 {
 		t.Fatalf("rates %v/%v, want 0.06/0.005", res.CanaryRate, res.StableRate)
 	}
-	// Closed form: pooled p̄ = 110/11000, V = p̄(1−p̄)(1/1000 + 1/10000),
-	// τ = (3·0.01)².
-	pbar := 110.0 / 11000
-	v := pbar * (1 - pbar) * (1.0/1000 + 1.0/10000)
-	tau := 0.03 * 0.03
-	theta := 0.055
-	x := theta * math.Sqrt(tau/(v*(v+tau)))
-	want := 2 * math.Sqrt(v/(v+tau)) * math.Exp(x*x/2) * 0.5 * math.Erfc(-x/math.Sqrt2)
-	if math.Abs(res.EValue-want)/want > 1e-9 {
+	// Thresholds: stable's p98 lies in (0, 50], its p99 in (50, 100], its
+	// p99.9 in (100, 250] (9,990 ≤ 250 ms): 50, 100 and 250 ms.
+	wantBounds := []float64{50, 100, 250}
+	wantAbove := [][2]float64{{200, 120}, {60, 50}, {10, 10}} // canary, stable
+	if len(res.Thresholds) != len(wantBounds) {
+		t.Fatalf("thresholds %+v, want %v", res.Thresholds, wantBounds)
+	}
+	// Closed form per threshold: of m exceedances the canary's share has
+	// null π0 = 1000/11000 and alternatives with odds 3× (weight 0.8) and
+	// 1.5× (weight 0.2) π0's; Λ is the mean over the thresholds.
+	pi0 := 1000.0 / 11000
+	sum := 0.0
+	for i, th := range res.Thresholds {
+		if th.ThresholdMs != wantBounds[i] || th.CanaryAbove != wantAbove[i][0] || th.StableAbove != wantAbove[i][1] {
+			t.Fatalf("threshold %d: %+v, want %v ms with %v above", i, th, wantBounds[i], wantAbove[i])
+		}
+		xc, m := wantAbove[i][0], wantAbove[i][0]+wantAbove[i][1]
+		e := 0.0
+		for _, alt := range []struct{ r, w float64 }{{3, 0.8}, {1.5, 0.2}} {
+			pi := 1000 * alt.r / (1000*alt.r + 10000)
+			e += alt.w * math.Pow(pi/pi0, xc) * math.Pow((1-pi)/(1-pi0), m-xc)
+		}
+		if math.Abs(th.EValue-e)/e > 1e-9 {
+			t.Fatalf("threshold %v ms: e-value %v, want %v", th.ThresholdMs, th.EValue, e)
+		}
+		sum += e
+	}
+	if want := sum / 3; math.Abs(res.EValue-want)/want > 1e-9 {
 		t.Fatalf("e-value %v, want %v", res.EValue, want)
+	}
+	if res.Strongest != 0 {
+		t.Fatalf("strongest threshold %v ms, want 50 ms (200 vs 120 above it)", res.Thresholds[res.Strongest].ThresholdMs)
 	}
 	if !res.Rejected || res.RejectAt != 20 {
 		t.Fatalf("rejected=%v at %v, want rejected at 20", res.Rejected, res.RejectAt)
 	}
-	// The same rates with a 6 % margin cannot reject (unpooled variance).
-	res, _ = RunTailTest(canary, stable, 0.99, 0.95, 0.06)
-	if res.Rejected {
-		t.Fatalf("rejected with margin 6%% > observed difference 5.5%%: e=%v", res.EValue)
+	// The margin applies at every threshold: 6 points still leaves the
+	// 18.8-point difference above 50 ms (20 % vs 1.2 %), 20 points leaves none.
+	if res, _ = RunTailTest(canary, stable, 0.99, 0.95, 0.06); !res.Rejected {
+		t.Fatalf("not rejected with margin 6%% < the difference 18.8%% above 50 ms: e=%v", res.EValue)
+	}
+	if res, _ = RunTailTest(canary, stable, 0.99, 0.95, 0.20); res.Rejected {
+		t.Fatalf("rejected with margin 20%% > every difference (18.8%%, 5.5%%, 0%%): e=%v", res.EValue)
 	}
 }
 
-func TestMixtureSPRTExtremes(t *testing.T) {
-	// Far below zero the statistic tends to 0 without NaN or overflow; far
-	// above it is finite and huge.
-	for _, theta := range []float64{-1, -0.5, 0, 0.5, 1} {
-		l := logMixtureSPRT(theta, 1e-9, 1e-4)
-		if math.IsNaN(l) || math.IsInf(l, +1) {
-			t.Errorf("logMixtureSPRT(%v) = %v", theta, l)
+func TestConditionalMixtureExtremes(t *testing.T) {
+	// Huge counts stay finite and signed the right way: far more canary
+	// exceedances than its share is overwhelming evidence, far fewer is none.
+	for _, tc := range []struct {
+		xc, xs   float64
+		positive bool
+	}{
+		{1e6, 1e6, true},  // canary share 1/2 vs π0 1/11
+		{0, 1e6, false},   // no canary exceedance at all
+		{1e5, 1e6, false}, // exactly the null share
+	} {
+		l := logConditionalMixture(tc.xc, tc.xs, 1e7, 1e8, 0)
+		if math.IsNaN(l) || math.IsInf(l, 0) {
+			t.Fatalf("log Λ(%v, %v) = %v", tc.xc, tc.xs, l)
+		}
+		if tc.positive != (l > math.Log(20)) {
+			t.Errorf("log Λ(%v of %v) = %v; want reject %v", tc.xc, tc.xc+tc.xs, l, tc.positive)
 		}
 	}
-	if lo, hi := logMixtureSPRT(-1, 1e-9, 1e-4), logMixtureSPRT(1, 1e-9, 1e-4); !(lo < 0 && hi > 100) {
-		t.Errorf("log Λ(−1) = %v, log Λ(+1) = %v; want < 0 and > 100", lo, hi)
-	}
-	// Continuity across the asymptotic switch at x = −30.
-	a, b := halfSquarePlusLogPhi(-29.999), halfSquarePlusLogPhi(-30.001)
-	if math.Abs(a-b) > 1e-3 {
-		t.Errorf("halfSquarePlusLogPhi jumps at −30: %v vs %v", a, b)
+	// No exceedances: no evidence either way, Λ = 1.
+	if l := logConditionalMixture(0, 0, 1000, 9000, 0); math.Abs(l) > 1e-12 {
+		t.Errorf("log Λ with no exceedances = %v, want 0", l)
 	}
 }

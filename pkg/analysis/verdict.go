@@ -455,6 +455,11 @@ func tailCheck(r *Rules, canary, stable *Side) (Check, *TailTest) {
 	detail := fmt.Sprintf("canary %s vs stable %s%s above stable's p%s bound %s (%s/%s vs %s/%s), e=%s",
 		pct(res.CanaryRate), pct(res.StableRate), margin, quantileName(t.q), ms(res.ThresholdMs),
 		count(res.CanaryAbove), count(res.CanaryCount), count(res.StableAbove), count(res.StableCount), evalue(res.EValue))
+	// The e-value is the mean over the bounds of stable's tail; name the
+	// bound where the canary differs most when it is not the p99 bound.
+	if s := res.Thresholds[res.Strongest]; s.ThresholdMs != res.ThresholdMs {
+		detail += fmt.Sprintf(", most above %s (%s vs %s)", ms(s.ThresholdMs), count(s.CanaryAbove), count(s.StableAbove))
+	}
 	if res.Rejected {
 		return fail(c, "tail test: %s ≥ %g: canary's tail is heavier (%g%% confidence)", detail, res.RejectAt, t.confidence*100), &res
 	}
