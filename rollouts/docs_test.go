@@ -18,6 +18,7 @@ import (
 
 	dankiconfig "github.com/danki-dev/danki/internal/config"
 	"github.com/danki-dev/danki/pkg/analysis"
+	"github.com/danki-dev/danki/pkg/shift"
 	"github.com/danki-dev/danki/test/testenv"
 )
 
@@ -27,7 +28,7 @@ var documentedConfigs = []struct {
 	plugin, doc string
 	config      reflect.Type
 }{
-	{TrafficRouterName, "../docs/istio-router.md", reflect.TypeFor[routerConfig]()},
+	{TrafficRouterName, "../docs/istio-router.md", reflect.TypeFor[shift.RouterConfig]()},
 	{WarmupPluginName, "../docs/warmup.md", reflect.TypeFor[warmupStepConfig]()},
 	{LatencyPluginName, "../docs/latency.md", reflect.TypeFor[analysis.Config]()},
 }
@@ -57,9 +58,9 @@ func TestDocsCoverConfigFields(t *testing.T) {
 // with a field no docs file mentions is reported, while the fields next to it
 // that are documented are not.
 func TestDocsCoverageCheckCanFail(t *testing.T) {
-	// routerConfig with one more block, as if someone added a field to it.
+	// RouterConfig with one more block, as if someone added a field to it.
 	type config struct {
-		routerConfig
+		shift.RouterConfig
 		Dashboard *struct {
 			URL     string `json:"url"`
 			Refresh int    `json:"refreshSeconds"`
@@ -290,12 +291,12 @@ func checkRolloutConfigs(t *testing.T, where string, ro *v1alpha1.Rollout, count
 	}
 	if tr := canary.TrafficRouting; tr != nil && tr.Plugins[TrafficRouterName] != nil {
 		counts[TrafficRouterName]++
-		b, err := resolve(ro)
+		b, err := bind(ro)
 		if err != nil {
 			t.Errorf("%s: %s: %v", where, TrafficRouterName, err)
-		} else if len(b.gate) > 0 {
+		} else if len(b.Gate) > 0 {
 			counts[TrafficRouterName+" gate"]++
-			if _, err := analysis.ParseConfig(b.gate); err != nil {
+			if _, err := analysis.ParseConfig(b.Gate); err != nil {
 				t.Errorf("%s: %s gate: %v", where, TrafficRouterName, err)
 			}
 		}

@@ -33,11 +33,11 @@ func TestReadmeRolloutExample(t *testing.T) {
 	}
 	ro := &v1alpha1.Rollout{Spec: v1alpha1.RolloutSpec{Strategy: spec.Strategy}}
 	ro.Namespace, ro.Name = "default", "app"
-	b, err := resolve(ro)
+	b, err := bind(ro)
 	if err != nil {
 		t.Fatalf("README danki/istio config: %v", err)
 	}
-	if _, err := analysis.ParseConfig(b.gate); err != nil {
+	if _, err := analysis.ParseConfig(b.Gate); err != nil {
 		t.Fatalf("README danki/istio gate config: %v", err)
 	}
 	var warmups int

@@ -119,9 +119,9 @@ func rpcAgainst(t *testing.T, e *testenv.Env, clock *trClock, gate ...shift.Gate
 	t.Helper()
 	impl := newTrafficRouter(slog.New(slog.DiscardHandler))
 	impl.newClients = func() (routerClients, error) { return routerClients{istio: e.Istio, argo: e.Argo, kube: e.Kube}, nil }
-	impl.now = clock.Now
+	impl.router.Now = clock.Now
 	if len(gate) > 0 {
-		impl.gateFor = func(json.RawMessage) (shift.Gate, error) { return gate[0], nil }
+		impl.router.GateFor = func(json.RawMessage) (shift.Gate, error) { return gate[0], nil }
 	}
 	c, _ := goplugin.TestPluginRPCConn(t, map[string]goplugin.Plugin{"RpcTrafficRouterPlugin": &rpc.RpcTrafficRouterPlugin{Impl: impl}}, nil)
 	t.Cleanup(func() { _ = c.Close() })
@@ -191,14 +191,14 @@ func exampleFailedRampAborts(t *testing.T, e *testenv.Env) {
 	if !got.Status.Abort {
 		t.Fatalf("Rollout %s/%s status.abort = false after the ramp failed", ro.Namespace, ro.Name)
 	}
-	events, err := e.Kube.CoreV1().Events(ro.Namespace).List(context.Background(), metav1.ListOptions{FieldSelector: "reason=" + RampFailedReason})
+	events, err := e.Kube.CoreV1().Events(ro.Namespace).List(context.Background(), metav1.ListOptions{FieldSelector: "reason=" + shift.RampFailedReason})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// ro is the stale copy (status.abort false), as a controller that has
 	// not yet seen the abort would pass it: one event per failed call.
 	if len(events.Items) == 0 || !strings.Contains(events.Items[0].Message, "p99 canary 412ms > 250ms") || events.Items[0].InvolvedObject.UID != ro.UID {
-		t.Fatalf("events %+v: want %s events on the Rollout naming the breach", events.Items, RampFailedReason)
+		t.Fatalf("events %+v: want %s events on the Rollout naming the breach", events.Items, shift.RampFailedReason)
 	}
 	// The controller then calls SetWeight(0): every user back on stable.
 	ro.Status.Abort = true

@@ -62,7 +62,7 @@ func newTRFixture(t testing.TB, objs ...runtime.Object) *trFixture {
 	f := &trFixture{istio: fake.NewSimpleClientset(objs...), argo: argofake.NewSimpleClientset(), kube: kubefake.NewClientset(), clock: &trClock{now: time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)}}
 	f.impl = newTrafficRouter(slog.New(slog.DiscardHandler))
 	f.impl.newClients = f.clients
-	f.impl.now = f.clock.Now
+	f.impl.router.Now = f.clock.Now
 	client, _ := goplugin.TestPluginRPCConn(t, map[string]goplugin.Plugin{
 		"RpcTrafficRouterPlugin": &rpc.RpcTrafficRouterPlugin{Impl: f.impl},
 	}, nil)
@@ -238,7 +238,7 @@ func TestRPCAbortIsImmediate(t *testing.T) {
 func TestRPCGateBreachFailsVerifyNamingTheBreach(t *testing.T) {
 	f := newTRFixture(t, hostVS())
 	var gotRaw string
-	f.impl.gateFor = func(raw json.RawMessage) (shift.Gate, error) {
+	f.impl.router.GateFor = func(raw json.RawMessage) (shift.Gate, error) {
 		gotRaw = string(raw)
 		return gateFunc(func(context.Context) (bool, string, error) { return false, "p99.9 1.2s > 400ms", nil }), nil
 	}
@@ -268,7 +268,7 @@ func TestRPCGateBreachFailsVerifyNamingTheBreach(t *testing.T) {
 	ev := rampEvents(t, f)
 	if len(ev) != 1 || ev[0].Type != corev1.EventTypeWarning || ev[0].InvolvedObject.Kind != "Rollout" || ev[0].InvolvedObject.Name != "reviews" ||
 		!strings.Contains(ev[0].Message, "p99.9 1.2s > 400ms") || !strings.Contains(ev[0].Message, "aborted the rollout") {
-		t.Fatalf("events %+v: want one Warning %s on Rollout reviews naming the breach", ev, RampFailedReason)
+		t.Fatalf("events %+v: want one Warning %s on Rollout reviews naming the breach", ev, shift.RampFailedReason)
 	}
 }
 
@@ -292,7 +292,7 @@ func rampEvents(t *testing.T, f *trFixture) []corev1.Event {
 	}
 	var out []corev1.Event
 	for _, e := range list.Items {
-		if e.Reason == RampFailedReason {
+		if e.Reason == shift.RampFailedReason {
 			out = append(out, e)
 		}
 	}
@@ -301,7 +301,7 @@ func rampEvents(t *testing.T, f *trFixture) []corev1.Event {
 
 func TestRPCFailedRampWhoseAbortFailsStillHoldsTheStep(t *testing.T) {
 	f := newTRFixture(t, hostVS())
-	f.impl.gateFor = func(json.RawMessage) (shift.Gate, error) {
+	f.impl.router.GateFor = func(json.RawMessage) (shift.Gate, error) {
 		return gateFunc(func(context.Context) (bool, string, error) { return false, "p99 900ms > 250ms", nil }), nil
 	}
 	f.argo.PrependReactor("patch", "rollouts", func(k8stesting.Action) (bool, runtime.Object, error) {
@@ -529,7 +529,7 @@ func TestRPCConcurrentRollouts(t *testing.T) {
 func TestRPCGateStartsAtTheFirstTarget(t *testing.T) {
 	f := newTRFixture(t, hostVS())
 	built := 0
-	f.impl.gateFor = func(json.RawMessage) (shift.Gate, error) {
+	f.impl.router.GateFor = func(json.RawMessage) (shift.Gate, error) {
 		built++
 		return gateFunc(func(context.Context) (bool, string, error) { return true, "ok", nil }), nil
 	}
@@ -623,7 +623,7 @@ func TestRPCNoVerdictIsBoundedAndShown(t *testing.T) {
 		}
 		return true, "p99 12ms ≤ 500ms", nil
 	}}
-	f.impl.gateFor = func(json.RawMessage) (shift.Gate, error) { return gate, nil }
+	f.impl.router.GateFor = func(json.RawMessage) (shift.Gate, error) { return gate, nil }
 	ro := trRollout(`{"virtualService": {"name": "reviews", "routes": ["primary"]}, "ramp": {"step": 10, "interval": "10s", "maxHold": "1m"}, "gate": {}}`)
 	mustOK(t, "SetWeight", f.plugin.SetWeight(ro, 20, nil)) // 0 → 10, 0 known good
 	start := f.clock.Now()
@@ -634,7 +634,7 @@ func TestRPCNoVerdictIsBoundedAndShown(t *testing.T) {
 			t.Fatalf("canary at %d%% without a gate verdict, want held at 10", w[1])
 		}
 	}
-	ev := eventsWith(t, f, GateNoVerdictReason)
+	ev := eventsWith(t, f, shift.GateNoVerdictReason)
 	if len(ev) != 1 || ev[0].Type != corev1.EventTypeWarning || !strings.Contains(ev[0].Message, "connection refused") || !strings.Contains(ev[0].Message, "holding 10%") {
 		t.Fatalf("events while holding %+v: want one (rate-limited) Warning naming the outage", ev)
 	}
@@ -643,7 +643,7 @@ func TestRPCNoVerdictIsBoundedAndShown(t *testing.T) {
 	if w := weights(f.vs(t), 1); w[1] != 0 {
 		t.Fatalf("after maxHold the canary is at %d%%, want back at the last good 0", w[1])
 	}
-	ev = eventsWith(t, f, GateNoVerdictReason)
+	ev = eventsWith(t, f, shift.GateNoVerdictReason)
 	if len(ev) != 2 || !strings.Contains(ev[1].Message, "gate breach 1/3 at 10%: no verdict for 1m0s (maxHold 1m0s)") {
 		t.Fatalf("events after maxHold %+v: want the back-off named", ev)
 	}
@@ -677,7 +677,7 @@ func TestRPCInconsistentRampStateRestartsWithAnEvent(t *testing.T) {
 	vs := trVirtualService(trDest("reviews-stable", "", 80), trDest("reviews-canary", "", 20))
 	vs.Annotations = map[string]string{shift.RampAnnotation: `{"target":60,"weight":20,"lastGood":50,"increment":10,"phase":"Ramping","lastChange":"2025-03-01T11:00:00Z"}`}
 	f := newTRFixture(t, vs)
-	f.impl.gateFor = func(json.RawMessage) (shift.Gate, error) {
+	f.impl.router.GateFor = func(json.RawMessage) (shift.Gate, error) {
 		return gateFunc(func(context.Context) (bool, string, error) { return false, "p99 900ms > 500ms", nil }), nil
 	}
 	ro := trRollout(`{"virtualService": {"name": "reviews", "routes": ["primary"]}, "ramp": {"step": 10, "interval": "30s"}, "gate": {}}`)
@@ -685,7 +685,7 @@ func TestRPCInconsistentRampStateRestartsWithAnEvent(t *testing.T) {
 	if w := weights(f.vs(t), 1); w[1] != 20 {
 		t.Fatalf("canary at %d%%: a breach with lastGood 50 above the weight raised it; want 20", w[1])
 	}
-	ev := eventsWith(t, f, RampStateResetReason)
+	ev := eventsWith(t, f, shift.RampStateResetReason)
 	if len(ev) != 1 || !strings.Contains(ev[0].Message, "lastGood: 50 is not 0–weight (20)") || !strings.Contains(ev[0].Message, "restarted the ramp from the current weight 20%") {
 		t.Fatalf("events %+v: want one naming the broken invariant and the restart", ev)
 	}
@@ -697,7 +697,7 @@ func TestRPCInconsistentRampStateRestartsWithAnEvent(t *testing.T) {
 func TestRPCGateWindowSurvivesAPluginRestart(t *testing.T) {
 	f := newTRFixture(t, hostVS())
 	gate := &sinceGate{answer: func() (bool, string, error) { return true, "ok", nil }}
-	f.impl.gateFor = func(json.RawMessage) (shift.Gate, error) { return gate, nil }
+	f.impl.router.GateFor = func(json.RawMessage) (shift.Gate, error) { return gate, nil }
 	ro := trRollout(`{"virtualService": {"name": "reviews", "routes": ["primary"]}, "ramp": {"step": 10, "interval": "10s"}, "gate": {}}`)
 	ro.Status.CurrentPodHash = "c4n4ry"
 	first := f.clock.Now()
@@ -707,10 +707,10 @@ func TestRPCGateWindowSurvivesAPluginRestart(t *testing.T) {
 
 	g := newTRFixture(t) // the controller restarted the plugin
 	g.clock = f.clock
-	g.impl.now = f.clock.Now
+	g.impl.router.Now = f.clock.Now
 	g.istio = f.istio
 	g.impl.newClients = f.clients
-	g.impl.gateFor = f.impl.gateFor
+	g.impl.router.GateFor = f.impl.router.GateFor
 	mustOK(t, "InitPlugin", g.plugin.InitPlugin())
 	f.clock.Add(10 * time.Second)
 	mustOK(t, "SetWeight after the restart", g.plugin.SetWeight(ro, 40, nil)) // gate at 20

@@ -28,4 +28,12 @@
 // reads the VirtualService, asks Plan.Next and writes the result, one move per
 // call, so the plugin (called repeatedly) and the CLI (which loops) drive the
 // same logic.
+//
+// The router. Router is the danki/istio plugin's logic for a caller that
+// calls repeatedly and concurrently for many rollouts: RouterConfig is its
+// configuration (Bind decodes it strictly and resolves it against the
+// rollout's Scope), calls are serialised per VirtualService, each
+// rollout's gate is built once, and a failed ramp aborts the rollout and
+// records Warning events through the Aborter and Recorder the front end
+// implements (package rollouts: Argo's status patch and core Events).
 package shift

@@ -2,8 +2,10 @@ package shift
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/danki-dev/danki/pkg/analysis"
@@ -26,6 +28,21 @@ type Gate interface {
 // the ramp passes in. Safe for concurrent use.
 type LatencyGate struct {
 	analyzer *analysis.Analyzer
+}
+
+// GateFromConfig builds a LatencyGate from a raw danki/latency
+// configuration, JSON or YAML (see docs/latency.md): the danki/istio
+// plugin's "gate". None (empty or null) means no gate: the ramp moves on
+// time alone.
+func GateFromConfig(raw json.RawMessage) (Gate, error) {
+	if s := strings.TrimSpace(string(raw)); s == "" || s == "null" {
+		return nil, nil
+	}
+	cfg, err := analysis.ParseConfig(raw)
+	if err != nil {
+		return nil, err
+	}
+	return NewLatencyGate(cfg)
 }
 
 // NewLatencyGate builds a LatencyGate from a parsed danki/latency config.
