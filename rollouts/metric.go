@@ -2,12 +2,9 @@ package rollouts
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/argoproj/argo-rollouts/metricproviders/plugin/rpc"
@@ -22,12 +19,6 @@ import (
 // spec.metrics[].provider.plugin["danki/latency"].
 const LatencyPluginName = "danki/latency"
 
-// latencyAnalyzerCacheSize bounds the analyzers kept between measurements.
-// Each AnalysisRun has its own (templated) configuration; keeping its
-// analyzer reuses the Prometheus HTTP connections from one interval to the
-// next.
-const latencyAnalyzerCacheSize = 64
-
 func init() {
 	register(KindMetricProvider, "RpcMetricProviderPlugin", func(l *slog.Logger) goplugin.Plugin {
 		return &rpc.RpcMetricProviderPlugin{Impl: newLatencyProvider(l)}
@@ -37,16 +28,12 @@ func init() {
 // latencyProvider is the danki/latency metric provider: an adapter from
 // Argo's metric RPC calls to pkg/analysis. Every measurement is one complete
 // analysis (bounded by the config's timeout), so Run never returns Running
-// and Resume and Terminate only tidy up. Safe for concurrent use: the
-// controller calls it from several reconcile workers.
+// and Resume and Terminate only tidy up.
 type latencyProvider struct {
 	log *slog.Logger
 	now func() time.Time
-	// options are passed to every analyzer (tests inject a clock).
-	options []analysis.Option
-
-	mu        sync.Mutex
-	analyzers map[string]*analysis.Analyzer // by raw plugin config
+	// analyzers are kept by raw plugin config; tests replace it (a clock).
+	analyzers *analysis.Analyzers
 }
 
 var _ rpc.MetricProviderPlugin = (*latencyProvider)(nil)
@@ -55,7 +42,7 @@ func newLatencyProvider(l *slog.Logger) *latencyProvider {
 	if l == nil {
 		l = slog.Default()
 	}
-	return &latencyProvider{log: l, now: time.Now, analyzers: map[string]*analysis.Analyzer{}}
+	return &latencyProvider{log: l, now: time.Now, analyzers: analysis.NewAnalyzers(analysis.WithLogger(l))}
 }
 
 // InitPlugin has nothing to set up: clients are built per configuration.
@@ -110,11 +97,7 @@ func (p *latencyProvider) GetMetadata(metric v1alpha1.Metric) map[string]string 
 	if err != nil {
 		return map[string]string{"error": oneLineError(err)}
 	}
-	md := map[string]string{"source": a.Source(), "window": a.Window()}
-	if q := a.Queries(); len(q) > 0 {
-		md["queries"] = strings.Join(q, "\n")
-	}
-	return md
+	return a.Describe()
 }
 
 func (p *latencyProvider) measure(run *v1alpha1.AnalysisRun, metric v1alpha1.Metric, m v1alpha1.Measurement) v1alpha1.Measurement {
@@ -135,61 +118,12 @@ func (p *latencyProvider) measure(run *v1alpha1.AnalysisRun, metric v1alpha1.Met
 func (p *latencyProvider) finish(m v1alpha1.Measurement, phase v1alpha1.AnalysisPhase, message string, v *analysis.Verdict) v1alpha1.Measurement {
 	finished := metav1.NewTime(p.now())
 	m.FinishedAt = &finished
-	m.Phase = phase
-	m.Message = message
-	m.Metadata = map[string]string{"summary": message}
-	if v == nil {
-		return m
-	}
-	value, err := json.Marshal(measuredValue{Phase: v.Phase, Window: v.Window, Canary: v.Canary, Stable: v.Stable, Checks: v.Checks, Tail: v.Tail})
-	if err != nil {
-		m.Value = fmt.Sprintf(`{"error":%q}`, err.Error())
-	} else {
-		m.Value = string(value)
-	}
-	for k, val := range keyNumbers(v) {
-		m.Metadata[k] = val
+	m.Phase, m.Message, m.Metadata = phase, message, map[string]string{"summary": message}
+	if v != nil {
+		f := v.Figures()
+		m.Value, m.Metadata = f.Value, f.Metadata
 	}
 	return m
-}
-
-// measuredValue is what goes into Measurement.Value: every measured number,
-// without the queries (those are in the metric's metadata).
-type measuredValue struct {
-	Phase  analysis.Phase      `json:"phase"`
-	Window string              `json:"window"`
-	Canary *analysis.SideStats `json:"canary,omitempty"`
-	Stable *analysis.SideStats `json:"stable,omitempty"`
-	Checks []analysis.Check    `json:"checks,omitempty"`
-	Tail   *analysis.TailTest  `json:"tailTest,omitempty"`
-}
-
-// keyNumbers are the few numbers worth seeing next to the summary.
-func keyNumbers(v *analysis.Verdict) map[string]string {
-	out := map[string]string{"window": v.Window}
-	put := func(key string, f *float64) {
-		if f != nil {
-			out[key] = strconv.FormatFloat(*f, 'g', 6, 64)
-		}
-	}
-	for _, s := range []struct {
-		name  string
-		stats *analysis.SideStats
-	}{{"canary", v.Canary}, {"stable", v.Stable}} {
-		if s.stats == nil {
-			continue
-		}
-		count := s.stats.Count
-		put(s.name+"Count", &count)
-		put(s.name+"P99Ms", s.stats.P99)
-		put(s.name+"P999Ms", s.stats.P999)
-		put(s.name+"ErrorRate", s.stats.ErrorRate)
-	}
-	if v.Tail != nil {
-		put("tailEValue", &v.Tail.EValue)
-		put("tailThresholdMs", &v.Tail.ThresholdMs)
-	}
-	return out
 }
 
 // oneLineError writes an error on one line for a measurement message:
@@ -221,37 +155,15 @@ func analysisStart(run *v1alpha1.AnalysisRun) time.Time {
 	return run.CreationTimestamp.Time
 }
 
-// analyzer returns the analyzer for the metric's configuration, building and
-// caching it on first use.
+// analyzer returns the analyzer for the metric's configuration.
 func (p *latencyProvider) analyzer(metric v1alpha1.Metric) (*analysis.Analyzer, error) {
 	raw, ok := metric.Provider.Plugin[LatencyPluginName]
 	if !ok {
 		return nil, fmt.Errorf("metric %q has no provider.plugin[%q] configuration; see docs/latency.md", metric.Name, LatencyPluginName)
 	}
-	key := string(raw)
-	p.mu.Lock()
-	a, ok := p.analyzers[key]
-	p.mu.Unlock()
-	if ok {
-		return a, nil
-	}
-	cfg, err := analysis.ParseConfig(raw)
+	a, err := p.analyzers.Get(raw)
 	if err != nil {
 		return nil, fmt.Errorf("metric %q: %w", metric.Name, err)
 	}
-	opts := append([]analysis.Option{analysis.WithLogger(p.log)}, p.options...)
-	a, err = analysis.NewAnalyzer(cfg, opts...)
-	if err != nil {
-		return nil, fmt.Errorf("metric %q: %w", metric.Name, err)
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if existing, ok := p.analyzers[key]; ok {
-		return existing, nil
-	}
-	if len(p.analyzers) >= latencyAnalyzerCacheSize {
-		clear(p.analyzers) // old AnalysisRuns' configurations; rebuilt if needed
-	}
-	p.analyzers[key] = a
 	return a, nil
 }

@@ -85,7 +85,7 @@ func dispenseLatency(t *testing.T, now time.Time) (rpc.MetricProviderPlugin, *la
 	plugin := f.build(quietLog)
 	impl := plugin.(*rpc.RpcMetricProviderPlugin).Impl.(*latencyProvider)
 	impl.now = func() time.Time { return now }
-	impl.options = []analysis.Option{analysis.WithClock(func() time.Time { return now })}
+	impl.analyzers = analysis.NewAnalyzers(analysis.WithLogger(quietLog), analysis.WithClock(func() time.Time { return now }))
 
 	client, _ := goplugin.TestPluginRPCConn(t, map[string]goplugin.Plugin{f.mapKey: plugin}, nil)
 	t.Cleanup(func() { _ = client.Close() })
@@ -274,9 +274,7 @@ func TestLatencyMetricConcurrentRuns(t *testing.T) {
 	for e := range errs {
 		t.Error(e)
 	}
-	impl.mu.Lock()
-	defer impl.mu.Unlock()
-	if n := len(impl.analyzers); n != 2 {
+	if n := impl.analyzers.Len(); n != 2 {
 		t.Errorf("%d cached analyzers, want 2 (one per configuration)", n)
 	}
 }
