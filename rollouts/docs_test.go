@@ -19,6 +19,7 @@ import (
 	dankiconfig "github.com/danki-dev/danki/internal/config"
 	"github.com/danki-dev/danki/pkg/analysis"
 	"github.com/danki-dev/danki/pkg/shift"
+	"github.com/danki-dev/danki/pkg/warmup"
 	"github.com/danki-dev/danki/test/testenv"
 )
 
@@ -29,7 +30,7 @@ var documentedConfigs = []struct {
 	config      reflect.Type
 }{
 	{TrafficRouterName, "../docs/istio-router.md", reflect.TypeFor[shift.RouterConfig]()},
-	{WarmupPluginName, "../docs/warmup.md", reflect.TypeFor[warmupStepConfig]()},
+	{WarmupPluginName, "../docs/warmup.md", reflect.TypeFor[warmup.StepConfig]()},
 	{LatencyPluginName, "../docs/latency.md", reflect.TypeFor[analysis.Config]()},
 }
 
@@ -306,7 +307,7 @@ func checkRolloutConfigs(t *testing.T, where string, ro *v1alpha1.Rollout, count
 			continue
 		}
 		counts[WarmupPluginName]++
-		if _, err := parseWarmupStepConfig(step.Plugin.Config); err != nil {
+		if _, err := warmup.ParseStepConfig(step.Plugin.Config); err != nil {
 			t.Errorf("%s: steps[%d] %s: %v", where, i, WarmupPluginName, err)
 		}
 	}

@@ -1,7 +1,6 @@
 package rollouts
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -15,7 +14,6 @@ import (
 	goplugin "github.com/hashicorp/go-plugin"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/danki-dev/danki/internal/config"
 	"github.com/danki-dev/danki/pkg/warmup"
 )
 
@@ -28,43 +26,6 @@ func init() {
 // WarmupPluginName is the name the step plugin is registered under in the
 // argo-rollouts-config ConfigMap and referenced by in Rollout steps.
 const WarmupPluginName = "danki/warmup"
-
-// warmupDefaultPoll is the RequeueAfter while a warm-up runs: Argo Rollouts
-// ignores 10 s or less (and waits 30 s).
-const (
-	warmupDefaultPoll = 15 * time.Second
-	warmupMinPoll     = 10 * time.Second
-)
-
-// warmupStepConfig is the danki/warmup config in a Rollout step
-// (`plugin: {name: danki/warmup, config: {...}}`): what to send, where the
-// pods are, and how often Argo polls. docs/warmup.md documents every field.
-type warmupStepConfig struct {
-	warmup.Config
-	warmup.TargetConfig
-	// PollInterval is the RequeueAfter while running. Default 15s.
-	PollInterval config.Duration `json:"pollInterval,omitempty"`
-}
-
-// parseWarmupStepConfig decodes (strictly, JSON or YAML), defaults and
-// validates a step config. Errors name the field path.
-func parseWarmupStepConfig(raw json.RawMessage) (warmupStepConfig, error) {
-	var c warmupStepConfig
-	if len(raw) > 0 && string(raw) != "null" {
-		if err := config.Decode(raw, &c); err != nil {
-			return c, err
-		}
-	}
-	c.Config, c.TargetConfig = c.Config.WithDefaults(), c.TargetConfig.WithDefaults()
-	c.PollInterval = cmp.Or(c.PollInterval, config.Duration(warmupDefaultPoll))
-	var errs config.Errors
-	errs.Add("", c.Config.Validate())
-	errs.Add("", c.TargetConfig.Validate())
-	if c.PollInterval.D() <= warmupMinPoll {
-		errs.Addf("pollInterval", "%s is too short: Argo Rollouts ignores requeue intervals of 10s or less (and waits 30s); use e.g. \"15s\"", c.PollInterval)
-	}
-	return c, errs.Err()
-}
 
 // warmupStep implements Argo Rollouts' rpc.StepPlugin for danki/warmup on a
 // warmup.Supervisor: one run per Rollout, canary hash and step index.
@@ -109,7 +70,7 @@ func (s *warmupStep) Type() string { return WarmupPluginName }
 // Run starts the warm-up on the first call and reports its progress on later
 // ones (the supervisor keeps Run idempotent and resumes after a restart).
 func (s *warmupStep) Run(ro *v1alpha1.Rollout, sc *types.RpcStepContext) (types.RpcStepResult, types.RpcError) {
-	cfg, err := parseWarmupStepConfig(sc.Config)
+	cfg, err := warmup.ParseStepConfig(sc.Config)
 	if err != nil {
 		return types.RpcStepResult{Phase: types.PhaseFailed, Message: "invalid danki/warmup config: " + err.Error()}, types.RpcError{}
 	}

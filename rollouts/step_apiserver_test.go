@@ -65,7 +65,7 @@ func TestWarmupExampleOnAPIServer(t *testing.T) {
 	if plugin < 1 || steps[plugin-1].SetCanaryScale == nil || steps[plugin+1].SetWeight == nil {
 		t.Fatalf("example steps: want setCanaryScale, danki/warmup, setWeight; got plugin at %d of %+v", plugin, steps)
 	}
-	cfg, err := parseWarmupStepConfig(steps[plugin].Plugin.Config)
+	cfg, err := warmup.ParseStepConfig(steps[plugin].Plugin.Config)
 	if err != nil {
 		t.Fatalf("example plugin config (as stored by the API server): %v", err)
 	}

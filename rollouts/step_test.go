@@ -133,7 +133,7 @@ func TestStepRunConvergesThroughRPC(t *testing.T) {
 	cfg := warmupConfigJSON(t, []string{srv.URL}, nil)
 
 	first, rerr := p.Run(ro, &types.RpcStepContext{Config: cfg})
-	if rerr.HasError() || first.Phase != types.PhaseRunning || first.RequeueAfter != warmupDefaultPoll {
+	if rerr.HasError() || first.Phase != types.PhaseRunning || first.RequeueAfter != warmup.DefaultPollInterval {
 		t.Fatalf("first Run = %+v, %v; want Running, RequeueAfter 15s", first, rerr)
 	}
 	st := warmup.ParseStatus(first.Status)
