@@ -16,8 +16,6 @@ import (
 	"github.com/spf13/pflag"
 )
 
-func init() { subcommands = append(subcommands, newAnalyzeCmd) }
-
 // analyzeFlags holds the flag values; apply copies the ones set into a Config.
 type analyzeFlags struct {
 	configFile string

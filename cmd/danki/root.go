@@ -7,10 +7,6 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// subcommands holds commands still registered from their file's init
-// (analyze.go, until it moves to newRootCmd's explicit list).
-var subcommands []func() *cobra.Command
-
 func newRootCmd() *cobra.Command {
 	var verbose bool
 	root := &cobra.Command{
@@ -35,9 +31,6 @@ It runs as Argo Rollouts plugins (danki/warmup, danki/istio, danki/latency; see
 	}
 	root.PersistentFlags().BoolVarP(&verbose, "verbose", "v", false, "log debug messages to stderr")
 	// Every command is listed here, each defined in its own file.
-	root.AddCommand(newWarmupCmd(), newShiftCmd(), newPluginCmd(), newVersionCmd())
-	for _, sub := range subcommands {
-		root.AddCommand(sub())
-	}
+	root.AddCommand(newWarmupCmd(), newShiftCmd(), newAnalyzeCmd(), newPluginCmd(), newVersionCmd())
 	return root
 }
