@@ -45,12 +45,3 @@ func (k *kubeFlags) namespace() (string, error) {
 	ns, _, err := k.clientConfig().Namespace()
 	return ns, err
 }
-
-// kubeClientConfig loads a kubeconfig the way kubectl does: the --kubeconfig
-// file when given, else $KUBECONFIG, ~/.kube/config or the in-cluster service
-// account. A non-empty namespace overrides the context's.
-func kubeClientConfig(kubeconfig, namespace string) clientcmd.ClientConfig {
-	k := kubeFlags{kubeconfig: kubeconfig}
-	k.overrides.Context.Namespace = namespace
-	return k.clientConfig()
-}
