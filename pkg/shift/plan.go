@@ -331,8 +331,15 @@ func (p Plan) Next(ctx context.Context, prev *State, current, target int, now ti
 
 	pass, why, err := check(ctx, gate, st.GateSince)
 	switch {
+	case err != nil && !due:
+		// A gate without a verdict inside the interval is how every rung
+		// starts (too few canary requests yet): the ramp holds anyway, so
+		// this is no outage. The no-verdict clock (maxHold), the Warn log
+		// and the event start when the interval is over.
+		st.HoldSince = time.Time{}
+		d.Action, d.Wait, d.Reason = ActionHold, left, say("holding %d%%: gate has no verdict yet, %s left of the interval: %v", current, left.Round(time.Second), err)
+		return d
 	case err != nil:
-		d.Wait = left
 		return p.noVerdict(d, &st, current, now, err, say)
 	case !pass:
 		st.HoldSince, st.AwaitVerdict = time.Time{}, false

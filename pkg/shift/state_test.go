@@ -312,3 +312,28 @@ func TestGateWindowSurvivesRestarts(t *testing.T) {
 		t.Fatalf("after an abort the window starts at %s, want %s", st.GateSince, restart)
 	}
 }
+
+// TestNoVerdictInsideTheIntervalIsNoOutage: every rung starts with too few
+// canary requests for a verdict. Inside the interval the ramp holds anyway,
+// so that is a quiet hold (no NoVerdict, so no Warn log and no event, and no
+// maxHold clock); once the interval is over, a gate still without a verdict
+// is an outage and the maxHold clock starts.
+func TestNoVerdictInsideTheIntervalIsNoOutage(t *testing.T) {
+	noData := verdict{err: errors.New("canary: no data yet")}
+	g := &scriptedGate{answers: []verdict{noData}}
+	w := &walk{t: t, plan: Plan{Step: 10, Interval: time.Minute, MaxHold: 3 * time.Minute, MaxBreaches: 3}, gate: g, now: t0}
+	w.next(30) // 0 → 10: 0 is known good
+	w.advance(20 * time.Second)
+	d := w.next(30)
+	if d.Action != ActionHold || d.Weight != 10 || d.NoVerdict != nil || !w.state.HoldSince.IsZero() {
+		t.Fatalf("no verdict 20 s into the interval: %+v state %+v, want a quiet hold without the maxHold clock", d, w.state)
+	}
+	if d.Wait <= 0 || d.Wait > 40*time.Second || !strings.Contains(d.Reason, "left of the interval") {
+		t.Fatalf("quiet hold: wait %s, reason %q: want the rest of the interval", d.Wait, d.Reason)
+	}
+	w.advance(40 * time.Second) // the interval is over
+	d = w.next(30)
+	if d.Action != ActionHold || d.NoVerdict == nil || !w.state.HoldSince.Equal(w.now) {
+		t.Fatalf("no verdict after the interval: %+v state %+v, want a no-verdict hold from now", d, w.state)
+	}
+}

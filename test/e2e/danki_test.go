@@ -312,10 +312,7 @@ func (d *dankiLab) checkAnalysis(t *testing.T, hash string, want v1alpha1.Analys
 func (d *dankiLab) abortMidRamp(t *testing.T) {
 	_, start := d.deploy(t, nil, nil)
 	d.awaitWarmup(t, 5*time.Minute)
-	waitFor(t, d.ctx, 3*time.Minute, "the ramp gives the canary users", func() (bool, string) {
-		p, err := lookAtTraffic(d.ctx, d.istio)
-		return err == nil && p.canaryWeight > 0, fmt.Sprintf("canary weight %d %v", p.canaryWeight, err)
-	})
+	d.watchSees(t, start, 3*time.Minute, "the ramp gives the canary users")
 	abortedAt := abortRollout(t, d.lab)
 	var zeroAt time.Time
 	waitFor(t, d.ctx, 30*time.Second, "canary weight 0 on the VirtualService", func() (bool, string) {
@@ -585,6 +582,20 @@ func (d *dankiLab) settledWeights(t *testing.T, start time.Time, want int32, lim
 	return seen
 }
 
+// watchSees waits until the traffic watch has recorded a canary weight
+// above 0 since start. A phase that aborts at the first rung waits for the
+// watch itself, not for its own look at the VirtualService: the watch polls
+// every 250 ms (slower on a busy machine) and would otherwise miss a rung
+// the abort ends within a second, and the phase could not tell a straight
+// drop from no rung at all.
+func (d *dankiLab) watchSees(t *testing.T, start time.Time, limit time.Duration, what string) {
+	t.Helper()
+	waitFor(t, d.ctx, limit, what, func() (bool, string) {
+		seen := weightsSeen(steps(d.watch.since(start)))
+		return slices.ContainsFunc(seen, func(w int32) bool { return w > 0 }), "canary weights " + fmtWeights(seen)
+	})
+}
+
 // waitCanaryWeight polls the VirtualService every 100 ms (waitFor's 1 s is
 // too coarse to catch the ramp's first rung) until cond holds for its canary
 // weight, and returns that weight.
@@ -626,7 +637,7 @@ func (d *dankiLab) abortCorruptState(t *testing.T) {
 	// A short warm-up: this version is aborted right after its first rung.
 	_, start := d.deploy(t, nil, map[string]any{"minRequests": 600})
 	d.awaitWarmup(t, 5*time.Minute)
-	d.waitCanaryWeight(t, 3*time.Minute, "the ramp gives the canary users", func(w int32) bool { return w > 0 })
+	d.watchSees(t, start, 3*time.Minute, "the ramp gives the canary users")
 	// Corrupt the ramp state as a half-written annotation would.
 	const corrupt = `{"target":20,"weight":`
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
