@@ -6,6 +6,8 @@ import (
 	"math"
 	"strconv"
 	"strings"
+
+	"github.com/danki-dev/danki/pkg/latency"
 )
 
 // Phase is the outcome of one analysis.
@@ -607,24 +609,8 @@ func num(f float64) *float64 {
 	return &f
 }
 
-// ms formats milliseconds: three significant digits, seconds from 1 s up.
-func ms(v float64) string {
-	switch {
-	case math.IsNaN(v):
-		return "NaN"
-	case math.IsInf(v, 0):
-		return "+Inf"
-	case v >= 10000:
-		return fmt.Sprintf("%.1fs", v/1000)
-	case v >= 1000:
-		return fmt.Sprintf("%.2fs", v/1000)
-	case v >= 100:
-		return fmt.Sprintf("%.0fms", v)
-	case v >= 10:
-		return fmt.Sprintf("%.1fms", v)
-	}
-	return fmt.Sprintf("%.2fms", v)
-}
+// ms formats milliseconds the way every danki report does.
+func ms(v float64) string { return latency.FormatMs(v) }
 
 func pct(f float64) string {
 	switch {

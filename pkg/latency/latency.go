@@ -56,14 +56,23 @@ func Percentile(sorted []time.Duration, p float64) time.Duration {
 	return sorted[min(max(rank, 1), len(sorted))-1]
 }
 
-// Format writes a latency in milliseconds with about three significant
-// digits ("0.450ms", "3.52ms", "42.0ms", "1396ms"), in seconds from 10 s on
-// ("12.5s").
-func Format(d time.Duration) string {
-	ms := float64(d) / float64(time.Millisecond)
+// Format writes a latency with about three significant digits: in
+// milliseconds below one second ("0.450ms", "3.52ms", "42.0ms", "396ms"),
+// in seconds from one second on ("1.40s", "12.5s").
+func Format(d time.Duration) string { return FormatMs(float64(d) / float64(time.Millisecond)) }
+
+// FormatMs is Format for a latency in milliseconds, the unit of latency
+// histograms' bucket bounds. NaN reads "NaN"; an infinite value "+Inf".
+func FormatMs(ms float64) string {
 	switch {
+	case math.IsNaN(ms):
+		return "NaN"
+	case math.IsInf(ms, 0):
+		return "+Inf"
 	case ms >= 10000:
 		return fmt.Sprintf("%.1fs", ms/1000)
+	case ms >= 1000:
+		return fmt.Sprintf("%.2fs", ms/1000)
 	case ms >= 100:
 		return fmt.Sprintf("%.0fms", ms)
 	case ms >= 10:

@@ -2,6 +2,7 @@ package latency
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -63,7 +64,8 @@ func TestFormat(t *testing.T) {
 		3517 * time.Microsecond:  "3.52ms",
 		42 * time.Millisecond:    "42.0ms",
 		100 * time.Millisecond:   "100ms",
-		1396 * time.Millisecond:  "1396ms",
+		999 * time.Millisecond:   "999ms",
+		1396 * time.Millisecond:  "1.40s",
 		12500 * time.Millisecond: "12.5s",
 		20 * time.Second:         "20.0s",
 	} {
@@ -84,5 +86,13 @@ func BenchmarkSummarize(b *testing.B) {
 				Summarize(lat, 0)
 			}
 		})
+	}
+}
+
+func TestFormatMsEdges(t *testing.T) {
+	for v, want := range map[float64]string{math.NaN(): "NaN", math.Inf(+1): "+Inf", 0.5: "0.500ms", 1500: "1.50s", 123.4: "123ms", 60: "60.0ms"} {
+		if got := FormatMs(v); got != want {
+			t.Errorf("FormatMs(%g) = %q, want %q", v, got, want)
+		}
 	}
 }
