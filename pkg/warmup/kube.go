@@ -7,6 +7,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -116,7 +117,7 @@ func (k KubeTargets) Wait(ctx context.Context, kube kubernetes.Interface, minTar
 	var lastErr error
 	err := wait.PollUntilContextCancel(ctx, poll, true, func(ctx context.Context) (bool, error) {
 		found, err := k.Resolve(ctx, kube)
-		if ctx.Err() != nil {
+		if endOfContext(ctx, err) {
 			return false, nil // cut short by the end of ctx: keep the last full answer
 		}
 		targets, lastErr = found, err
@@ -129,6 +130,15 @@ func (k KubeTargets) Wait(ctx context.Context, kube kubernetes.Interface, minTar
 		return nil, fmt.Errorf("find %s: %w", k, lastErr)
 	}
 	return targets, fmt.Errorf("found %d of at least %d ready pods (%s) before giving up: %w", len(targets), minTargets, k, ctx.Err())
+}
+
+// endOfContext reports whether a lookup failed only because ctx is ending:
+// ctx is done, or client-go's rate limiter refused the request because it
+// would end after ctx's deadline (it says so before ctx ends, in an error
+// that wraps no sentinel).
+func endOfContext(ctx context.Context, err error) bool {
+	return ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) ||
+		(err != nil && strings.Contains(err.Error(), "would exceed context deadline"))
 }
 
 func (k KubeTargets) fromEndpointSlices(ctx context.Context, kube kubernetes.Interface) ([]Target, error) {
