@@ -67,16 +67,7 @@ func setSubsetHashes(dr *networkingv1.DestinationRule, cfg *Subsets, canaryHash,
 			return fmt.Errorf("annotation %s on DestinationRule %s/%s: %w: fix or delete the annotation", ExtraSubsetsAnnotation, dr.Namespace, dr.Name, err)
 		}
 	}
-	setHash := func(sub *networking.Subset, hash string) {
-		if hash == "" {
-			delete(sub.Labels, PodTemplateHashLabel)
-			return
-		}
-		if sub.Labels == nil {
-			sub.Labels = map[string]string{}
-		}
-		sub.Labels[PodTemplateHashLabel] = hash
-	}
+	setHash := func(sub *networking.Subset, hash string) { setOrDelete(&sub.Labels, PodTemplateHashLabel, hash) }
 	var errs []error
 	for _, want := range []struct{ role, name, hash string }{{"canary", cfg.CanarySubset, canaryHash}, {"stable", cfg.StableSubset, stableHash}} {
 		i := slices.IndexFunc(dr.Spec.Subsets, func(s *networking.Subset) bool { return s.GetName() == want.name })

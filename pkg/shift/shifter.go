@@ -125,14 +125,20 @@ func staleExtras(vs *networkingv1.VirtualService) ([]Extra, error) {
 }
 
 func setAnnotation(obj *metav1.ObjectMeta, key, value string) {
+	setOrDelete(&obj.Annotations, key, value)
+}
+
+// setOrDelete sets key to value in the map, or deletes it for an empty
+// value, creating the map only when something is set.
+func setOrDelete(m *map[string]string, key, value string) {
 	if value == "" {
-		delete(obj.Annotations, key)
+		delete(*m, key)
 		return
 	}
-	if obj.Annotations == nil {
-		obj.Annotations = map[string]string{}
+	if *m == nil {
+		*m = map[string]string{}
 	}
-	obj.Annotations[key] = value
+	(*m)[key] = value
 }
 
 // update changes t's VirtualService with updateWithRetry.
