@@ -3,6 +3,8 @@ package main
 import (
 	"log/slog"
 	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/danki-dev/danki/rollouts"
 	"github.com/spf13/cobra"
@@ -25,6 +27,11 @@ read from the ARGO_ROLLOUTS_RPC_PLUGIN handshake variable:
 Logs go to stderr (they show in the controller log); stdout belongs to go-plugin.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// go-plugin serves until the process ends, and main's signal
+			// context would keep SIGTERM from ending it: a plugin is the
+			// controller's child and must stop when told to (a teardown
+			// that stops the controller TERMs its plugins too).
+			signal.Reset(syscall.SIGTERM)
 			logger := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 			return rollouts.Serve(logger)
 		},

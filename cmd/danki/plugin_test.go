@@ -1,13 +1,16 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/argoproj/argo-rollouts/metricproviders/plugin/rpc"
 	"github.com/argoproj/argo-rollouts/pkg/apis/rollouts/v1alpha1"
@@ -109,6 +112,37 @@ current-context: c
 			t.Fatalf("Run against an absent Prometheus: phase %s message %q, want Error naming 127.0.0.1:1", m.Phase, m.Message)
 		}
 	})
+}
+
+// TestPluginStopsOnSIGTERM: a plugin process ends on SIGTERM, as the
+// controller's children must when the controller (or the lab) stops them.
+func TestPluginStopsOnSIGTERM(t *testing.T) {
+	bin := buildDanki(t)
+	cmd := exec.Command(bin, "plugin")
+	cmd.Env = append(os.Environ(), "ARGO_ROLLOUTS_RPC_PLUGIN="+rollouts.KindStep, "PLUGIN_MIN_PORT=10000", "PLUGIN_MAX_PORT=25000", "PLUGIN_PROTOCOL_VERSIONS=1")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	// go-plugin's handshake line on stdout says the server is up.
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "1|1|") {
+		t.Fatalf("plugin handshake: %q, %v", line, err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	select {
+	case <-exited:
+	case <-time.After(10 * time.Second):
+		t.Fatal("danki plugin still running 10 s after SIGTERM")
+	}
 }
 
 func TestPluginCommandRefusesWithoutController(t *testing.T) {
