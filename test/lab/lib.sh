@@ -149,18 +149,31 @@ wait_for() {
 # else in its session that runs one of the lab's binaries (the Argo
 # controller's plugin processes): TERM, then KILL after a grace period.
 stop() {
-	local name=$1 pid procs=() p
+	local name=$1 pid procs=() stopped=() p ok=1
 	pid=$(cat "$pids/$name.pid" 2>/dev/null) || return 0
 	if [ -n "$pid" ]; then
-		for p in $(session_members "$pid"); do owned "$p" && procs+=("$p"); done
+		# The leader first: a controller still running starts again the
+		# plugin processes it finds dead (Argo's workers do), after they were
+		# listed. Then what is left in its session, listed anew until none is.
+		if running "$pid" && owned "$pid"; then
+			terminate "$name" "$pid" || ok=
+			stopped+=("$pid")
+		fi
+		for _ in 1 2 3; do
+			procs=()
+			for p in $(session_members "$pid"); do running "$p" && owned "$p" && procs+=("$p"); done
+			[ ${#procs[@]} -gt 0 ] || break
+			terminate "$name" "${procs[@]}" || ok=
+			stopped+=("${procs[@]}")
+		done
 	fi
-	if [ ${#procs[@]} -gt 0 ]; then
+	if [ ${#stopped[@]} -gt 0 ]; then
 		# On failure, go on stopping the rest: down.sh's final check names
 		# what survived and fails.
-		if terminate "$name" "${procs[@]}"; then
-			log "$name: stopped (pids ${procs[*]})"
+		if [ -n "$ok" ]; then
+			log "$name: stopped (pids ${stopped[*]})"
 		else
-			log "ERROR: $name: could not stop all of pids ${procs[*]}"
+			log "ERROR: $name: could not stop all of pids ${stopped[*]}"
 		fi
 	fi
 	rm -f "$pids/$name.pid"

@@ -58,6 +58,19 @@ func fakeController() {
 		panic(err)
 	}
 	<-term
+	if os.Getenv("LAB_FAKE_RESPAWN") != "" {
+		// Like Argo's controller mid-shutdown: a worker finds its plugin
+		// gone and starts it again before the process exits.
+		again := exec.Command(plugin)
+		again.Env = append(os.Environ(), "LAB_FAKE=plugin")
+		if err := again.Start(); err != nil {
+			panic(err)
+		}
+		if err := os.WriteFile(os.Getenv("LAB_PLUGIN_PIDFILE")+".respawned", []byte(strconv.Itoa(again.Process.Pid)), 0o644); err != nil {
+			panic(err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 	os.Exit(0)
 }
 
@@ -118,12 +131,12 @@ func (d labDirs) script(t *testing.T, code string, env ...string) (string, error
 
 // startFakeArgo starts the fake controller with lib.sh's start, as mesh.sh
 // starts the real one, and returns its PID and its plugin's.
-func (d labDirs) startFakeArgo(t *testing.T) (controller, plugin int) {
+func (d labDirs) startFakeArgo(t *testing.T, env ...string) (controller, plugin int) {
 	t.Helper()
 	if err := os.MkdirAll(filepath.Join(d.run, "argo"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	out, err := d.script(t, `cd "$run/argo" && start argo-rollouts "$bin/fake-controller"`, "LAB_FAKE=controller")
+	out, err := d.script(t, `cd "$run/argo" && start argo-rollouts "$bin/fake-controller"`, append([]string{"LAB_FAKE=controller"}, env...)...)
 	if err != nil {
 		t.Fatalf("start: %v\n%s", err, out)
 	}
@@ -184,6 +197,24 @@ func TestStopStopsTheControllersPluginsToo(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(d.run, "pids", "argo-rollouts.pid")); !os.IsNotExist(err) {
 		t.Errorf("stop left the pid file: %v", err)
+	}
+}
+
+// TestStopCatchesPluginsRestartedWhileStopping: a controller that starts a
+// plugin again while it shuts down (found in the lab: Argo's workers restart
+// a plugin they find dead) leaves nothing behind: stop ends the controller
+// first, then whatever is still in its session.
+func TestStopCatchesPluginsRestartedWhileStopping(t *testing.T) {
+	d := newLabDirs(t)
+	controller, plugin := d.startFakeArgo(t, "LAB_FAKE_RESPAWN=1")
+	if out, err := d.script(t, `stop argo-rollouts`); err != nil {
+		t.Fatalf("stop argo-rollouts: %v\n%s", err, out)
+	}
+	respawned := readPID(t, d.pluginPIDFile+".respawned")
+	t.Cleanup(func() { _ = syscall.Kill(respawned, syscall.SIGKILL) })
+	waitGone(t, 15*time.Second, map[int]string{controller: "the controller", plugin: "its first plugin", respawned: "the plugin it started while stopping"})
+	if out, err := d.script(t, `lab_leftovers`); err != nil || strings.TrimSpace(out) != "" {
+		t.Errorf("lab_leftovers after stop = %q (err %v), want nothing", out, err)
 	}
 }
 
