@@ -313,18 +313,9 @@ func (d *dankiLab) abortMidRamp(t *testing.T) {
 	_, start := d.deploy(t, nil, nil)
 	d.awaitWarmup(t, 5*time.Minute)
 	d.watchSees(t, start, 3*time.Minute, "the ramp gives the canary users")
-	abortedAt := abortRollout(t, d.lab)
-	var zeroAt time.Time
-	waitFor(t, d.ctx, 30*time.Second, "canary weight 0 on the VirtualService", func() (bool, string) {
-		p, err := lookAtTraffic(d.ctx, d.istio)
-		if err == nil && p.canaryWeight == 0 {
-			zeroAt = p.at
-			return true, ""
-		}
-		return false, fmt.Sprintf("canary weight %d %v", p.canaryWeight, err)
-	})
-	t.Logf("abort → canary weight 0 on the VirtualService in %s", zeroAt.Sub(abortedAt).Round(time.Millisecond))
-	if took := zeroAt.Sub(abortedAt); took > 5*time.Second {
+	took := d.abortUntilZero(t)
+	t.Logf("abort → canary weight 0 on the VirtualService in %s", took.Round(time.Millisecond))
+	if took > 5*time.Second {
 		t.Errorf("the abort took %s to put all users on stable: want at once (one reconcile), not ramped", took)
 	}
 	seen := d.settledWeights(t, start, 0, 10*time.Second, "the traffic watch sees canary weight 0")
@@ -582,6 +573,23 @@ func (d *dankiLab) settledWeights(t *testing.T, start time.Time, want int32, lim
 	return seen
 }
 
+// abortUntilZero aborts the rollout and returns how long the
+// VirtualService took to show canary weight 0 (polled until 30 s).
+func (d *dankiLab) abortUntilZero(t *testing.T) time.Duration {
+	t.Helper()
+	abortedAt := abortRollout(t, d.lab)
+	var zeroAt time.Time
+	waitFor(t, d.ctx, 30*time.Second, "canary weight 0 on the VirtualService", func() (bool, string) {
+		p, err := lookAtTraffic(d.ctx, d.istio)
+		if err == nil && p.canaryWeight == 0 {
+			zeroAt = p.at
+			return true, ""
+		}
+		return false, fmt.Sprintf("canary weight %d %v", p.canaryWeight, err)
+	})
+	return zeroAt.Sub(abortedAt)
+}
+
 // watchSees waits until the traffic watch has recorded a canary weight
 // above 0 since start. A phase that aborts at the first rung waits for the
 // watch itself, not for its own look at the VirtualService: the watch polls
@@ -656,18 +664,9 @@ func (d *dankiLab) abortCorruptState(t *testing.T) {
 		t.Fatalf("corrupt the ramp annotation: %v", err)
 	}
 	t.Logf("wrote the ramp annotation %s", corrupt)
-	abortedAt := abortRollout(t, d.lab)
-	var zeroAt time.Time
-	waitFor(t, d.ctx, 30*time.Second, "canary weight 0 on the VirtualService", func() (bool, string) {
-		p, err := lookAtTraffic(d.ctx, d.istio)
-		if err == nil && p.canaryWeight == 0 {
-			zeroAt = p.at
-			return true, ""
-		}
-		return false, fmt.Sprintf("canary weight %d %v", p.canaryWeight, err)
-	})
-	t.Logf("abort with a corrupt ramp annotation → canary weight 0 in %s", zeroAt.Sub(abortedAt).Round(time.Millisecond))
-	if took := zeroAt.Sub(abortedAt); took > 5*time.Second {
+	took := d.abortUntilZero(t)
+	t.Logf("abort with a corrupt ramp annotation → canary weight 0 in %s", took.Round(time.Millisecond))
+	if took > 5*time.Second {
 		t.Errorf("the abort took %s to put all users on stable: want one reconcile, whatever the ramp annotation holds", took)
 	}
 	waitFor(t, d.ctx, 30*time.Second, "the abort cleared the ramp annotation", func() (bool, string) {
