@@ -19,6 +19,9 @@ type Gate interface {
 	// pass=true when latency holds; pass=false with a reason naming the
 	// breach when it does not; err != nil when there is no verdict (too few
 	// samples, source unreachable): the ramp holds, at most Plan.MaxHold.
+	// An err wrapping analysis.ErrInconclusive says the source answered
+	// with too few samples: after a no-verdict back-off that counts as the
+	// gate answering again.
 	Check(ctx context.Context, since time.Time) (pass bool, reason string, err error)
 }
 

@@ -3,11 +3,13 @@ package shift
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
 
 	"github.com/danki-dev/danki/internal/config"
+	"github.com/danki-dev/danki/pkg/analysis"
 )
 
 // Ramp defaults: Step, MaxBreaches and MaxHold fill zero fields of a Plan;
@@ -314,9 +316,13 @@ func (p Plan) Next(ctx context.Context, prev *State, current, target int, now ti
 		}
 		if st.AwaitVerdict {
 			// Back here because the gate had no verdict for MaxHold: move
-			// on only once it answers again.
+			// on only once it answers again. Inconclusive (too few canary
+			// requests) is an answer: the source can be read again, and at
+			// the last good weight — often 0, where the canary gets no
+			// users — there may never be enough requests for more. The
+			// next rung is judged as usual.
 			_, why, err := check(ctx, gate, st.GateSince)
-			if err != nil {
+			if err != nil && !errors.Is(err, analysis.ErrInconclusive) {
 				return p.noVerdict(d, &st, current, now, err, say)
 			}
 			st.AwaitVerdict, st.HoldSince = false, time.Time{}

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/danki-dev/danki/pkg/analysis"
 )
 
 // TestAbortIgnoresTheStoredState: going to 0 works whatever the ramp
@@ -335,5 +337,29 @@ func TestNoVerdictInsideTheIntervalIsNoOutage(t *testing.T) {
 	d = w.next(30)
 	if d.Action != ActionHold || d.NoVerdict == nil || !w.state.HoldSince.Equal(w.now) {
 		t.Fatalf("no verdict after the interval: %+v state %+v, want a no-verdict hold from now", d, w.state)
+	}
+}
+
+// TestAfterTheOutageInconclusiveIsAnAnswer: back at the last good weight 0
+// after maxHold without a verdict, the canary gets no users, so a gate that
+// can be read again answers Inconclusive (too few canary requests) for
+// ever. That is an answer: the ramp moves on to the next rung instead of
+// counting breaches until it fails (found in the lab: Prometheus restarted,
+// the rollout was aborted anyway).
+func TestAfterTheOutageInconclusiveIsAnAnswer(t *testing.T) {
+	down := verdict{err: errors.New("latency analysis failed to measure: prometheus unreachable")}
+	g := &scriptedGate{answers: []verdict{down}}
+	w := &walk{t: t, plan: Plan{Step: 10, Interval: time.Minute, MaxHold: time.Minute, MaxBreaches: 3}, gate: g, now: t0}
+	w.next(30) // 0 → 10
+	w.advance(time.Minute)
+	w.next(30) // the interval is over: the no-verdict hold starts
+	w.advance(time.Minute)
+	if d := w.next(30); d.Action != ActionBackOff || d.Weight != 0 || !w.state.AwaitVerdict {
+		t.Fatalf("after maxHold: %+v state %+v, want back to 0, awaiting a verdict", d, w.state)
+	}
+	g.answers, g.calls = []verdict{{err: fmt.Errorf("%w: canary has 0 requests in the window", analysis.ErrInconclusive)}}, 0
+	w.advance(time.Minute)
+	if d := w.next(30); d.Action != ActionMove || d.Weight != 10 || w.state.AwaitVerdict || w.state.Breaches != 1 {
+		t.Fatalf("the gate answers Inconclusive at 0: %+v state %+v, want 0 → 10 with the one breach kept", d, w.state)
 	}
 }
