@@ -63,16 +63,29 @@ var simDists = []struct {
 	{"pareto α2", pareto{xm: 5, alpha: 2}},
 }
 
-// bucketProbs is the probability of each Istio bucket (the last is +Inf).
-func bucketProbs(d latencyDist) []float64 {
-	p := make([]float64, len(istioBuckets)+1)
+// finerBuckets are the custom Istio buckets docs/latency.md suggests
+// (sidecar.istio.io/statsHistogramBuckets).
+var finerBuckets = []float64{1, 2, 5, 10, 15, 20, 25, 35, 50, 75, 100, 150, 250, 500, 1000}
+
+// bucketLayouts are the histograms the power figures are measured on.
+var bucketLayouts = []struct {
+	name   string
+	bounds []float64
+}{
+	{"istio default", istioBuckets},
+	{"docs' finer", finerBuckets},
+}
+
+// bucketProbs is the probability of each bucket of bounds (the last is +Inf).
+func bucketProbs(bounds []float64, d latencyDist) []float64 {
+	p := make([]float64, len(bounds)+1)
 	prev := 0.0
-	for i, b := range istioBuckets {
+	for i, b := range bounds {
 		c := d.cdf(b)
 		p[i] = math.Max(0, c-prev)
 		prev = c
 	}
-	p[len(istioBuckets)] = math.Max(0, 1-prev)
+	p[len(bounds)] = math.Max(0, 1-prev)
 	return p
 }
 
@@ -165,8 +178,8 @@ func simScenarios() []simScenario {
 
 // simTrial runs one trial of simLooks looks and returns the first look
 // (1-based) whose tail test failed, or 0.
-func simTrial(rng *rand.Rand, r *Rules, sc simScenario, canaryProbs, stableProbs []float64, interval float64, looks int) int {
-	nb := len(istioBuckets) + 1
+func simTrial(rng *rand.Rand, r *Rules, sc simScenario, bounds, canaryProbs, stableProbs []float64, interval float64, looks int) int {
+	nb := len(bounds) + 1
 	var ringC, ringS [][]float64
 	cumC, cumS := make([]float64, nb), make([]float64, nb)
 	winC, winS := make([]float64, nb), make([]float64, nb)
@@ -196,7 +209,7 @@ func simTrial(rng *rand.Rand, r *Rules, sc simScenario, canaryProbs, stableProbs
 				cumS[i] += is[i]
 			}
 		}
-		ch, _ := tailCheck(r, side("canary", cumulative(istioBuckets, c)), side("stable", cumulative(istioBuckets, s)))
+		ch, _ := tailCheck(r, side("canary", cumulative(bounds, c)), side("stable", cumulative(bounds, s)))
 		if ch.Phase == Fail {
 			return look
 		}
@@ -216,14 +229,14 @@ func TestTailTestAAFalseAlarmsSimulated(t *testing.T) {
 	r := mustRules(t, tailOnly())
 	trials := simTrials()
 	for di, d := range simDists {
-		probs := bucketProbs(d.dist)
+		probs := bucketProbs(istioBuckets, d.dist)
 		for si, sc := range simScenarios() {
 			t.Run(d.name+"/"+sc.name, func(t *testing.T) {
 				t.Parallel()
 				rng := rand.New(rand.NewPCG(uint64(100+di), uint64(200+si)))
 				alarms := 0
 				for range trials {
-					if look := simTrial(rng, r, sc, probs, probs, simInterval, simLooks); look > 0 {
+					if look := simTrial(rng, r, sc, istioBuckets, probs, probs, simInterval, simLooks); look > 0 {
 						alarms++
 					}
 				}
@@ -237,100 +250,129 @@ func TestTailTestAAFalseAlarmsSimulated(t *testing.T) {
 	}
 }
 
+// regression is a slowed fraction of requests the tail test must catch.
+type regression struct {
+	name            string
+	fraction, extra float64
+	minPower        float64 // the issue's target, within two windows of 500 canary requests
+}
+
+var powerRegressions = []regression{
+	{"5% +1s", 0.05, 1000, 0.95},
+	{"1% +200ms", 0.01, 200, 0.85},
+}
+
 // TestTailTestPowerSimulated: a canary with a slow fraction of requests at
 // 500 canary requests per window (5 % weight, cumulative) must fail within
-// two windows: ≥ 95 % of trials for "5 % of requests +1 s" on every shape,
-// ≥ 85 % for "1 % +200 ms" where the test reaches it (lognormal σ 0.5 and
-// the Pareto tail). The other two are logged, not asserted:
-// lognormal σ 1.0 is beyond any test (TestTailTestPowerCeiling), and the
-// bimodal mix is within 4 points of that ceiling, which a test that knows
-// neither the regression nor the number of looks does not reach.
+// two windows: ≥ 95 % of trials for "5 % of requests +1 s", ≥ 85 % for
+// "1 % +200 ms", on Istio's default buckets and on the finer ones the docs
+// suggest — wherever the target can be reached by a test that is checked
+// again and again. That is judged by the sequential oracle
+// (powerCeilings): the exact likelihood ratio of the bucket counts, knowing
+// stable's distribution and the regression in advance, checked against 20
+// after each window. Where even the oracle stays under the target (measured:
+// lognormal σ 1.0 on both layouts, the bimodal mix on Istio's default
+// buckets) the figure is logged and the oracle's shortfall asserted instead,
+// so the waiver cannot outlive its reason.
 func TestTailTestPowerSimulated(t *testing.T) {
 	r := mustRules(t, tailOnly())
 	trials := simTrials()
 	const canaryPerWindow, weight = 500.0, 0.05
 	sc := simScenario{name: "5% cumulative", weight: func(int) float64 { return weight }}
-	for di, d := range simDists {
-		for _, reg := range []struct {
-			name            string
-			fraction, extra float64
-			minPower        float64
-		}{
-			{"5% +1s", 0.05, 1000, 0.95},
-			{"1% +200ms", 0.01, 200, 0.85},
-		} {
-			minPower := reg.minPower
-			if reg.extra == 200 && (d.name == "lognormal σ1.0" || d.name == "bimodal 90/10") {
-				minPower = 0 // out of reach, see above
-			}
-			t.Run(d.name+"/"+reg.name, func(t *testing.T) {
-				t.Parallel()
-				rng := rand.New(rand.NewPCG(uint64(300+di), uint64(reg.extra)))
-				stable := bucketProbs(d.dist)
-				canary := bucketProbs(slowed{base: d.dist, fraction: reg.fraction, extraMs: reg.extra})
-				caught := 0
-				for range trials {
-					if look := simTrial(rng, r, sc, canary, stable, canaryPerWindow/weight, 2); look > 0 {
-						caught++
+	for li, layout := range bucketLayouts {
+		for di, d := range simDists {
+			for _, reg := range powerRegressions {
+				t.Run(layout.name+"/"+d.name+"/"+reg.name, func(t *testing.T) {
+					t.Parallel()
+					rng := rand.New(rand.NewPCG(uint64(300+di+10*li), uint64(reg.extra)))
+					stable := bucketProbs(layout.bounds, d.dist)
+					canary := bucketProbs(layout.bounds, slowed{base: d.dist, fraction: reg.fraction, extraMs: reg.extra})
+					caught := 0
+					for range trials {
+						if look := simTrial(rng, r, sc, layout.bounds, canary, stable, canaryPerWindow/weight, 2); look > 0 {
+							caught++
+						}
 					}
-				}
-				power := float64(caught) / float64(trials)
-				t.Logf("power %-16s %-10s %d trials, 500 canary requests per window: failed within two windows in %.1f%%", d.name, reg.name, trials, 100*power)
-				if power < minPower {
-					t.Errorf("power %.1f%% < %.0f%%", 100*power, 100*minPower)
-				}
-			})
+					power := float64(caught) / float64(trials)
+					fixed, sequential := powerCeilings(stable, canary, canaryPerWindow, uint64(di+10*li))
+					t.Logf("power %-13s %-16s %-10s %d trials, 500 canary requests per window: failed within two windows in %.1f%% (oracle: sequential %.1f%%, fixed-sample %.1f%%)",
+						layout.name, d.name, reg.name, trials, 100*power, 100*sequential, 100*fixed)
+					switch {
+					case sequential >= reg.minPower && power < reg.minPower:
+						t.Errorf("power %.1f%% < %.0f%%, which the sequential oracle reaches (%.1f%%)", 100*power, 100*reg.minPower, 100*sequential)
+					case sequential < reg.minPower && power > sequential+0.02:
+						t.Errorf("power %.1f%% above the oracle's %.1f%%: the oracle or the simulation is wrong", 100*power, 100*sequential)
+					}
+				})
+			}
 		}
 	}
 }
 
-// TestTailTestPowerCeiling bounds what any test can do with the data of two
-// windows (1,000 canary requests on Istio's buckets) even knowing stable's
-// distribution exactly and the regression in advance: the Neyman–Pearson
-// likelihood-ratio test at 5 %, the most powerful there is. For "1 % of
-// requests +200 ms" on lognormal σ 1.0 it stays far below 85 %: stable
-// already has 0.58 % above 250 ms and 5.4 % above 100 ms, and the slowed
-// requests add 0.17 and 0.95 points there, too little in 1,000 requests.
+// powerCeilings bounds what any test can do with two windows of
+// perWindow canary requests, even knowing stable's distribution exactly
+// and the regression in advance. fixed is the Neyman–Pearson
+// likelihood-ratio test at 5 % on both windows together, the most powerful
+// test there is for one look; sequential is the same likelihood ratio
+// checked after each window against 20 (Ville: ≤ 5 % false alarms however
+// often it is looked at), the oracle version of what danki does. For
+// "1 % of requests +200 ms" on lognormal σ 1.0 on Istio's buckets both stay
+// far below 85 %: stable already has 0.58 % above 250 ms and 5.4 % above
+// 100 ms, and the slowed requests add 0.17 and 0.95 points there, too little
+// in 1,000 requests.
+func powerCeilings(stable, canary []float64, perWindow float64, seed uint64) (fixed, sequential float64) {
+	const draws = 20000
+	logRatio := make([]float64, len(stable))
+	for i := range stable {
+		if stable[i] > 0 && canary[i] > 0 {
+			logRatio[i] = math.Log(canary[i] / stable[i])
+		}
+	}
+	rng := rand.New(rand.NewPCG(500, seed))
+	// window draws one window's log likelihood ratio (the Poisson terms
+	// cancel: both distributions sum to 1).
+	window := func(probs []float64) float64 {
+		s := 0.0
+		for i, p := range probs {
+			if logRatio[i] != 0 {
+				s += logRatio[i] * poisson(rng, perWindow*p)
+			}
+		}
+		return s
+	}
+	null := make([]float64, draws)
+	for i := range null {
+		null[i] = window(stable) + window(stable)
+	}
+	slices.Sort(null)
+	critical := null[int(0.95*draws)] // rejects at most 5 % of A/A draws
+	rejectAt := math.Log(20)
+	fixedCaught, sequentialCaught := 0, 0
+	for range draws {
+		first := window(canary)
+		both := first + window(canary)
+		if both > critical {
+			fixedCaught++
+		}
+		if first >= rejectAt || both >= rejectAt {
+			sequentialCaught++
+		}
+	}
+	return float64(fixedCaught) / draws, float64(sequentialCaught) / draws
+}
+
+// TestTailTestPowerCeiling keeps the reason the 85 % target is waived on
+// lognormal σ 1.0 true: on Istio's default buckets no test reaches it.
 func TestTailTestPowerCeiling(t *testing.T) {
-	const canaryRequests, draws = 1000.0, 20000
-	for di, d := range simDists {
-		stable := bucketProbs(d.dist)
-		canary := bucketProbs(slowed{base: d.dist, fraction: 0.01, extraMs: 200})
-		logRatio := make([]float64, len(stable))
-		for i := range stable {
-			if stable[i] > 0 && canary[i] > 0 {
-				logRatio[i] = math.Log(canary[i] / stable[i])
-			}
-		}
-		rng := rand.New(rand.NewPCG(500, uint64(di)))
-		statistic := func(probs []float64) float64 {
-			s := 0.0
-			for i, p := range probs {
-				if logRatio[i] != 0 {
-					s += logRatio[i] * poisson(rng, canaryRequests*p)
-				}
-			}
-			return s
-		}
-		null := make([]float64, draws)
-		for i := range null {
-			null[i] = statistic(stable)
-		}
-		slices.Sort(null)
-		critical := null[int(0.95*draws)] // rejects at most 5 % of A/A draws
-		caught := 0
-		for range draws {
-			if statistic(canary) > critical {
-				caught++
-			}
-		}
-		ceiling := float64(caught) / draws
-		t.Logf("ceiling %-16s 1%% +200ms at %.0f canary requests: the most powerful 5%% test catches %.1f%%", d.name, canaryRequests, 100*ceiling)
-		if d.name == "lognormal σ1.0" && ceiling >= 0.85 {
-			t.Errorf("ceiling %.1f%% ≥ 85%%: the target is reachable on %s after all", 100*ceiling, d.name)
-		}
-		if d.name != "lognormal σ1.0" && ceiling < 0.85 {
-			t.Errorf("ceiling %.1f%% < 85%% on %s", 100*ceiling, d.name)
-		}
+	d := simDists[1]
+	if d.name != "lognormal σ1.0" {
+		t.Fatalf("simDists[1] is %s", d.name)
+	}
+	stable := bucketProbs(istioBuckets, d.dist)
+	canary := bucketProbs(istioBuckets, slowed{base: d.dist, fraction: 0.01, extraMs: 200})
+	fixed, sequential := powerCeilings(stable, canary, 500, 1)
+	t.Logf("ceiling %s 1%% +200ms at 1,000 canary requests: the most powerful 5%% test catches %.1f%%, the sequential oracle %.1f%%", d.name, 100*fixed, 100*sequential)
+	if fixed >= 0.85 {
+		t.Errorf("ceiling %.1f%% ≥ 85%%: the target is reachable on %s after all", 100*fixed, d.name)
 	}
 }
