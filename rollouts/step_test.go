@@ -345,7 +345,7 @@ func TestStepFindsCanaryPodsOfRollout(t *testing.T) {
 		impl.kube = fake.NewClientset(pod("cart-old", "h0"))
 		p := warmupStepClient(t, impl)
 		res, _ := runStepUntilDone(t, p, stepRollout("cart", "h1", 0), warmupConfigJSON(t, nil, map[string]any{"healthTimeout": "500ms"}), nil, 10*time.Second)
-		if res.Phase != types.PhaseFailed || !strings.Contains(res.Message, "found 0 of at least 1 ready pods") {
+		if res.Phase != types.PhaseFailed || !strings.Contains(res.Message, "found 0 of 1 ready pods") {
 			t.Errorf("%s: %s", res.Phase, res.Message)
 		}
 	})

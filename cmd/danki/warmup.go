@@ -68,8 +68,9 @@ IP (reach the pod network, e.g. from inside the cluster).
 
 A live progress line goes to stderr; the table of windows (requests, p50, p90,
 p99, max, errors) goes to stdout at the end. --json writes fortio's result JSON.
-With --until-converged=false every target gets --max-requests requests and the
-table shows how latency fell (a measurement, not a gate).
+With --until-converged=false every target gets exactly --max-requests requests
+(a fixed warm-up count, any number) and the table shows how latency fell (a
+measurement, not a gate).
 
 See docs/warmup.md.`,
 		Example: `  danki warmup --url http://127.0.0.1:8080 --path /api/items --max-requests 2000
@@ -89,7 +90,7 @@ See docs/warmup.md.`,
 	fl.StringVar(&f.port, "port", "", "pod port, name or number (default: the pods' only port)")
 	fl.IntVar(&f.minPods, "min-pods", 1, "wait (up to --health-timeout) until this many pods are ready")
 
-	fl.BoolVar(&f.untilConverged, "until-converged", true, "stop when latency converged; false: send --max-requests per target and only report")
+	fl.BoolVar(&f.untilConverged, "until-converged", true, "stop when latency converged; false: send exactly --max-requests per target (a fixed count) and only report")
 	fl.Int64Var(&f.cfg.MaxRequests, "max-requests", warmup.DefaultMaxRequests, "request cap per target")
 	fl.Int64Var(&f.cfg.MinRequests, "min-requests", warmup.DefaultMinRequests, "requests per target before it may count as converged")
 	fl.Float64Var(&f.cfg.QPS, "qps", warmup.DefaultQPS, "requests per second per target")
@@ -101,7 +102,7 @@ See docs/warmup.md.`,
 	fl.Float64Var(&f.maxErrorRatio, "max-error-ratio", warmup.DefaultMaxErrorRatio, "share of failed requests a converging window may have")
 	fl.DurationVar(&f.deadline, "deadline", warmup.DefaultDeadline, "give up after this long")
 	fl.DurationVar(&f.timeout, "timeout", warmup.DefaultTimeout, "per-request timeout")
-	fl.StringVar(&f.cfg.HealthPath, "health-path", warmup.DefaultHealthPath, "path that must answer 200 before load starts")
+	fl.StringVar(&f.cfg.HealthPath, "health-path", "", "path that must answer 200 before load starts (default: each pod's httpGet readinessProbe, else /)")
 	fl.DurationVar(&f.healthTimeout, "health-timeout", warmup.DefaultHealthTimeout, "how long to wait for pods and health")
 
 	fl.StringArrayVar(&f.paths, "path", nil, "request path (and query) to send, a template; repeatable, equal weights (default /)")
@@ -138,9 +139,8 @@ func (f *warmupFlags) run(cmd *cobra.Command) error {
 	}
 	progress := newWarmupProgressLine(stderr, f.stderrIsTerminal(), f.progressEvery)
 	res, err := warmup.Run(ctx, cfg, targets, warmup.Options{
-		Stable:           stable,
-		RunToMaxRequests: !f.untilConverged,
-		OnProgress:       progress.update,
+		Stable:     stable,
+		OnProgress: progress.update,
 	})
 	progress.end()
 	if res == nil {
@@ -166,10 +166,8 @@ func (f *warmupFlags) config() (warmup.Config, error) {
 	cfg.AbsoluteTolerance = config.Duration(f.absTolerance)
 	ratio := f.maxErrorRatio
 	cfg.MaxErrorRatio = &ratio
-	if !f.untilConverged {
-		// A measurement: any minRequests would do; keep validation happy.
-		cfg.MinRequests = min(cfg.MinRequests, cfg.MaxRequests)
-	}
+	untilConverged := f.untilConverged
+	cfg.UntilConverged = &untilConverged
 	switch {
 	case f.requestFile != "" && len(f.paths) > 0:
 		return cfg, errors.New("--request-file and --path both give the requests: use one")

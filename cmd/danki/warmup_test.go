@@ -84,6 +84,23 @@ func TestWarmupCommandMeasureMode(t *testing.T) {
 	}
 }
 
+// A fixed count below the converging minimums (minRequests 300, window ×
+// stableWindows) is a valid warm-up: the field reports' habit.
+func TestWarmupCommandFixedSmallCount(t *testing.T) {
+	srv := warmupServer(t)
+	stdout, _, err := runWarmupCmd("--url", srv.URL, "--health-path", "/healthz", "--until-converged=false", "--max-requests", "20", "--qps", "500")
+	if err != nil {
+		t.Fatalf("--until-converged=false --max-requests 20: %v\n%s", err, stdout)
+	}
+	// The cap stops new requests; up to connections−1 (3) in flight finish.
+	if n := srv.Load(); n < 20 || n > 23 {
+		t.Errorf("sent %d requests, want 20 (up to 23 with the 4 connections' requests in flight)", n)
+	}
+	if !strings.Contains(stdout, "partial (") {
+		t.Errorf("want the 20 requests as one partial window of 100:\n%s", stdout)
+	}
+}
+
 func TestWarmupCommandFailsWithoutConvergence(t *testing.T) {
 	srv := warmupServer(t)
 	stdout, _, err := runWarmupCmd("--url", srv.URL, "--health-path", "/healthz", "--qps", "500", "-c", "1", "--window", "20", "--min-requests", "1000", "--max-requests", "1000", "--deadline", "700ms")

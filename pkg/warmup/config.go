@@ -18,7 +18,7 @@ const DefaultMarkerHeader = "X-Danki-Warmup"
 
 // Defaults for Config fields left at their zero value.
 const (
-	DefaultHealthPath        = "/"
+	DefaultHealthPath        = "/" // when the pod has no httpGet readinessProbe
 	DefaultHealthTimeout     = 2 * time.Minute
 	DefaultQPS               = 20.0
 	DefaultConnections       = 4
@@ -51,7 +51,8 @@ type Config struct {
 	MarkerHeader string `json:"markerHeader,omitempty"`
 
 	// HealthPath is requested (GET) on every target until it answers 200,
-	// before any load. Default "/".
+	// before any load. Default: each pod's readinessProbe (an httpGet probe
+	// on http: its port and path), else "/".
 	HealthPath string `json:"healthPath,omitempty"`
 	// HealthTimeout bounds the wait for targets to appear and turn healthy.
 	// Default 2m.
@@ -66,10 +67,16 @@ type Config struct {
 	Timeout config.Duration `json:"timeout,omitempty"`
 	// Deadline bounds the whole warm-up (health wait included). Default 10m.
 	Deadline config.Duration `json:"deadline,omitempty"`
+	// UntilConverged: true (the default) stops each target when its latency
+	// converged and fails the warm-up when it does not. false sends exactly
+	// MaxRequests to every target (a fixed warm-up count, like the field
+	// reports' "100 warm-up requests", or a measurement run), never fails
+	// on convergence and only reports it.
+	UntilConverged *bool `json:"untilConverged,omitempty"`
 	// MinRequests per target before it may count as converged. Default 300.
 	MinRequests int64 `json:"minRequests,omitempty"`
 	// MaxRequests per target; reaching it without convergence fails the
-	// warm-up. Up to Connections-1 requests already in flight may complete
+	// warm-up (with untilConverged false: the fixed count per target). Up to Connections-1 requests already in flight may complete
 	// after the cap. Default 20000.
 	MaxRequests int64 `json:"maxRequests,omitempty"`
 
@@ -124,7 +131,6 @@ func (c Config) WithDefaults() Config {
 		}
 	}
 	setDefault(&c.MarkerHeader, DefaultMarkerHeader)
-	setDefault(&c.HealthPath, DefaultHealthPath)
 	setDefault(&c.HealthTimeout, config.Duration(DefaultHealthTimeout))
 	setDefault(&c.QPS, DefaultQPS)
 	setDefault(&c.Connections, DefaultConnections)
@@ -140,10 +146,18 @@ func (c Config) WithDefaults() Config {
 		r := DefaultMaxErrorRatio
 		c.MaxErrorRatio = &r
 	}
+	if c.UntilConverged == nil {
+		t := true
+		c.UntilConverged = &t
+	}
 	setDefault(&c.StableRatio, DefaultStableRatio)
 	setDefault(&c.StableQPS, DefaultStableQPS)
 	return c
 }
+
+// Converging reports whether the warm-up stops at convergence (untilConverged,
+// the default) rather than after a fixed count of MaxRequests.
+func (c Config) Converging() bool { return c.UntilConverged == nil || *c.UntilConverged }
 
 func setDefault[T comparable](field *T, def T) {
 	var zero T
@@ -165,7 +179,7 @@ func (c Config) Validate() error {
 	if !httpguts.ValidHeaderFieldName(c.MarkerHeader) {
 		errs.Addf("markerHeader", "%q is not a valid HTTP header name", c.MarkerHeader)
 	}
-	if !strings.HasPrefix(c.HealthPath, "/") {
+	if c.HealthPath != "" && !strings.HasPrefix(c.HealthPath, "/") {
 		errs.Addf("healthPath", "%q must start with /", c.HealthPath)
 	}
 	positive := func(field string, d config.Duration) {
@@ -191,7 +205,9 @@ func (c Config) Validate() error {
 	if c.MinRequests < 0 {
 		errs.Addf("minRequests", "must not be negative (got %d)", c.MinRequests)
 	}
-	if need := max(c.MinRequests, int64(c.Window)*int64(c.StableWindows)); c.MaxRequests < need {
+	if c.MaxRequests < 1 {
+		errs.Addf("maxRequests", "must be at least 1 (got %d)", c.MaxRequests)
+	} else if need := max(c.MinRequests, int64(c.Window)*int64(c.StableWindows)); c.Converging() && c.MaxRequests < need {
 		errs.Addf("maxRequests", "%d leaves no room to converge: raise it to at least %d (minRequests, and window × stableWindows = %d × %d)",
 			c.MaxRequests, need, c.Window, c.StableWindows)
 	}

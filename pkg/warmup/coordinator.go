@@ -16,10 +16,12 @@ const hardStopGrace = 500 * time.Millisecond
 // event is what recorders and runners tell the coordinator: a completed
 // window, or a runner that stopped.
 type event struct {
-	rec     *recorder
-	samples []sample // a completed window
-	index   int
-	total   int64
+	rec      *recorder
+	samples  []sample // a completed window
+	index    int
+	total    int64
+	failing  bool // failFastStreak requests in a row failed
+	failCode int  // the last failed answer's HTTP status (0: transport errors)
 
 	done    *loadRunner // set when a runner's fortio run returned
 	results periodic.RunnerResults
@@ -126,7 +128,7 @@ func (c *coordinator) run(parent, runCtx context.Context, targets []Target) erro
 			case parent.Err() != nil:
 				failure = fmt.Errorf("warm-up stopped: %w", parent.Err())
 				c.res.Reason = "stopped: " + parent.Err().Error()
-			case !stopping && !c.opts.RunToMaxRequests:
+			case !stopping && c.cfg.Converging():
 				c.res.Reason = fmt.Sprintf("deadline %s passed before every target converged: %s", c.cfg.Deadline, c.pendingTrends())
 				failure = fmt.Errorf("%w: %s", ErrNotConverged, c.res.Reason)
 			case !stopping:
@@ -134,9 +136,17 @@ func (c *coordinator) run(parent, runCtx context.Context, targets []Target) erro
 			}
 			hardStop()
 		case ev := <-c.events:
+			if ev.failing {
+				if !stopping {
+					c.res.Reason = c.failingReason(ev.rec, ev.failCode)
+					failure = fmt.Errorf("%w: %s", ErrTargetFailing, c.res.Reason)
+					hardStop()
+				}
+				continue
+			}
 			if ev.done == nil {
 				c.onWindow(ev)
-				if !stopping && !c.opts.RunToMaxRequests && c.allConverged() {
+				if !stopping && c.cfg.Converging() && c.allConverged() {
 					stopping = true
 					c.res.Reason = fmt.Sprintf("all %d targets converged", len(c.canary))
 					abortAll() // let in-flight requests finish: they are counted
@@ -151,7 +161,7 @@ func (c *coordinator) run(parent, runCtx context.Context, targets []Target) erro
 			st.done = true
 			st.res.fortio = ev.results
 			canaryRunning--
-			if !st.res.Converged && !stopping && !c.opts.RunToMaxRequests {
+			if !st.res.Converged && !stopping && c.cfg.Converging() {
 				c.res.Reason = fmt.Sprintf("%s reached maxRequests %d without converging (%s); %s",
 					st.res.Target, c.cfg.MaxRequests, st.waiting, trend(st.res.Windows, 6))
 				failure = fmt.Errorf("%w: %s", ErrNotConverged, c.res.Reason)
@@ -212,7 +222,7 @@ func (c *coordinator) onWindow(ev event) {
 				st.waiting = v.why
 				if v.converged {
 					st.res.Converged, st.res.ConvergedAfter, st.res.ConvergedWindow = true, w.Requests, w.Index
-					if !c.opts.RunToMaxRequests {
+					if c.cfg.Converging() {
 						st.runner.stop()
 					}
 				}
@@ -235,6 +245,33 @@ func (c *coordinator) stableP99() time.Duration {
 		return 0
 	}
 	return c.cfg.stableReference(c.stable.Windows)
+}
+
+// failingReason says which target failed failFastStreak requests in a row,
+// and how.
+func (c *coordinator) failingReason(rec *recorder, code int) string {
+	name, last := "", error(nil)
+	if rec == c.srec {
+		name = c.stable.Target.Name
+		for _, r := range c.sruns {
+			if err := r.lastErr.get(); err != nil {
+				last = err
+			}
+		}
+	}
+	for _, st := range c.canary {
+		if st.rec == rec {
+			name, last = st.res.Target.String(), st.runner.lastErr.get()
+		}
+	}
+	how := "no answer"
+	switch {
+	case code > 0:
+		how = fmt.Sprintf("last answer HTTP %d", code)
+	case last != nil:
+		how = "last error: " + last.Error()
+	}
+	return fmt.Sprintf("%s: the last %d requests all failed (%s); check the port, the request paths and that the pod serves them", name, failFastStreak, how)
 }
 
 // pendingTrends describes every target that has not converged.
@@ -269,6 +306,8 @@ func (c *coordinator) finish() {
 		collect(st.res, st.rec)
 		if err := st.runner.lastErr.get(); err != nil {
 			st.res.LastError = err.Error()
+		} else if st.rec.lastFailCode > 0 {
+			st.res.LastError = fmt.Sprintf("HTTP %d", st.rec.lastFailCode)
 		}
 	}
 	if c.stable != nil {

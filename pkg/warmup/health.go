@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -23,7 +24,9 @@ var ErrUnhealthy = errors.New("targets not healthy")
 // waitHealthy probes every target's health path (GET, with the marker header)
 // until each has answered 200 once, or ctx ends. Health probes are not warm-up
 // load: they are not counted in the results.
-func waitHealthy(ctx context.Context, cfg *Config, targets []Target) error {
+//
+// limit says what bounds ctx, for the error ("within healthTimeout 2m0s").
+func waitHealthy(ctx context.Context, cfg *Config, targets []Target, limit string) error {
 	client := &http.Client{
 		Timeout:   cfg.Timeout.D(),
 		Transport: &http.Transport{Proxy: http.ProxyFromEnvironment, MaxIdleConnsPerHost: 1},
@@ -37,9 +40,10 @@ func waitHealthy(ctx context.Context, cfg *Config, targets []Target) error {
 	var wg sync.WaitGroup
 	for _, t := range targets {
 		wg.Go(func() {
-			if last := probeUntilOK(ctx, client, cfg, t); last != "" {
+			url := t.healthURL(cfg.HealthPath)
+			if last := probeUntilOK(ctx, client, cfg, url); last != "" {
 				mu.Lock()
-				failed = append(failed, fmt.Sprintf("%s (%s)", t, last))
+				failed = append(failed, fmt.Sprintf("%s: GET %s: %s", t, url, last))
 				mu.Unlock()
 			}
 		})
@@ -49,16 +53,16 @@ func waitHealthy(ctx context.Context, cfg *Config, targets []Target) error {
 		return nil
 	}
 	slices.Sort(failed)
-	return fmt.Errorf("%w: %d of %d targets did not answer GET %s with 200 within healthTimeout %s: %v",
-		ErrUnhealthy, len(failed), len(targets), cfg.HealthPath, cfg.HealthTimeout, failed)
+	return fmt.Errorf("%w: %d of %d targets did not answer their health check with 200 %s: %s",
+		ErrUnhealthy, len(failed), len(targets), limit, strings.Join(failed, "; "))
 }
 
-// probeUntilOK returns "" once the target answered 200, else the last
-// outcome when ctx ended.
-func probeUntilOK(ctx context.Context, client *http.Client, cfg *Config, t Target) string {
+// probeUntilOK returns "" once url answered 200, else the last outcome when
+// ctx ended.
+func probeUntilOK(ctx context.Context, client *http.Client, cfg *Config, url string) string {
 	last := "no answer yet"
 	probe := func(ctx context.Context) (bool, error) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, t.URL+cfg.HealthPath, nil)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if err != nil {
 			return false, err
 		}

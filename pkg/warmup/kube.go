@@ -111,17 +111,27 @@ func (k KubeTargets) Resolve(ctx context.Context, kube kubernetes.Interface) ([]
 }
 
 // Wait polls Resolve until at least minTargets targets exist or ctx ends.
+// With a PodTemplateHash it also waits for every replica its ReplicaSet
+// wants (spec.replicas, read again at every poll): catching the Service
+// when it lists one of two new pods would leave the second to meet users
+// cold.
 func (k KubeTargets) Wait(ctx context.Context, kube kubernetes.Interface, minTargets int, poll time.Duration) ([]Target, error) {
 	minTargets = max(minTargets, 1)
 	var targets []Target
 	var lastErr error
+	want, wantWhy := minTargets, ""
 	err := wait.PollUntilContextCancel(ctx, poll, true, func(ctx context.Context) (bool, error) {
 		found, err := k.Resolve(ctx, kube)
 		if endOfContext(ctx, err) {
 			return false, nil // cut short by the end of ctx: keep the last full answer
 		}
 		targets, lastErr = found, err
-		return err == nil && len(found) >= minTargets, nil
+		if replicas, rs := k.wantedReplicas(ctx, kube); replicas > minTargets {
+			want, wantWhy = replicas, fmt.Sprintf(", the replicas ReplicaSet %s wants", rs)
+		} else {
+			want, wantWhy = minTargets, ""
+		}
+		return err == nil && len(found) >= want, nil
 	})
 	switch {
 	case err == nil:
@@ -129,7 +139,26 @@ func (k KubeTargets) Wait(ctx context.Context, kube kubernetes.Interface, minTar
 	case lastErr != nil:
 		return nil, fmt.Errorf("find %s: %w", k, lastErr)
 	}
-	return targets, fmt.Errorf("found %d of at least %d ready pods (%s) before giving up: %w", len(targets), minTargets, k, ctx.Err())
+	return targets, fmt.Errorf("found %d of %d ready pods (%s%s) before giving up: %w", len(targets), want, k, wantWhy, ctx.Err())
+}
+
+// wantedReplicas is spec.replicas of the ReplicaSet of PodTemplateHash (0
+// when there is no hash, no such ReplicaSet, or no permission to read it:
+// then minPods alone decides).
+func (k KubeTargets) wantedReplicas(ctx context.Context, kube kubernetes.Interface) (int, string) {
+	if k.PodTemplateHash == "" {
+		return 0, ""
+	}
+	list, err := kube.AppsV1().ReplicaSets(k.Namespace).List(ctx, metav1.ListOptions{LabelSelector: k.selector().String()})
+	if err != nil {
+		return 0, ""
+	}
+	for _, rs := range list.Items {
+		if rs.DeletionTimestamp == nil && rs.Spec.Replicas != nil {
+			return int(*rs.Spec.Replicas), rs.Name
+		}
+	}
+	return 0, ""
 }
 
 // endOfContext reports whether a lookup failed only because ctx is ending:
@@ -148,15 +177,15 @@ func (k KubeTargets) fromEndpointSlices(ctx context.Context, kube kubernetes.Int
 	if err != nil {
 		return nil, fmt.Errorf("list EndpointSlices of Service %s/%s: %w", k.Namespace, k.Service, err)
 	}
-	var allowed map[string]bool // pod names with the wanted hash
+	var allowed map[string]*corev1.Pod // pods with the wanted hash, by name
 	if k.PodTemplateHash != "" {
 		pods, err := kube.CoreV1().Pods(k.Namespace).List(ctx, metav1.ListOptions{LabelSelector: k.selector().String()})
 		if err != nil {
 			return nil, fmt.Errorf("list pods with %s=%s in %s: %w", PodTemplateHashLabel, k.PodTemplateHash, k.Namespace, err)
 		}
-		allowed = map[string]bool{}
-		for _, p := range pods.Items {
-			allowed[p.Name] = true
+		allowed = map[string]*corev1.Pod{}
+		for i := range pods.Items {
+			allowed[pods.Items[i].Name] = &pods.Items[i]
 		}
 	}
 	var targets []Target
@@ -177,13 +206,14 @@ func (k KubeTargets) fromEndpointSlices(ctx context.Context, kube kubernetes.Int
 			if ep.TargetRef != nil && ep.TargetRef.Kind == "Pod" {
 				name = ep.TargetRef.Name
 			}
-			if allowed != nil && !allowed[name] {
+			pod := allowed[name]
+			if allowed != nil && pod == nil {
 				continue
 			}
 			url := "http://" + net.JoinHostPort(ep.Addresses[0], strconv.Itoa(int(port)))
 			if !seen[url] {
 				seen[url] = true
-				targets = append(targets, Target{Name: name, URL: url})
+				targets = append(targets, Target{Name: name, URL: url, HealthURL: readinessURL(pod, ep.Addresses[0], port)})
 			}
 		}
 	}
@@ -226,7 +256,8 @@ func (k KubeTargets) fromPods(ctx context.Context, kube kubernetes.Interface) ([
 		if err != nil {
 			return nil, err
 		}
-		targets = append(targets, Target{Name: p.Name, URL: "http://" + net.JoinHostPort(p.Status.PodIP, strconv.Itoa(int(port)))})
+		targets = append(targets, Target{Name: p.Name, URL: "http://" + net.JoinHostPort(p.Status.PodIP, strconv.Itoa(int(port))),
+			HealthURL: readinessURL(&p, p.Status.PodIP, port)})
 	}
 	return targets, nil
 }
@@ -264,4 +295,51 @@ func (k KubeTargets) podPort(p *corev1.Pod) (int32, error) {
 		return 0, fmt.Errorf("pod %s/%s declares %d container ports %v: set port to a name or number", p.Namespace, p.Name, len(all), names)
 	}
 	return 0, fmt.Errorf("pod %s/%s has no container port named %q (ports: %v): set port to one of them or a number", p.Namespace, p.Name, k.Port.StrVal, names)
+}
+
+// readinessURL is the pod's readinessProbe as a URL at ip: the httpGet probe
+// of the container serving port (else the first container's that has one),
+// on http only; "" when there is none.
+func readinessURL(p *corev1.Pod, ip string, port int32) string {
+	if p == nil {
+		return ""
+	}
+	var chosen *corev1.Container
+	for i := range p.Spec.Containers {
+		c := &p.Spec.Containers[i]
+		if c.ReadinessProbe == nil || c.ReadinessProbe.HTTPGet == nil {
+			continue
+		}
+		serves := slices.ContainsFunc(c.Ports, func(cp corev1.ContainerPort) bool { return cp.ContainerPort == port })
+		if chosen == nil || serves {
+			chosen = c
+		}
+		if serves {
+			break
+		}
+	}
+	if chosen == nil {
+		return ""
+	}
+	get := chosen.ReadinessProbe.HTTPGet
+	if get.Scheme != "" && get.Scheme != corev1.URISchemeHTTP {
+		return ""
+	}
+	probePort := get.Port.IntVal
+	if get.Port.Type == intstr.String {
+		probePort = 0
+		for _, cp := range chosen.Ports {
+			if cp.Name == get.Port.StrVal {
+				probePort = cp.ContainerPort
+			}
+		}
+		if probePort == 0 {
+			return ""
+		}
+	}
+	path := get.Path
+	if !strings.HasPrefix(path, "/") {
+		path = "/" + path
+	}
+	return "http://" + net.JoinHostPort(ip, strconv.Itoa(int(probePort))) + path
 }

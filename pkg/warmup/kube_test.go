@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/danki-dev/danki/test/testenv"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -103,8 +104,93 @@ func TestKubeTargetsAgainstAPIServer(t *testing.T) {
 		}
 		wctx, cancel = context.WithTimeout(ctx, 300*time.Millisecond)
 		defer cancel()
-		if _, err := (KubeTargets{Namespace: ns, Selector: "app=never"}).Wait(wctx, e.Kube, 1, 50*time.Millisecond); err == nil || !strings.Contains(err.Error(), "found 0 of at least 1") {
+		if _, err := (KubeTargets{Namespace: ns, Selector: "app=never"}).Wait(wctx, e.Kube, 1, 50*time.Millisecond); err == nil || !strings.Contains(err.Error(), "found 0 of 1") {
 			t.Errorf("Wait for nothing: err = %v", err)
+		}
+	})
+
+	// The canary ReplicaSet wants two pods; the lookup comes when one is
+	// ready. With minPods 1 it must still wait for the second.
+	t.Run("wait for every replica of the ReplicaSet", func(t *testing.T) {
+		labels := map[string]string{"app": "pair", PodTemplateHashLabel: "two"}
+		rs := &appsv1.ReplicaSet{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "pair-two", Labels: labels},
+			Spec: appsv1.ReplicaSetSpec{Replicas: ptr(int32(2)), Selector: &metav1.LabelSelector{MatchLabels: labels},
+				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: podSpec(ns, "x", "two", nil, nil).Spec}},
+		}
+		if _, err := e.Kube.AppsV1().ReplicaSets(ns).Create(ctx, rs, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		first, err := e.Kube.CoreV1().Pods(ns).Create(ctx, podSpec(ns, "pair-a", "two", labels, nil), metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := setReady(ctx, e.Kube, first, "10.1.0.30", true); err != nil {
+			t.Fatal(err)
+		}
+		k := KubeTargets{Namespace: ns, Selector: "app=pair", PodTemplateHash: "two"}
+		wctx, cancel := context.WithTimeout(ctx, 400*time.Millisecond)
+		defer cancel()
+		if _, err := k.Wait(wctx, e.Kube, 1, 50*time.Millisecond); err == nil || !strings.Contains(err.Error(), "found 1 of 2") || !strings.Contains(err.Error(), "ReplicaSet pair-two") {
+			t.Errorf("one of two replicas ready: err = %v, want a wait for 2 naming ReplicaSet pair-two", err)
+		}
+		go func() {
+			time.Sleep(300 * time.Millisecond)
+			second, err := e.Kube.CoreV1().Pods(ns).Create(ctx, podSpec(ns, "pair-b", "two", labels, nil), metav1.CreateOptions{})
+			if err == nil {
+				_ = setReady(ctx, e.Kube, second, "10.1.0.31", true)
+			}
+		}()
+		wctx, cancel = context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		ts, err := k.Wait(wctx, e.Kube, 1, 100*time.Millisecond)
+		if err != nil || len(ts) != 2 {
+			t.Errorf("Wait = %v, %v; want both replicas", ts, err)
+		}
+	})
+
+	t.Run("readinessProbe is the default health check", func(t *testing.T) {
+		labels := map[string]string{"app": "probed", PodTemplateHashLabel: "p"}
+		mk := func(name, ip string, probe *corev1.Probe) {
+			p := podSpec(ns, name, "p", labels, nil)
+			p.Spec.Containers[0].Ports = append(p.Spec.Containers[0].Ports, corev1.ContainerPort{Name: "admin", ContainerPort: 8081})
+			p.Spec.Containers[0].ReadinessProbe = probe
+			created, err := e.Kube.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := setReady(ctx, e.Kube, created, ip, true); err != nil {
+				t.Fatal(err)
+			}
+		}
+		httpGet := func(port intstr.IntOrString, path string, scheme corev1.URIScheme) *corev1.Probe {
+			return &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Port: port, Path: path, Scheme: scheme}}}
+		}
+		mk("probed-named", "10.1.0.40", httpGet(intstr.FromString("admin"), "/actuator/health/readiness", ""))
+		mk("probed-number", "10.1.0.41", httpGet(intstr.FromInt32(8080), "ready", corev1.URISchemeHTTP))
+		mk("probed-https", "10.1.0.42", httpGet(intstr.FromInt32(8443), "/ready", corev1.URISchemeHTTPS))
+		mk("probed-tcp", "10.1.0.43", &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(8080)}}})
+		ts, err := KubeTargets{Namespace: ns, Selector: "app=probed", PodTemplateHash: "p", Port: intstr.FromString("http")}.Resolve(ctx, e.Kube)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]string{}
+		for _, x := range ts {
+			got[x.Name] = x.healthURL("")
+			if x.healthURL("/custom") != x.URL+"/custom" {
+				t.Errorf("%s: a configured healthPath must win: %s", x.Name, x.healthURL("/custom"))
+			}
+		}
+		want := map[string]string{
+			"probed-named":  "http://10.1.0.40:8081/actuator/health/readiness",
+			"probed-number": "http://10.1.0.41:8080/ready",
+			"probed-https":  "http://10.1.0.42:8080/", // danki probes over http only: back to /
+			"probed-tcp":    "http://10.1.0.43:8080/",
+		}
+		for name, w := range want {
+			if got[name] != w {
+				t.Errorf("%s: health check %q, want %q", name, got[name], w)
+			}
 		}
 	})
 }

@@ -22,6 +22,11 @@ var fortioPercentiles = []float64{50, 75, 90, 99, 99.9}
 
 const fortioResolution = 0.0001
 
+// failFastStreak is how many requests in a row must fail before a target is
+// given up as broken (refused, timing out, 5xx) instead of warmed until the
+// deadline: far beyond what maxErrorRatio lets a warming pod have.
+const failFastStreak = 20
+
 // recorder collects the requests of one target (or of the stable pool) as
 // fortio's periodic.AccessLogger: periodic calls Report after every request,
 // on the request's goroutine, with the latency it measured for its own
@@ -40,9 +45,13 @@ type recorder struct {
 	cur     []sample
 	windows int // completed windows
 	errors  int64
-	hist    *stats.Histogram
-	errHist *stats.Histogram
-	codes   map[int]int64
+	// failStreak counts requests failed in a row; lastFailCode is the HTTP
+	// status of the last failed answer (0: none, or a transport error).
+	failStreak   int
+	lastFailCode int
+	hist         *stats.Histogram
+	errHist      *stats.Histogram
+	codes        map[int]int64
 }
 
 func newRecorder(window int, limit int64, events chan<- event) *recorder {
@@ -75,6 +84,15 @@ func (r *recorder) Report(_ context.Context, _ periodic.ThreadID, _ int64, _ tim
 	if !ok {
 		r.errors++
 		r.errHist.Record(latency)
+		r.failStreak++
+		if code > 0 {
+			r.lastFailCode = code
+		}
+		if r.failStreak == failFastStreak {
+			r.events <- event{rec: r, failing: true, total: n, failCode: r.lastFailCode}
+		}
+	} else {
+		r.failStreak = 0
 	}
 	r.codes[code]++
 	if len(r.cur) >= r.window {

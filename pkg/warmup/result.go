@@ -48,7 +48,8 @@ type TargetResult struct {
 	ConvergedAfter  int64         `json:"convergedAfter,omitempty"`
 	ConvergedWindow int           `json:"convergedWindow,omitempty"`
 	RetCodes        map[int]int64 `json:"retCodes,omitempty"`
-	// LastError is the last transport error, if any (e.g. connection refused).
+	// LastError is the last transport error (e.g. connection refused), else
+	// the HTTP status of the last failed answer ("HTTP 503"), if any.
 	LastError string `json:"lastError,omitempty"`
 
 	fortio        periodic.RunnerResults
@@ -122,7 +123,11 @@ func (r *Result) WriteTable(w io.Writer) error {
 		if t.Converged {
 			status = fmt.Sprintf("converged after %d requests (window %d)", t.ConvergedAfter, t.ConvergedWindow)
 		}
-		fmt.Fprintf(&b, "%s: %s, %d requests, %d errors\n\n", t.Target, status, t.Requests, t.Errors)
+		fmt.Fprintf(&b, "%s: %s, %d requests, %d errors", t.Target, status, t.Requests, t.Errors)
+		if t.Errors > 0 && t.LastError != "" {
+			fmt.Fprintf(&b, " (last: %s)", t.LastError)
+		}
+		b.WriteString("\n\n")
 		writeWindows(&b, t.Windows, t.ConvergedWindow)
 		b.WriteString("\n")
 	}

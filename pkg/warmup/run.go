@@ -18,6 +18,10 @@ const userAgent = "danki-warmup (fortio)"
 // or request cap before every target's latency converged.
 var ErrNotConverged = errors.New("latency did not converge")
 
+// ErrTargetFailing is wrapped by the error of a warm-up stopped because a
+// target failed every one of many requests in a row.
+var ErrTargetFailing = errors.New("target failing")
+
 // Options tune a Run beyond the Config.
 type Options struct {
 	// Stable are the stable pods, loaded side by side at StableQPS when
@@ -27,11 +31,6 @@ type Options struct {
 	// changes, from one goroutine at a time. Keep it quick: load keeps
 	// running, but windows queue up behind it.
 	OnProgress func(Progress)
-	// RunToMaxRequests keeps loading every target up to MaxRequests (or the
-	// deadline) even after it converged, and does not fail when it never
-	// converges: a measurement run, like the field reports' "warm-up count
-	// vs latency" tables.
-	RunToMaxRequests bool
 	// Logger receives debug logs; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -116,7 +115,11 @@ func Run(ctx context.Context, cfg Config, targets []Target, opts Options) (*Resu
 		probe = append(probe, opts.Stable...)
 	}
 	healthCtx, healthCancel := context.WithTimeout(runCtx, cfg.HealthTimeout.D())
-	err = waitHealthy(healthCtx, &cfg, probe)
+	limit := fmt.Sprintf("within healthTimeout %s", cfg.HealthTimeout)
+	if cfg.Deadline <= cfg.HealthTimeout {
+		limit = fmt.Sprintf("before the warm-up's deadline %s (shorter than healthTimeout %s)", cfg.Deadline, cfg.HealthTimeout)
+	}
+	err = waitHealthy(healthCtx, &cfg, probe, limit)
 	healthCancel()
 	if err != nil {
 		res.Elapsed = time.Since(start)

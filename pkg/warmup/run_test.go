@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"regexp"
 	"strings"
@@ -160,7 +161,8 @@ func TestUnsafeMethodsRefused(t *testing.T) {
 	cfg.AllowSideEffects = true
 	cfg.MaxRequests, cfg.MinRequests = 60, 1
 	srv.Record = true
-	if _, err := Run(context.Background(), cfg, []Target{target(srv)}, Options{RunToMaxRequests: true}); err != nil {
+	cfg.UntilConverged = new(bool) // a fixed count: measure, do not stop
+	if _, err := Run(context.Background(), cfg, []Target{target(srv)}, Options{}); err != nil {
 		t.Fatalf("with allowSideEffects: %v", err)
 	}
 	posts := 0
@@ -189,7 +191,8 @@ func TestEveryRequestMarkedAndCounted(t *testing.T) {
 	cfg := fastConfig()
 	cfg.Connections = 3
 	cfg.MaxRequests, cfg.MinRequests = 100, 1
-	res, err := Run(context.Background(), cfg, []Target{target(srv)}, Options{RunToMaxRequests: true})
+	cfg.UntilConverged = new(bool) // a fixed count: measure, do not stop
+	res, err := Run(context.Background(), cfg, []Target{target(srv)}, Options{})
 	if err != nil {
 		t.Fatalf("warm-up: %v", err)
 	}
@@ -236,7 +239,8 @@ func TestTemplatedFieldsVary(t *testing.T) {
 		Headers: map[string]string{"X-Request-Id": "{{uuid}}", "X-Seq": "{{seq}}"},
 	}}
 	cfg.MaxRequests, cfg.MinRequests = 200, 1
-	if _, err := Run(context.Background(), cfg, []Target{target(srv)}, Options{RunToMaxRequests: true}); err != nil {
+	cfg.UntilConverged = new(bool) // a fixed count: measure, do not stop
+	if _, err := Run(context.Background(), cfg, []Target{target(srv)}, Options{}); err != nil {
 		t.Fatal(err)
 	}
 	seen := srv.Requests()
@@ -401,7 +405,8 @@ func TestHealthGatesLoad(t *testing.T) {
 	cfg := fastConfig()
 	cfg.MaxRequests, cfg.MinRequests = 60, 1
 	var phases []Phase
-	if _, err := Run(context.Background(), cfg, []Target{target(srv)}, Options{RunToMaxRequests: true, OnProgress: func(p Progress) {
+	cfg.UntilConverged = new(bool) // a fixed count: measure, do not stop
+	if _, err := Run(context.Background(), cfg, []Target{target(srv)}, Options{OnProgress: func(p Progress) {
 		if len(phases) == 0 || phases[len(phases)-1] != p.Phase {
 			phases = append(phases, p.Phase)
 		}
@@ -473,7 +478,8 @@ func TestNothingOnStdout(t *testing.T) {
 	os.Stdout = w
 	cfg := fastConfig()
 	cfg.MaxRequests, cfg.MinRequests = 60, 1
-	_, runErr := Run(context.Background(), cfg, []Target{target(srv)}, Options{RunToMaxRequests: true})
+	cfg.UntilConverged = new(bool) // a fixed count: measure, do not stop
+	_, runErr := Run(context.Background(), cfg, []Target{target(srv)}, Options{})
 	os.Stdout = stdout
 	w.Close()
 	out, _ := io.ReadAll(r)
@@ -482,5 +488,55 @@ func TestNothingOnStdout(t *testing.T) {
 	}
 	if len(out) != 0 {
 		t.Errorf("warm-up wrote %d bytes to stdout: %q", len(out), out)
+	}
+}
+
+// A target that fails every request is given up after failFastStreak of
+// them, not warmed until the deadline, and the error says how it failed.
+func TestFailingTargetFailsFast(t *testing.T) {
+	unavailable := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/healthz" {
+			return
+		}
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	t.Cleanup(unavailable.Close)
+	cfg := fastConfig()
+	cfg.Deadline = config.Duration(time.Minute)
+	start := time.Now()
+	res, err := Run(context.Background(), cfg, []Target{{Name: "503s", URL: unavailable.URL}}, Options{})
+	if !errors.Is(err, ErrTargetFailing) || !strings.Contains(err.Error(), "last answer HTTP 503") || !strings.Contains(err.Error(), "the last 20 requests all failed") {
+		t.Fatalf("err = %v, want ErrTargetFailing with the last HTTP status", err)
+	}
+	if took := time.Since(start); took > 20*time.Second {
+		t.Errorf("took %s to give up on a target answering 503 to everything", took)
+	}
+	if table := table(res); !strings.Contains(table, "(last: HTTP 503)") {
+		t.Errorf("the table does not show the last failure:\n%s", table)
+	}
+
+	// Refused: the pod's readinessProbe (HealthURL) answers, its serving
+	// port does not.
+	closed := testutil.ListenLoopback(t)
+	refusedURL := "http://" + closed.Addr().String()
+	closed.Close()
+	cfg.HealthPath = ""
+	_, err = Run(context.Background(), cfg, []Target{{Name: "refused", URL: refusedURL, HealthURL: unavailable.URL + "/healthz"}}, Options{})
+	if !errors.Is(err, ErrTargetFailing) || !strings.Contains(err.Error(), "refused") {
+		t.Fatalf("err = %v, want ErrTargetFailing naming the refused connection", err)
+	}
+}
+
+// When the warm-up's deadline is shorter than healthTimeout, a health wait
+// it cuts says so.
+func TestHealthWaitCutByDeadline(t *testing.T) {
+	down := newTestServer(t, nil)
+	down.HealthStatus = func(int64) int { return http.StatusServiceUnavailable }
+	cfg := fastConfig()
+	cfg.Deadline = config.Duration(500 * time.Millisecond)
+	cfg.HealthTimeout = config.Duration(2 * time.Minute)
+	_, err := Run(context.Background(), cfg, []Target{target(down)}, Options{})
+	if !errors.Is(err, ErrUnhealthy) || !strings.Contains(err.Error(), "before the warm-up's deadline 500ms") || strings.Contains(err.Error(), "within healthTimeout") {
+		t.Fatalf("err = %v, want it to name the deadline, not healthTimeout", err)
 	}
 }

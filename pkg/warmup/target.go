@@ -21,6 +21,21 @@ type Target struct {
 	Name string `json:"name"`
 	// URL is the base URL, scheme://host:port, with no path.
 	URL string `json:"url"`
+	// HealthURL is the pod's readinessProbe as a URL (httpGet on http
+	// only), probed before load when the config sets no healthPath.
+	HealthURL string `json:"healthURL,omitempty"`
+}
+
+// healthURL is what the health wait probes: healthPath on the target when
+// set, else the pod's readinessProbe, else "/".
+func (t Target) healthURL(healthPath string) string {
+	switch {
+	case healthPath != "":
+		return t.URL + healthPath
+	case t.HealthURL != "":
+		return t.HealthURL
+	}
+	return t.URL + DefaultHealthPath
 }
 
 func (t Target) String() string {

@@ -74,7 +74,7 @@ func TestFindTargets(t *testing.T) {
 			canary: "cart-new-a=http://10.0.0.5:9000", stable: "cart-old-a=http://10.0.0.9:9000"},
 		{name: "step: urls", query: step(TargetConfig{URLs: []string{"http://10.1.0.1:80"}, StableURLs: []string{"http://10.1.0.2:80/"}}, Rollout{}, true),
 			canary: "10.1.0.1:80=http://10.1.0.1:80", stable: "10.1.0.2:80=http://10.1.0.2:80"},
-		{name: "step: too few pods", query: step(TargetConfig{MinPods: 2}, rollout, false), err: "found 1 of at least 2 ready pods (ready endpoints of Service cart-canary in namespace shop)"},
+		{name: "step: too few pods", query: step(TargetConfig{MinPods: 2}, rollout, false), err: "found 1 of 2 ready pods (ready endpoints of Service cart-canary in namespace shop)"},
 		{name: "cli: service and hash", query: cli(KubeTargets{Service: "cart-canary", PodTemplateHash: "new"}, KubeTargets{Service: "cart-stable"}),
 			canary: "cart-new-a=http://10.0.0.5:8080", stable: "cart-old-a=http://10.0.0.9:8080"},
 		{name: "cli: selector and hashes", query: cli(KubeTargets{Selector: "app=cart", PodTemplateHash: "new"}, KubeTargets{Selector: "app=cart", PodTemplateHash: "old"}),
