@@ -78,7 +78,8 @@ func (s *warmupStep) Run(ro *v1alpha1.Rollout, sc *types.RpcStepContext) (types.
 	st := s.supervisor.Start(warmupRunKey(ro), warmup.ParseStatus(sc.Status), warmup.Job{
 		Config: cfg.Config,
 		FindTargets: func(ctx context.Context) ([]warmup.Target, []warmup.Target, error) {
-			q, err := cfg.Query(warmupRollout(ro), cfg.CompareToStable)
+			want, required := cfg.WantsStable()
+			q, err := cfg.Query(warmupRollout(ro), want, required)
 			if err != nil {
 				return nil, nil, err
 			}

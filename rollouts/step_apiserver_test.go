@@ -106,7 +106,7 @@ func TestWarmupExampleOnAPIServer(t *testing.T) {
 	slice("catalog-stable-1", "catalog-stable", map[string]string{"catalog-5f6d8c7b9-a": "10.2.0.9"})
 
 	resolve := func(stable bool) string {
-		q, err := cfg.Query(warmupRollout(stored), cfg.CompareToStable)
+		q, err := cfg.Query(warmupRollout(stored), cfg.CompareToStable, cfg.CompareToStable)
 		if err != nil {
 			t.Fatal(err)
 		}

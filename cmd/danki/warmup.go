@@ -31,6 +31,8 @@ type warmupFlags struct {
 	stableService, stableHash     string
 	minPods                       int
 	untilConverged                bool
+	rejectSlower, rejectSlowerSet bool
+	rejectFloor                   time.Duration
 	paths, headers                []string
 	method, body, requestFile     string
 	jsonOut                       string
@@ -58,8 +60,12 @@ func newWarmupCmd() *cobra.Command {
 converged: the p50 and p99 of the last --stable-windows windows of --window
 requests agree within --tolerance, after at least --min-requests. Fails (exit
 code 1) at --deadline or --max-requests without convergence, with the latency
-trend. Every request carries the marker header X-Danki-Warmup: 1; only GET,
-HEAD and OPTIONS are sent unless --allow-side-effects.
+trend. A target failing 20 requests in a row fails at once, with its last error.
+With stable pods (--stable-url, --stable-service or --stable-hash) they are
+loaded side by side and a target whose p99 settles above --reject-ratio ×
+theirs (and --reject-floor above it) is rejected: a slower version, exit code 1.
+Every request carries the marker header X-Danki-Warmup: 1; only GET, HEAD and
+OPTIONS are sent unless --allow-side-effects.
 
 Targets: --url (repeatable), or pods in Kubernetes: the ready endpoints of
 --service, or the Running+Ready pods matching --selector, optionally only those
@@ -121,11 +127,16 @@ See docs/warmup.md.`,
 	fl.Float64Var(&f.cfg.StableRatio, "stable-ratio", warmup.DefaultStableRatio, "allowed canary p99 / stable p99")
 	fl.Float64Var(&f.cfg.StableQPS, "stable-qps", warmup.DefaultStableQPS, "total requests per second to the stable pods")
 
+	fl.BoolVar(&f.rejectSlower, "reject-slower-version", true, "fail when a converged target stays above --reject-ratio × the stable pods' p99 (needs stable pods; on by default when they are given)")
+	fl.Float64Var(&f.cfg.RejectRatio, "reject-ratio", warmup.DefaultRejectRatio, "see --reject-slower-version")
+	fl.DurationVar(&f.rejectFloor, "reject-floor", warmup.DefaultRejectFloor, "a converged p99 at most this far above stable's is never rejected")
+
 	fl.StringVar(&f.jsonOut, "json", "", "write fortio's result JSON (all targets merged) to this file")
 	return cmd
 }
 
 func (f *warmupFlags) run(cmd *cobra.Command) error {
+	f.rejectSlowerSet = cmd.Flags().Changed("reject-slower-version")
 	cfg, err := f.config()
 	if err != nil {
 		return err
@@ -164,6 +175,11 @@ func (f *warmupFlags) config() (warmup.Config, error) {
 	cfg.Timeout = config.Duration(f.timeout)
 	cfg.Deadline = config.Duration(f.deadline)
 	cfg.AbsoluteTolerance = config.Duration(f.absTolerance)
+	cfg.RejectFloor = config.Duration(f.rejectFloor)
+	if f.rejectSlowerSet {
+		reject := f.rejectSlower
+		cfg.RejectSlowerVersion = &reject
+	}
 	ratio := f.maxErrorRatio
 	cfg.MaxErrorRatio = &ratio
 	untilConverged := f.untilConverged
@@ -235,9 +251,15 @@ func (f *warmupFlags) targets(ctx context.Context, cfg warmup.Config, stderr io.
 		return nil, nil, errors.New("give either --url or pods (--service / --selector / --hash), not both")
 	case len(f.urls) == 0 && !canaryPods:
 		return nil, nil, errors.New("nothing to warm: give --url http://host:port, or pods with --service, --selector and/or --hash")
-	case cfg.CompareToStable && len(f.stableURLs) == 0 && !stablePods:
-		return nil, nil, errors.New("--compare-to-stable needs the stable pods: --stable-url, --stable-service, or --selector with --stable-hash")
 	}
+	// Stable pods are needed for --compare-to-stable and an explicit
+	// --reject-slower-version; by default the rejection uses them when
+	// they are given.
+	_, required := cfg.WantsStable()
+	if required && len(f.stableURLs) == 0 && !stablePods {
+		return nil, nil, errors.New("--compare-to-stable and --reject-slower-version need the stable pods: --stable-url, --stable-service, or --selector with --stable-hash")
+	}
+	lookStable := len(f.stableURLs) > 0 || stablePods
 	port := intstr.IntOrString{}
 	if f.port != "" {
 		port = intstr.Parse(f.port)
@@ -247,12 +269,12 @@ func (f *warmupFlags) targets(ctx context.Context, cfg warmup.Config, stderr io.
 			Pods: warmup.KubeTargets{Service: f.service, Selector: f.selector, PodTemplateHash: f.hash, Port: port}},
 		Stable: warmup.TargetSource{URLs: f.stableURLs, URLsField: "--stable-url",
 			Pods: warmup.KubeTargets{Service: f.stableService, Selector: f.selector, PodTemplateHash: f.stableHash, Port: port}},
-		CompareToStable: cfg.CompareToStable,
+		CompareToStable: lookStable,
 		MinPods:         f.minPods,
 		Timeout:         cfg.HealthTimeout.D(),
 		OnLookup:        func(k warmup.KubeTargets) { fmt.Fprintf(stderr, "finding %s …\n", k) },
 	}
-	if canaryPods || (cfg.CompareToStable && len(f.stableURLs) == 0) {
+	if canaryPods || (lookStable && len(f.stableURLs) == 0) {
 		kube, ns, err := f.newKube(&f.kube)
 		if err != nil {
 			return nil, nil, err

@@ -144,3 +144,27 @@ func TestWarmupCommandRequestFileAndErrors(t *testing.T) {
 		}
 	}
 }
+
+// Given stable pods, the command rejects a target whose latency settles far
+// above theirs, by default; --reject-slower-version=false lets it converge.
+func TestWarmupCommandRejectsSlowerVersion(t *testing.T) {
+	slow := func(n int64, _ bool) time.Duration {
+		if n%20 == 0 {
+			return 100 * time.Millisecond
+		}
+		return time.Millisecond
+	}
+	canary, stable := testutil.NewColdServer(t, slow), testutil.NewColdServer(t, testutil.Flat(time.Millisecond))
+	canary.HealthPath, stable.HealthPath = "/healthz", "/healthz"
+	args := append([]string{"--url", canary.URL, "--stable-url", stable.URL, "--stable-qps", "500", "--max-requests", "3000"}, quickWarmup...)
+	stdout, _, err := runWarmupCmd(args...)
+	if err == nil || !strings.Contains(err.Error(), "slower than stable") || !strings.Contains(err.Error(), "× stable's") {
+		t.Fatalf("err = %v, want the slower version rejected naming both p99s\n%s", err, stdout)
+	}
+	canary2, stable2 := testutil.NewColdServer(t, slow), testutil.NewColdServer(t, testutil.Flat(time.Millisecond))
+	canary2.HealthPath, stable2.HealthPath = "/healthz", "/healthz"
+	args = append([]string{"--url", canary2.URL, "--stable-url", stable2.URL, "--stable-qps", "500", "--max-requests", "3000", "--reject-slower-version=false"}, quickWarmup...)
+	if stdout, _, err := runWarmupCmd(args...); err != nil {
+		t.Fatalf("--reject-slower-version=false: %v\n%s", err, stdout)
+	}
+}

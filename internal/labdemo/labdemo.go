@@ -5,10 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -28,8 +31,9 @@ import (
 type Config struct {
 	// Root is the repository root (for examples/lab); Kubeconfig the lab's.
 	Root, Kubeconfig string
-	// GatewayURL is where users' requests enter (the lab's Envoy).
-	GatewayURL string
+	// GatewayURL is where users' requests enter (the lab's Envoy), and
+	// EnvoyAdminURL its admin API (for counting requests per cluster).
+	GatewayURL, EnvoyAdminURL string
 	// QPS is the steady user traffic.
 	QPS float64
 	// Settle is how long users warm the freshly started v1 pods before
@@ -48,6 +52,9 @@ type Config struct {
 func (c Config) withDefaults() Config {
 	if c.GatewayURL == "" {
 		c.GatewayURL = "http://127.0.0.1:18080/"
+	}
+	if c.EnvoyAdminURL == "" {
+		c.EnvoyAdminURL = "http://127.0.0.1:15000"
 	}
 	if c.QPS == 0 {
 		c.QPS = 80
@@ -124,9 +131,12 @@ type BadVersion struct {
 	Detection  time.Duration `json:"detection"`
 	SincePatch time.Duration `json:"sincePatch"`
 	// MaxWeight is the most users the bad canary ever had (percent).
-	MaxWeight   int32  `json:"maxWeight"`
-	FinalWeight int32  `json:"finalWeight"`
-	Reason      string `json:"reason"`
+	MaxWeight   int32 `json:"maxWeight"`
+	FinalWeight int32 `json:"finalWeight"`
+	// UserRequests is how many users' requests Envoy sent to the bad
+	// version (its canary cluster) before and after the abort.
+	UserRequests int64  `json:"userRequests"`
+	Reason       string `json:"reason"`
 }
 
 // lab is the demo's handle on the lab.
@@ -347,6 +357,10 @@ func (l *lab) rollout(ctx context.Context, scenario, version string, env map[str
 // badVersion rolls out v3 with 5 % of requests a second slower, with danki.
 func (l *lab) badVersion(ctx context.Context) (*BadVersion, *Run, error) {
 	bad := &BadVersion{Version: "v3", Slowness: "5% of requests +1000ms"}
+	before, err := l.canaryRequests(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
 	run, err := l.rollout(ctx, "danki, bad version", "v3", map[string]string{"SLOW_MS": "1000", "SLOW_PERCENT": "5"})
 	if err != nil {
 		return nil, nil, err
@@ -370,6 +384,11 @@ func (l *lab) badVersion(ctx context.Context) (*BadVersion, *Run, error) {
 	}); err != nil {
 		return bad, run, err
 	}
+	after, err := l.canaryRequests(ctx)
+	if err != nil {
+		return bad, run, err
+	}
+	bad.UserRequests = after - before
 	evs, err := l.kube.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=app,reason=DankiRampFailed"})
 	if err == nil && len(evs.Items) > 0 {
 		bad.Reason = evs.Items[len(evs.Items)-1].Message
@@ -377,6 +396,33 @@ func (l *lab) badVersion(ctx context.Context) (*BadVersion, *Run, error) {
 		bad.Reason = ro.Status.Message
 	}
 	return bad, run, nil
+}
+
+// canaryUpstreamTotal is Envoy's count of requests it sent to the canary
+// Service's cluster: users' requests (the warm-up goes to pod IPs directly).
+var canaryUpstreamTotal = regexp.MustCompile(`(?m)^cluster\.outbound\|8080\|\|app-canary\.default\.svc\.cluster\.local;?\.upstream_rq_total: (\d+)$`)
+
+// canaryRequests reads canaryUpstreamTotal from Envoy's admin API (0 before
+// the cluster has seen a request).
+func (l *lab) canaryRequests(ctx context.Context) (int64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, l.cfg.EnvoyAdminURL+"/stats?filter=upstream_rq_total", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("read Envoy's request counters: %w", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, fmt.Errorf("read Envoy's request counters: %w", err)
+	}
+	m := canaryUpstreamTotal.FindSubmatch(body)
+	if m == nil {
+		return 0, nil
+	}
+	return strconv.ParseInt(string(m[1]), 10, 64)
 }
 
 func (l *lab) canaryWeight(ctx context.Context) (int32, error) {

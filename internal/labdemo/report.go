@@ -30,9 +30,15 @@ func WriteReport(w io.Writer, f demo.Format, res *Result) error {
 		}
 	}
 	bad := res.Bad
-	fmt.Fprintf(&b, "%sbad version %s (%s): aborted %t, %s after its canary first got users (%s after the image change); "+
-		"at most %d%% of users on it; canary weight now %d%%\n", bullet, bad.Version, bad.Slowness, bad.Aborted,
-		bad.Detection.Round(time.Second), bad.SincePatch.Round(time.Second), bad.MaxWeight, bad.FinalWeight)
+	if bad.MaxWeight == 0 {
+		fmt.Fprintf(&b, "%sbad version %s (%s): aborted %t before any user weight, %s after the image change; "+
+			"%d user requests reached it (counted at Envoy); canary weight now %d%%\n", bullet, bad.Version, bad.Slowness, bad.Aborted,
+			bad.SincePatch.Round(time.Second), bad.UserRequests, bad.FinalWeight)
+	} else {
+		fmt.Fprintf(&b, "%sbad version %s (%s): aborted %t, %s after its canary first got users (%s after the image change); "+
+			"at most %d%% of users on it, %d user requests (counted at Envoy); canary weight now %d%%\n", bullet, bad.Version, bad.Slowness, bad.Aborted,
+			bad.Detection.Round(time.Second), bad.SincePatch.Round(time.Second), bad.MaxWeight, bad.UserRequests, bad.FinalWeight)
+	}
 	if bad.Reason != "" {
 		fmt.Fprintf(&b, "%s  why: %s\n", bullet, bad.Reason)
 	}

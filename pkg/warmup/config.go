@@ -33,6 +33,8 @@ const (
 	DefaultMaxErrorRatio     = 0.01
 	DefaultStableRatio       = 1.2
 	DefaultStableQPS         = 10.0
+	DefaultRejectRatio       = 2.0
+	DefaultRejectFloor       = 5 * time.Millisecond
 )
 
 // Config is what to send and when to stop. The JSON (or YAML) form is the
@@ -109,6 +111,24 @@ type Config struct {
 	// kept low because they serve live traffic. Default 10.
 	StableQPS float64 `json:"stableQPS,omitempty"`
 
+	// RejectSlowerVersion: once a pod's own latency has converged, compare
+	// its plateau with the stable pods' (loaded side by side at StableQPS
+	// with the same request mix) and fail the warm-up — before any user
+	// request reaches the new version — when its p99 stays above
+	// RejectRatio × stable's and more than RejectFloor above it for
+	// StableWindows windows in a row and for at least half of its windows
+	// so far (a plateau as long as the warm-up before it, not a pause in a
+	// pod still warming). Default: on whenever stable pods are known (the
+	// step: the Rollout has a stable ReplicaSet apart from the canary) and
+	// CompareToStable is off; set false to let a slower version through
+	// to the gate.
+	RejectSlowerVersion *bool `json:"rejectSlowerVersion,omitempty"`
+	// RejectRatio: see RejectSlowerVersion. Default 2.
+	RejectRatio float64 `json:"rejectRatio,omitempty"`
+	// RejectFloor: see RejectSlowerVersion; it keeps sub-millisecond
+	// services from being rejected over scheduler noise. Default 5ms.
+	RejectFloor config.Duration `json:"rejectFloor,omitempty"`
+
 	// Seed seeds the random fields of request templates; 0 picks a random
 	// seed. Fix it for reproducible request streams.
 	Seed int64 `json:"seed,omitempty"`
@@ -152,7 +172,33 @@ func (c Config) WithDefaults() Config {
 	}
 	setDefault(&c.StableRatio, DefaultStableRatio)
 	setDefault(&c.StableQPS, DefaultStableQPS)
+	setDefault(&c.RejectRatio, DefaultRejectRatio)
+	setDefault(&c.RejectFloor, config.Duration(DefaultRejectFloor))
 	return c
+}
+
+// WantsStable says whether the warm-up needs stable pods: required
+// (compareToStable, or rejectSlowerVersion set true) or only used when
+// there are some (rejectSlowerVersion left unset).
+func (c Config) WantsStable() (want, required bool) {
+	explicit := c.RejectSlowerVersion != nil && *c.RejectSlowerVersion
+	required = c.CompareToStable || (explicit && c.Converging())
+	return required || (c.RejectSlowerVersion == nil && c.Converging()), required
+}
+
+// rejecting says whether a converged but slower version is rejected, with
+// stable pods known or not.
+func (c Config) rejecting(haveStable bool) bool {
+	if !c.Converging() {
+		return false
+	}
+	if c.RejectSlowerVersion == nil {
+		// compareToStable already holds a slower pod back, warming it up to
+		// maxRequests: the choice for a pod that plateaus before a late
+		// step down (a cache that fills slowly).
+		return haveStable && !c.CompareToStable
+	}
+	return *c.RejectSlowerVersion
 }
 
 // Converging reports whether the warm-up stops at convergence (untilConverged,
@@ -219,6 +265,12 @@ func (c Config) Validate() error {
 	}
 	if c.MaxErrorRatio != nil && (*c.MaxErrorRatio < 0 || *c.MaxErrorRatio > 1) {
 		errs.Addf("maxErrorRatio", "must be between 0 and 1 (got %g)", *c.MaxErrorRatio)
+	}
+	if c.RejectRatio < 1 {
+		errs.Addf("rejectRatio", "must be >= 1: a version as fast as stable must pass (got %g)", c.RejectRatio)
+	}
+	if c.RejectFloor < 0 {
+		errs.Addf("rejectFloor", "must not be negative (got %s)", c.RejectFloor)
 	}
 	if c.CompareToStable {
 		if c.StableRatio < 1 {

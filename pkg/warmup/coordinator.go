@@ -34,6 +34,9 @@ type targetState struct {
 	runner  *loadRunner
 	done    bool
 	waiting string
+	// slowerFor counts the windows in a row at which the target had
+	// converged on its own but sat too far above stable (verdict.slower).
+	slowerFor int
 }
 
 // coordinator owns the runners of one warm-up: it turns completed windows
@@ -47,6 +50,11 @@ type coordinator struct {
 	start time.Time
 	emit  func(Progress)
 	res   *Result
+
+	// reject: a converged but slower version fails the warm-up
+	// (Config.RejectSlowerVersion, with stable pods to compare with).
+	reject   bool
+	rejected string // why, once a target was rejected
 
 	events  chan event
 	canary  []*targetState
@@ -83,7 +91,7 @@ func (c *coordinator) run(parent, runCtx context.Context, targets []Target) erro
 		c.canary = append(c.canary, st)
 		runners = append(runners, r)
 	}
-	if c.cfg.CompareToStable {
+	if c.cfg.CompareToStable || c.reject {
 		c.stable = &TargetResult{Target: Target{Name: fmt.Sprintf("stable (%d pods)", len(c.opts.Stable))}}
 		c.res.Stable = c.stable
 		c.srec = newRecorder(c.cfg.Window, 0, c.events)
@@ -146,6 +154,12 @@ func (c *coordinator) run(parent, runCtx context.Context, targets []Target) erro
 			}
 			if ev.done == nil {
 				c.onWindow(ev)
+				if c.rejected != "" && !stopping {
+					c.res.Reason = c.rejected
+					failure = fmt.Errorf("%w: %s", ErrSlowerVersion, c.rejected)
+					hardStop()
+					continue
+				}
 				if !stopping && c.cfg.Converging() && c.allConverged() {
 					stopping = true
 					c.res.Reason = fmt.Sprintf("all %d targets converged", len(c.canary))
@@ -218,8 +232,14 @@ func (c *coordinator) onWindow(ev event) {
 			}
 			st.res.Windows = append(st.res.Windows, w)
 			if !st.res.Converged {
-				v := c.cfg.judge(st.res.Windows, c.stableP99())
+				v := c.cfg.judge(st.res.Windows, c.stableP99(), c.reject)
 				st.waiting = v.why
+				if v.slower == "" {
+					st.slowerFor = 0
+				} else if st.slowerFor++; c.cfg.plateauLongEnough(st.slowerFor, len(st.res.Windows)) && c.rejected == "" {
+					c.rejected = fmt.Sprintf("%s %s, for %d windows in a row: a slower version, rejected before any user request reached it",
+						st.res.Target, v.slower, st.slowerFor)
+				}
 				if v.converged {
 					st.res.Converged, st.res.ConvergedAfter, st.res.ConvergedWindow = true, w.Requests, w.Index
 					if c.cfg.Converging() {

@@ -18,14 +18,19 @@ const userAgent = "danki-warmup (fortio)"
 // or request cap before every target's latency converged.
 var ErrNotConverged = errors.New("latency did not converge")
 
+// ErrSlowerVersion is wrapped by the error of a warm-up that rejected the
+// new version: converged, but slower than stable (Config.RejectSlowerVersion).
+var ErrSlowerVersion = errors.New("slower than stable")
+
 // ErrTargetFailing is wrapped by the error of a warm-up stopped because a
 // target failed every one of many requests in a row.
 var ErrTargetFailing = errors.New("target failing")
 
 // Options tune a Run beyond the Config.
 type Options struct {
-	// Stable are the stable pods, loaded side by side at StableQPS when
-	// Config.CompareToStable is set.
+	// Stable are the stable pods, loaded side by side at StableQPS with
+	// Config.CompareToStable or RejectSlowerVersion (on by default when
+	// there are stable pods).
 	Stable []Target
 	// OnProgress is called after every completed window and at phase
 	// changes, from one goroutine at a time. Keep it quick: load keeps
@@ -79,8 +84,8 @@ func Run(ctx context.Context, cfg Config, targets []Target, opts Options) (*Resu
 	if len(targets) == 0 {
 		return nil, errors.New("no targets to warm: give URLs or pods")
 	}
-	if cfg.CompareToStable && len(opts.Stable) == 0 {
-		return nil, errors.New("compareToStable: no stable targets to compare with (give stable URLs or stable pods, or turn compareToStable off)")
+	if _, required := cfg.WantsStable(); required && len(opts.Stable) == 0 {
+		return nil, errors.New("compareToStable or rejectSlowerVersion: no stable targets to compare with (give stable URLs or stable pods, or turn them off)")
 	}
 	set, err := newRequestSet(cfg)
 	if err != nil {
@@ -111,7 +116,8 @@ func Run(ctx context.Context, cfg Config, targets []Target, opts Options) (*Resu
 
 	emit(Progress{Phase: PhaseHealth})
 	probe := append([]Target(nil), targets...)
-	if cfg.CompareToStable {
+	reject := cfg.rejecting(len(opts.Stable) > 0)
+	if cfg.CompareToStable || reject {
 		probe = append(probe, opts.Stable...)
 	}
 	healthCtx, healthCancel := context.WithTimeout(runCtx, cfg.HealthTimeout.D())
@@ -133,7 +139,7 @@ func Run(ctx context.Context, cfg Config, targets []Target, opts Options) (*Resu
 
 	opts.Logger.Debug("warm-up load starting", "targets", len(targets), "qps", cfg.QPS, "connections", cfg.Connections)
 	emit(Progress{Phase: PhaseLoad})
-	c := &coordinator{cfg: &cfg, opts: opts, set: set, seed: uint64(seed), start: start, emit: emit, res: res}
+	c := &coordinator{cfg: &cfg, opts: opts, set: set, seed: uint64(seed), start: start, emit: emit, res: res, reject: reject}
 	err = c.run(ctx, runCtx, targets)
 	res.Elapsed = time.Since(start)
 	emit(Progress{Phase: PhaseDone, Requests: res.Requests(), ConvergedTargets: res.convergedTargets()})

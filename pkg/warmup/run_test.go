@@ -540,3 +540,37 @@ func TestHealthWaitCutByDeadline(t *testing.T) {
 		t.Fatalf("err = %v, want it to name the deadline, not healthTimeout", err)
 	}
 }
+
+// A version whose latency settles far above stable's is rejected during the
+// warm-up, by default, naming both figures; the same version is not.
+func TestSlowerVersionRejected(t *testing.T) {
+	slow := func(n int64, _ bool) time.Duration {
+		if n%20 == 0 { // 5 % of requests +100 ms
+			return 101 * time.Millisecond
+		}
+		return time.Millisecond
+	}
+	cfg := fastConfig()
+	cfg.StableQPS = 500
+	canary, stable := newTestServer(t, slow), newTestServer(t, testutil.Flat(time.Millisecond))
+	res, err := Run(context.Background(), cfg, []Target{target(canary)}, Options{Stable: []Target{target(stable)}})
+	if !errors.Is(err, ErrSlowerVersion) || !strings.Contains(err.Error(), "× stable's ") || !strings.Contains(err.Error(), "p99 settled at 10") {
+		t.Fatalf("err = %v, want ErrSlowerVersion naming both p99s\n%s", err, table(res))
+	}
+	if n := canary.Load(); n >= cfg.MaxRequests/2 {
+		t.Errorf("rejected after %d requests: not at once", n)
+	}
+
+	same, stable2 := newTestServer(t, testutil.Flat(time.Millisecond)), newTestServer(t, testutil.Flat(time.Millisecond))
+	if res, err := Run(context.Background(), cfg, []Target{target(same)}, Options{Stable: []Target{target(stable2)}}); err != nil || !res.Converged {
+		t.Fatalf("the same version: err = %v\n%s", err, table(res))
+	}
+
+	// Turned off, the slower version converges: the gate is left to judge.
+	off := false
+	cfg.RejectSlowerVersion = &off
+	canary2, stable3 := newTestServer(t, slow), newTestServer(t, testutil.Flat(time.Millisecond))
+	if res, err := Run(context.Background(), cfg, []Target{target(canary2)}, Options{Stable: []Target{target(stable3)}}); err != nil || !res.Converged {
+		t.Fatalf("rejectSlowerVersion false: err = %v\n%s", err, table(res))
+	}
+}

@@ -97,9 +97,13 @@ type TargetSource struct {
 // the same in both.
 type TargetQuery struct {
 	Canary TargetSource
-	// Stable is looked up only with CompareToStable.
+	// Stable is looked up only with CompareToStable (the warm-up needs the
+	// stable pods: Config.WantsStable).
 	Stable          TargetSource
 	CompareToStable bool
+	// StableOptional: stable pods are used when there are some (the default
+	// rejectSlowerVersion): one lookup, no wait, and none found is no error.
+	StableOptional bool
 	// MinPods is how many ready pods each pod lookup waits for, within
 	// Timeout (the config's healthTimeout).
 	MinPods int
@@ -119,6 +123,20 @@ func FindTargets(ctx context.Context, q TargetQuery) (canary, stable []Target, e
 	canary, err = q.find(ctx, q.Canary)
 	if err != nil || !q.CompareToStable {
 		return canary, nil, err
+	}
+	if q.StableOptional && len(q.Stable.URLs) == 0 {
+		if q.Kube == nil {
+			return canary, nil, nil
+		}
+		kube, err := q.Kube()
+		if err != nil {
+			return canary, nil, nil
+		}
+		stable, err = q.Stable.Pods.Resolve(ctx, kube)
+		if err != nil {
+			return canary, nil, nil // nothing to compare with: the gate judges the new version
+		}
+		return canary, stable, nil
 	}
 	stable, err = q.find(ctx, q.Stable)
 	return canary, stable, err
@@ -199,15 +217,18 @@ type Rollout struct {
 }
 
 // Query says where the Rollout's pods are: the URLs when given, else the
-// pods of the canary hash (and, with compareToStable, of the stable hash)
-// behind Service (default: the Rollout's canaryService) or, without one or
-// with UseSelector, matching the Rollout's selector. Timeout and Kube are
-// left for the caller.
-func (c TargetConfig) Query(r Rollout, compareToStable bool) (TargetQuery, error) {
+// pods of the canary hash (and, when the warm-up wants stable pods, of the
+// stable hash) behind Service (default: the Rollout's canaryService) or,
+// without one or with UseSelector, matching the Rollout's selector. With
+// stable pods wanted but not required (Config.WantsStable), a Rollout
+// without a stable ReplicaSet apart from the canary (its first rollout)
+// just has none. Timeout and Kube are left for the caller.
+func (c TargetConfig) Query(r Rollout, wantStable, requireStable bool) (TargetQuery, error) {
 	q := TargetQuery{
 		Canary:          TargetSource{URLs: c.URLs, URLsField: "urls"},
 		Stable:          TargetSource{URLs: c.StableURLs, URLsField: "stableURLs"},
-		CompareToStable: compareToStable,
+		CompareToStable: wantStable,
+		StableOptional:  wantStable && !requireStable,
 		MinPods:         c.MinPods,
 	}
 	var err error
@@ -216,8 +237,11 @@ func (c TargetConfig) Query(r Rollout, compareToStable bool) (TargetQuery, error
 			return q, err
 		}
 	}
-	if compareToStable && len(c.StableURLs) == 0 {
+	if wantStable && len(c.StableURLs) == 0 {
 		q.Stable.Pods, err = c.podsOf(r, true)
+		if err != nil && !requireStable {
+			q.CompareToStable, q.StableOptional, err = false, false, nil
+		}
 	}
 	return q, err
 }
@@ -228,7 +252,7 @@ func (c TargetConfig) podsOf(r Rollout, stable bool) (KubeTargets, error) {
 	if stable {
 		service, defaultService, k.PodTemplateHash = c.StableService, r.StableService, r.StableHash
 		if k.PodTemplateHash == "" || k.PodTemplateHash == r.CanaryHash {
-			return k, fmt.Errorf("compareToStable: Rollout %s/%s has no stable ReplicaSet apart from the canary (status.stableRS %q); turn compareToStable off for the first rollout or give stableURLs", r.Namespace, r.Name, r.StableHash)
+			return k, fmt.Errorf("compareToStable/rejectSlowerVersion: Rollout %s/%s has no stable ReplicaSet apart from the canary (status.stableRS %q); turn them off for the first rollout or give stableURLs", r.Namespace, r.Name, r.StableHash)
 		}
 	}
 	if k.PodTemplateHash == "" {

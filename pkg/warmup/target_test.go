@@ -50,7 +50,7 @@ func TestFindTargets(t *testing.T) {
 	rollout := Rollout{Namespace: "shop", Name: "cart", Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "cart"}},
 		CanaryService: "cart-canary", StableService: "cart-stable", CanaryHash: "new", StableHash: "old"}
 	step := func(c TargetConfig, r Rollout, compare bool) TargetQuery {
-		q, err := c.WithDefaults().Query(r, compare)
+		q, err := c.WithDefaults().Query(r, compare, compare)
 		if err != nil {
 			t.Fatalf("Query(%+v): %v", c, err)
 		}
@@ -108,11 +108,11 @@ func TestFindTargets(t *testing.T) {
 		want    string
 	}{
 		{Rollout{Namespace: "shop", Name: "cart", CanaryService: "c", CanaryHash: "new"}, "no stable ReplicaSet apart from the canary"},
-		{Rollout{Namespace: "shop", Name: "cart", CanaryService: "c", CanaryHash: "new", StableHash: "new"}, "turn compareToStable off for the first rollout or give stableURLs"},
+		{Rollout{Namespace: "shop", Name: "cart", CanaryService: "c", CanaryHash: "new", StableHash: "new"}, "turn them off for the first rollout or give stableURLs"},
 		{Rollout{Namespace: "shop", Name: "cart", StableHash: "old"}, "no status.currentPodHash yet"},
 		{Rollout{Namespace: "shop", Name: "cart", CanaryHash: "new", StableHash: "old"}, "neither a canaryService nor spec.selector"},
 	} {
-		if _, err := (TargetConfig{}).Query(tc.rollout, true); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := (TargetConfig{}).Query(tc.rollout, true, true); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("Query(%+v): err = %v, want %q", tc.rollout, err, tc.want)
 		}
 	}

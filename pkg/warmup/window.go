@@ -50,13 +50,22 @@ func computeWindow(samples []sample, scratch []time.Duration) (WindowStats, []ti
 type verdict struct {
 	converged bool
 	why       string
+	// slower is set when the target's own latency has converged but sits
+	// too far above stable's (rejectSlowerVersion): why, with both figures.
+	slower string
 }
 
 // judge applies the convergence rule to one target's complete windows.
 // stableP99 is the stable pool's reference p99 (0 if no stable window yet);
-// it is only consulted with CompareToStable.
-func (c *Config) judge(windows []WindowStats, stableP99 time.Duration) verdict {
+// it is consulted with CompareToStable and when reject is set (a converged
+// but slower version is flagged in verdict.slower).
+func (c *Config) judge(windows []WindowStats, stableP99 time.Duration, reject bool) verdict {
 	k := c.StableWindows
+	if reject && stableP99 > 0 {
+		if why := c.slowerThanStable(windows, stableP99); why != "" {
+			return verdict{why: why, slower: why}
+		}
+	}
 	if len(windows) < k {
 		return verdict{why: fmt.Sprintf("%d of %d windows", len(windows), k)}
 	}
@@ -81,10 +90,17 @@ func (c *Config) judge(windows []WindowStats, stableP99 time.Duration) verdict {
 			return verdict{why: fmt.Sprintf("%s of last %d windows spread %s–%s", q.name, k, latency.Format(lo), latency.Format(hi))}
 		}
 	}
-	if c.CompareToStable {
-		if stableP99 == 0 {
-			return verdict{why: "waiting for a stable window"}
+	if (c.CompareToStable || reject) && stableP99 == 0 {
+		return verdict{why: "waiting for a stable window"}
+	}
+	if reject {
+		// Far above stable and not (yet) judged a plateau: still warming,
+		// or slower; slowerThanStable tells the two apart.
+		if plateau := c.stableReference(windows); plateau > time.Duration(c.RejectRatio*float64(stableP99)) && plateau-stableP99 > c.RejectFloor.D() {
+			return verdict{why: fmt.Sprintf("p99 %s is %.1f× stable's %s: still warming, or slower", latency.Format(plateau), float64(plateau)/float64(stableP99), latency.Format(stableP99))}
 		}
+	}
+	if c.CompareToStable {
 		p99 := last[k-1].P99
 		limit := time.Duration(c.StableRatio * float64(stableP99))
 		if p99 > limit && p99-stableP99 > c.AbsoluteTolerance.D() {
@@ -92,6 +108,42 @@ func (c *Config) judge(windows []WindowStats, stableP99 time.Duration) verdict {
 		}
 	}
 	return verdict{converged: true}
+}
+
+// slowerThanStable says why a target's latency has plateaued too far above
+// stable's, or "" when it has not (or it is still improving). The plateau
+// is the median of the last k windows' p99s (as stable's reference is, so
+// one slow window decides nothing); it has stopped improving when it is
+// not better than the median of the k windows before by more than the
+// tolerance. One-sided on purpose: a pod still getting faster is warming,
+// not slow.
+func (c *Config) slowerThanStable(windows []WindowStats, stableP99 time.Duration) string {
+	k := c.StableWindows
+	complete := windows[:len(windows):len(windows)]
+	for len(complete) > 0 && complete[len(complete)-1].Partial {
+		complete = complete[:len(complete)-1]
+	}
+	if len(complete) < 2*k || complete[len(complete)-1].Requests < c.MinRequests {
+		return ""
+	}
+	plateau := c.stableReference(complete)
+	before := c.stableReference(complete[:len(complete)-k])
+	if float64(before) > (1+c.Tolerance)*float64(plateau) {
+		return "" // still improving
+	}
+	if plateau <= time.Duration(c.RejectRatio*float64(stableP99)) || plateau-stableP99 <= c.RejectFloor.D() {
+		return ""
+	}
+	return fmt.Sprintf("p99 settled at %s (%s %d windows before), %.1f× stable's %s (rejectRatio %g, rejectFloor %s)",
+		latency.Format(plateau), latency.Format(before), k, float64(plateau)/float64(stableP99), latency.Format(stableP99), c.RejectRatio, c.RejectFloor)
+}
+
+// plateauLongEnough says whether a target that has been converged but
+// slower than stable for slowerFor windows in a row, out of windows, is a
+// slower version rather than a pod still warming: for StableWindows windows
+// and for half of its warm-up.
+func (c *Config) plateauLongEnough(slowerFor, windows int) bool {
+	return slowerFor >= max(c.StableWindows, windows/2)
 }
 
 // stableReference is the stable p99 a canary is compared with: the median of

@@ -3,7 +3,9 @@ package warmup
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -76,7 +78,7 @@ func TestJudge(t *testing.T) {
 			if tc.name == "errors" {
 				ws[len(ws)-1].Errors = 1
 			}
-			v := cfg.judge(ws, tc.stableP99)
+			v := cfg.judge(ws, tc.stableP99, false)
 			if v.converged != tc.converged || !strings.Contains(v.why, tc.why) {
 				t.Errorf("judge = %+v, want converged=%v why containing %q", v, tc.converged, tc.why)
 			}
@@ -212,4 +214,105 @@ func BenchmarkRecorderReport(b *testing.B) {
 		rec.Report(b.Context(), periodic.ThreadID(0), 0, time.Time{}, 0.0023, true, "200")
 	}
 	close(events)
+}
+
+// simulateRejection runs the rejection rule as the coordinator does, with
+// default settings, on one seeded warm-up: canary windows of a pod that
+// starts cold (its latency decays to its warm law), stable windows of the
+// warm law at half the canary's pace (stableQPS 10 vs 20 per pod), and
+// slow (a function of the warm latency) applied to the canary only. It
+// returns the window at which the canary was rejected, or 0, and whether
+// it converged.
+func simulateRejection(rng *rand.Rand, slow func(rng *rand.Rand, d time.Duration) time.Duration) (rejectedAt int, converged bool) {
+	cfg := Config{}.WithDefaults()
+	median := math.Exp(math.Log(1) + rng.Float64()*math.Log(50)) // 1–50 ms
+	sigma := 0.1 + 0.7*rng.Float64()
+	cold, tau := 5+45*rng.Float64(), 50+450*rng.Float64()
+	warm := func(int) time.Duration {
+		ms := median * math.Exp(sigma*rng.NormFloat64())
+		if rng.Float64() < 0.005 { // a noisy neighbour's spike
+			ms *= 5 + 15*rng.Float64()
+		}
+		return time.Duration(ms * float64(time.Millisecond))
+	}
+	window := func(draw func(i int) time.Duration, first int) WindowStats {
+		var samples []sample
+		for i := range cfg.Window {
+			samples = append(samples, sample{latency: draw(first + i), ok: true})
+		}
+		w, _ := computeWindow(samples, nil)
+		return w
+	}
+	var canary, stable []WindowStats
+	slowerFor := 0
+	for w := 1; w <= 60; w++ {
+		cw := window(func(n int) time.Duration {
+			d := warm(n)
+			d += time.Duration(float64(d) * cold * math.Exp(-float64(n)/tau))
+			return slow(rng, d)
+		}, (w-1)*cfg.Window+1)
+		cw.Index, cw.Requests = w, int64(w*cfg.Window)
+		canary = append(canary, cw)
+		if w%2 == 0 {
+			sw := window(warm, 1)
+			sw.Index, sw.Requests = len(stable)+1, int64((len(stable)+1)*cfg.Window)
+			stable = append(stable, sw)
+		}
+		v := cfg.judge(canary, cfg.stableReference(stable), true)
+		if v.slower == "" {
+			slowerFor = 0
+		} else if slowerFor++; cfg.plateauLongEnough(slowerFor, len(canary)) {
+			return w, false
+		}
+		if v.converged {
+			return 0, true
+		}
+	}
+	return 0, false
+}
+
+// TestRejectionSimulated: with default settings, over 2,000 seeded warm-ups
+// on latency shapes drawn at random (median 1–50 ms, σ 0.1–0.8, 0.5 %
+// spikes of 5–20×, a cold start 5–50× decaying over 50–500 requests), the
+// same version is never rejected, and a version with 5 % of requests +1 s is
+// always rejected, before any user request.
+func TestRejectionSimulated(t *testing.T) {
+	const runs = 2000
+	same, sameConverged, bad := 0, 0, 0
+	var badAt []int
+	rng := rand.New(rand.NewPCG(7, 8))
+	for range runs {
+		w, converged := simulateRejection(rng, func(_ *rand.Rand, d time.Duration) time.Duration { return d })
+		if w > 0 {
+			same++
+		}
+		if converged {
+			sameConverged++
+		}
+		if w, _ := simulateRejection(rng, func(rng *rand.Rand, d time.Duration) time.Duration {
+			if rng.Float64() < 0.05 {
+				return d + time.Second
+			}
+			return d
+		}); w > 0 {
+			bad++
+			badAt = append(badAt, w)
+		}
+	}
+	slices.Sort(badAt)
+	median := 0
+	if len(badAt) > 0 {
+		median = badAt[len(badAt)/2]
+	}
+	t.Logf("%d seeded warm-ups each: same version rejected in %d (%.2f%%), converged in %d; 5%% of requests +1s rejected in %d (%.1f%%), median at window %d (%d requests per pod)",
+		runs, same, 100*float64(same)/runs, sameConverged, bad, 100*float64(bad)/runs, median, median*DefaultWindow)
+	if same > 0 {
+		t.Errorf("the same version was rejected in %d of %d warm-ups", same, runs)
+	}
+	if sameConverged < runs*99/100 {
+		t.Errorf("the same version converged in only %d of %d warm-ups (60 windows each)", sameConverged, runs)
+	}
+	if bad < runs*99/100 {
+		t.Errorf("the slower version was rejected in only %d of %d warm-ups", bad, runs)
+	}
 }

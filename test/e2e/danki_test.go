@@ -72,6 +72,7 @@ func TestLabDankiRollout(t *testing.T) {
 	t.Run("abort mid-ramp: all users on stable at once", d.abortMidRamp)
 	t.Run("abort with a corrupt ramp annotation: all users on stable at once", d.abortCorruptState)
 	t.Run("Prometheus down mid-ramp: bounded hold, back to the last good weight, then completes", d.prometheusOutage)
+	t.Run("slower version: rejected by the warm-up, no user request on it", d.slowerRejected)
 	t.Run("slow version: the ramp's gate backs off, then aborts", d.gateBreach)
 	t.Run("slow version: the analysis fails it and aborts", d.analysisFails)
 	t.Run("abort during warm-up stops the load", d.abortWarmup)
@@ -367,10 +368,46 @@ func (d *dankiLab) events(t *testing.T, reason string) string {
 	return b.String()
 }
 
-func (d *dankiLab) gateBreach(t *testing.T) {
-	// 5 % of requests take a second: the warm-up converges (the version is
-	// steadily bad), the gate (p99 ≤ 500ms) fails at the first rung.
+func (d *dankiLab) slowerRejected(t *testing.T) {
+	// 5 % of requests take a second, the warm-up as the example configures
+	// it: the version settles far above stable and the warm-up rejects it
+	// before any user request reaches it (counted at Envoy: the canary
+	// Service's cluster; the warm-up goes to pod IPs directly).
+	var before trafficPoint
+	waitFor(t, d.ctx, 30*time.Second, "canary weight 0 before the rollout", func() (bool, string) {
+		p, err := lookAtTraffic(d.ctx, d.istio)
+		before = p
+		return err == nil && p.canaryWeight == 0, fmt.Sprintf("canary weight %d %v", p.canaryWeight, err)
+	})
 	_, start := d.deploy(t, map[string]string{"SLOW_MS": "1000", "SLOW_PERCENT": "5"}, nil)
+	st := d.awaitWarmup(t, 5*time.Minute)
+	if st.Phase != v1alpha1.StepPluginPhaseFailed || !strings.Contains(st.Message, "slower than stable") || !strings.Contains(st.Message, "× stable's") {
+		t.Fatalf("warm-up of a version 5%% of whose requests take a second ended %s: %s", st.Phase, st.Message)
+	}
+	t.Logf("warm-up: %s", st.Message)
+	d.waitRollout(t, time.Minute, "the rollout aborted", func(ro *v1alpha1.Rollout) (bool, string) {
+		return ro.Status.Abort && ro.Status.Phase == v1alpha1.RolloutPhaseDegraded, describe(ro)
+	})
+	seen := d.settledWeights(t, start, 0, 30*time.Second, "canary weight 0")
+	first0 := slices.Index(seen, 0)
+	if first0 < 0 || slices.Max(seen[first0:]) != 0 {
+		t.Errorf("canary weights %s: the rejected version got users", fmtWeights(seen))
+	}
+	after, err := lookAtTraffic(d.ctx, d.istio)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("user requests Envoy sent to the canary cluster during the rollout: %d", after.canary-before.canary)
+	if after.canary != before.canary {
+		t.Errorf("%d user requests reached the rejected version", after.canary-before.canary)
+	}
+}
+
+func (d *dankiLab) gateBreach(t *testing.T) {
+	// 5 % of requests take a second: with the warm-up's rejection off, it
+	// converges (the version is steadily bad), and the gate (p99 ≤ 500ms)
+	// fails at the first rung.
+	_, start := d.deploy(t, map[string]string{"SLOW_MS": "1000", "SLOW_PERCENT": "5"}, map[string]any{"rejectSlowerVersion": false})
 	if st := d.awaitWarmup(t, 5*time.Minute); st.Phase != v1alpha1.StepPluginPhaseSuccessful {
 		t.Fatalf("warm-up ended %s: %s", st.Phase, st.Message)
 	}
@@ -395,7 +432,7 @@ func (d *dankiLab) analysisFails(t *testing.T) {
 	// 10 % of requests take 200 ms: p99 (~235 ms, interpolated in Envoy's
 	// 100–250 ms bucket) far under the gate's 500 ms even on a busy machine
 	// (300 ms once got past 500 ms there), far above the analysis' 150 ms.
-	d.deploy(t, map[string]string{"SLOW_MS": "200", "SLOW_PERCENT": "10"}, nil)
+	d.deploy(t, map[string]string{"SLOW_MS": "200", "SLOW_PERCENT": "10"}, map[string]any{"rejectSlowerVersion": false})
 	if st := d.awaitWarmup(t, 5*time.Minute); st.Phase != v1alpha1.StepPluginPhaseSuccessful {
 		t.Fatalf("warm-up ended %s: %s", st.Phase, st.Message)
 	}
