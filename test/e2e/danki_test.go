@@ -381,7 +381,7 @@ func (d *dankiLab) slowerRejected(t *testing.T) {
 	})
 	_, start := d.deploy(t, map[string]string{"SLOW_MS": "1000", "SLOW_PERCENT": "5"}, nil)
 	st := d.awaitWarmup(t, 5*time.Minute)
-	if st.Phase != v1alpha1.StepPluginPhaseFailed || !strings.Contains(st.Message, "slower than stable") || !strings.Contains(st.Message, "× stable's") {
+	if st.Phase != v1alpha1.StepPluginPhaseFailed || !strings.Contains(st.Message, "a slower version, rejected") || !strings.Contains(st.Message, "× stable's") {
 		t.Fatalf("warm-up of a version 5%% of whose requests take a second ended %s: %s", st.Phase, st.Message)
 	}
 	t.Logf("warm-up: %s", st.Message)
