@@ -385,14 +385,7 @@ func (d *dankiLab) slowerRejected(t *testing.T) {
 		t.Fatalf("warm-up of a version 5%% of whose requests take a second ended %s: %s", st.Phase, st.Message)
 	}
 	t.Logf("warm-up: %s", st.Message)
-	d.waitRollout(t, time.Minute, "the rollout aborted", func(ro *v1alpha1.Rollout) (bool, string) {
-		return ro.Status.Abort && ro.Status.Phase == v1alpha1.RolloutPhaseDegraded, describe(ro)
-	})
-	seen := d.settledWeights(t, start, 0, 30*time.Second, "canary weight 0")
-	first0 := slices.Index(seen, 0)
-	if first0 < 0 || slices.Max(seen[first0:]) != 0 {
-		t.Errorf("canary weights %s: the rejected version got users", fmtWeights(seen))
-	}
+	d.abortedAtWeightZero(t, start, "the rejected version")
 	after, err := lookAtTraffic(d.ctx, d.istio)
 	if err != nil {
 		t.Fatal(err)
@@ -569,15 +562,22 @@ func (d *dankiLab) neverConverges(t *testing.T) {
 	if st.Phase != v1alpha1.StepPluginPhaseFailed || !strings.Contains(st.Message, "p99") {
 		t.Fatalf("warm-up of a version that never gets near stable ended %s: %s", st.Phase, st.Message)
 	}
+	d.abortedAtWeightZero(t, start, "a canary that never warmed up")
+}
+
+// abortedAtWeightZero waits for the rollout started at start to be
+// aborted, and checks that its canary (what) never had a user weight. The
+// weights before the first 0 belong to the previous canary (the one this
+// version replaced mid-rollout); from then on they are this one's.
+func (d *dankiLab) abortedAtWeightZero(t *testing.T, start time.Time, what string) {
+	t.Helper()
 	d.waitRollout(t, time.Minute, "the rollout aborted", func(ro *v1alpha1.Rollout) (bool, string) {
 		return ro.Status.Abort && ro.Status.Phase == v1alpha1.RolloutPhaseDegraded, describe(ro)
 	})
-	// The weights before the first 0 belong to the previous canary (the
-	// one this version replaced mid-rollout); from then on it is this one's.
 	seen := d.settledWeights(t, start, 0, 30*time.Second, "canary weight 0")
 	first0 := slices.Index(seen, 0)
 	if first0 < 0 || slices.Max(seen[first0:]) != 0 {
-		t.Errorf("canary weights %s: a canary that never warmed up got users", fmtWeights(seen))
+		t.Errorf("canary weights %s: %s got users", fmtWeights(seen), what)
 	}
 }
 
