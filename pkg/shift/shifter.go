@@ -163,9 +163,12 @@ func applyWeights(vs *networkingv1.VirtualService, t Target, m *matcher, canary 
 		return err
 	}
 	stale, err := staleExtras(vs)
-	if err != nil {
+	if err != nil && (canary != 0 || len(extras) > 0) {
 		return err
 	}
+	// Going to 0 with nothing extra (an abort) must not depend on stored
+	// state: a corrupt extras annotation is dropped (rewritten below) and
+	// the routes are judged as they stand.
 	mm := m.withExtras(extras, stale)
 	for _, e := range mm.extras {
 		if r, _ := m.classify(&networking.Destination{Host: e.Host, Subset: e.Subset}); r == roleStable || r == roleCanary {

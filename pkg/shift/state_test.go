@@ -363,3 +363,23 @@ func TestAfterTheOutageInconclusiveIsAnAnswer(t *testing.T) {
 		t.Fatalf("the gate answers Inconclusive at 0: %+v state %+v, want 0 → 10 with the one breach kept", d, w.state)
 	}
 }
+
+// TestAbortIgnoresACorruptExtrasAnnotation: the extras annotation is stored
+// state too; going to 0 must not depend on it, and clears it. A weight
+// above 0 still refuses it, naming the annotation.
+func TestAbortIgnoresACorruptExtrasAnnotation(t *testing.T) {
+	vs := virtualService("reviews", withWeights(hostSpec(), [4]any{KindHTTP, 1, 0, 60}, [4]any{KindHTTP, 1, 1, 40}))
+	vs.Annotations[ExtrasAnnotation] = "{not json"
+	s, _ := newFake(t, vs)
+	if err := s.SetWeight(ctx, hostTarget(), 20); err == nil || !strings.Contains(err.Error(), "annotation "+ExtrasAnnotation) {
+		t.Fatalf("SetWeight(20) with a corrupt extras annotation: err = %v, want it named", err)
+	}
+	if err := s.SetWeight(ctx, hostTarget(), 0); err != nil {
+		t.Fatalf("SetWeight(0) with a corrupt extras annotation: %v", err)
+	}
+	got := readVS(t, s, "reviews")
+	if _, ok := got.Annotations[ExtrasAnnotation]; ok || canaryWeight(got) != 0 || got.Spec.Http[1].Route[0].Weight != 100 {
+		t.Fatalf("after the abort: annotation %q, weights %d/%d; want cleared and 100/0",
+			got.Annotations[ExtrasAnnotation], got.Spec.Http[1].Route[0].Weight, canaryWeight(got))
+	}
+}
