@@ -10,4 +10,10 @@
 // (periodic's AccessLogger), the first on each connection included: the
 // Runner drives periodic with its own Runnable, so there is no unrecorded
 // warm-up call as in `fortio load`.
+//
+// With a Pace instead of a fixed QPS, the rate may change while the Runner
+// runs (the warm-up ramps a cold pod's pace up and backs off for its
+// neighbours): periodic then drives the connections unpaced and each waits
+// for its turn at the Pace, with the same no-burst rule; the Recorder still
+// gets every request sent, timed without the wait.
 package load

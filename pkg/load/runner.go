@@ -21,8 +21,15 @@ type Options struct {
 	// URL is where every request goes (a transport from WrapTransport may
 	// rewrite it per request).
 	URL string
-	// QPS is the rate, summed over all connections; must be > 0.
+	// QPS is the rate, summed over all connections; must be > 0 unless
+	// Pace is set.
 	QPS float64
+	// Pace, if set, is a rate that may change while the Runner runs; it
+	// replaces QPS. fortio's own results (RunnerResults) then count the
+	// wait for each turn as part of a call, and one unsent call per
+	// connection stopped while waiting: the Recorder gets every request
+	// actually sent, with its own latency.
+	Pace *Pace
 	// Connections each send their share of QPS, one request at a time.
 	Connections int
 	// Timeout bounds one request; 0 is fortio's default.
@@ -48,18 +55,24 @@ type Options struct {
 
 // Runner sends the load of one Options until Stop.
 type Runner struct {
-	aborter *periodic.Aborter
-	runner  periodic.PeriodicRunner
-	clients []*fhttp.Client
+	aborter  *periodic.Aborter
+	runner   periodic.PeriodicRunner
+	clients  []*fhttp.Client
+	stop     chan struct{} // closed by Stop: ends paced connections' waits
+	stopOnce sync.Once
 }
 
 // New prepares a Runner; nothing is sent before Run.
 func New(o Options) (*Runner, error) {
-	if !(o.QPS > 0) {
+	if o.Pace != nil {
+		if q := o.Pace.QPS(); !(q > 0) {
+			return nil, fmt.Errorf("load: Pace must be > 0 requests per second (got %g)", q)
+		}
+	} else if !(o.QPS > 0) {
 		return nil, fmt.Errorf("load: QPS must be > 0 (got %g); fortio would treat 0 as its default rate and < 0 as unpaced", o.QPS)
 	}
 	quietFortio()
-	r := &Runner{aborter: periodic.NewAborter()}
+	r := &Runner{aborter: periodic.NewAborter(), stop: make(chan struct{})}
 	ro := periodic.RunnerOptions{
 		RunType:      "HTTP",
 		QPS:          o.QPS,
@@ -74,6 +87,11 @@ func New(o Options) (*Runner, error) {
 		Uniform:      o.Connections > 1, // stagger connections instead of sending in bursts
 		Labels:       o.Label,
 	}
+	if o.Pace != nil {
+		// periodic unpaced: every connection waits for its turn in fetch.
+		ro.QPS, ro.Uniform = -1, false
+		ro.AccessLogger = pacedRecorder{inner: o.Recorder}
+	}
 	r.runner = periodic.NewPeriodicRunner(&ro)
 	for i := range r.runner.Options().NumThreads {
 		client, err := newClient(o, i)
@@ -82,7 +100,7 @@ func New(o Options) (*Runner, error) {
 			return nil, err
 		}
 		r.clients = append(r.clients, client)
-		r.runner.Options().Runners[i] = &fetch{client: client, ctx: o.RequestContext}
+		r.runner.Options().Runners[i] = &fetch{client: client, ctx: o.RequestContext, pace: o.Pace, stop: r.stop}
 	}
 	return r, nil
 }
@@ -116,7 +134,10 @@ func (r *Runner) Run() periodic.RunnerResults {
 
 // Stop sends no new request; requests in flight finish (and are recorded).
 // It may be called more than once, and before Run.
-func (r *Runner) Stop() { r.aborter.Abort(false) }
+func (r *Runner) Stop() {
+	r.stopOnce.Do(func() { close(r.stop) })
+	r.aborter.Abort(false)
+}
 
 func (r *Runner) close() {
 	r.Stop()
@@ -134,13 +155,30 @@ func Succeeded(code int) bool { return code >= 200 && code < 400 }
 type fetch struct {
 	client *fhttp.Client
 	ctx    context.Context // nil: periodic's
+	pace   *Pace           // nil: periodic paces
+	stop   <-chan struct{}
 }
 
 func (f *fetch) Run(ctx context.Context, _ periodic.ThreadID) (bool, string) {
+	var m *measured
+	if f.pace != nil {
+		m, _ = ctx.Value(measuredKey{}).(*measured)
+		if m == nil {
+			m = &measured{}
+		}
+		if !f.pace.wait(f.stop) {
+			m.unsent = true
+			return false, "-1"
+		}
+		m.start = time.Now()
+	}
 	if f.ctx != nil {
 		ctx = f.ctx
 	}
 	code, _, _ := f.client.StreamFetch(ctx)
+	if m != nil {
+		m.latency = time.Since(m.start)
+	}
 	return Succeeded(code), strconv.Itoa(code)
 }
 
