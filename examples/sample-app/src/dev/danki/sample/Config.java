@@ -8,6 +8,9 @@ final class Config {
     long slowMs = 0;
     int slowPercent = 100;
     int threads = 8;
+    String coldShape = "jit";
+    int noisePercent = 0;
+    int noiseMs = 100;
 
     static Config parse(String[] args) {
         Config c = new Config();
@@ -17,6 +20,9 @@ final class Config {
         c.slowMs = intValue("SLOW_MS", env("SLOW_MS", "0"));
         c.slowPercent = intValue("SLOW_PERCENT", env("SLOW_PERCENT", "100"));
         c.threads = intValue("THREADS", env("THREADS", "8"));
+        c.coldShape = env("COLD_SHAPE", c.coldShape);
+        c.noisePercent = intValue("NOISE_PERCENT", env("NOISE_PERCENT", "0"));
+        c.noiseMs = intValue("NOISE_MS", env("NOISE_MS", "100"));
         for (int i = 0; i < args.length; i++) {
             String a = args[i];
             String v = i + 1 < args.length ? args[i + 1] : null;
@@ -27,12 +33,17 @@ final class Config {
                 case "--slow-ms" -> c.slowMs = intValue(a, need(a, v));
                 case "--slow-percent" -> c.slowPercent = intValue(a, need(a, v));
                 case "--threads" -> c.threads = intValue(a, need(a, v));
+                case "--cold-shape" -> c.coldShape = need(a, v);
+                case "--noise-percent" -> c.noisePercent = intValue(a, need(a, v));
+                case "--noise-ms" -> c.noiseMs = intValue(a, need(a, v));
                 case "-h", "--help" -> {
                     System.err.println("usage: sample-app [--version V] [--bind ADDR] [--port N] [--slow-ms MS] [--slow-percent P] [--threads N]\n"
-                            + "  (or env VERSION, BIND_ADDRESS, PORT, SLOW_MS, SLOW_PERCENT, THREADS)");
+                            + "       [--cold-shape " + Shape.NAMES.replace(", ", "|") + "] [--noise-percent P] [--noise-ms MS]\n"
+                            + "  (or env VERSION, BIND_ADDRESS, PORT, SLOW_MS, SLOW_PERCENT, THREADS, COLD_SHAPE, NOISE_PERCENT, NOISE_MS;\n"
+                            + "   each shape's own settings are environment variables: see the README)");
                     System.exit(0);
                 }
-                default -> fail("unknown flag " + a + " (known: --version --bind --port --slow-ms --slow-percent --threads)");
+                default -> fail("unknown flag " + a + " (known: --version --bind --port --slow-ms --slow-percent --threads --cold-shape --noise-percent --noise-ms)");
             }
             i++;
         }
@@ -40,7 +51,21 @@ final class Config {
         if (c.slowMs < 0) fail("slow-ms must be >= 0, got " + c.slowMs);
         if (c.slowPercent < 0 || c.slowPercent > 100) fail("slow-percent must be 0-100, got " + c.slowPercent);
         if (c.threads < 1) fail("threads must be >= 1, got " + c.threads);
+        if (c.noisePercent < 0 || c.noisePercent > 100) fail("noise-percent must be 0-100, got " + c.noisePercent);
+        if (c.noiseMs < 0) fail("noise-ms must be >= 0, got " + c.noiseMs);
         return c;
+    }
+
+    /** A shape's integer setting from the environment, checked against [min, max]. */
+    static int envInt(String name, int def, int min, int max) {
+        int v = intValue(name, env(name, Integer.toString(def)));
+        if (v < min || v > max) fail(name + " must be " + min + "-" + max + ", got " + v);
+        return v;
+    }
+
+    /** A shape's text setting from the environment. */
+    static String envString(String name, String def) {
+        return env(name, def);
     }
 
     private static String env(String name, String def) {
@@ -53,7 +78,7 @@ final class Config {
         return v;
     }
 
-    private static int intValue(String what, String v) {
+    static int intValue(String what, String v) {
         try {
             return Integer.parseInt(v.trim());
         } catch (NumberFormatException e) {
@@ -62,8 +87,10 @@ final class Config {
         }
     }
 
-    private static void fail(String msg) {
+    /** Exits with the message; returns only to let callers write {@code throw fail(…)}. */
+    static RuntimeException fail(String msg) {
         System.err.println("sample-app: " + msg);
         System.exit(2);
+        return new IllegalStateException(msg);
     }
 }

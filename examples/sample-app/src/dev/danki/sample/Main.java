@@ -28,7 +28,9 @@ import java.util.concurrent.Executors;
  * {@code --port}/PORT (8080), {@code --bind}/BIND_ADDRESS (0.0.0.0),
  * {@code --slow-ms}/SLOW_MS (0: extra delay per request, for a "bad" canary;
  * {@code --slow-percent}/SLOW_PERCENT: only that share of requests, default 100),
- * {@code --threads}/THREADS (8).
+ * {@code --threads}/THREADS (8), {@code --cold-shape}/COLD_SHAPE ({@code jit}:
+ * the cold-start shape, see {@link Shape}), {@code --noise-percent}/NOISE_PERCENT
+ * and {@code --noise-ms}/NOISE_MS (a noisy neighbour's spikes, see {@link Noise}).
  */
 public final class Main {
     static final String WARMUP_HEADER = "X-Danki-Warmup";
@@ -40,21 +42,27 @@ public final class Main {
         Metrics metrics = new Metrics(cfg.version);
         OrderStore orders = new OrderStore();
         Workload work = new Workload();
+        Shape shape = Shape.of(cfg, work);
+        Noise noise = new Noise(cfg);
 
         HttpServer server = HttpServer.create(new InetSocketAddress(cfg.bind, cfg.port), 128);
         ExecutorService pool = Executors.newFixedThreadPool(cfg.threads);
         server.setExecutor(pool);
-        server.createContext("/", ex -> handle(ex, cfg, metrics, () -> quote(ex, cfg, work)));
-        server.createContext("/healthz", ex -> handle(ex, cfg, metrics, () -> new Reply(200, "text/plain", "ok\n")));
-        server.createContext("/metrics", ex -> handle(ex, cfg, metrics, () -> new Reply(200, "text/plain; version=0.0.4", metrics.render())));
-        server.createContext("/orders", ex -> handle(ex, cfg, metrics, () -> orders(ex, cfg, work, orders)));
+        server.createContext("/", ex -> handle(ex, cfg, metrics, shape, () -> quote(ex, cfg, shape, noise)));
+        server.createContext("/healthz", ex -> handle(ex, cfg, metrics, shape, () -> shape.ready()
+                ? new Reply(200, "text/plain", "ok\n") : new Reply(503, "text/plain", "warming up\n")));
+        server.createContext("/metrics", ex -> handle(ex, cfg, metrics, shape, () -> new Reply(200, "text/plain; version=0.0.4", metrics.render())));
+        server.createContext("/orders", ex -> handle(ex, cfg, metrics, shape, () -> orders(ex, cfg, work, orders, noise)));
         Runtime.getRuntime().addShutdownHook(new Thread(() -> {
             server.stop(0);
             pool.shutdownNow();
         }));
         server.start();
-        System.err.printf("sample-app %s listening on %s:%d (slow-ms=%d, slow-percent=%d, threads=%d)%n",
-                cfg.version, cfg.bind, cfg.port, cfg.slowMs, cfg.slowPercent, cfg.threads);
+        shape.start();
+        String extra = (cfg.coldShape.equals("jit") ? "" : ", cold-shape=" + shape.describe())
+                + (noise.on() ? ", noise=" + cfg.noisePercent + "% of " + cfg.noiseMs + " ms" : "");
+        System.err.printf("sample-app %s listening on %s:%d (slow-ms=%d, slow-percent=%d, threads=%d%s)%n",
+                cfg.version, cfg.bind, cfg.port, cfg.slowMs, cfg.slowPercent, cfg.threads, extra);
     }
 
     record Reply(int status, String contentType, String body) {}
@@ -63,7 +71,7 @@ public final class Main {
         Reply run() throws Exception;
     }
 
-    private static void handle(HttpExchange ex, Config cfg, Metrics metrics, Handler h) throws IOException {
+    private static void handle(HttpExchange ex, Config cfg, Metrics metrics, Shape shape, Handler h) throws IOException {
         long start = System.nanoTime();
         Reply reply;
         try {
@@ -80,23 +88,25 @@ public final class Main {
         try (OutputStream out = ex.getResponseBody()) {
             out.write(body);
         }
-        metrics.observe(metricPath(ex.getRequestURI().getPath()), reply.status(), (System.nanoTime() - start) / 1e9);
+        metrics.observe(metricPath(ex.getRequestURI().getPath(), shape), reply.status(), (System.nanoTime() - start) / 1e9);
     }
 
-    private static Reply quote(HttpExchange ex, Config cfg, Workload work) throws Exception {
+    private static Reply quote(HttpExchange ex, Config cfg, Shape shape, Noise noise) throws Exception {
         URI uri = ex.getRequestURI();
-        if (!uri.getPath().equals("/") && !uri.getPath().equals("/api/quote")) {
+        if (!uri.getPath().equals("/") && !uri.getPath().equals("/api/quote") && !shape.serves(uri.getPath())) {
             return new Reply(404, "application/json", "{\"error\":\"not found: " + uri.getPath() + "\"}\n");
         }
         drain(ex);
         slow(cfg);
-        Workload.Result r = work.quote(seed(uri));
+        noise.spike();
+        Work work = shape.enter(ex);
+        Quote r = work.quote(seed(uri));
         return new Reply(200, "application/json", "{\"version\":" + Json.quote(cfg.version)
                 + ",\"items\":" + r.items() + ",\"total\":\"" + r.total() + "\",\"digest\":\"" + r.digest()
                 + "\",\"filters\":" + r.filters() + "}\n");
     }
 
-    private static Reply orders(HttpExchange ex, Config cfg, Workload work, OrderStore orders) throws Exception {
+    private static Reply orders(HttpExchange ex, Config cfg, Workload work, OrderStore orders, Noise noise) throws Exception {
         String path = ex.getRequestURI().getPath();
         String method = ex.getRequestMethod();
         if (path.equals("/orders/count") && method.equals("GET")) {
@@ -110,6 +120,7 @@ public final class Main {
                 body = new String(in.readAllBytes(), StandardCharsets.UTF_8);
             }
             slow(cfg);
+            noise.spike();
             boolean warmup = ex.getRequestHeaders().containsKey(WARMUP_HEADER);
             OrderStore.Outcome o = orders.place(work, body, warmup);
             return new Reply(o.committed() ? 201 : 200, "application/json", "{\"version\":" + Json.quote(cfg.version)
@@ -121,10 +132,10 @@ public final class Main {
     }
 
     /** The path as a metric label: known paths only, so labels stay few. */
-    private static String metricPath(String path) {
+    private static String metricPath(String path, Shape shape) {
         return switch (path) {
             case "/", "/api/quote", "/healthz", "/metrics", "/orders", "/orders/count" -> path;
-            default -> "other";
+            default -> shape.serves(path) ? path : "other";
         };
     }
 
@@ -158,10 +169,11 @@ public final class Main {
         }
     }
 
-    static final class BadRequest extends RuntimeException {
+    /** A 400 reply; public, as the workload copies of {@link Copies} throw it too. */
+    public static final class BadRequest extends RuntimeException {
         private static final long serialVersionUID = 1L;
 
-        BadRequest(String msg) {
+        public BadRequest(String msg) {
             super(msg);
         }
     }

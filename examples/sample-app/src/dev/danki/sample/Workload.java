@@ -28,8 +28,7 @@ import java.util.stream.Collectors;
  * The per-request work: what a typical JVM backend does for one call, in code
  * paths the JIT has to discover (so a cold process is slow).
  */
-final class Workload {
-    record Result(int items, BigDecimal total, String digest, int filters) {}
+final class Workload implements Work {
 
     private static final int ITEMS = 220; // ~50 KB of JSON
     private static final String[] CATEGORIES = {"books", "games", "garden", "kitchen", "music", "outdoor", "sports", "toys"};
@@ -39,7 +38,8 @@ final class Workload {
     private static final DateTimeFormatter DAY = DateTimeFormatter.ISO_LOCAL_DATE;
     private static final MathContext MC = new MathContext(12, RoundingMode.HALF_EVEN);
 
-    Result quote(long seed) throws NoSuchAlgorithmException {
+    @Override
+    public Quote quote(long seed) throws NoSuchAlgorithmException {
         SplittableRandom rnd = new SplittableRandom(seed);
         String json = catalogue(rnd);
         @SuppressWarnings("unchecked")
@@ -83,7 +83,7 @@ final class Workload {
         MessageDigest sha = MessageDigest.getInstance("SHA-256");
         sha.update(b.toString().getBytes(StandardCharsets.UTF_8));
         sha.update(Long.toString(ctx.hash).getBytes(StandardCharsets.UTF_8));
-        return new Result(items.size(), total, HexFormat.of().formatHex(sha.digest(), 0, 8), Filters.CHAIN.size());
+        return new Quote(items.size(), total, HexFormat.of().formatHex(sha.digest(), 0, 8), Filters.CHAIN.size());
     }
 
     /** Validates and prices an order; the caller decides whether it is kept. */
