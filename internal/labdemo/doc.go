@@ -5,6 +5,14 @@
 // ramp, latency analysis) — and then a bad version rolled out with danki,
 // which must be aborted before many users see it.
 //
+// make bench adds, between the baseline and danki and under the same users,
+// what users would pick instead of danki: the baseline plus Istio's slow
+// start (examples/lab/slowstart: a DestinationRule with warmupDurationSecs;
+// the demo reads Envoy's cluster config to show istiod emitted it) and the
+// baseline plus a fixed warm-up of 100 requests per pod (examples/lab/fixed100:
+// danki/warmup with untilConverged: false), each compared with danki in
+// ratios (contender ÷ danki).
+//
 // It talks to the lab's API server (client-go, Argo's clientset, kubectl for
 // applying the example manifests) and the gateway; the measuring, tables and
 // chart are package demo's. The lab itself (test/lab/up.sh) must be running.

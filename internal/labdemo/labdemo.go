@@ -45,7 +45,14 @@ type Config struct {
 	// Oracle also measures how long a fresh pod takes to stop improving
 	// (make bench), to compare danki's adaptive warm-up length with.
 	Oracle bool
-	Log    *slog.Logger
+	// Contenders also rolls out, between the baseline and danki and under
+	// the same users, what users would pick instead of danki (make bench):
+	// Istio's slow start and a fixed warm-up of 100 requests.
+	Contenders bool
+	// SkipBadVersion leaves out the bad version's rollout (make bench: it
+	// yields no ratio, and make demo measures it).
+	SkipBadVersion bool
+	Log            *slog.Logger
 }
 
 // Defaults for Config fields left zero.
@@ -79,11 +86,13 @@ func (c Config) withDefaults() Config {
 
 // Result is what the demo measured.
 type Result struct {
-	// Scenarios: baseline, danki, danki with a bad version.
+	// Scenarios: baseline, the contenders (Config.Contenders), danki, danki
+	// with a bad version (unless Config.SkipBadVersion).
 	Scenarios []demo.Scenario `json:"scenarios"`
 	// Runs has the per-rollout details behind each scenario.
-	Runs    []Run       `json:"runs"`
-	Bad     BadVersion  `json:"badVersion"`
+	Runs []Run `json:"runs"`
+	// Bad is nil when the demo left the bad version out (SkipBadVersion).
+	Bad     *BadVersion `json:"badVersion,omitempty"`
 	Traffic demo.Result `json:"traffic"`
 	Oracle  *Oracle     `json:"oracle,omitempty"`
 	// Ratios are the headline figures, each measured within this run.
@@ -112,6 +121,10 @@ type Run struct {
 	// WarmupQPS and WarmupConnections are the warm-up's pace per pod.
 	WarmupQPS         float64 `json:"warmupQPS,omitempty"`
 	WarmupConnections int     `json:"warmupConnections,omitempty"`
+	// Envoy is the gateway's load-balancing config for the Rollout's two
+	// clusters as Envoy holds it (config_dump), for the slow-start scenario:
+	// proof that istiod turned the DestinationRule into slow start.
+	Envoy string `json:"envoy,omitempty"`
 }
 
 // WeightChange is the canary weight on the VirtualService from At on.
@@ -147,8 +160,9 @@ type lab struct {
 	istio istioclient.Interface
 }
 
-// Demo runs baseline and danki rollouts of v2 and a bad v3 under steady user
-// traffic. The lab must be up.
+// Demo runs baseline and danki rollouts of v2 (with the contenders between
+// them when asked for) and a bad v3 under steady user traffic. The lab must
+// be up.
 func Demo(ctx context.Context, cfg Config) (*Result, error) {
 	cfg = cfg.withDefaults()
 	rc, err := clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig)
@@ -176,11 +190,16 @@ func Demo(ctx context.Context, cfg Config) (*Result, error) {
 			users.Stop()
 		}
 	}()
-	for i, sc := range []struct{ name, dir string }{{"baseline", "baseline"}, {"danki", "danki"}} {
+	for i, sc := range cfg.scenarios() {
 		if i > 0 {
 			if err := l.install(ctx, filepath.Join(ex, sc.dir)); err != nil {
 				return nil, err
 			}
+		}
+		var lb string
+		if sc.name == SlowStart {
+			// Measured, not assumed: what istiod made of the DestinationRule.
+			lb = l.envoySlowStart(ctx)
 		}
 		cfg.Log.Info("users warm the v1 pods (not measured)", "scenario", sc.name, "for", cfg.Settle)
 		if err := sleep(ctx, cfg.Settle+cfg.Before); err != nil {
@@ -193,6 +212,7 @@ func Demo(ctx context.Context, cfg Config) (*Result, error) {
 		if run.Outcome != "promoted" {
 			return nil, fmt.Errorf("%s: the good version was %s, not promoted: see `kubectl describe rollout app`", sc.name, run.Outcome)
 		}
+		run.Envoy = lb
 		if err := sleep(ctx, cfg.After); err != nil {
 			return nil, err
 		}
@@ -200,17 +220,19 @@ func Demo(ctx context.Context, cfg Config) (*Result, error) {
 		phases = append(phases, cfg.phases(run))
 	}
 
-	// A bad version, with danki: 5 % of requests take an extra second.
-	bad, run, err := l.badVersion(ctx)
-	if err != nil {
-		return nil, err
+	if !cfg.SkipBadVersion {
+		// A bad version, with danki: 5 % of requests take an extra second.
+		bad, run, err := l.badVersion(ctx)
+		if err != nil {
+			return nil, err
+		}
+		res.Bad = bad
+		if err := sleep(ctx, cfg.After); err != nil {
+			return nil, err
+		}
+		res.Runs = append(res.Runs, *run)
+		phases = append(phases, cfg.phases(run))
 	}
-	res.Bad = *bad
-	if err := sleep(ctx, cfg.After); err != nil {
-		return nil, err
-	}
-	res.Runs = append(res.Runs, *run)
-	phases = append(phases, cfg.phases(run))
 
 	res.Traffic = users.Stop()
 	users = nil
@@ -228,13 +250,53 @@ func Demo(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	if cfg.Oracle {
 		cfg.Log.Info("oracle: a fresh pod loaded at the warm-up's pace until well past warm (5,000 requests)")
-		danki := res.Runs[1]
+		danki, ok := res.run(Danki)
+		if !ok {
+			return nil, errors.New("oracle: no danki rollout to take the warm-up's pace from")
+		}
 		if res.Oracle, err = MeasureOracle(ctx, cfg.Kubeconfig, 5000, danki.WarmupQPS, danki.WarmupConnections); err != nil {
 			return nil, fmt.Errorf("oracle: %w", err)
 		}
 	}
 	res.Ratios = ratios(res)
 	return res, nil
+}
+
+// Scenario names, as the table, chart and ratios show them.
+const (
+	Baseline  = "baseline"
+	SlowStart = "Istio slow start"
+	Fixed100  = "fixed warm-up 100"
+	Danki     = "danki"
+	BadDanki  = "danki, bad version"
+)
+
+// contenders are the scenarios besides danki that the ratios compare with
+// it (contender ÷ danki), in the order they are rolled out.
+var contenders = []string{Baseline, SlowStart, Fixed100}
+
+// scenario is one rollout of the good version: its name and its directory
+// under examples/lab.
+type scenario struct{ name, dir string }
+
+// scenarios lists the good-version rollouts in order: the baseline, the
+// contenders when asked for, danki last (the bad version needs its Rollout).
+func (c Config) scenarios() []scenario {
+	s := []scenario{{Baseline, "baseline"}}
+	if c.Contenders {
+		s = append(s, scenario{SlowStart, "slowstart"}, scenario{Fixed100, "fixed100"})
+	}
+	return append(s, scenario{Danki, "danki"})
+}
+
+// run returns the rollout of the named scenario.
+func (r *Result) run(name string) (Run, bool) {
+	for _, run := range r.Runs {
+		if run.Scenario == name {
+			return run, true
+		}
+	}
+	return Run{}, false
 }
 
 // phases are the measured stretches around a rollout: the steady state
@@ -253,6 +315,11 @@ func (l *lab) install(ctx context.Context, dir string) error {
 	log := l.cfg.Log.With("rollout", filepath.Base(dir))
 	log.Info("installing examples/lab/" + filepath.Base(dir))
 	if err := l.kubectl(ctx, "delete", "rollout", "app", "--ignore-not-found", "--wait"); err != nil {
+		return err
+	}
+	// A scenario's other objects (the slow start's DestinationRules) carry
+	// this label: none may outlive it into the next scenario.
+	if err := l.kubectl(ctx, "delete", "destinationrules.networking.istio.io", "-n", "default", "-l", "danki.dev/lab-scenario", "--ignore-not-found", "--wait"); err != nil {
 		return err
 	}
 	if err := wait(ctx, 2*time.Minute, "the old pods to go", func() (bool, error) {
@@ -361,7 +428,7 @@ func (l *lab) badVersion(ctx context.Context) (*BadVersion, *Run, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	run, err := l.rollout(ctx, "danki, bad version", "v3", map[string]string{"SLOW_MS": "1000", "SLOW_PERCENT": "5"})
+	run, err := l.rollout(ctx, BadDanki, "v3", map[string]string{"SLOW_MS": "1000", "SLOW_PERCENT": "5"})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -466,15 +533,17 @@ func warmupSummary(ro *v1alpha1.Rollout) (string, int) {
 		if s.Name != "danki/warmup" || s.Operation != v1alpha1.StepPluginOperationRun || s.Phase != v1alpha1.StepPluginPhaseSuccessful {
 			continue
 		}
-		var st struct {
-			CanaryHash string `json:"canaryHash"`
-			Requests   int    `json:"requests"`
-			Converged  int    `json:"converged"`
-		}
-		if json.Unmarshal(s.Status, &st) != nil || st.CanaryHash != ro.Status.CurrentPodHash || st.Converged == 0 {
+		var st warmup.Status
+		if json.Unmarshal(s.Status, &st) != nil || st.CanaryHash != ro.Status.CurrentPodHash {
 			continue
 		}
-		return s.Message, st.Requests / st.Converged
+		// A fixed count (untilConverged: false) succeeds with no pod
+		// converged: count the pods it warmed.
+		pods := max(len(st.Pods), st.Converged)
+		if pods == 0 {
+			continue
+		}
+		return s.Message, int(st.Requests) / pods
 	}
 	return "", 0
 }

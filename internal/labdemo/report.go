@@ -5,8 +5,10 @@ import (
 	"io"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/danki-dev/danki/internal/demo"
+	"github.com/danki-dev/danki/pkg/latency"
 )
 
 // WriteReport writes the demo's findings: the side-by-side table of what
@@ -18,6 +20,10 @@ func WriteReport(w io.Writer, f demo.Format, res *Result) error {
 		return err
 	}
 	b.WriteString("\n")
+	if hasContenders(res) {
+		writeContenderTable(&b, f, res)
+		b.WriteString("\n")
+	}
 	bullet := "  "
 	if f == demo.Markdown {
 		bullet = "- "
@@ -28,19 +34,12 @@ func WriteReport(w io.Writer, f demo.Format, res *Result) error {
 		if r.Warmup != "" {
 			fmt.Fprintf(&b, "%s  warm-up: %s\n", bullet, r.Warmup)
 		}
+		if r.Envoy != "" {
+			fmt.Fprintf(&b, "%s  Envoy's load balancing (config_dump): %s\n", bullet, r.Envoy)
+		}
 	}
-	bad := res.Bad
-	if bad.MaxWeight == 0 {
-		fmt.Fprintf(&b, "%sbad version %s (%s): aborted %t before any user weight, %s after the image change; "+
-			"%d user requests reached it (counted at Envoy); canary weight now %d%%\n", bullet, bad.Version, bad.Slowness, bad.Aborted,
-			bad.SincePatch.Round(time.Second), bad.UserRequests, bad.FinalWeight)
-	} else {
-		fmt.Fprintf(&b, "%sbad version %s (%s): aborted %t, %s after its canary first got users (%s after the image change); "+
-			"at most %d%% of users on it, %d user requests (counted at Envoy); canary weight now %d%%\n", bullet, bad.Version, bad.Slowness, bad.Aborted,
-			bad.Detection.Round(time.Second), bad.SincePatch.Round(time.Second), bad.MaxWeight, bad.UserRequests, bad.FinalWeight)
-	}
-	if bad.Reason != "" {
-		fmt.Fprintf(&b, "%s  why: %s\n", bullet, bad.Reason)
+	if res.Bad != nil {
+		writeBadVersion(&b, bullet, res.Bad)
 	}
 	if o := res.Oracle; o != nil {
 		fmt.Fprintf(&b, "%soracle: a fresh pod stopped improving after %d requests (windows of %d; plateau p50 %s, p99 %s); its warm-up curve:\n\n",
@@ -52,7 +51,7 @@ func WriteReport(w io.Writer, f demo.Format, res *Result) error {
 	if len(res.Ratios) > 0 {
 		b.WriteString("\n")
 		for _, r := range res.Ratios {
-			fmt.Fprintf(&b, "%s%-46s %7.2f   (%s / %s)\n", bullet, r.Name, r.Value, r.Num, r.Den)
+			fmt.Fprintf(&b, "%s%-52s %7.2f   (%s / %s)\n", bullet, r.Name, r.Value, r.Num, r.Den)
 		}
 		b.WriteString("\n")
 	}
@@ -60,6 +59,99 @@ func WriteReport(w io.Writer, f demo.Format, res *Result) error {
 	fmt.Fprintf(&b, "%susers: %d requests at %.1f of %.0f qps asked (%d failed), through %s\n", bullet, t.Requests, t.AchievedQPS, t.AskedQPS, t.Errors, t.URL)
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// writeBadVersion says how danki handled the bad version.
+func writeBadVersion(b *strings.Builder, bullet string, bad *BadVersion) {
+	if bad.MaxWeight == 0 {
+		fmt.Fprintf(b, "%sbad version %s (%s): aborted %t before any user weight, %s after the image change; "+
+			"%d user requests reached it (counted at Envoy); canary weight now %d%%\n", bullet, bad.Version, bad.Slowness, bad.Aborted,
+			bad.SincePatch.Round(time.Second), bad.UserRequests, bad.FinalWeight)
+	} else {
+		fmt.Fprintf(b, "%sbad version %s (%s): aborted %t, %s after its canary first got users (%s after the image change); "+
+			"at most %d%% of users on it, %d user requests (counted at Envoy); canary weight now %d%%\n", bullet, bad.Version, bad.Slowness, bad.Aborted,
+			bad.Detection.Round(time.Second), bad.SincePatch.Round(time.Second), bad.MaxWeight, bad.UserRequests, bad.FinalWeight)
+	}
+	if bad.Reason != "" {
+		fmt.Fprintf(b, "%s  why: %s\n", bullet, bad.Reason)
+	}
+}
+
+// hasContenders says whether the result has a scenario besides the
+// baseline, danki and the bad version.
+func hasContenders(res *Result) bool {
+	for _, sc := range res.Scenarios {
+		if sc.Name == SlowStart || sc.Name == Fixed100 {
+			return true
+		}
+	}
+	return false
+}
+
+// writeContenderTable writes one row per rollout — the side-by-side view of
+// the bench's contenders, which the phase table spreads over too many
+// columns to read: rollout time, the steady p99 before, and what users saw
+// during and after.
+func writeContenderTable(b *strings.Builder, f demo.Format, res *Result) {
+	rows := [][]string{{"rollout", "time", "before p99", "during p50", "p99", "p99.9", "max", "after p50", "p99", "p99.9", "max"}}
+	for _, sc := range res.Scenarios {
+		row := []string{sc.Name, fmtDuration(sc.RolloutDuration), cell(sc, "before", func(p *demo.PhaseStats) time.Duration { return p.P99 })}
+		for _, ph := range []string{"during", "after"} {
+			for _, q := range []func(*demo.PhaseStats) time.Duration{
+				func(p *demo.PhaseStats) time.Duration { return p.P50 },
+				func(p *demo.PhaseStats) time.Duration { return p.P99 },
+				func(p *demo.PhaseStats) time.Duration { return p.P999 },
+				func(p *demo.PhaseStats) time.Duration { return p.Max },
+			} {
+				row = append(row, cell(sc, ph, q))
+			}
+		}
+		rows = append(rows, row)
+	}
+	if f == demo.Markdown {
+		for i, r := range rows {
+			b.WriteString("| " + strings.Join(r, " | ") + " |\n")
+			if i == 0 {
+				b.WriteString("|---" + strings.Repeat("|---:", len(r)-1) + "|\n")
+			}
+		}
+		return
+	}
+	widths := make([]int, len(rows[0]))
+	for _, r := range rows {
+		for i, c := range r {
+			widths[i] = max(widths[i], utf8.RuneCountInString(c))
+		}
+	}
+	for _, r := range rows {
+		for i, c := range r {
+			pad := strings.Repeat(" ", widths[i]-utf8.RuneCountInString(c))
+			if i == 0 {
+				b.WriteString(c + pad)
+			} else {
+				b.WriteString("  " + pad + c)
+			}
+		}
+		b.WriteString("\n")
+	}
+}
+
+// cell formats one statistic of a scenario's phase; "–" when the phase had
+// no requests.
+func cell(sc demo.Scenario, phase string, stat func(*demo.PhaseStats) time.Duration) string {
+	for i := range sc.Phases {
+		if p := &sc.Phases[i]; p.Name == phase && p.Count > 0 {
+			return latency.Format(stat(p))
+		}
+	}
+	return "–"
+}
+
+func fmtDuration(d time.Duration) string {
+	if d <= 0 {
+		return "–"
+	}
+	return d.Round(time.Second).String()
 }
 
 // weightPath renders weight changes as "0 → 10 → 20 (…)".
@@ -82,15 +174,26 @@ type Ratio struct {
 	Den   string  `json:"den"`
 }
 
-// ratios computes the bench's headline figures from a demo result.
+// ratios computes the bench's headline figures from a demo result: danki's
+// cost over its own steady state, then each contender (the baseline, and in
+// make bench Istio's slow start and a fixed warm-up of 100 requests) ÷ danki,
+// all measured in the same run under the same users.
 func ratios(res *Result) []Ratio {
 	var out []Ratio
-	phase := func(sc int, name string) *demo.PhaseStats {
-		if sc >= len(res.Scenarios) {
+	scenario := func(name string) *demo.Scenario {
+		for i := range res.Scenarios {
+			if res.Scenarios[i].Name == name {
+				return &res.Scenarios[i]
+			}
+		}
+		return nil
+	}
+	phase := func(sc *demo.Scenario, name string) *demo.PhaseStats {
+		if sc == nil {
 			return nil
 		}
-		for i := range res.Scenarios[sc].Phases {
-			if p := &res.Scenarios[sc].Phases[i]; p.Name == name && p.Count > 0 {
+		for i := range sc.Phases {
+			if p := &sc.Phases[i]; p.Name == name && p.Count > 0 {
 				return p
 			}
 		}
@@ -101,27 +204,40 @@ func ratios(res *Result) []Ratio {
 			out = append(out, Ratio{Name: name, Value: float64(num) / float64(den), Num: numS + " " + num.Round(10*time.Microsecond).String(), Den: denS + " " + den.Round(10*time.Microsecond).String()})
 		}
 	}
-	base, dk := phase(0, "during"), phase(1, "during")
-	steady := phase(1, "before")
+	dankiSc := scenario(Danki)
+	dk, steady := phase(dankiSc, "during"), phase(dankiSc, "before")
 	if dk != nil && steady != nil {
 		add("danki p99 during rollout ÷ warm steady state", dk.P99, steady.P99, "danki during p99", "danki before p99")
 		add("danki max during rollout ÷ warm steady state", dk.Max, steady.Max, "danki during max", "danki before max")
 	}
-	if base != nil && dk != nil {
-		add("baseline ÷ danki, p99 during rollout", base.P99, dk.P99, "baseline during p99", "danki during p99")
-		add("baseline ÷ danki, p99.9 during rollout", base.P999, dk.P999, "baseline during p99.9", "danki during p99.9")
-		add("baseline ÷ danki, max during rollout", base.Max, dk.Max, "baseline during max", "danki during max")
+	for _, name := range contenders {
+		sc := scenario(name)
+		if sc == nil || dankiSc == nil {
+			continue
+		}
+		if c := phase(sc, "during"); c != nil && dk != nil {
+			add(name+" ÷ danki, p99 during rollout", c.P99, dk.P99, name+" during p99", "danki during p99")
+			add(name+" ÷ danki, p99.9 during rollout", c.P999, dk.P999, name+" during p99.9", "danki during p99.9")
+			add(name+" ÷ danki, max during rollout", c.Max, dk.Max, name+" during max", "danki during max")
+		}
+		// A canary pod created at 100 % meets its users cold after the
+		// promotion: compare the after phase too.
+		if c, d := phase(sc, "after"), phase(dankiSc, "after"); c != nil && d != nil {
+			add(name+" ÷ danki, p99.9 after rollout", c.P999, d.P999, name+" after p99.9", "danki after p99.9")
+			add(name+" ÷ danki, max after rollout", c.Max, d.Max, name+" after max", "danki after max")
+		}
+		if sc.RolloutDuration > 0 && dankiSc.RolloutDuration > 0 {
+			out = append(out, Ratio{Name: name + " ÷ danki, rollout time", Value: float64(sc.RolloutDuration) / float64(dankiSc.RolloutDuration),
+				Num: name + " " + fmtDuration(sc.RolloutDuration), Den: "danki " + fmtDuration(dankiSc.RolloutDuration)})
+		}
 	}
-	// The baseline's second canary pod is created at 100 % and meets its
-	// users cold after the promotion: compare the after phase too.
-	if ba, da := phase(0, "after"), phase(1, "after"); ba != nil && da != nil {
-		add("baseline ÷ danki, p99.9 after rollout", ba.P999, da.P999, "baseline after p99.9", "danki after p99.9")
-		add("baseline ÷ danki, max after rollout", ba.Max, da.Max, "baseline after max", "danki after max")
-	}
-	if o := res.Oracle; o != nil && o.WarmAfter > 0 && len(res.Runs) > 1 && res.Runs[1].WarmupRequests > 0 {
-		n := res.Runs[1].WarmupRequests
-		out = append(out, Ratio{Name: "danki warm-up length ÷ oracle", Value: float64(n) / float64(o.WarmAfter),
-			Num: fmt.Sprintf("danki %d requests per pod", n), Den: fmt.Sprintf("oracle: warm after %d requests", o.WarmAfter)})
+	if o := res.Oracle; o != nil && o.WarmAfter > 0 {
+		for _, name := range []string{Danki, Fixed100} {
+			if r, ok := res.run(name); ok && r.WarmupRequests > 0 {
+				out = append(out, Ratio{Name: name + " warm-up length ÷ oracle", Value: float64(r.WarmupRequests) / float64(o.WarmAfter),
+					Num: fmt.Sprintf("%s %d requests per pod", name, r.WarmupRequests), Den: fmt.Sprintf("oracle: warm after %d requests", o.WarmAfter)})
+			}
+		}
 	}
 	if t := res.Traffic; t.AskedQPS > 0 {
 		out = append(out, Ratio{Name: "user traffic achieved ÷ asked QPS", Value: t.AchievedQPS / t.AskedQPS,

@@ -19,7 +19,7 @@ func newDemoCmd() *cobra.Command {
 	var (
 		root, kubeconfig, gateway, out string
 		qps                            float64
-		oracle                         bool
+		oracle, contenders, skipBad    bool
 		settle, before, after          time.Duration
 	)
 	cmd := &cobra.Command{
@@ -30,7 +30,14 @@ and roll the sample app from v1 to v2 twice: first as teams do today
 (examples/lab/baseline: Argo's native Istio routing, fixed setWeight jumps, no
 warm-up), then with danki (examples/lab/danki: warm-up until converged, gated
 ramp, latency analysis). Then roll out a bad v3 (5% of requests a second
-slower) with danki, which must abort it.
+slower) with danki, which must abort it (unless --skip-bad-version).
+
+With --contenders (make bench), two more rollouts run between the baseline and
+danki, under the same users: what teams would pick instead of danki —
+Istio's slow start (examples/lab/slowstart: the baseline plus a DestinationRule
+with warmupDurationSecs 60s; Envoy's cluster config is read back to show it is
+there) and a fixed warm-up of 100 requests per pod (examples/lab/fixed100: the
+baseline plus danki/warmup with untilConverged: false, maxRequests: 100).
 
 Prints what users saw — p50, p99, p99.9 and max before, during and after each
 rollout — and writes results.json, results.md and a latency chart
@@ -50,6 +57,7 @@ and stops the lab; "make bench" adds --oracle and reports ratios.`,
 			res, err := labdemo.Demo(ctx, labdemo.Config{
 				Root: root, Kubeconfig: kubeconfig, GatewayURL: gateway, QPS: qps,
 				Settle: settle, Before: before, After: after, Oracle: oracle,
+				Contenders: contenders, SkipBadVersion: skipBad,
 				Log: slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil)),
 			})
 			if err != nil {
@@ -80,5 +88,7 @@ and stops the lab; "make bench" adds --oracle and reports ratios.`,
 	f.DurationVar(&before, "before", 30*time.Second, "measured steady state before each rollout")
 	f.DurationVar(&after, "after", 30*time.Second, "measured steady state after each rollout")
 	f.BoolVar(&oracle, "oracle", false, "also load a fresh pod 5,000 times to find when it stops improving, and compare danki's warm-up length (make bench)")
+	f.BoolVar(&contenders, "contenders", false, "also roll out, between baseline and danki, Istio's slow start (examples/lab/slowstart) and a fixed warm-up of 100 requests (examples/lab/fixed100), with ratios contender ÷ danki (make bench)")
+	f.BoolVar(&skipBad, "skip-bad-version", false, "leave out the bad version's rollout (make bench: it yields no ratio)")
 	return cmd
 }
