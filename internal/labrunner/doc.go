@@ -17,4 +17,21 @@
 // are marked Running and Ready without a process, so a plain Deployment still
 // behaves as on a fake (kwok) node. When a pod is deleted the Runner stops
 // its processes, releases the IP and removes the pod from the API server.
+//
+// Pods get the CPU and memory their resources say, as under kubelet (with
+// its cgroupfs driver, on cgroup v1). The Runner creates its own group, the
+// lab's "kubepods" (Config.CgroupParent, default danki-lab), in the cpu,
+// cpuacct and memory hierarchies below its own group there, with QoS groups
+// burstable/ and besteffort/ and one group per pod (pod<uid>) and per
+// container, and maps the resources with kubelet's formulas: cpu.shares =
+// CPU request in millicores × 1024 / 1000 (at least 2; BestEffort 2),
+// cpu.cfs_quota_us = CPU limit × the 100 ms period (-1 without a limit),
+// memory.limit_in_bytes = the memory limit; a limit without a request is
+// also the request, as the API server defaults it. A pod's process joins
+// its container's groups before it execs (a shell wrapper writes its PID to
+// cgroup.procs, then execs the command), so every thread and child the
+// program starts is limited from its first instruction. Groups are removed
+// when the pod stops (killing what is still in them) and when the Runner
+// stops. Without cgroup v1 cpu and memory controllers, or without root,
+// the Runner warns once and runs pods without limits.
 package labrunner

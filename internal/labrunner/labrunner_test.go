@@ -36,6 +36,9 @@ func TestMain(m *testing.M) {
 }
 
 func serveForTest() {
+	if os.Getenv("LABRUNNER_TEST_BURN") == "1" {
+		burnCPUForTest()
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") })
 	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
@@ -142,7 +145,8 @@ func TestRunnerRunsPodsAsProcesses(t *testing.T) {
 	r, err := New(Config{
 		Client: client, Node: node, Network: Loopback{}, LogDir: t.TempDir(), HostIP: "127.77.0.1", FileSD: sd,
 		Images: ImageCommands{"test.local/app": {self}}, StopGrace: 2 * time.Second, ProbeEvery: 50 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+		NoCgroups: true, // resources: TestRunnerAppliesResourcesThroughCgroups
 	})
 	if err != nil {
 		t.Fatal(err)

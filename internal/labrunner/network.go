@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os/exec"
+	"path/filepath"
 	"strings"
 )
 
@@ -41,10 +42,17 @@ func (n Netns) RemoveAddress(ctx context.Context, ip netip.Addr) error {
 	return err
 }
 
-// Command implements Network.
+// Command implements Network. It enters only the network namespace
+// (nsenter --net), not what `ip netns exec` adds: that also remounts /sys
+// for the namespace, which hides /sys/fs/cgroup, so a JVM would find no
+// cgroup and size its heap and threads from the host's memory and CPUs
+// instead of the pod's limits, unlike in a container.
 func (n Netns) Command(argv []string) []string {
-	return append([]string{"ip", "netns", "exec", n.Name}, argv...)
+	return append([]string{"nsenter", "--net=" + filepath.Join(netnsDir, n.Name), "--"}, argv...)
 }
+
+// netnsDir is where `ip netns add` pins named network namespaces.
+const netnsDir = "/run/netns"
 
 func (n Netns) ip(ctx context.Context, args ...string) error {
 	full := append([]string{"-n", n.Name}, args...)

@@ -44,6 +44,17 @@ type Config struct {
 	ProbeEvery time.Duration
 	// Workers is how many pods are synced in parallel (default 4).
 	Workers int
+
+	// CgroupParent names the lab's group in each cgroup v1 hierarchy, the
+	// lab's "kubepods" (default DefaultCgroupParent, "danki-lab"): each pod
+	// with a command runs in a group below it with the CPU shares, CFS quota
+	// and memory limit kubelet would give it (see cgroupValuesFor). Without
+	// cgroup v1 cpu and memory controllers (or without root) the runner
+	// warns once and runs pods without limits.
+	CgroupParent string
+	// NoCgroups runs pods without CPU and memory limits, as if the machine
+	// had no cgroup v1 (tests that are not about resources set it).
+	NoCgroups bool
 }
 
 // Runner runs the pods of one node as local processes. Create it with New.
@@ -59,6 +70,8 @@ type Runner struct {
 
 	sdMu   sync.Mutex
 	sdLast []byte // last file_sd content written
+
+	cg *cgroupTree // nil: pods run without resource limits
 }
 
 type podState struct {
@@ -66,6 +79,7 @@ type podState struct {
 	ip         netip.Addr
 	started    time.Time
 	containers []*containerState
+	cgroup     *podCgroup // nil without cgroups
 }
 
 type containerState struct {
@@ -78,6 +92,7 @@ type containerState struct {
 	lastExit time.Time
 	ready    bool
 	nextProb time.Time
+	oomKills int64 // the container group's OOM kills when the process started
 }
 
 // New checks cfg and returns a Runner.
@@ -107,6 +122,9 @@ func New(cfg Config) (*Runner, error) {
 	if cfg.Workers <= 0 {
 		cfg.Workers = 4
 	}
+	if cfg.CgroupParent == "" {
+		cfg.CgroupParent = DefaultCgroupParent
+	}
 	return &Runner{cfg: cfg, log: cfg.Logger.With("node", cfg.Node), pods: map[string]*podState{}}, nil
 }
 
@@ -122,6 +140,18 @@ func (r *Runner) Run(ctx context.Context) error {
 	}
 	if r.ipam, err = newIPAM(node.Spec.PodCIDR); err != nil {
 		return fmt.Errorf("node %s: %w", r.cfg.Node, err)
+	}
+	if !r.cfg.NoCgroups {
+		if r.cg, err = newCgroupTree(r.cfg.CgroupParent); err != nil {
+			r.log.Warn("pods run WITHOUT CPU and memory limits: their resources are not applied", "err", err)
+		} else {
+			r.log.Info("pods' resources applied through cgroup v1 as kubelet would", "groups", r.cg.dirs())
+			defer func() {
+				if err := r.cg.destroy(); err != nil {
+					r.log.Warn("remove the lab's cgroups", "err", err)
+				}
+			}()
+		}
 	}
 
 	r.queue = workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())
@@ -246,6 +276,15 @@ func (r *Runner) ensure(ctx context.Context, key string, pod *corev1.Pod) (*podS
 			return nil, fmt.Errorf("pod %s: add address %s: %w", key, ip, err)
 		}
 		st = &podState{uid: pod.UID, ip: ip, started: time.Now()}
+		if r.cg != nil {
+			if st.cgroup, err = r.createPodCgroup(key, pod); err != nil {
+				if rmErr := r.cfg.Network.RemoveAddress(ctx, ip); rmErr != nil {
+					r.log.Warn("remove pod address", "pod", key, "ip", ip, "err", rmErr)
+				}
+				r.ipam.release(ip)
+				return nil, err
+			}
+		}
 		for _, c := range pod.Spec.Containers {
 			cs := &containerState{spec: c}
 			argv, tag, ok, err := r.cfg.Images.lookup(c.Image)
@@ -274,8 +313,9 @@ func (r *Runner) ensure(ctx context.Context, key string, pod *corev1.Pod) (*podS
 				cs.lastExit = time.Now()
 				cs.restarts++
 				cs.ready = false
+				oom := st.cgroup != nil && st.cgroup.oomKills(cs.spec.Name) > cs.oomKills
 				r.log.Warn("container exited", "pod", key, "container", cs.spec.Name, "err", cs.proc.err,
-					"log", r.logPath(pod, cs.spec.Name))
+					"oomKilled", oom, "log", r.logPath(pod, cs.spec.Name))
 			}
 			backoff := min(time.Duration(cs.restarts)*time.Second, 10*time.Second)
 			if wait := time.Until(cs.lastExit.Add(backoff)); wait > 0 {
@@ -284,7 +324,12 @@ func (r *Runner) ensure(ctx context.Context, key string, pod *corev1.Pod) (*podS
 			}
 		}
 		env := r.env(pod, cs, st.ip)
-		proc, err := startProcess(r.cfg.Network.Command(cs.argv), env, r.logPath(pod, cs.spec.Name))
+		argv := r.cfg.Network.Command(cs.argv)
+		if st.cgroup != nil {
+			argv = joinCgroups(st.cgroup.procsFiles(cs.spec.Name), argv)
+			cs.oomKills = st.cgroup.oomKills(cs.spec.Name)
+		}
+		proc, err := startProcess(argv, env, r.logPath(pod, cs.spec.Name))
 		if err != nil {
 			return nil, fmt.Errorf("pod %s container %s: %w", key, cs.spec.Name, err)
 		}
@@ -380,11 +425,44 @@ func (r *Runner) stopPod(ctx context.Context, key string, st *podState) {
 			cs.proc.stop(r.cfg.StopGrace)
 		}
 	}
+	if st.cgroup != nil {
+		r.removePodCgroup(key, st.cgroup)
+	}
 	if err := r.cfg.Network.RemoveAddress(ctx, st.ip); err != nil {
 		r.log.Warn("remove pod address", "pod", key, "ip", st.ip, "err", err)
 	}
 	r.ipam.release(st.ip)
 	r.log.Info("pod stopped", "pod", key, "ip", st.ip)
+}
+
+// createPodCgroup creates the pod's groups with the values kubelet would
+// give it, before any of its processes starts.
+func (r *Runner) createPodCgroup(key string, pod *corev1.Pod) (*podCgroup, error) {
+	v := cgroupValuesFor(pod)
+	pc, err := r.cg.createPod(pod.UID, v)
+	if err != nil {
+		return nil, fmt.Errorf("pod %s: %w", key, err)
+	}
+	if v.QoS == corev1.PodQOSBurstable {
+		if err := r.cg.setBurstableShares(v.CPURequestMilli); err != nil {
+			r.log.Warn("burstable QoS group's cpu.shares", "err", err)
+		}
+	}
+	r.log.Info("pod cgroup", "pod", key, "qos", v.QoS, "group", pc.rel, "cpu.shares", v.Pod.Shares,
+		"cpu.cfs_quota_us", v.Pod.QuotaUs, "memory.limit_in_bytes", v.Pod.MemoryBytes)
+	return pc, nil
+}
+
+// removePodCgroup removes the pod's groups once its processes stopped.
+func (r *Runner) removePodCgroup(key string, pc *podCgroup) {
+	if err := pc.remove(); err != nil {
+		r.log.Warn("remove pod cgroup", "pod", key, "err", err)
+	}
+	if pc.values.QoS == corev1.PodQOSBurstable {
+		if err := r.cg.setBurstableShares(-pc.values.CPURequestMilli); err != nil {
+			r.log.Warn("burstable QoS group's cpu.shares", "err", err)
+		}
+	}
 }
 
 func (r *Runner) stopAll() {

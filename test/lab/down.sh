@@ -3,8 +3,9 @@
 # it started (the Argo controller's plugin processes), and removes the lab's
 # state. Safe to run when nothing is running. Then checks that nothing the lab
 # started is still running (lib.sh's lab_leftovers: its processes and what
-# they started, plugin copies, pods' JVMs) nor its network namespace: if
-# something is, it names it, kills it and fails (a teardown bug).
+# they started, plugin copies, pods' JVMs), nor its network namespace, nor
+# the lab runner's cgroups (lab_cgroup_leftovers): if something is, it names
+# it, kills or removes it and fails (a teardown bug).
 set -euo pipefail
 # shellcheck source=test/lab/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -27,6 +28,14 @@ if [ -n "$leftovers" ]; then
 	mapfile -t leftover_pids < <(cut -d' ' -f1 <<<"$leftovers")
 	terminate leftovers "${leftover_pids[@]}" || true
 	die "lab down left ${#leftover_pids[@]} processes behind (killed now, see above)"
+fi
+cgroups=$(lab_cgroup_leftovers)
+if [ -n "$cgroups" ]; then
+	log "ERROR: the lab runner's cgroups still exist after lab down (its teardown removes them):"
+	mapfile -t cgroup_dirs <<<"$cgroups"
+	printf '  %s\n' "${cgroup_dirs[@]}" >&2
+	remove_cgroups "${cgroup_dirs[@]}"
+	die "lab down left ${#cgroup_dirs[@]} cgroup(s) behind (removed now, see above)"
 fi
 if command -v ip >/dev/null && ip netns list 2>/dev/null | grep -qw "$NETNS"; then
 	die "network namespace $NETNS still exists after lab down"

@@ -10,6 +10,10 @@ pids=$run/pids
 logs=$run/logs
 kubeconfig=$cache/lab/kubeconfig
 
+# The lab runner's group in each cgroup v1 hierarchy (its default
+# --cgroup-parent, internal/labrunner.DefaultCgroupParent).
+LAB_CGROUP=${LAB_CGROUP:-danki-lab}
+
 # Fixed loopback ports, away from the usual defaults so a lab can run beside
 # a developer's own cluster tools.
 ETCD_CLIENT_PORT=${ETCD_CLIENT_PORT:-23790}
@@ -199,5 +203,27 @@ lab_leftovers() {
 			for arg in "${envs[@]}"; do [ "$arg" = "DANKI_LAB_RUN=$run" ] && lab=1; done
 		fi
 		[ -z "$lab" ] || echo "$pid ${args[*]}"
+	done
+}
+
+# lab_cgroup_leftovers: the lab runner's cgroup v1 groups still present, one
+# directory a line. The runner creates $LAB_CGROUP below its own group in
+# each hierarchy it uses (cpu, cpuacct, memory) and removes it when it stops.
+lab_cgroup_leftovers() {
+	local mnt
+	# mountinfo: "… MOUNTPOINT OPTS … - cgroup SOURCE SUPEROPTS": v1 hierarchies only.
+	while read -r mnt; do
+		find "$mnt" -mindepth 1 -type d -name "$LAB_CGROUP" -prune -print 2>/dev/null
+	done < <(awk '{ for (i = 1; i <= NF; i++) if ($i == "-") { if ($(i+1) == "cgroup") print $5; break } }' /proc/self/mountinfo)
+}
+
+# remove_cgroups DIR...: kills what runs in each group and below it, then
+# removes the groups, deepest first.
+remove_cgroups() {
+	local d pid
+	for d in "$@"; do
+		while read -r pid; do kill -KILL "$pid" 2>/dev/null || true; done < <(find "$d" -name cgroup.procs -exec cat {} + 2>/dev/null)
+		sleep 0.2
+		find "$d" -depth -type d -exec rmdir {} \; 2>/dev/null || true
 	done
 }
