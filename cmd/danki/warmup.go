@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -33,6 +35,8 @@ type warmupFlags struct {
 	untilConverged                bool
 	rejectSlower, rejectSlowerSet bool
 	rejectFloor                   time.Duration
+	neighbourGuard                bool
+	neighbourFloor                time.Duration
 	paths, headers                []string
 	method, body, requestFile     string
 	jsonOut                       string
@@ -64,6 +68,9 @@ trend. A target failing 20 requests in a row fails at once, with its last error.
 With stable pods (--stable-url, --stable-service or --stable-hash) they are
 loaded side by side and a target whose p99 settles above --reject-ratio ×
 theirs (and --reject-floor above it) is rejected: a slower version, exit code 1.
+Each target's pace starts at --start-qps (default --qps / 8) and doubles while
+the pod keeps up, up to --qps; with stable pods, the pace is halved while
+their latency rises (--neighbour-guard), and each back-off is printed.
 Every request carries the marker header X-Danki-Warmup: 1; only GET, HEAD and
 OPTIONS are sent unless --allow-side-effects.
 
@@ -100,6 +107,7 @@ See docs/warmup.md.`,
 	fl.Int64Var(&f.cfg.MaxRequests, "max-requests", warmup.DefaultMaxRequests, "request cap per target")
 	fl.Int64Var(&f.cfg.MinRequests, "min-requests", warmup.DefaultMinRequests, "requests per target before it may count as converged")
 	fl.Float64Var(&f.cfg.QPS, "qps", warmup.DefaultQPS, "requests per second per target")
+	fl.Float64Var(&f.cfg.StartQPS, "start-qps", 0, "pace per target at the start, raised up to --qps while the pod keeps up (default --qps / 8, at least 1)")
 	fl.IntVarP(&f.cfg.Connections, "connections", "c", warmup.DefaultConnections, "concurrent connections per target")
 	fl.IntVar(&f.cfg.Window, "window", warmup.DefaultWindow, "requests per latency window")
 	fl.IntVar(&f.cfg.StableWindows, "stable-windows", warmup.DefaultStableWindows, "consecutive windows that must agree")
@@ -130,6 +138,9 @@ See docs/warmup.md.`,
 	fl.BoolVar(&f.rejectSlower, "reject-slower-version", true, "fail when a converged target stays above --reject-ratio × the stable pods' p99 (needs stable pods; on by default when they are given)")
 	fl.Float64Var(&f.cfg.RejectRatio, "reject-ratio", warmup.DefaultRejectRatio, "see --reject-slower-version")
 	fl.DurationVar(&f.rejectFloor, "reject-floor", warmup.DefaultRejectFloor, "a converged p99 at most this far above stable's is never rejected")
+	fl.BoolVar(&f.neighbourGuard, "neighbour-guard", true, "with stable pods: halve the pace while their latency rises above its baseline")
+	fl.Float64Var(&f.cfg.NeighbourRatio, "neighbour-ratio", warmup.DefaultNeighbourRatio, "see --neighbour-guard: back off when stable's p90 is above this × its baseline")
+	fl.DurationVar(&f.neighbourFloor, "neighbour-floor", warmup.DefaultNeighbourFloor, "see --neighbour-guard: a rise of stable's p90 this small never backs off")
 
 	fl.StringVar(&f.jsonOut, "json", "", "write fortio's result JSON (all targets merged) to this file")
 	return cmd
@@ -176,6 +187,9 @@ func (f *warmupFlags) config() (warmup.Config, error) {
 	cfg.Deadline = config.Duration(f.deadline)
 	cfg.AbsoluteTolerance = config.Duration(f.absTolerance)
 	cfg.RejectFloor = config.Duration(f.rejectFloor)
+	cfg.NeighbourFloor = config.Duration(f.neighbourFloor)
+	guard := f.neighbourGuard
+	cfg.NeighbourGuard = &guard
 	if f.rejectSlowerSet {
 		reject := f.rejectSlower
 		cfg.RejectSlowerVersion = &reject
@@ -340,6 +354,13 @@ func (p *warmupProgressLine) update(pr warmup.Progress) {
 	switch {
 	case pr.Phase == warmup.PhaseHealth:
 		line = fmt.Sprintf("waiting for %d target(s) to answer the health path …", pr.Targets)
+	case pr.Neighbours != "":
+		// A back-off (or recovery) of the neighbour guard: a line of its own.
+		if p.terminal && p.shown {
+			fmt.Fprint(p.w, "\r\033[K")
+		}
+		fmt.Fprintf(p.w, "%5.1fs  neighbour guard: %s\n", pr.Elapsed.Seconds(), pr.Neighbours)
+		return
 	case pr.Phase == warmup.PhaseDone || pr.Target == "" || pr.Stable:
 		return
 	default:
@@ -348,6 +369,12 @@ func (p *warmupProgressLine) update(pr warmup.Progress) {
 			latency.Format(pr.Window.P50), latency.Format(pr.Window.P99), latency.Format(pr.Window.Max))
 		if pr.Window.Errors > 0 {
 			line += fmt.Sprintf(" errors %d", pr.Window.Errors)
+		}
+		if pr.Pace > 0 {
+			line += fmt.Sprintf("  pace %s qps", strconv.FormatFloat(math.Round(pr.Pace*10)/10, 'f', -1, 64))
+			if pr.PaceCap > 0 {
+				line += " (neighbour guard)"
+			}
 		}
 		if pr.StableP99 > 0 {
 			line += " (stable p99 " + latency.Format(pr.StableP99) + ")"

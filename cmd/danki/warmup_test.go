@@ -128,15 +128,17 @@ func TestWarmupCommandRequestFileAndErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	cases := map[string][]string{
-		"requests[0].method":             {"--url", srv.URL, "--method", "POST", "--path", "/orders"},
-		"requests[0].pth: unknown field": {"--url", srv.URL, "--request-file", bad},
-		"--url[0]":                       {"--url", srv.URL + "/api"},
-		"nothing to warm":                {},
-		"either --url or pods":           {"--url", srv.URL, "--service", "cart"},
-		"--compare-to-stable":            {"--url", srv.URL, "--compare-to-stable"},
-		`--header "oops"`:                {"--url", srv.URL, "--header", "oops"},
-		"maxRequests":                    {"--url", srv.URL, "--max-requests", "10"},
-		"--request-file and --path":      {"--url", srv.URL, "--path", "/", "--request-file", file},
+		"requests[0].method":                       {"--url", srv.URL, "--method", "POST", "--path", "/orders"},
+		"requests[0].pth: unknown field":           {"--url", srv.URL, "--request-file", bad},
+		"--url[0]":                                 {"--url", srv.URL + "/api"},
+		"nothing to warm":                          {},
+		"either --url or pods":                     {"--url", srv.URL, "--service", "cart"},
+		"--compare-to-stable":                      {"--url", srv.URL, "--compare-to-stable"},
+		`--header "oops"`:                          {"--url", srv.URL, "--header", "oops"},
+		"maxRequests":                              {"--url", srv.URL, "--max-requests", "10"},
+		"--request-file and --path":                {"--url", srv.URL, "--path", "/", "--request-file", file},
+		"startQPS: must be > 0 and at most qps 10": {"--url", srv.URL, "--qps", "10", "--start-qps", "20"},
+		"neighbourRatio":                           {"--url", srv.URL, "--neighbour-ratio", "0.5"},
 	}
 	for want, args := range cases {
 		if _, _, err := runWarmupCmd(args...); err == nil || !strings.Contains(err.Error(), want) {
@@ -166,5 +168,36 @@ func TestWarmupCommandRejectsSlowerVersion(t *testing.T) {
 	args = append([]string{"--url", canary2.URL, "--stable-url", stable2.URL, "--stable-qps", "500", "--max-requests", "3000", "--reject-slower-version=false"}, quickWarmup...)
 	if stdout, _, err := runWarmupCmd(args...); err != nil {
 		t.Fatalf("--reject-slower-version=false: %v\n%s", err, stdout)
+	}
+}
+
+// The pace ramps up from --start-qps (shown in the progress), and with
+// stable pods whose latency rises, the neighbour guard's back-off gets a
+// line of its own on stderr.
+func TestWarmupCommandPaceAndNeighbourGuard(t *testing.T) {
+	canary := warmupServer(t)
+	// Stable answers in 1 ms for its first 60 requests (its baseline),
+	// then in 30 ms for 60 requests: the users' latency rose.
+	stable := testutil.NewColdServer(t, func(n int64, _ bool) time.Duration {
+		if n > 60 && n <= 120 {
+			return 30 * time.Millisecond
+		}
+		return time.Millisecond
+	})
+	stable.HealthPath = "/healthz"
+	args := append([]string{"--url", canary.URL, "--stable-url", stable.URL, "--stable-qps", "200", "--start-qps", "50",
+		"--until-converged=false", "--max-requests", "1000"}, quickWarmup...)
+	stdout, stderr, err := runWarmupCmd(args...)
+	if err != nil {
+		t.Fatalf("danki warmup: %v\nstdout:\n%s\nstderr:\n%s", err, stdout, stderr)
+	}
+	if !regexp.MustCompile(`window [0-9]+: .*  pace [0-9.]+ qps`).MatchString(stderr) {
+		t.Errorf("progress should show the pace:\n%s", stderr)
+	}
+	if !regexp.MustCompile(`(?m)^ *[0-9.]+s  neighbour guard: stable p90 [0-9.]+ms above .*: warm-up pace halved to [0-9.]+ qps per pod \(back-off 1\)$`).MatchString(stderr) {
+		t.Errorf("stderr lacks the neighbour guard's back-off line:\n%s", stderr)
+	}
+	if !strings.Contains(stdout, "neighbour guard backed off") {
+		t.Errorf("the summary should count the back-offs:\n%s", stdout)
 	}
 }

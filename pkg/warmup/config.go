@@ -35,6 +35,11 @@ const (
 	DefaultStableQPS         = 10.0
 	DefaultRejectRatio       = 2.0
 	DefaultRejectFloor       = 5 * time.Millisecond
+	// DefaultStartQPSFraction: the pace ramp starts at qps × this (at
+	// least 1 request per second, at most qps) unless startQPS is set.
+	DefaultStartQPSFraction = 1.0 / 8
+	DefaultNeighbourRatio   = 1.5
+	DefaultNeighbourFloor   = 3 * time.Millisecond
 )
 
 // Config is what to send and when to stop. The JSON (or YAML) form is the
@@ -129,6 +134,33 @@ type Config struct {
 	// services from being rejected over scheduler noise. Default 5ms.
 	RejectFloor config.Duration `json:"rejectFloor,omitempty"`
 
+	// StartQPS is the pace per target at which the warm-up starts: a cold
+	// pod is not hit at full pace. The pace doubles after every few
+	// requests while the pod keeps up — its latency is not getting worse
+	// and rate × latency stays below Connections, so requests do not queue
+	// — up to QPS, and halves when the latency jumps (a pod overloaded by
+	// its own warm-up slows its neighbours too). Never below StartQPS. Set
+	// it to QPS to start at full pace. Default: QPS / 8, at least 1 (at
+	// most QPS).
+	StartQPS float64 `json:"startQPS,omitempty"`
+	// NeighbourGuard: while warming, watch the users' latency on stable —
+	// the stable pods loaded side by side (rejectSlowerVersion,
+	// compareToStable, or any stable pods given) — and lower the warm-up's
+	// pace when it rises: when the p90 of the latest 20 stable requests is
+	// above NeighbourRatio × its baseline (the median of the first three
+	// such p90s) and more than NeighbourFloor above it, every target's
+	// pace is halved (not below StartQPS) and held; once stable is back
+	// under that line for two looks in a row, the cap doubles again. Each
+	// back-off is reported in the progress and the step's status. Default
+	// true; without stable pods it has nothing to watch.
+	NeighbourGuard *bool `json:"neighbourGuard,omitempty"`
+	// NeighbourRatio: see NeighbourGuard. Default 1.5.
+	NeighbourRatio float64 `json:"neighbourRatio,omitempty"`
+	// NeighbourFloor: see NeighbourGuard; a rise this small never backs
+	// off, so scheduler noise on a fast service does not slow the warm-up.
+	// Default 3ms.
+	NeighbourFloor config.Duration `json:"neighbourFloor,omitempty"`
+
 	// Seed seeds the random fields of request templates; 0 picks a random
 	// seed. Fix it for reproducible request streams.
 	Seed int64 `json:"seed,omitempty"`
@@ -174,6 +206,13 @@ func (c Config) WithDefaults() Config {
 	setDefault(&c.StableQPS, DefaultStableQPS)
 	setDefault(&c.RejectRatio, DefaultRejectRatio)
 	setDefault(&c.RejectFloor, config.Duration(DefaultRejectFloor))
+	setDefault(&c.StartQPS, min(c.QPS, max(1, c.QPS*DefaultStartQPSFraction)))
+	if c.NeighbourGuard == nil {
+		t := true
+		c.NeighbourGuard = &t
+	}
+	setDefault(&c.NeighbourRatio, DefaultNeighbourRatio)
+	setDefault(&c.NeighbourFloor, config.Duration(DefaultNeighbourFloor))
 	return c
 }
 
@@ -271,6 +310,15 @@ func (c Config) Validate() error {
 	}
 	if c.RejectFloor < 0 {
 		errs.Addf("rejectFloor", "must not be negative (got %s)", c.RejectFloor)
+	}
+	if c.QPS > 0 && (c.StartQPS <= 0 || c.StartQPS > c.QPS) {
+		errs.Addf("startQPS", "must be > 0 and at most qps %g: the pace the warm-up starts at (got %g)", c.QPS, c.StartQPS)
+	}
+	if c.NeighbourRatio < 1 {
+		errs.Addf("neighbourRatio", "must be >= 1: a ratio of stable's latency to its baseline (got %g)", c.NeighbourRatio)
+	}
+	if c.NeighbourFloor < 0 {
+		errs.Addf("neighbourFloor", "must not be negative (got %s)", c.NeighbourFloor)
 	}
 	if c.CompareToStable {
 		if c.StableRatio < 1 {

@@ -20,8 +20,9 @@ type event struct {
 	samples  []sample // a completed window
 	index    int
 	total    int64
-	failing  bool // failFastStreak requests in a row failed
-	failCode int  // the last failed answer's HTTP status (0: transport errors)
+	failing  bool            // failFastStreak requests in a row failed
+	look     []time.Duration // the neighbour guard's look at stable
+	failCode int             // the last failed answer's HTTP status (0: transport errors)
 
 	done    *loadRunner // set when a runner's fortio run returned
 	results periodic.RunnerResults
@@ -32,6 +33,7 @@ type targetState struct {
 	res     *TargetResult
 	rec     *recorder
 	runner  *loadRunner
+	pacer   *pacer
 	done    bool
 	waiting string
 	// slowerFor counts the windows in a row at which the target had
@@ -55,6 +57,10 @@ type coordinator struct {
 	// (Config.RejectSlowerVersion, with stable pods to compare with).
 	reject   bool
 	rejected string // why, once a target was rejected
+	// stableLoad: the stable pods are loaded side by side (compareToStable,
+	// the rejection, or the neighbour guard with stable pods given).
+	stableLoad bool
+	guard      *neighbourGuard // nil: no neighbour guard
 
 	events  chan event
 	canary  []*targetState
@@ -81,7 +87,9 @@ func (c *coordinator) run(parent, runCtx context.Context, targets []Target) erro
 	for i, t := range targets {
 		st := &targetState{res: &c.res.Targets[i], waiting: "no complete window yet"}
 		st.rec = newRecorder(c.cfg.Window, c.cfg.MaxRequests, c.events)
-		r, err := newLoadRunner(reqCtx, t, c.cfg.QPS, c.cfg.Connections, c.cfg, c.set, c.seed, uint64(i), st.rec)
+		st.pacer = newPacer(c.cfg)
+		st.rec.pacer = st.pacer
+		r, err := newLoadRunner(reqCtx, t, 0, st.pacer.pace, c.cfg.Connections, c.cfg, c.set, c.seed, uint64(i), st.rec)
 		if err != nil {
 			abortAll()
 			return err
@@ -91,13 +99,17 @@ func (c *coordinator) run(parent, runCtx context.Context, targets []Target) erro
 		c.canary = append(c.canary, st)
 		runners = append(runners, r)
 	}
-	if c.cfg.CompareToStable || c.reject {
+	if c.stableLoad {
 		c.stable = &TargetResult{Target: Target{Name: fmt.Sprintf("stable (%d pods)", len(c.opts.Stable))}}
 		c.res.Stable = c.stable
 		c.srec = newRecorder(c.cfg.Window, 0, c.events)
+		if *c.cfg.NeighbourGuard {
+			c.guard = newNeighbourGuard(c.cfg)
+			c.srec.look = guardLook
+		}
 		qps := c.cfg.StableQPS / float64(len(c.opts.Stable))
 		for i, t := range c.opts.Stable {
-			r, err := newLoadRunner(reqCtx, t, qps, 1, c.cfg, c.set, c.seed, uint64(1<<16+i), c.srec)
+			r, err := newLoadRunner(reqCtx, t, qps, nil, 1, c.cfg, c.set, c.seed, uint64(1<<16+i), c.srec)
 			if err != nil {
 				abortAll()
 				return err
@@ -149,6 +161,12 @@ func (c *coordinator) run(parent, runCtx context.Context, targets []Target) erro
 					c.res.Reason = c.failingReason(ev.rec, ev.failCode)
 					failure = fmt.Errorf("%w: %s", ErrTargetFailing, c.res.Reason)
 					hardStop()
+				}
+				continue
+			}
+			if ev.look != nil {
+				if !stopping {
+					c.onLook(ev.look)
 				}
 				continue
 			}
@@ -248,6 +266,7 @@ func (c *coordinator) onWindow(ev event) {
 				}
 			}
 			p.Target, p.TargetConverged, p.Waiting = st.res.Target.String(), st.res.Converged, st.waiting
+			p.Pace = st.pacer.current()
 		}
 	}
 	for _, st := range c.canary {
@@ -257,6 +276,40 @@ func (c *coordinator) onWindow(ev event) {
 		}
 	}
 	p.StableP99 = c.stableP99()
+	if c.guard != nil {
+		p.Backoffs = len(c.guard.backoffs)
+		if c.guard.ceiling < c.cfg.QPS {
+			p.PaceCap = c.guard.ceiling
+		}
+	}
+	c.emit(p)
+}
+
+// onLook hands one look at stable to the neighbour guard and applies and
+// reports a change of the cap on the targets' pace.
+func (c *coordinator) onLook(look []time.Duration) {
+	pace := 0.0
+	for _, st := range c.canary {
+		if !st.done && !st.res.Converged {
+			pace = max(pace, st.pacer.current())
+		}
+	}
+	ceiling, changed, what := c.guard.look(p90(look), pace, time.Since(c.start))
+	if !changed {
+		return
+	}
+	for _, st := range c.canary {
+		st.pacer.setCeiling(ceiling)
+	}
+	c.opts.Logger.Info("warm-up neighbour guard", "action", what)
+	p := Progress{Phase: PhaseLoad, Target: "stable", Stable: true, TargetConverged: true,
+		Neighbours: what, Backoffs: len(c.guard.backoffs), PaceCap: ceiling, StableP99: c.stableP99()}
+	for _, st := range c.canary {
+		p.Requests += st.rec.total.Load()
+		if st.res.Converged {
+			p.ConvergedTargets++
+		}
+	}
 	c.emit(p)
 }
 
@@ -322,8 +375,12 @@ func (c *coordinator) finish() {
 		tr.RetCodes = rec.codes
 		tr.hist, tr.errHist = rec.hist, rec.errHist
 	}
+	if c.guard != nil {
+		c.res.Backoffs = c.guard.backoffs
+	}
 	for _, st := range c.canary {
 		collect(st.res, st.rec)
+		st.res.FullPaceAfter, st.res.PaceCuts = st.pacer.stats()
 		if err := st.runner.lastErr.get(); err != nil {
 			st.res.LastError = err.Error()
 		} else if st.rec.lastFailCode > 0 {

@@ -38,6 +38,12 @@ type recorder struct {
 	limit  int64 // request cap (MaxRequests); 0 = none
 	onCap  func()
 	events chan<- event
+	// pacer, if set, is told every request's latency (the pace ramp).
+	pacer *pacer
+	// look, if > 0, sends every look requests' latencies to the
+	// coordinator as well (the neighbour guard's looks at stable).
+	look    int
+	lookCur []time.Duration
 
 	total atomic.Int64 // requests so far; read by the coordinator without the lock
 
@@ -77,8 +83,9 @@ func (r *recorder) Start(ctx context.Context, _ periodic.ThreadID, _ int64, _ ti
 // while load runs, so it always drains the channel.
 func (r *recorder) Report(_ context.Context, _ periodic.ThreadID, _ int64, _ time.Time, latency float64, ok bool, details string) {
 	code, _ := strconv.Atoi(details)
+	l := time.Duration(latency * float64(time.Second))
 	r.mu.Lock()
-	r.cur = append(r.cur, sample{latency: time.Duration(latency * float64(time.Second)), ok: ok})
+	r.cur = append(r.cur, sample{latency: l, ok: ok})
 	n := r.total.Add(1)
 	r.hist.Record(latency)
 	if !ok {
@@ -95,6 +102,16 @@ func (r *recorder) Report(_ context.Context, _ periodic.ThreadID, _ int64, _ tim
 		r.failStreak = 0
 	}
 	r.codes[code]++
+	if r.pacer != nil {
+		r.pacer.observe(l)
+	}
+	if r.look > 0 {
+		r.lookCur = append(r.lookCur, l)
+		if len(r.lookCur) >= r.look {
+			r.events <- event{rec: r, look: r.lookCur}
+			r.lookCur = make([]time.Duration, 0, r.look)
+		}
+	}
 	if len(r.cur) >= r.window {
 		r.windows++
 		r.events <- event{rec: r, samples: r.cur, index: r.windows, total: n}
@@ -118,12 +135,15 @@ type loadRunner struct {
 	lastErr *errorBox
 }
 
-func newLoadRunner(reqCtx context.Context, t Target, qps float64, conns int, cfg *Config, set *requestSet, seed, stream uint64, rec *recorder) (*loadRunner, error) {
+// newLoadRunner loads t at pace when it is set (the canary targets' ramp),
+// else at a fixed qps (the stable probe).
+func newLoadRunner(reqCtx context.Context, t Target, qps float64, pace *load.Pace, conns int, cfg *Config, set *requestSet, seed, stream uint64, rec *recorder) (*loadRunner, error) {
 	lr := &loadRunner{target: t, lastErr: &errorBox{}}
 	seq := &atomic.Int64{}
 	r, err := load.New(load.Options{
 		URL:            t.URL + "/",
 		QPS:            qps,
+		Pace:           pace,
 		Connections:    conns,
 		Timeout:        cfg.Timeout.D(),
 		Headers:        map[string]string{"User-Agent": userAgent},

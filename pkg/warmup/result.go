@@ -23,6 +23,9 @@ type Result struct {
 	Targets []TargetResult `json:"targets"`
 	// Stable is the stable pool, loaded side by side (CompareToStable only).
 	Stable *TargetResult `json:"stable,omitempty"`
+	// Backoffs are the times the neighbour guard lowered the pace because
+	// the latency on stable rose (Config.NeighbourGuard).
+	Backoffs []Backoff `json:"backoffs,omitempty"`
 	// Converged is true when every target converged.
 	Converged bool `json:"converged"`
 	// Reason says why the warm-up ended.
@@ -51,6 +54,11 @@ type TargetResult struct {
 	// LastError is the last transport error (e.g. connection refused), else
 	// the HTTP status of the last failed answer ("HTTP 503"), if any.
 	LastError string `json:"lastError,omitempty"`
+	// FullPaceAfter is the request count at which the pace ramp first
+	// reached qps (0: never; 1: no ramp, startQPS = qps); PaceCuts counts
+	// the times the ramp halved the pace because latency jumped.
+	FullPaceAfter int64 `json:"fullPaceAfter,omitempty"`
+	PaceCuts      int   `json:"paceCuts,omitempty"`
 
 	fortio        periodic.RunnerResults
 	hist, errHist *stats.Histogram

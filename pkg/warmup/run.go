@@ -1,10 +1,12 @@
 package warmup
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -69,6 +71,16 @@ type Progress struct {
 	Requests int64
 	// StableP99 is the stable pool's latest window p99 (0 if none yet).
 	StableP99 time.Duration
+	// Pace is Target's pace now, in requests per second (the ramp, see
+	// Config.StartQPS).
+	Pace float64
+	// Neighbours is set on the snapshot at which the neighbour guard
+	// changed the cap on the pace (Config.NeighbourGuard): what it saw and
+	// did. Backoffs counts its back-offs so far; PaceCap is the cap on
+	// every target's pace while it is below qps (0: no cap).
+	Neighbours string
+	Backoffs   int
+	PaceCap    float64
 }
 
 // Run warms the targets until their latency converges (see the package
@@ -117,7 +129,9 @@ func Run(ctx context.Context, cfg Config, targets []Target, opts Options) (*Resu
 	emit(Progress{Phase: PhaseHealth})
 	probe := append([]Target(nil), targets...)
 	reject := cfg.rejecting(len(opts.Stable) > 0)
-	if cfg.CompareToStable || reject {
+	// The neighbour guard watches the stable pods whenever they are given.
+	stableLoad := cfg.CompareToStable || reject || (*cfg.NeighbourGuard && len(opts.Stable) > 0)
+	if stableLoad {
 		probe = append(probe, opts.Stable...)
 	}
 	healthCtx, healthCancel := context.WithTimeout(runCtx, cfg.HealthTimeout.D())
@@ -137,9 +151,9 @@ func Run(ctx context.Context, cfg Config, targets []Target, opts Options) (*Resu
 		return res, err
 	}
 
-	opts.Logger.Debug("warm-up load starting", "targets", len(targets), "qps", cfg.QPS, "connections", cfg.Connections)
+	opts.Logger.Debug("warm-up load starting", "targets", len(targets), "qps", cfg.QPS, "startQPS", cfg.StartQPS, "connections", cfg.Connections)
 	emit(Progress{Phase: PhaseLoad})
-	c := &coordinator{cfg: &cfg, opts: opts, set: set, seed: uint64(seed), start: start, emit: emit, res: res, reject: reject}
+	c := &coordinator{cfg: &cfg, opts: opts, set: set, seed: uint64(seed), start: start, emit: emit, res: res, reject: reject, stableLoad: stableLoad}
 	err = c.run(ctx, runCtx, targets)
 	res.Elapsed = time.Since(start)
 	emit(Progress{Phase: PhaseDone, Requests: res.Requests(), ConvergedTargets: res.convergedTargets()})
@@ -164,6 +178,11 @@ func (r *Result) Summary() string {
 		if w, ok := lastComplete(r.Stable.Windows); ok {
 			fmt.Fprintf(&b, " (stable p99 %s)", latency.Format(w.P99))
 		}
+	}
+	if n := len(r.Backoffs); n > 0 {
+		worst := slices.MaxFunc(r.Backoffs, func(a, b Backoff) int { return cmp.Compare(a.StableP90, b.StableP90) })
+		fmt.Fprintf(&b, "; the neighbour guard backed off %d time(s) (stable p90 up to %s, baseline %s; pace down to %s qps per pod)",
+			n, latency.Format(worst.StableP90), latency.Format(worst.Baseline), formatQPS(slices.MinFunc(r.Backoffs, func(a, b Backoff) int { return cmp.Compare(a.PaceQPS, b.PaceQPS) }).PaceQPS))
 	}
 	return b.String()
 }

@@ -42,9 +42,20 @@ type Status struct {
 	LastP99   string        `json:"lastP99,omitempty"`
 	StableP99 string        `json:"stableP99,omitempty"`
 	// Trend is the p99 of the last six windows (of any pod), oldest first.
-	Trend   []string `json:"p99Trend,omitempty"`
-	Message string   `json:"message,omitempty"`
+	Trend []string `json:"p99Trend,omitempty"`
+	// PaceQPS is the latest pace of a pod's warm-up (the ramp, see
+	// Config.StartQPS), in requests per second.
+	PaceQPS float64 `json:"paceQPS,omitempty"`
+	// Backoffs counts the neighbour guard's back-offs; Neighbours is its
+	// latest action (Config.NeighbourGuard).
+	Backoffs   int    `json:"backoffs,omitempty"`
+	Neighbours string `json:"neighbours,omitempty"`
+	Message    string `json:"message,omitempty"`
 }
+
+// guardNote introduces the neighbour guard's latest action in
+// Status.Message while it caps the pace.
+const guardNote = "; neighbour guard: "
 
 // PodProgress is one target's latest window.
 type PodProgress struct {
@@ -83,9 +94,17 @@ func (st *Status) fold(p Progress, pods map[string]*PodProgress) {
 	if p.StableP99 > 0 {
 		st.StableP99 = p.StableP99.String()
 	}
+	if p.Neighbours != "" {
+		st.Neighbours, st.Backoffs = p.Neighbours, p.Backoffs
+		if i := strings.Index(st.Message, guardNote); i >= 0 {
+			st.Message = st.Message[:i]
+		}
+		st.Message += guardNote + p.Neighbours
+	}
 	if p.Stable {
 		return
 	}
+	st.PaceQPS = p.Pace
 	st.Requests, st.Converged = p.Requests, p.ConvergedTargets
 	pod := pods[p.Target]
 	if pod == nil {
@@ -113,5 +132,8 @@ func (st *Status) fold(p Progress, pods map[string]*PodProgress) {
 		p.Targets, p.Requests, p.ConvergedTargets, p.Targets, st.FirstP99, st.LastP99, p.Window.Index, p.Target)
 	if !p.TargetConverged && p.Waiting != "" {
 		st.Message += ", waiting for: " + p.Waiting
+	}
+	if p.PaceCap > 0 && st.Neighbours != "" {
+		st.Message += guardNote + st.Neighbours
 	}
 }

@@ -1,0 +1,260 @@
+package warmup
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/danki-dev/danki/pkg/latency"
+	"github.com/danki-dev/danki/pkg/load"
+)
+
+// The pace ramp (Config.StartQPS): its constants need no tuning per
+// workload, as they only decide how often and how far the pace moves.
+const (
+	// paceStepRequests is how many requests the ramp looks at before it
+	// moves the pace (at least two per connection): a median of ten is
+	// robust to a few slow requests, and at the default start of 2.5 qps a
+	// step takes 4 s, at full pace half a second.
+	paceStepRequests = 10
+	// paceRefSteps: a step's median latency is compared with the best
+	// median of the steps before (up to this many), so a pod that got
+	// slower for good is judged against its new level after a while.
+	paceRefSteps = 3
+	// paceJumpFloor: a rise in median latency smaller than this never
+	// counts (scheduler noise on a sub-millisecond service).
+	paceJumpFloor = 2 * time.Millisecond
+	// paceHeadroom is the share of the connections that rate × mean
+	// latency (Little's law: requests in flight) may fill: beyond it,
+	// requests would wait for a free connection, so a faster pace would
+	// not be sent anyway and only press on a pod that does not keep up.
+	paceHeadroom = 0.8
+)
+
+// pacer ramps the pace of one target's warm-up: it starts at StartQPS and,
+// after every step of requests, doubles the pace while the pod keeps up
+// (its median latency is not rising, and the requests in flight at the
+// next pace would fit in the connections), holds it when latency creeps
+// up, and halves it when the median jumps to twice the best recent step's.
+// The neighbour guard caps it (setCeiling). Requests are counted, not
+// timed: the ramp moves as fast as the pod answers.
+type pacer struct {
+	pace  *load.Pace
+	conns int
+	full  float64 // Config.QPS
+	floor float64 // Config.StartQPS
+	step  int     // requests per step
+
+	mu       sync.Mutex
+	rate     float64         // the pace now, ≤ ceiling
+	ceiling  float64         // the neighbour guard's cap; full when not backing off
+	cur      []time.Duration // this step's latencies
+	medians  []time.Duration // the latest steps' medians, oldest first
+	requests int64
+	// fullAfter is the request count at which the pace first reached full
+	// (0: not yet); cuts counts halvings for a latency jump.
+	fullAfter int64
+	cuts      int
+}
+
+func newPacer(cfg *Config) *pacer {
+	p := &pacer{
+		conns:   cfg.Connections,
+		full:    cfg.QPS,
+		floor:   cfg.StartQPS,
+		step:    max(paceStepRequests, 2*cfg.Connections),
+		rate:    cfg.StartQPS,
+		ceiling: cfg.QPS,
+	}
+	p.pace = load.NewPace(p.rate)
+	if p.rate >= p.full {
+		p.fullAfter = 1 // no ramp: at full pace from the first request
+	}
+	return p
+}
+
+// observe adds one completed request (called on the request's goroutine);
+// after every step it moves the pace.
+func (p *pacer) observe(l time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.requests++
+	p.cur = append(p.cur, l)
+	if len(p.cur) < p.step {
+		return
+	}
+	p.decide(p.cur)
+	p.cur = p.cur[:0]
+}
+
+// decide moves the pace after one step of latencies.
+func (p *pacer) decide(step []time.Duration) {
+	sorted := slices.Clone(step)
+	slices.Sort(sorted)
+	med := sorted[(len(sorted)-1)/2]
+	var sum time.Duration
+	for _, l := range step {
+		sum += l
+	}
+	mean := sum / time.Duration(len(step))
+	var ref time.Duration
+	if len(p.medians) > 0 {
+		ref = slices.Min(p.medians)
+	}
+	p.medians = append(p.medians, med)
+	if len(p.medians) > paceRefSteps {
+		p.medians = p.medians[1:]
+	}
+	switch {
+	case ref > 0 && med > 2*ref && med-ref > paceJumpFloor:
+		// The latency jumped: the pod (or its node) is overloaded.
+		p.cuts++
+		p.set(max(p.floor, p.rate/2))
+	case ref > 0 && med > ref*5/4 && med-ref > paceJumpFloor:
+		// Getting worse: hold.
+	default:
+		next := min(p.ceiling, 2*p.rate)
+		if mean > 0 {
+			next = min(next, paceHeadroom*float64(p.conns)/mean.Seconds())
+		}
+		if next > p.rate {
+			p.set(next)
+		}
+	}
+}
+
+func (p *pacer) set(rate float64) {
+	p.rate = rate
+	p.pace.Set(rate)
+	if rate >= p.full && p.fullAfter == 0 {
+		p.fullAfter = p.requests
+	}
+}
+
+// setCeiling caps the pace (the neighbour guard); the ramp climbs back on
+// its own once the cap is raised.
+func (p *pacer) setCeiling(qps float64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.ceiling = qps
+	if p.rate > qps {
+		p.set(max(p.floor, qps))
+	}
+}
+
+// current returns the pace now.
+func (p *pacer) current() float64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.rate
+}
+
+func (p *pacer) stats() (fullAfter int64, cuts int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.fullAfter, p.cuts
+}
+
+// The neighbour guard (Config.NeighbourGuard).
+const (
+	// guardLook is how many stable requests make one look at the users'
+	// latency on stable: 2 s at the default stableQPS of 10, so the guard
+	// reacts within seconds, while a window of 100 takes 10 s.
+	guardLook = 20
+	// guardBaselineLooks: stable's baseline is the median of its first
+	// looks' p90s.
+	guardBaselineLooks = 3
+	// guardRecoverLooks: looks in a row under the line before the cap is
+	// raised again.
+	guardRecoverLooks = 2
+)
+
+// Backoff is one time the neighbour guard lowered the warm-up's pace
+// because the users' latency on stable rose.
+type Backoff struct {
+	// After is the time since the warm-up started.
+	After time.Duration `json:"after"`
+	// StableP90 is the p90 of the look that backed off; Baseline is
+	// stable's p90 at the warm-up's start.
+	StableP90 time.Duration `json:"stableP90"`
+	Baseline  time.Duration `json:"baseline"`
+	// PaceQPS is the cap on every target's pace after the back-off.
+	PaceQPS float64 `json:"paceQPS"`
+}
+
+// neighbourGuard watches stable's latency while warming and lowers the
+// cap on the warm-up's pace when it rises above its baseline (see
+// Config.NeighbourGuard). Only the coordinator's goroutine uses it.
+type neighbourGuard struct {
+	ratio       float64
+	floor       time.Duration
+	full, least float64 // Config.QPS, Config.StartQPS
+
+	first    []time.Duration
+	baseline time.Duration
+	ceiling  float64
+	okLooks  int
+	backoffs []Backoff
+}
+
+func newNeighbourGuard(cfg *Config) *neighbourGuard {
+	return &neighbourGuard{ratio: cfg.NeighbourRatio, floor: cfg.NeighbourFloor.D(), full: cfg.QPS, least: cfg.StartQPS, ceiling: cfg.QPS}
+}
+
+// line is the p90 above which stable counts as harmed.
+func (g *neighbourGuard) line() time.Duration {
+	return max(time.Duration(g.ratio*float64(g.baseline)), g.baseline+g.floor)
+}
+
+// look judges one look at stable: the p90 of its latest guardLook
+// requests, with pace the fastest target's pace now. It returns the new
+// cap when it changed, and what happened, for the progress.
+func (g *neighbourGuard) look(p90 time.Duration, pace float64, elapsed time.Duration) (ceiling float64, changed bool, what string) {
+	if g.baseline == 0 {
+		g.first = append(g.first, p90)
+		if len(g.first) == guardBaselineLooks {
+			sorted := slices.Clone(g.first)
+			slices.Sort(sorted)
+			g.baseline = max(sorted[len(sorted)/2], time.Microsecond)
+		}
+		return g.ceiling, false, ""
+	}
+	line := g.line()
+	if p90 > line {
+		g.okLooks = 0
+		next := max(g.least, min(g.ceiling, pace)/2)
+		if next >= g.ceiling {
+			return g.ceiling, false, "" // held at startQPS: already reported
+		}
+		g.ceiling = next
+		g.backoffs = append(g.backoffs, Backoff{After: elapsed, StableP90: p90, Baseline: g.baseline, PaceQPS: next})
+		return g.ceiling, true, fmt.Sprintf("stable p90 %s above %s (its baseline %s × %g, + %s at least): warm-up pace halved to %s qps per pod (back-off %d)",
+			latency.Format(p90), latency.Format(line), latency.Format(g.baseline), g.ratio, latency.Format(g.floor), formatQPS(next), len(g.backoffs))
+	}
+	if g.ceiling >= g.full {
+		return g.ceiling, false, ""
+	}
+	if g.okLooks++; g.okLooks < guardRecoverLooks {
+		return g.ceiling, false, ""
+	}
+	g.okLooks = 0
+	g.ceiling = min(g.full, 2*g.ceiling)
+	if g.ceiling >= g.full {
+		return g.ceiling, true, fmt.Sprintf("stable p90 %s back under %s: warm-up pace free to ramp up to %s qps per pod again", latency.Format(p90), latency.Format(line), formatQPS(g.full))
+	}
+	return g.ceiling, true, fmt.Sprintf("stable p90 %s back under %s: warm-up pace cap raised to %s qps per pod", latency.Format(p90), latency.Format(line), formatQPS(g.ceiling))
+}
+
+// formatQPS prints a rate with up to one decimal: 2.5, 20.
+func formatQPS(q float64) string {
+	return strconv.FormatFloat(math.Round(q*10)/10, 'f', -1, 64)
+}
+
+// p90 is the nearest-rank 90th percentile of ls (sorted in place).
+func p90(ls []time.Duration) time.Duration {
+	slices.Sort(ls)
+	return ls[(len(ls)*9+9)/10-1]
+}

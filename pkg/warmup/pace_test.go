@@ -1,0 +1,422 @@
+package warmup
+
+import (
+	"context"
+	"errors"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/danki-dev/danki/internal/config"
+	"github.com/danki-dev/danki/internal/testutil"
+)
+
+func paceConfig(qps, start float64, conns int) *Config {
+	cfg := Config{QPS: qps, StartQPS: start, Connections: conns}.WithDefaults()
+	return &cfg
+}
+
+// feed hands the pacer n requests of latency l.
+func feed(p *pacer, n int, l time.Duration) {
+	for range n {
+		p.observe(l)
+	}
+}
+
+func TestPacerDoublesWhileThePodKeepsUp(t *testing.T) {
+	p := newPacer(paceConfig(20, 0, 4)) // default start: 20 / 8
+	if p.current() != 2.5 || p.pace.QPS() != 2.5 {
+		t.Fatalf("starts at %g (load pace %g), want qps/8 = 2.5", p.current(), p.pace.QPS())
+	}
+	var rates []float64
+	for range 5 {
+		feed(p, paceStepRequests, 5*time.Millisecond)
+		rates = append(rates, p.current())
+	}
+	if want := []float64{5, 10, 20, 20, 20}; !slices.Equal(rates, want) {
+		t.Errorf("pace after each step of a pod at 5 ms: %v, want %v", rates, want)
+	}
+	if full, cuts := p.stats(); full != 3*paceStepRequests || cuts != 0 {
+		t.Errorf("full pace after %d requests (%d cuts), want after %d", full, cuts, 3*paceStepRequests)
+	}
+}
+
+func TestPacerHoldsWhenRequestsWouldQueue(t *testing.T) {
+	// A cold pod answering in 400 ms: 4 connections carry at most 10 qps,
+	// 8 with headroom. The ramp climbs to that, not to qps.
+	p := newPacer(paceConfig(20, 2, 4))
+	for range 5 {
+		feed(p, paceStepRequests, 400*time.Millisecond)
+	}
+	if got := p.current(); got < 7 || got > 8.01 {
+		t.Errorf("pace %g for a pod at 400 ms with 4 connections, want 8 (0.8 × 4 / 0.4 s)", got)
+	}
+	// Warmer, it may go faster.
+	feed(p, paceStepRequests, 100*time.Millisecond)
+	if got := p.current(); got != 16 {
+		t.Errorf("pace %g once the pod answers in 100 ms, want 16 (double, under 0.8 × 4 / 0.1 s = 32)", got)
+	}
+}
+
+func TestPacerHalvesOnALatencyJump(t *testing.T) {
+	p := newPacer(paceConfig(400, 50, 4))
+	feed(p, paceStepRequests, time.Millisecond) // 50 → 100
+	feed(p, paceStepRequests, time.Millisecond) // 100 → 200
+	if p.current() != 200 {
+		t.Fatalf("pace %g, want 200", p.current())
+	}
+	feed(p, paceStepRequests, 10*time.Millisecond) // a jump: halve
+	if got := p.current(); got != 100 {
+		t.Errorf("pace %g after the median jumped 1 → 10 ms, want halved to 100", got)
+	}
+	feed(p, paceStepRequests, 10*time.Millisecond) // still 10× the best: halve again
+	feed(p, paceStepRequests, 10*time.Millisecond)
+	if got := p.current(); got != 50 {
+		t.Errorf("pace %g after more slow steps, want the floor startQPS 50", got)
+	}
+	if _, cuts := p.stats(); cuts != 3 {
+		t.Errorf("%d cuts, want 3", cuts)
+	}
+	// Slower for good: after paceRefSteps slow steps, 10 ms is the level
+	// the pod is judged by, and the ramp climbs again.
+	feed(p, paceStepRequests, 10*time.Millisecond)
+	if got := p.current(); got != 100 {
+		t.Errorf("pace %g once 10 ms was the pod's level for %d steps, want raised to 100", got, paceRefSteps)
+	}
+	// Latency creeping up (1.25–2× the best) holds the pace.
+	q := newPacer(paceConfig(400, 50, 4))
+	feed(q, paceStepRequests, 10*time.Millisecond) // 50 → 100
+	feed(q, paceStepRequests, 15*time.Millisecond)
+	if got := q.current(); got != 100 {
+		t.Errorf("pace %g after the median rose 10 → 15 ms, want held at 100", got)
+	}
+	// A rise under paceJumpFloor is noise, not a jump.
+	r := newPacer(paceConfig(400, 50, 4))
+	feed(r, paceStepRequests, 200*time.Microsecond)
+	feed(r, paceStepRequests, time.Millisecond)
+	if got := r.current(); got != 200 {
+		t.Errorf("pace %g after 0.2 → 1 ms, want raised to 200 (noise on a fast service)", got)
+	}
+}
+
+func TestPacerCeiling(t *testing.T) {
+	p := newPacer(paceConfig(100, 10, 4))
+	feed(p, 4*paceStepRequests, time.Millisecond)
+	if p.current() != 100 {
+		t.Fatalf("pace %g, want 100", p.current())
+	}
+	p.setCeiling(25)
+	if p.current() != 25 || p.pace.QPS() != 25 {
+		t.Errorf("pace %g (load %g) under a ceiling of 25", p.current(), p.pace.QPS())
+	}
+	feed(p, 3*paceStepRequests, time.Millisecond)
+	if p.current() != 25 {
+		t.Errorf("pace %g climbed over the ceiling 25", p.current())
+	}
+	p.setCeiling(5) // below startQPS: the floor wins
+	if p.current() != 10 {
+		t.Errorf("pace %g under a ceiling below startQPS 10, want 10", p.current())
+	}
+	p.setCeiling(100)
+	feed(p, paceStepRequests, time.Millisecond)
+	if p.current() != 20 {
+		t.Errorf("pace %g one step after the ceiling was lifted, want 20: the ramp climbs back, no jump to full", p.current())
+	}
+}
+
+func TestNeighbourGuard(t *testing.T) {
+	g := newNeighbourGuard(paceConfig(20, 2.5, 4))
+	for _, p := range []time.Duration{4, 6, 5} { // baseline: median 5 ms
+		if _, changed, _ := g.look(p*time.Millisecond, 20, 0); changed {
+			t.Fatal("changed the cap while measuring the baseline")
+		}
+	}
+	if g.baseline != 5*time.Millisecond || g.line() != 8*time.Millisecond {
+		t.Fatalf("baseline %s, line %s; want 5ms and 8ms (baseline + neighbourFloor 3ms > 1.5 × 5ms)", g.baseline, g.line())
+	}
+	if _, changed, _ := g.look(7900*time.Microsecond, 20, 0); changed {
+		t.Error("backed off under the line")
+	}
+	ceiling, changed, what := g.look(45*time.Millisecond, 20, time.Second)
+	if !changed || ceiling != 10 || !strings.Contains(what, "stable p90 45.0ms above 8.00ms") || !strings.Contains(what, "halved to 10 qps per pod (back-off 1)") {
+		t.Errorf("stable at 45 ms: cap %g changed %v %q, want halved to 10", ceiling, changed, what)
+	}
+	// Held down while stable stays high, to startQPS at the least.
+	g.look(45*time.Millisecond, 10, 2*time.Second)
+	g.look(45*time.Millisecond, 5, 3*time.Second)
+	if ceiling, changed, _ := g.look(45*time.Millisecond, 2.5, 4*time.Second); changed || ceiling != 2.5 {
+		t.Errorf("cap %g (changed %v) at the floor, want held at startQPS 2.5 without a new back-off", ceiling, changed)
+	}
+	if len(g.backoffs) != 3 || g.backoffs[0].StableP90 != 45*time.Millisecond || g.backoffs[0].Baseline != 5*time.Millisecond {
+		t.Errorf("back-offs %+v, want 3 (10, 5, 2.5 qps)", g.backoffs)
+	}
+	// Recovery: two good looks in a row double the cap, until it is lifted.
+	var caps []float64
+	for range 8 {
+		if ceiling, changed, _ := g.look(5*time.Millisecond, 2.5, 5*time.Second); changed {
+			caps = append(caps, ceiling)
+		}
+	}
+	if want := []float64{5, 10, 20}; !slices.Equal(caps, want) {
+		t.Errorf("caps while stable recovered: %v, want %v", caps, want)
+	}
+}
+
+func TestP90(t *testing.T) {
+	var ls []time.Duration
+	for i := 1; i <= 20; i++ {
+		ls = append(ls, time.Duration(21-i)*time.Millisecond)
+	}
+	if got := p90(ls); got != 18*time.Millisecond {
+		t.Errorf("p90 of 1..20 ms = %s, want 18ms (nearest rank)", got)
+	}
+}
+
+// arrivals records when a test server's load requests arrive.
+type arrivals struct {
+	mu sync.Mutex
+	at []time.Time
+}
+
+func (a *arrivals) add() time.Time {
+	now := time.Now()
+	a.mu.Lock()
+	a.at = append(a.at, now)
+	a.mu.Unlock()
+	return now
+}
+
+// rate counts arrivals in the last d before now.
+func (a *arrivals) rate(now time.Time, d time.Duration) float64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	n := 0
+	for i := len(a.at) - 1; i >= 0 && now.Sub(a.at[i]) < d; i-- {
+		n++
+	}
+	return float64(n) / d.Seconds()
+}
+
+func (a *arrivals) first(n int) time.Duration {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.at[n-1].Sub(a.at[0])
+}
+
+func TestPaceStartsLowAndReachesQPS(t *testing.T) {
+	arr := &arrivals{}
+	srv := newTestServer(t, func(int64, bool) time.Duration { arr.add(); return time.Millisecond })
+	cfg := fastConfig()
+	cfg.QPS, cfg.StartQPS = 400, 20
+	cfg.MinRequests = 500
+	var paces []float64
+	res, err := Run(context.Background(), cfg, []Target{target(srv)}, Options{OnProgress: func(p Progress) {
+		if p.Target != "" {
+			paces = append(paces, p.Pace)
+		}
+	}})
+	if err != nil {
+		t.Fatalf("warm-up failed: %v\n%s", err, table(res))
+	}
+	// The first 10 requests at 20 qps take at least 9 intervals of 50 ms
+	// (at 400 qps: 22 ms), however busy the machine.
+	if took := arr.first(10); took < 400*time.Millisecond {
+		t.Errorf("the first 10 requests took %s: not started at startQPS 20", took)
+	}
+	tr := res.Targets[0]
+	if tr.FullPaceAfter == 0 || slices.Max(paces) != 400 {
+		t.Fatalf("the pace never reached qps 400 on a healthy pod: full pace after %d requests, paces per window %v\n%s", tr.FullPaceAfter, paces, table(res))
+	}
+	// 20 → 40 → 80 → 160 → 320 → 400: five steps, unless noise on a busy
+	// machine cut the pace on the way.
+	if tr.FullPaceAfter > int64(5*paceStepRequests)*4 {
+		t.Errorf("full pace only after %d requests (%d cuts)", tr.FullPaceAfter, tr.PaceCuts)
+	}
+	t.Logf("full pace after %d requests, %d cuts, paces per window %v", tr.FullPaceAfter, tr.PaceCuts, paces)
+}
+
+// A pod that slows down above 150 qps (its CPU saturates) is kept near
+// what it can take: the ramp halves the pace whenever latency jumps, and
+// never reaches qps.
+func TestPaceBacksOffWhenThePodSaturates(t *testing.T) {
+	arr := &arrivals{}
+	saturating := func(int64, bool) time.Duration {
+		if now := arr.add(); arr.rate(now, 100*time.Millisecond) > 150 {
+			return 10 * time.Millisecond
+		}
+		return time.Millisecond
+	}
+	srv := newTestServer(t, saturating)
+	cfg := fastConfig()
+	cfg.QPS, cfg.StartQPS = 1000, 50
+	cfg.MinRequests, cfg.MaxRequests = 600, 600
+	off := false
+	cfg.UntilConverged = &off
+	res, err := Run(context.Background(), cfg, []Target{target(srv)}, Options{})
+	if err != nil {
+		t.Fatalf("warm-up failed: %v\n%s", err, table(res))
+	}
+	tr := res.Targets[0]
+	if tr.PaceCuts == 0 || tr.FullPaceAfter != 0 {
+		t.Errorf("a pod saturating above 150 qps: %d cuts, full pace (1000) after %d requests; want cuts and never full pace\n%s", tr.PaceCuts, tr.FullPaceAfter, table(res))
+	}
+	t.Logf("%d cuts", tr.PaceCuts)
+}
+
+// The neighbour guard lowers the pace when stable's latency rises, says
+// so in the progress, and lets the pace climb back once stable recovers.
+func TestNeighbourGuardBacksOffAndRecovers(t *testing.T) {
+	var slow atomic.Bool
+	stable := newTestServer(t, func(int64, bool) time.Duration {
+		if slow.Load() {
+			return 25 * time.Millisecond
+		}
+		return time.Millisecond
+	})
+	canary := newTestServer(t, testutil.Flat(time.Millisecond))
+	cfg := fastConfig()
+	cfg.QPS, cfg.StartQPS = 200, 25
+	cfg.StableQPS = 100 // a look every 0.2 s
+	cfg.MinRequests, cfg.MaxRequests = 1_000_000, 1_000_000
+	cfg.Deadline = config.Duration(60 * time.Second)
+
+	var mu sync.Mutex
+	var last Progress
+	var said []string
+	st := &Status{}
+	pods := map[string]*PodProgress{}
+	progress := func(p Progress) {
+		mu.Lock()
+		defer mu.Unlock()
+		st.fold(p, pods)
+		if p.Neighbours != "" {
+			said = append(said, p.Neighbours)
+		}
+		if !p.Stable && p.Target != "" {
+			last = p
+		}
+	}
+	snapshot := func() (Progress, []string, Status) {
+		mu.Lock()
+		defer mu.Unlock()
+		return last, slices.Clone(said), *st
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	type outcome struct {
+		res *Result
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		res, err := Run(ctx, cfg, []Target{target(canary)}, Options{Stable: []Target{target(stable)}, OnProgress: progress})
+		done <- outcome{res, err}
+	}()
+
+	waitFor := func(what string, cond func(p Progress, said []string) bool) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			p, s, _ := snapshot()
+			if cond(p, s) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no %s within 20 s; last progress %+v, guard said %q", what, p, s)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	waitFor("full pace", func(p Progress, _ []string) bool { return p.Pace == 200 && p.PaceCap == 0 })
+	before := len(func() []string { _, s, _ := snapshot(); return s }())
+	slow.Store(true)
+	waitFor("back-off", func(p Progress, s []string) bool {
+		return p.PaceCap > 0 && p.PaceCap <= 50 && p.Pace <= p.PaceCap && len(s) > before
+	})
+	// Held down: while stable stays slow, the canary gets at most the cap.
+	p, s, status := snapshot()
+	if !regexp.MustCompile(`^stable p90 [0-9.]+ms above [0-9.]+ms \(its baseline .*\): warm-up pace halved to [0-9.]+ qps per pod \(back-off [0-9]+\)$`).MatchString(s[len(s)-1]) {
+		t.Errorf("back-off message %q, want stable's p90 and the new pace", s[len(s)-1])
+	}
+	if status.Backoffs == 0 || !strings.Contains(status.Message, guardNote+"stable p90") {
+		t.Errorf("status: %d back-offs, message %q; want the back-off in the step's message", status.Backoffs, status.Message)
+	}
+	n0, t0 := canary.Load(), time.Now()
+	time.Sleep(time.Second)
+	if rate := float64(canary.Load()-n0) / time.Since(t0).Seconds(); rate > 2*p.PaceCap+10 {
+		t.Errorf("canary got %.0f qps under a cap of %g", rate, p.PaceCap)
+	}
+	slow.Store(false)
+	waitFor("recovery", func(p Progress, s []string) bool {
+		return p.PaceCap == 0 && p.Pace == 200 && strings.Contains(s[len(s)-1], "free to ramp up to 200 qps per pod again")
+	})
+	cancel()
+	out := <-done
+	if !errors.Is(out.err, context.Canceled) {
+		t.Errorf("err = %v, want context.Canceled", out.err)
+	}
+	if len(out.res.Backoffs) == 0 || out.res.Backoffs[0].StableP90 < 20*time.Millisecond || !strings.Contains(out.res.Summary(), "neighbour guard backed off") {
+		t.Errorf("result back-offs %+v, summary %q", out.res.Backoffs, out.res.Summary())
+	}
+}
+
+// Cancelling a warm-up stops it at once, even while its connections wait
+// for a slow turn.
+func TestCancelStopsLoadPromptlyAtASlowPace(t *testing.T) {
+	srv := newTestServer(t, testutil.Flat(time.Millisecond))
+	cfg := fastConfig()
+	cfg.QPS, cfg.StartQPS = 200, 0.5 // a turn every 2 s
+	cfg.MinRequests, cfg.MaxRequests = 1_000_000, 1_000_000
+	ctx, cancel := context.WithCancel(context.Background())
+	cancelled := make(chan time.Time, 1)
+	go func() {
+		for deadline := time.Now().Add(10 * time.Second); srv.Load() == 0 && time.Now().Before(deadline); {
+			time.Sleep(10 * time.Millisecond)
+		}
+		time.Sleep(100 * time.Millisecond) // into the 2 s wait for the next turn
+		cancelled <- time.Now()
+		cancel()
+	}()
+	res, err := Run(ctx, cfg, []Target{target(srv)}, Options{})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v, want context.Canceled", err)
+	}
+	if took := time.Since(<-cancelled); took > 800*time.Millisecond {
+		t.Errorf("Run returned %s after cancel", took)
+	}
+	if res.Requests() != srv.Load() {
+		t.Errorf("danki counted %d, server served %d", res.Requests(), srv.Load())
+	}
+}
+
+// The ramp does not cost requests: a pod that warms per request converges
+// after as many requests with the ramp as at full pace from the start.
+func TestPaceRampConvergesAfterAsManyRequests(t *testing.T) {
+	if testing.Short() {
+		t.Skip("six warm-ups")
+	}
+	median := func(startQPS float64) int64 {
+		var got []int64
+		for range 3 {
+			srv := newTestServer(t, testutil.Decaying(2*time.Millisecond, 30*time.Millisecond, 50))
+			cfg := fastConfig()
+			cfg.QPS, cfg.StartQPS = 500, startQPS
+			res, err := Run(context.Background(), cfg, []Target{target(srv)}, Options{})
+			if err != nil {
+				t.Fatalf("startQPS %g: %v\n%s", startQPS, err, table(res))
+			}
+			got = append(got, res.Targets[0].ConvergedAfter)
+		}
+		slices.Sort(got)
+		t.Logf("startQPS %g: converged after %v requests", startQPS, got)
+		return got[1]
+	}
+	ramp, full := median(500.0/8), median(500)
+	if ramp > full*3/2+int64(3*fastConfig().Window) {
+		t.Errorf("with the ramp converged after %d requests (median), at full pace %d", ramp, full)
+	}
+}
