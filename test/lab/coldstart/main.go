@@ -37,14 +37,15 @@ func main() {
 	n := flag.Int("n", 3000, "requests to send, one at a time")
 	rows := flag.String("rows", "1,10,100,500,1000,2000,5000,10000", "last request of each table row")
 	seed := flag.Uint64("seed", 1, "seed of the weighted path picks")
+	csv := flag.String("csv", "", "also write every request (n,path,ms) to this CSV file")
 	flag.Parse()
-	if err := run(*url, *jar, env, *mix, *n, *rows, *seed); err != nil {
+	if err := run(*url, *jar, env, *mix, *n, *rows, *seed, *csv); err != nil {
 		fmt.Fprintln(os.Stderr, "coldstart:", err)
 		os.Exit(1)
 	}
 }
 
-func run(url, jar string, env []string, mix string, n int, rowSpec string, seed uint64) error {
+func run(url, jar string, env []string, mix string, n int, rowSpec string, seed uint64, csv string) error {
 	if n < 1 {
 		return fmt.Errorf("-n must be >= 1")
 	}
@@ -69,6 +70,11 @@ func run(url, jar string, env []string, mix string, n int, rowSpec string, seed 
 	rs, err := measure(url, mixRequests(paths, rand.New(rand.NewPCG(seed, 0))), n)
 	if err != nil {
 		return err
+	}
+	if csv != "" {
+		if err := writeCSV(csv, rs); err != nil {
+			return err
+		}
 	}
 	fmt.Printf("%d sequential requests to %s (mix %s, answered by %v)\n\n", n, url, mix, versions(rs))
 	printTable(os.Stdout, rs, rows)
@@ -180,6 +186,18 @@ func printPaths(w io.Writer, rs []result, paths []weighted) {
 		}
 		fmt.Fprintf(w, "| %s | %d | %d | %s | %s | %s | %s |\n", p.path, p.weight, len(lat), cell(1, 1), cell(2, 10), cell(11, 100), cell(101, len(lat)))
 	}
+}
+
+func writeCSV(path string, rs []result) error {
+	var b strings.Builder
+	b.WriteString("n,path,ms\n")
+	for i, r := range rs {
+		fmt.Fprintf(&b, "%d,%s,%.3f\n", i+1, r.path, r.ms)
+	}
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		return fmt.Errorf("-csv: %w", err)
+	}
+	return nil
 }
 
 func latencies(rs []result) []float64 {

@@ -7,6 +7,7 @@ import java.io.InputStream;
 import java.io.OutputStream;
 import java.net.HttpURLConnection;
 import java.net.URI;
+import java.nio.charset.StandardCharsets;
 import java.util.concurrent.atomic.AtomicInteger;
 
 /**
@@ -72,7 +73,7 @@ final class Warm implements Shape {
         if (method.equals("POST")) {
             c.setDoOutput(true);
             try (OutputStream out = c.getOutputStream()) {
-                out.write("{}".getBytes(java.nio.charset.StandardCharsets.UTF_8));
+                out.write("{}".getBytes(StandardCharsets.UTF_8));
             }
         }
         int code = c.getResponseCode();
