@@ -99,12 +99,14 @@ func (c *coordinator) run(parent, runCtx context.Context, targets []Target) erro
 		c.canary = append(c.canary, st)
 		runners = append(runners, r)
 	}
+	if *c.cfg.NeighbourGuard && (c.stableLoad || c.opts.Neighbours != nil) {
+		c.guard = newNeighbourGuard(c.cfg)
+	}
 	if c.stableLoad {
 		c.stable = &TargetResult{Target: Target{Name: fmt.Sprintf("stable (%d pods)", len(c.opts.Stable))}}
 		c.res.Stable = c.stable
 		c.srec = newRecorder(c.cfg.Window, 0, c.events)
-		if *c.cfg.NeighbourGuard {
-			c.guard = newNeighbourGuard(c.cfg)
+		if c.guard != nil && c.opts.Neighbours == nil {
 			c.srec.look = guardLook
 		}
 		qps := c.cfg.StableQPS / float64(len(c.opts.Stable))
@@ -123,6 +125,11 @@ func (c *coordinator) run(parent, runCtx context.Context, targets []Target) erro
 			results := r.run()
 			c.events <- event{done: r, results: results}
 		}()
+	}
+	if c.guard != nil && c.opts.Neighbours != nil {
+		pollCtx, stopPolling := context.WithCancel(runCtx)
+		defer stopPolling()
+		go c.pollNeighbours(pollCtx)
 	}
 
 	running := len(runners)
@@ -283,6 +290,30 @@ func (c *coordinator) onWindow(ev event) {
 		}
 	}
 	c.emit(p)
+}
+
+// pollNeighbours reads Options.Neighbours every guardPoll and hands each
+// answer to the neighbour guard as a look; a failed read is skipped.
+func (c *coordinator) pollNeighbours(ctx context.Context) {
+	tick := time.NewTicker(guardPoll)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		l, err := c.opts.Neighbours.Latency(ctx)
+		if err != nil {
+			c.opts.Logger.Debug("warm-up neighbour guard: no reading", "error", err)
+			continue
+		}
+		select {
+		case c.events <- event{look: []time.Duration{l}}:
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // onLook hands one look at stable to the neighbour guard and applies and

@@ -1,6 +1,7 @@
 package warmup
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"slices"
@@ -171,6 +172,22 @@ const (
 	// raised again.
 	guardRecoverLooks = 2
 )
+
+// guardPoll is how often the neighbour guard reads Options.Neighbours (a
+// variable for tests).
+var guardPoll = 2 * time.Second
+
+// NeighbourSignal is a source of the users' latency on stable other than
+// the stable probe, for the neighbour guard. The latency gate's metrics
+// source fits: a Prometheus query of stable's p90 over the last ~30 s
+// (histogram_quantile(0.9, sum by (le) (rate(<the gate's latency
+// histogram>{<stable's labels>}[30s])))) — not built yet; the stable probe
+// is the default.
+type NeighbourSignal interface {
+	// Latency returns the users' tail latency on stable now, over a short
+	// recent range.
+	Latency(ctx context.Context) (time.Duration, error)
+}
 
 // Backoff is one time the neighbour guard lowered the warm-up's pace
 // because the users' latency on stable rose.

@@ -281,6 +281,9 @@ func TestNeighbourGuardBacksOffAndRecovers(t *testing.T) {
 	cfg := fastConfig()
 	cfg.QPS, cfg.StartQPS = 200, 25
 	cfg.StableQPS = 100 // a look every 0.2 s
+	// Well under the 25 ms of a slow stable, well over the noise of a busy
+	// machine.
+	cfg.NeighbourFloor = config.Duration(8 * time.Millisecond)
 	cfg.MinRequests, cfg.MaxRequests = 1_000_000, 1_000_000
 	cfg.Deadline = config.Duration(60 * time.Second)
 
@@ -418,5 +421,52 @@ func TestPaceRampConvergesAfterAsManyRequests(t *testing.T) {
 	ramp, full := median(500.0/8), median(500)
 	if ramp > full*3/2+int64(3*fastConfig().Window) {
 		t.Errorf("with the ramp converged after %d requests (median), at full pace %d", ramp, full)
+	}
+}
+
+// fakeSignal is a NeighbourSignal whose latency a test sets.
+type fakeSignal struct {
+	latency atomic.Int64
+	reads   atomic.Int64
+}
+
+func (f *fakeSignal) Latency(context.Context) (time.Duration, error) {
+	f.reads.Add(1)
+	return time.Duration(f.latency.Load()), nil
+}
+
+// Given another source of stable's latency (Options.Neighbours), the guard
+// reads it instead of a stable probe: no stable pods needed.
+func TestNeighbourGuardReadsANeighbourSignal(t *testing.T) {
+	defer func(d time.Duration) { guardPoll = d }(guardPoll)
+	guardPoll = 50 * time.Millisecond
+	signal := &fakeSignal{}
+	signal.latency.Store(int64(2 * time.Millisecond))
+	canary := newTestServer(t, testutil.Flat(time.Millisecond))
+	cfg := fastConfig()
+	cfg.QPS, cfg.StartQPS = 200, 25
+	off := false
+	cfg.UntilConverged = &off
+	cfg.MaxRequests = 1_000_000
+	cfg.Deadline = config.Duration(30 * time.Second)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var backedOff atomic.Bool
+	done := make(chan *Result, 1)
+	go func() {
+		res, _ := Run(ctx, cfg, []Target{target(canary)}, Options{Neighbours: signal, OnProgress: func(p Progress) {
+			if strings.Contains(p.Neighbours, "halved") {
+				backedOff.Store(true)
+			}
+		}})
+		done <- res
+	}()
+	testutil.WaitFor(t, 10*time.Second, func() bool { return signal.reads.Load() >= 5 }) // the baseline: 2 ms
+	signal.latency.Store(int64(30 * time.Millisecond))
+	testutil.WaitFor(t, 10*time.Second, backedOff.Load)
+	cancel()
+	res := <-done
+	if res.Stable != nil || len(res.Backoffs) == 0 || res.Backoffs[0].StableP90 != 30*time.Millisecond || res.Backoffs[0].Baseline != 2*time.Millisecond {
+		t.Errorf("stable probe %v, back-offs %+v; want none and a back-off at 30 ms over a 2 ms baseline", res.Stable, res.Backoffs)
 	}
 }

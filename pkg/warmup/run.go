@@ -40,6 +40,11 @@ type Options struct {
 	OnProgress func(Progress)
 	// Logger receives debug logs; nil means slog.Default().
 	Logger *slog.Logger
+	// Neighbours, if set, is where the neighbour guard
+	// (Config.NeighbourGuard) reads the users' latency on stable, every
+	// guardPoll, instead of the stable probe: e.g. the latency gate's
+	// metrics source.
+	Neighbours NeighbourSignal
 }
 
 // Phase is the stage a warm-up is in.
