@@ -1,6 +1,7 @@
 package labrunner
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -13,6 +14,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -142,11 +144,15 @@ func TestRunnerRunsPodsAsProcesses(t *testing.T) {
 		t.Fatal(err)
 	}
 	sd := filepath.Join(t.TempDir(), "pods.json")
+	var logs syncBuffer
 	r, err := New(Config{
 		Client: client, Node: node, Network: Loopback{}, LogDir: t.TempDir(), HostIP: "127.77.0.1", FileSD: sd,
 		Images: ImageCommands{"test.local/app": {self}}, StopGrace: 2 * time.Second, ProbeEvery: 50 * time.Millisecond,
-		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
-		NoCgroups: true, // resources: TestRunnerAppliesResourcesThroughCgroups
+		// A parent no cgroup can have: the runner must warn once and run
+		// pods without limits, as on a machine without cgroup v1 (limits
+		// applied: TestRunnerAppliesResourcesThroughCgroups).
+		CgroupParent: "not/a/group",
+		Logger:       slog.New(slog.NewTextHandler(&logs, nil)),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -219,6 +225,27 @@ func TestRunnerRunsPodsAsProcesses(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	waitFile(t, sd, func(s string) bool { return !strings.Contains(s, target) && strings.Contains(s, `"pod": "faked"`) })
+	if n := strings.Count(logs.String(), "pods run WITHOUT CPU and memory limits"); n != 1 {
+		t.Errorf("without usable cgroups the runner warned %d times, want once; log:\n%s", n, logs.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger's writes and the test's reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 func waitFile(t *testing.T, path string, ok func(string) bool) {
