@@ -404,6 +404,7 @@ func TestPaceRampConvergesAfterAsManyRequests(t *testing.T) {
 	}
 	median := func(startQPS float64) int64 {
 		var got []int64
+		var took []time.Duration
 		for range 3 {
 			srv := newTestServer(t, testutil.Decaying(2*time.Millisecond, 30*time.Millisecond, 50))
 			cfg := fastConfig()
@@ -413,9 +414,10 @@ func TestPaceRampConvergesAfterAsManyRequests(t *testing.T) {
 				t.Fatalf("startQPS %g: %v\n%s", startQPS, err, table(res))
 			}
 			got = append(got, res.Targets[0].ConvergedAfter)
+			took = append(took, res.Elapsed.Round(10*time.Millisecond))
 		}
+		t.Logf("startQPS %g: converged after %v requests in %v", startQPS, got, took)
 		slices.Sort(got)
-		t.Logf("startQPS %g: converged after %v requests", startQPS, got)
 		return got[1]
 	}
 	ramp, full := median(500.0/8), median(500)
