@@ -209,18 +209,30 @@ func TestWarmupSummary(t *testing.T) {
 	}
 }
 
-// examples/lab/fixed100's warm-up is what its name says: danki/warmup
-// accepts the config, sends a fixed count (no convergence, no stable
-// comparison) of exactly 100 requests per pod, before the first setWeight.
-func TestFixed100Example(t *testing.T) {
-	raw, err := os.ReadFile(filepath.Join("..", "..", "examples", "lab", "fixed100", "30-rollout.yaml"))
-	if err != nil {
-		t.Fatal(err)
+// The contenders are the baseline plus one thing each: examples/lab/slowstart
+// has the baseline's Rollout (its DestinationRules are the difference), and
+// examples/lab/fixed100 adds only a warm-up that is what its name says:
+// danki/warmup accepts the config, sends a fixed count (no convergence, no
+// stable comparison) of exactly 100 requests per pod, before the first
+// setWeight. This also keeps them in step with the baseline's resources.
+func TestContenderExamples(t *testing.T) {
+	read := func(dir string) v1alpha1.Rollout {
+		t.Helper()
+		raw, err := os.ReadFile(filepath.Join("..", "..", "examples", "lab", dir, "30-rollout.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ro v1alpha1.Rollout
+		if err := yaml.UnmarshalStrict(raw, &ro); err != nil {
+			t.Fatalf("%s: %v", dir, err)
+		}
+		return ro
 	}
-	var ro v1alpha1.Rollout
-	if err := yaml.UnmarshalStrict(raw, &ro); err != nil {
-		t.Fatal(err)
+	base := read("baseline")
+	if ro := read("slowstart"); !equality.Semantic.DeepEqual(ro.Spec, base.Spec) {
+		t.Errorf("slowstart's Rollout differs from the baseline's:\n%+v\n%+v", ro.Spec, base.Spec)
 	}
+	ro := read("fixed100")
 	steps := ro.Spec.Strategy.Canary.Steps
 	warm := slices.IndexFunc(steps, func(s v1alpha1.CanaryStep) bool { return s.Plugin != nil && s.Plugin.Name == "danki/warmup" })
 	weight := slices.IndexFunc(steps, func(s v1alpha1.CanaryStep) bool { return s.SetWeight != nil })
@@ -235,16 +247,8 @@ func TestFixed100Example(t *testing.T) {
 		t.Errorf("converging %t, maxRequests %d, loads stable %t; want a fixed count of 100 and no stable load", c.Converging(), c.MaxRequests, want)
 	}
 	// Everything but the warm-up (and its setCanaryScale) is the baseline's.
-	base, err := os.ReadFile(filepath.Join("..", "..", "examples", "lab", "baseline", "30-rollout.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b v1alpha1.Rollout
-	if err := yaml.UnmarshalStrict(base, &b); err != nil {
-		t.Fatal(err)
-	}
 	ro.Spec.Strategy.Canary.Steps = slices.DeleteFunc(steps, func(s v1alpha1.CanaryStep) bool { return s.Plugin != nil || s.SetCanaryScale != nil })
-	if !equality.Semantic.DeepEqual(ro.Spec, b.Spec) {
-		t.Errorf("fixed100 differs from the baseline beyond the warm-up:\n%+v\n%+v", ro.Spec, b.Spec)
+	if !equality.Semantic.DeepEqual(ro.Spec, base.Spec) {
+		t.Errorf("fixed100 differs from the baseline beyond the warm-up:\n%+v\n%+v", ro.Spec, base.Spec)
 	}
 }
