@@ -21,8 +21,8 @@ type event struct {
 	index    int
 	total    int64
 	failing  bool            // failFastStreak requests in a row failed
-	look     []time.Duration // the neighbour guard's look at stable
 	failCode int             // the last failed answer's HTTP status (0: transport errors)
+	look     []time.Duration // the neighbour guard's look at stable
 
 	done    *loadRunner // set when a runner's fortio run returned
 	results periodic.RunnerResults
@@ -324,6 +324,9 @@ func (c *coordinator) onLook(look []time.Duration) {
 		if !st.done && !st.res.Converged {
 			pace = max(pace, st.pacer.current())
 		}
+	}
+	if pace == 0 {
+		return // no canary load left: nothing to back off
 	}
 	ceiling, changed, what := c.guard.look(p90(look), pace, time.Since(c.start))
 	if !changed {
