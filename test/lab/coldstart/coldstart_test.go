@@ -85,18 +85,19 @@ func TestShapes(t *testing.T) {
 		rs := send(t, a, func(i int) string { return fmt.Sprintf("/?seed=%d&key=%d", i, picked[i]) }, len(picked))
 		seen := map[int]bool{}
 		var misses, after []float64
+		var wrongHeader, fastMiss []string
 		full := 0 // requests before the cache held every key
 		for i, r := range rs {
 			miss := !seen[picked[i]]
 			seen[picked[i]] = true
 			if want := map[bool]string{true: "miss", false: "hit"}[miss]; r.cache != want {
-				t.Errorf("cache: request %d (key %d): X-Cache %q, want %q", i+1, picked[i], r.cache, want)
+				wrongHeader = append(wrongHeader, fmt.Sprintf("request %d (key %d): X-Cache %q, want %q", i+1, picked[i], r.cache, want))
 			}
 			switch {
 			case miss:
 				misses = append(misses, r.ms)
 				if r.ms < missMs {
-					t.Errorf("cache: request %d missed key %d but took %.1f ms, less than CACHE_MISS_MS %d", i+1, picked[i], r.ms, missMs)
+					fastMiss = append(fastMiss, fmt.Sprintf("request %d (key %d): %.1f ms", i+1, picked[i], r.ms))
 				}
 				full = i + 1
 			case full > 0 && len(seen) == keys:
@@ -105,6 +106,12 @@ func TestShapes(t *testing.T) {
 		}
 		t.Logf("%d misses (p50 %.1f ms), cache full after request %d, then %d requests p50 %.1f ms p90 %.1f ms",
 			len(misses), p50(misses), full, len(rs)-full, p50(after), pct(after, 90))
+		if len(wrongHeader) > 0 {
+			t.Errorf("cache: %d of %d requests are not a miss exactly on each key's first read, e.g. %s", len(wrongHeader), len(rs), wrongHeader[0])
+		}
+		if len(fastMiss) > 0 {
+			t.Errorf("cache: %d misses took less than CACHE_MISS_MS %d, e.g. %s", len(fastMiss), missMs, fastMiss[0])
+		}
 		if len(misses) != keys || len(rs)-full < 50 {
 			t.Fatalf("cache: the test's seeded keys should fill the cache (%d keys) early, got %d misses, full after %d of %d", keys, len(misses), full, len(rs))
 		}
@@ -134,8 +141,8 @@ func TestShapes(t *testing.T) {
 			if lat[0] < init[p.path] {
 				t.Errorf("lazy-endpoints: first call of %s took %.1f ms, less than its first-call cost %.0f ms", p.path, lat[0], init[p.path])
 			}
-			if lat[0] < 3*later+init[p.path] {
-				t.Errorf("lazy-endpoints: first call of %s (%.1f ms) is not clearly slower than its later calls (p50 %.1f ms) plus its init (%.0f ms)", p.path, lat[0], later, init[p.path])
+			if lat[0] < 3*later {
+				t.Errorf("lazy-endpoints: first call of %s (%.1f ms) is not 3× slower than its calls after the 10th (p50 %.1f ms)", p.path, lat[0], later)
 			}
 		}
 	})
@@ -162,9 +169,9 @@ func TestShapes(t *testing.T) {
 	})
 
 	t.Run("never", func(t *testing.T) {
-		const period, busyMs, driftUs = 50, 20, 100
+		const period, busyMs, driftUs = 40, 20, 200
 		a := start(t, jar, "COLD_SHAPE=never", "NEVER_PERIOD="+strconv.Itoa(period), "NEVER_MS="+strconv.Itoa(busyMs), "NEVER_DRIFT_US="+strconv.Itoa(driftUs))
-		rs := send(t, a, seq, 300)
+		rs := send(t, a, seq, 6*period)
 		block := func(k int) float64 { return p50(latencies(rs[k*period : (k+1)*period])) } // k-th block of NEVER_PERIOD requests
 		t.Logf("p50 per block of %d requests (quiet, busy, …): %.1f %.1f %.1f %.1f %.1f %.1f ms", period, block(0), block(1), block(2), block(3), block(4), block(5))
 		// Regime changes: each busy block is slower than the quiet ones around it.
@@ -181,11 +188,13 @@ func TestShapes(t *testing.T) {
 	})
 
 	t.Run("noise", func(t *testing.T) {
-		const percent, noiseMs, n = 10, 100, 500
+		const percent, noiseMs, n = 5, 400, 500
 		a := start(t, jar, "NOISE_PERCENT="+strconv.Itoa(percent), "NOISE_MS="+strconv.Itoa(noiseMs))
 		rs := send(t, a, seq, n)
 		// After the first 100 (cold) requests a spike is a request of at
-		// least 0.5 × NOISE_MS, the smallest spike the app adds.
+		// least 0.5 × NOISE_MS, the smallest spike the app adds: 200 ms, far
+		// above a busy machine's own hiccups (without noise: 0–2 per 400
+		// requests at load 10; ≥ 50 ms ones were ~3 %).
 		spikes := 0
 		for _, r := range rs[100:] {
 			if r.ms >= noiseMs/2 {
@@ -194,11 +203,11 @@ func TestShapes(t *testing.T) {
 		}
 		want := float64(n-100) * percent / 100
 		t.Logf("%d spikes >= %d ms in requests 101–%d (expected %.0f); p50 %.1f ms", spikes, noiseMs/2, n, want, p50(latencies(rs[100:])))
-		// Binomial(400, 0.1): mean 40, sd 6; the upper bound leaves room for a busy machine's own hiccups.
+		// Binomial(400, 0.05): mean 20, sd 4.4; the upper bound leaves room for a busy machine's own hiccups.
 		if float64(spikes) < want*0.4 || float64(spikes) > want*1.8 {
 			t.Errorf("noise: %d spikes in %d requests, want %.0f–%.0f (NOISE_PERCENT %d)", spikes, n-100, want*0.4, want*1.8, percent)
 		}
-		if p := p50(latencies(rs[100:])); p >= noiseMs/4 {
+		if p := p50(latencies(rs[100:])); p >= noiseMs/8 {
 			t.Errorf("noise: p50 %.1f ms: more than a share of the requests is slowed", p)
 		}
 	})
@@ -253,11 +262,16 @@ func metric(t *testing.T, a runningApp, name string) float64 {
 	return 0
 }
 
-// sampleAppJar returns the lab's jar when test/lab/build.sh built it from
-// the current sources (its stamp matches), else builds one into a temporary
-// directory with examples/sample-app/build.sh (~10 s).
+// sampleAppJar returns $SAMPLE_APP_JAR when set, else the lab's jar when
+// test/lab/build.sh built it from the current sources (its stamp matches),
+// else builds one into a temporary directory with
+// examples/sample-app/build.sh (~10 s).
 func sampleAppJar(t *testing.T) string {
 	t.Helper()
+	if jar := os.Getenv("SAMPLE_APP_JAR"); jar != "" {
+		t.Logf("using $SAMPLE_APP_JAR %s", jar)
+		return jar
+	}
 	repo, err := filepath.Abs("../../..")
 	if err != nil {
 		t.Fatal(err)
