@@ -28,7 +28,7 @@ const (
 	DefaultStableWindows     = 3
 	DefaultMinRequests       = 300
 	DefaultMaxRequests       = 20000
-	DefaultTolerance         = 0.2
+	DefaultTolerance         = 0.1
 	DefaultAbsoluteTolerance = time.Millisecond
 	DefaultMaxErrorRatio     = 0.01
 	DefaultStableRatio       = 1.2
@@ -147,8 +147,10 @@ type Config struct {
 	// the stable pods loaded side by side (rejectSlowerVersion,
 	// compareToStable, or any stable pods given) — and lower the warm-up's
 	// pace when it rises: when the p90 of the latest 20 stable requests is
-	// above NeighbourRatio × its baseline (the median of the first three
-	// such p90s) and more than NeighbourFloor above it, every target's
+	// above NeighbourRatio × its baseline (the median of the three lowest
+	// such p90s so far: the probe starts with the warm-up, so its quietest
+	// moments are the closest to the users' steady state) and more than
+	// NeighbourFloor above it, every target's
 	// pace is halved (not below StartQPS) and held; once stable is back
 	// under that line for two looks in a row, the cap doubles again. Each
 	// back-off is reported in the progress and the step's status. Default

@@ -321,7 +321,8 @@ func (c *coordinator) pollNeighbours(ctx context.Context) {
 func (c *coordinator) onLook(look []time.Duration) {
 	pace := 0.0
 	for _, st := range c.canary {
-		if !st.done && !st.res.Converged {
+		// A converged target's load stops, unless it is a fixed count.
+		if !st.done && !(st.res.Converged && c.cfg.Converging()) {
 			pace = max(pace, st.pacer.current())
 		}
 	}

@@ -91,7 +91,11 @@ func (p *pacer) observe(l time.Duration) {
 	p.cur = p.cur[:0]
 }
 
-// decide moves the pace after one step of latencies.
+// decide moves the pace after one step of latencies. Once at full pace it
+// holds: a CPU-bound pod answers more slowly at a higher pace, so windows
+// measured at one pace are what the stopping rule can compare, and a later
+// rise in latency that harms the neighbours is the neighbour guard's to
+// act on.
 func (p *pacer) decide(step []time.Duration) {
 	sorted := slices.Clone(step)
 	slices.Sort(sorted)
@@ -108,6 +112,9 @@ func (p *pacer) decide(step []time.Duration) {
 	p.medians = append(p.medians, med)
 	if len(p.medians) > paceRefSteps {
 		p.medians = p.medians[1:]
+	}
+	if p.rate >= p.full {
+		return
 	}
 	switch {
 	case ref > 0 && med > 2*ref && med-ref > paceJumpFloor:
@@ -165,8 +172,11 @@ const (
 	// latency on stable: 2 s at the default stableQPS of 10, so the guard
 	// reacts within seconds, while a window of 100 takes 10 s.
 	guardLook = 20
-	// guardBaselineLooks: stable's baseline is the median of its first
-	// looks' p90s.
+	// guardBaselineLooks: stable's baseline is the median of its quietest
+	// looks' p90s so far (the lowest of one or two at first). The stable
+	// probe starts with the warm-up, so no look is from before it: the
+	// quietest are the closest to the users' steady state, and a median of
+	// three keeps one unusually quick look from setting the bar.
 	guardBaselineLooks = 3
 	// guardRecoverLooks: looks in a row under the line before the cap is
 	// raised again.
@@ -195,7 +205,7 @@ type Backoff struct {
 	// After is the time since the warm-up started.
 	After time.Duration `json:"after"`
 	// StableP90 is the p90 of the look that backed off; Baseline is
-	// stable's p90 at the warm-up's start.
+	// stable's baseline p90 then (the median of its quietest looks).
 	StableP90 time.Duration `json:"stableP90"`
 	Baseline  time.Duration `json:"baseline"`
 	// PaceQPS is the cap on every target's pace after the back-off.
@@ -210,7 +220,7 @@ type neighbourGuard struct {
 	floor       time.Duration
 	full, least float64 // Config.QPS, Config.StartQPS
 
-	first    []time.Duration
+	quiet    []time.Duration // the quietest looks' p90s so far, ascending
 	baseline time.Duration
 	ceiling  float64
 	okLooks  int
@@ -230,14 +240,9 @@ func (g *neighbourGuard) line() time.Duration {
 // requests, with pace the fastest target's pace now. It returns the new
 // cap when it changed, and what happened, for the progress.
 func (g *neighbourGuard) look(p90 time.Duration, pace float64, elapsed time.Duration) (ceiling float64, changed bool, what string) {
-	if g.baseline == 0 {
-		g.first = append(g.first, p90)
-		if len(g.first) == guardBaselineLooks {
-			sorted := slices.Clone(g.first)
-			slices.Sort(sorted)
-			g.baseline = max(sorted[len(sorted)/2], time.Microsecond)
-		}
-		return g.ceiling, false, ""
+	defer g.remember(p90)
+	if len(g.quiet) == 0 {
+		return g.ceiling, false, "" // the first look: nothing to compare with yet
 	}
 	line := g.line()
 	if p90 > line {
@@ -263,6 +268,17 @@ func (g *neighbourGuard) look(p90 time.Duration, pace float64, elapsed time.Dura
 		return g.ceiling, true, fmt.Sprintf("stable p90 %s back under %s: warm-up pace free to ramp up to %s qps per pod again", latency.Format(p90), latency.Format(line), formatQPS(g.full))
 	}
 	return g.ceiling, true, fmt.Sprintf("stable p90 %s back under %s: warm-up pace cap raised to %s qps per pod", latency.Format(p90), latency.Format(line), formatQPS(g.ceiling))
+}
+
+// remember keeps p90 if it is among the guardBaselineLooks quietest looks,
+// and updates the baseline: their median.
+func (g *neighbourGuard) remember(p90 time.Duration) {
+	i, _ := slices.BinarySearch(g.quiet, p90)
+	g.quiet = slices.Insert(g.quiet, i, p90)
+	if len(g.quiet) > guardBaselineLooks {
+		g.quiet = g.quiet[:guardBaselineLooks]
+	}
+	g.baseline = max(g.quiet[(len(g.quiet)-1)/2], time.Microsecond)
 }
 
 // formatQPS prints a rate with up to one decimal: 2.5, 20.

@@ -43,6 +43,12 @@ func TestPacerDoublesWhileThePodKeepsUp(t *testing.T) {
 	if full, cuts := p.stats(); full != 3*paceStepRequests || cuts != 0 {
 		t.Errorf("full pace after %d requests (%d cuts), want after %d", full, cuts, 3*paceStepRequests)
 	}
+	// At full pace the ramp holds, even through a jump in latency: windows
+	// at one pace are comparable; stable's harm is the guard's to judge.
+	feed(p, 3*paceStepRequests, 50*time.Millisecond)
+	if _, cuts := p.stats(); p.current() != 20 || cuts != 0 {
+		t.Errorf("pace %g (%d cuts) after a jump at full pace, want held at 20", p.current(), cuts)
+	}
 }
 
 func TestPacerHoldsWhenRequestsWouldQueue(t *testing.T) {
@@ -129,8 +135,16 @@ func TestPacerCeiling(t *testing.T) {
 }
 
 func TestNeighbourGuard(t *testing.T) {
+	// From the second look on: the first look is already taken while
+	// warming, so the guard may not wait for more.
+	early := newNeighbourGuard(paceConfig(20, 2.5, 4))
+	early.look(2*time.Millisecond, 20, 0)
+	if _, changed, _ := early.look(30*time.Millisecond, 20, 0); !changed {
+		t.Error("no back-off at the second look, 2 → 30 ms")
+	}
+
 	g := newNeighbourGuard(paceConfig(20, 2.5, 4))
-	for _, p := range []time.Duration{4, 6, 5} { // baseline: median 5 ms
+	for _, p := range []time.Duration{4, 6, 5} { // baseline: median 5 ms of the three quietest
 		if _, changed, _ := g.look(p*time.Millisecond, 20, 0); changed {
 			t.Fatal("changed the cap while measuring the baseline")
 		}
