@@ -138,10 +138,10 @@ type Config struct {
 	// pod is not hit at full pace. The pace doubles after every few
 	// requests while the pod keeps up — its latency is not getting worse
 	// and rate × latency stays below Connections, so requests do not queue
-	// — up to QPS, and halves when the latency jumps (a pod overloaded by
-	// its own warm-up slows its neighbours too). Never below StartQPS. Set
-	// it to QPS to start at full pace. Default: QPS / 8, at least 1 (at
-	// most QPS).
+	// — up to QPS, and halves when the latency jumps on the way (a pod
+	// overloaded by its own warm-up slows its neighbours too); at QPS it
+	// holds. Never below StartQPS. Set it to QPS to start at full pace.
+	// Default: QPS / 8, at least 1 (at most QPS).
 	StartQPS float64 `json:"startQPS,omitempty"`
 	// NeighbourGuard: while warming, watch the users' latency on stable —
 	// the stable pods loaded side by side (rejectSlowerVersion,
