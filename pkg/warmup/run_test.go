@@ -73,7 +73,7 @@ func TestConvergesOnDecayingLatency(t *testing.T) {
 func TestMinRequestsGuardsEarlyConvergence(t *testing.T) {
 	srv := newTestServer(t, func(int64, bool) time.Duration { return time.Millisecond })
 	cfg := fastConfig()
-	cfg.MinRequests = 200
+	cfg.MinRequests = 1200 // above the rule's own minimum (cfg.MinStop: 1,000)
 	res, err := Run(context.Background(), cfg, []Target{target(srv)}, Options{})
 	if err != nil {
 		t.Fatalf("warm-up failed: %v", err)
@@ -126,7 +126,7 @@ func TestStillDecayingFailsAtDeadline(t *testing.T) {
 	if !errors.Is(err, ErrNotConverged) {
 		t.Fatalf("err = %v, want ErrNotConverged", err)
 	}
-	if !regexp.MustCompile(`deadline 1.5s passed .*\([0-9]+ of (minRequests 1000|3 windows)\): p99 of windows 1–`).MatchString(err.Error()) {
+	if !regexp.MustCompile(`deadline 1.5s passed .*\([0-9]+ of (minRequests 1000|50 windows)\): p99 of windows 1–`).MatchString(err.Error()) {
 		t.Errorf("error %q should name the deadline, what it waited for and the p99 trend", err)
 	}
 	if took := time.Since(start); took > 4*time.Second {
@@ -313,11 +313,13 @@ func TestGeneratorIsReproducible(t *testing.T) {
 }
 
 func TestCompareToStableHoldsBackConvergence(t *testing.T) {
-	// The canary is flat at 20 ms for 200 requests, then 1 ms; stable is at
-	// 1 ms throughout. Flat-but-slow converges by itself; compared with
-	// stable (ratio 1.2) it may only converge after request 200.
+	// The canary is flat at 20 ms for 1,100 requests, then 1 ms; stable is
+	// at 1 ms throughout. Flat-but-slow converges by itself (at the rule's
+	// minimum, 1,000 requests); compared with stable (ratio 1.2) it may
+	// only converge after request 1,100.
+	const slowFor = 1100
 	canaryDelay := func(n int64, _ bool) time.Duration {
-		if n <= 200 {
+		if n <= slowFor {
 			return 20 * time.Millisecond
 		}
 		return time.Millisecond
@@ -325,6 +327,7 @@ func TestCompareToStableHoldsBackConvergence(t *testing.T) {
 	cfg := fastConfig()
 	cfg.Connections = 4
 	cfg.QPS = 1000
+	cfg.MaxRequests = 5000
 	cfg.StableQPS = 500
 	cfg.StableRatio = 1.2
 
@@ -333,7 +336,7 @@ func TestCompareToStableHoldsBackConvergence(t *testing.T) {
 	if err != nil {
 		t.Fatalf("without compareToStable: %v", err)
 	}
-	if got := res.Targets[0].ConvergedAfter; got >= 200 {
+	if got := res.Targets[0].ConvergedAfter; got >= slowFor {
 		t.Fatalf("control: flat 20 ms converged only after %d requests; the test cannot tell the stable comparison apart\n%s", got, table(res))
 	}
 
@@ -353,7 +356,7 @@ func TestCompareToStableHoldsBackConvergence(t *testing.T) {
 		t.Fatalf("with compareToStable: %v\n%s", err, table(res))
 	}
 	tr := res.Targets[0]
-	if tr.ConvergedAfter <= 200 {
+	if tr.ConvergedAfter <= slowFor {
 		t.Errorf("converged after %d requests while the canary p99 (20 ms) was above 1.2 × stable (1 ms)\n%s", tr.ConvergedAfter, table(res))
 	}
 	if len(heldBack) == 0 {
@@ -552,6 +555,7 @@ func TestSlowerVersionRejected(t *testing.T) {
 	}
 	cfg := fastConfig()
 	cfg.StableQPS = 500
+	cfg.MaxRequests = 10000
 	canary, stable := newTestServer(t, slow), newTestServer(t, testutil.Flat(time.Millisecond))
 	res, err := Run(context.Background(), cfg, []Target{target(canary)}, Options{Stable: []Target{target(stable)}})
 	if !errors.Is(err, ErrSlowerVersion) || !strings.Contains(err.Error(), "× stable's ") || !strings.Contains(err.Error(), "p99 settled at 10") {

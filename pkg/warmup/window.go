@@ -2,7 +2,9 @@ package warmup
 
 import (
 	"fmt"
+	"math"
 	"slices"
+	"sort"
 	"strings"
 	"time"
 
@@ -23,6 +25,10 @@ type WindowStats struct {
 	// Partial marks the requests left over when the load stopped; partial
 	// windows never count towards convergence.
 	Partial bool `json:"partial,omitempty"`
+
+	// sorted are the window's latencies in order, kept in memory only
+	// (never in a status): the stopping rule pools them across windows.
+	sorted []time.Duration
 }
 
 // sample is one completed request.
@@ -42,7 +48,9 @@ func computeWindow(samples []sample, scratch []time.Duration) (WindowStats, []ti
 			errs++
 		}
 	}
-	return WindowStats{Summary: latency.Summarize(scratch, errs)}, scratch
+	w := WindowStats{Summary: latency.Summarize(scratch, errs)} // sorts scratch
+	w.sorted = slices.Clone(scratch)
+	return w, scratch
 }
 
 // verdict says whether a target's latest windows satisfy the convergence
@@ -55,53 +63,217 @@ type verdict struct {
 	slower string
 }
 
-// judge applies the convergence rule to one target's complete windows.
+// blockShare sets how far back the stopping rule looks: it compares the
+// last quarter of a target's windows with the quarter before. A distance
+// that grows with the requests sent makes the rule scale-free: a fast
+// decay (a JIT warm in a few hundred requests) and a slow one (a cache
+// that fills over thousands) are both judged over a span of their own
+// size, so a slow decay is never mistaken for a plateau because two
+// neighbouring windows happen to look alike.
+const blockShare = 4
+
+// minBlockRequests is the smallest block the rule compares: 500 requests
+// measure a share of slow requests around 10 % to about ±1.5 points, so
+// two blocks are told apart by what changed, not by chance.
+const minBlockRequests = 500
+
+// slowFactor: a request slower than slowFactor × its block's median
+// counts as slow. Cold requests (a cache miss, an endpoint's first
+// calls, code not compiled yet) are slow by this measure; their share
+// keeps falling while a pod warms even when no percentile moves (a cache
+// whose misses fall from 30 % to 2 % leaves p50 and p99 where they are).
+const slowFactor = 2
+
+// slowShareZ is how many standard errors the share of slow requests must
+// fall by, between two blocks, to count as still improving: chance alone
+// does it in ~2 % of looks (which only delays the stop by a window).
+const slowShareZ = 2
+
+// blockStats are the robust latency figures of a block of windows: the
+// median of all its requests (pooled), the median of the windows' p99s
+// (one window spoiled by a noisy neighbour — a GC pause, a preempted
+// thread — does not move it) and the share of slow requests.
+type blockStats struct {
+	p50, p99 time.Duration
+	windows  int
+	// slow of requests were slower than slowFactor × the block's own p50
+	// (so a pod that got uniformly faster keeps its share); requests is 0
+	// when some window kept no latencies (then the share is not judged).
+	slow, requests int
+}
+
+func statsOf(block []WindowStats) blockStats {
+	b := blockStats{windows: len(block)}
+	p99s := make([]time.Duration, len(block))
+	var all []time.Duration
+	pooled := true
+	for i, w := range block {
+		p99s[i] = w.P99
+		if len(w.sorted) == 0 {
+			pooled = false
+		}
+		all = append(all, w.sorted...)
+	}
+	b.p99 = median(p99s)
+	if !pooled {
+		p50s := make([]time.Duration, len(block))
+		for i, w := range block {
+			p50s[i] = w.P50
+		}
+		b.p50 = median(p50s)
+		return b
+	}
+	slices.Sort(all)
+	b.p50 = latency.Percentile(all, 50)
+	slowAbove := slowFactor * b.p50
+	b.requests = len(all)
+	b.slow = len(all) - sort.Search(len(all), func(i int) bool { return all[i] > slowAbove })
+	return b
+}
+
+// median is the upper median: for an even count, the stricter (slower)
+// of the two middle values, so a block never looks faster than it is.
+func median(ds []time.Duration) time.Duration {
+	slices.Sort(ds)
+	return ds[len(ds)/2]
+}
+
+// progress is how a target's latency moved between the two latest blocks.
+type progress struct {
+	earlier, recent blockStats
+	// improving names the first figure that got better by more than the
+	// tolerance ("p50", "p99", "slow requests"), or "" once none does.
+	improving string
+}
+
+func (p progress) String() string {
+	switch p.improving {
+	case "p50":
+		return fmt.Sprintf("p50 %s → %s", latency.Format(p.earlier.p50), latency.Format(p.recent.p50))
+	case "p99":
+		return fmt.Sprintf("p99 %s → %s", latency.Format(p.earlier.p99), latency.Format(p.recent.p99))
+	case "slow requests":
+		return fmt.Sprintf("slow requests (over %d× p50) %.1f%% → %.1f%%", slowFactor, 100*share(p.earlier), 100*share(p.recent))
+	}
+	return "not improving"
+}
+
+func share(b blockStats) float64 { return float64(b.slow) / float64(b.requests) }
+
+// completeWindows drops the partial windows (left over when load stops).
+func completeWindows(windows []WindowStats) []WindowStats {
+	complete := make([]WindowStats, 0, len(windows))
+	for _, w := range windows {
+		if !w.Partial {
+			complete = append(complete, w)
+		}
+	}
+	return complete
+}
+
+// minBlockWindows is minBlockRequests in windows, rounded up.
+func (c *Config) minBlockWindows() int { return (minBlockRequests + c.Window - 1) / c.Window }
+
+// MinStop is the fewest requests per target after which the stopping rule
+// can call a pod warm: MinRequests, and two blocks of windows.
+func (c *Config) MinStop() int64 {
+	return max(c.MinRequests, int64(2*max(c.StableWindows, c.minBlockWindows())*c.Window))
+}
+
+// progressOf compares the last block of complete windows with the block
+// before it; ok is false until there are two blocks. Each block holds
+// max(StableWindows, minBlockRequests, windows/blockShare) windows.
+func (c *Config) progressOf(complete []WindowStats) (p progress, ok bool) {
+	n := len(complete)
+	r := max(c.StableWindows, c.minBlockWindows(), n/blockShare)
+	if n < 2*r {
+		return p, false
+	}
+	p.earlier, p.recent = statsOf(complete[n-2*r:n-r]), statsOf(complete[n-r:])
+	switch {
+	case c.better(p.earlier.p50, p.recent.p50):
+		p.improving = "p50"
+	case c.better(p.earlier.p99, p.recent.p99):
+		p.improving = "p99"
+	case c.fewerSlow(p.earlier, p.recent):
+		p.improving = "slow requests"
+	}
+	return p, true
+}
+
+// fewerSlow says whether the share of slow requests fell from before to
+// now by more than the tolerance and by more than chance explains
+// (slowShareZ standard errors of the difference of two proportions).
+func (c *Config) fewerSlow(before, now blockStats) bool {
+	if before.requests == 0 || now.requests == 0 {
+		return false
+	}
+	b, a := share(before), share(now)
+	if b <= (1+c.Tolerance)*a {
+		return false
+	}
+	pooled := float64(before.slow+now.slow) / float64(before.requests+now.requests)
+	se := math.Sqrt(pooled * (1 - pooled) * (1/float64(before.requests) + 1/float64(now.requests)))
+	return b-a > slowShareZ*se
+}
+
+// better says whether now is faster than before by more than the tolerance,
+// relative (before > (1+Tolerance) × now) and absolute (by more than
+// AbsoluteTolerance). One-sided on purpose: warming up only makes a pod
+// faster, so a pod that got slower has not "not converged" — it has
+// stopped improving, and a noisy neighbour's spike in the latest windows
+// cannot hold the warm-up back.
+func (c *Config) better(before, now time.Duration) bool {
+	return float64(before) > (1+c.Tolerance)*float64(now) && before-now > c.AbsoluteTolerance.D()
+}
+
+// judge applies the stopping rule to one target's windows: the pod is warm
+// once, after MinRequests, neither the p50 nor the p99 of its latest block
+// of windows improved on the block before by more than the tolerance, and
+// its latest StableWindows windows have few enough errors.
+//
 // stableP99 is the stable pool's reference p99 (0 if no stable window yet);
-// it is consulted with CompareToStable and when reject is set (a converged
-// but slower version is flagged in verdict.slower).
+// it is consulted with CompareToStable and when reject is set (a warm but
+// slower version is flagged in verdict.slower).
 func (c *Config) judge(windows []WindowStats, stableP99 time.Duration, reject bool) verdict {
 	k := c.StableWindows
-	if reject && stableP99 > 0 {
-		if why := c.slowerThanStable(windows, stableP99); why != "" {
+	complete := completeWindows(windows)
+	p, ok := c.progressOf(complete)
+	if !ok {
+		return verdict{why: fmt.Sprintf("%d of %d windows", len(complete), 2*max(k, c.minBlockWindows()))}
+	}
+	if got := complete[len(complete)-1].Requests; got < c.MinRequests {
+		return verdict{why: fmt.Sprintf("%d of minRequests %d", got, c.MinRequests)}
+	}
+	// A slower version is judged on its tail alone: once its p99 stopped
+	// improving far above stable's, a p50 still getting faster does not
+	// make it a good version.
+	if reject && stableP99 > 0 && !c.better(p.earlier.p99, p.recent.p99) {
+		if why := c.slowerThanStable(p, stableP99); why != "" {
 			return verdict{why: why, slower: why}
 		}
 	}
-	if len(windows) < k {
-		return verdict{why: fmt.Sprintf("%d of %d windows", len(windows), k)}
-	}
-	last := windows[len(windows)-k:]
-	if got := last[k-1].Requests; got < c.MinRequests {
-		return verdict{why: fmt.Sprintf("%d of minRequests %d", got, c.MinRequests)}
-	}
-	for _, w := range last {
+	for _, w := range complete[len(complete)-k:] {
 		if float64(w.Errors) > *c.MaxErrorRatio*float64(w.Count) {
 			return verdict{why: fmt.Sprintf("window %d had %d errors in %d requests (maxErrorRatio %g)", w.Index, w.Errors, w.Count, *c.MaxErrorRatio)}
 		}
 	}
-	for _, q := range []struct {
-		name string
-		get  func(WindowStats) time.Duration
-	}{{"p50", func(w WindowStats) time.Duration { return w.P50 }}, {"p99", func(w WindowStats) time.Duration { return w.P99 }}} {
-		lo, hi := q.get(last[0]), q.get(last[0])
-		for _, w := range last[1:] {
-			lo, hi = min(lo, q.get(w)), max(hi, q.get(w))
-		}
-		if !c.within(lo, hi) {
-			return verdict{why: fmt.Sprintf("%s of last %d windows spread %s–%s", q.name, k, latency.Format(lo), latency.Format(hi))}
-		}
+	if p.improving != "" {
+		return verdict{why: fmt.Sprintf("still improving over the last %d windows: %s (tolerance %g)", 2*p.recent.windows, p, c.Tolerance)}
 	}
 	if (c.CompareToStable || reject) && stableP99 == 0 {
 		return verdict{why: "waiting for a stable window"}
 	}
 	if reject {
-		// Far above stable and not (yet) judged a plateau: still warming,
-		// or slower; slowerThanStable tells the two apart.
-		if plateau := c.stableReference(windows); plateau > time.Duration(c.RejectRatio*float64(stableP99)) && plateau-stableP99 > c.RejectFloor.D() {
+		// Far above stable but not judged a slower version: unreachable
+		// while slowerThanStable sees the same plateau; kept so a change
+		// to one cannot wave a slow pod through.
+		if plateau := p.recent.p99; plateau > time.Duration(c.RejectRatio*float64(stableP99)) && plateau-stableP99 > c.RejectFloor.D() {
 			return verdict{why: fmt.Sprintf("p99 %s is %.1f× stable's %s: still warming, or slower", latency.Format(plateau), float64(plateau)/float64(stableP99), latency.Format(stableP99))}
 		}
 	}
 	if c.CompareToStable {
-		p99 := last[k-1].P99
+		p99 := p.recent.p99
 		limit := time.Duration(c.StableRatio * float64(stableP99))
 		if p99 > limit && p99-stableP99 > c.AbsoluteTolerance.D() {
 			return verdict{why: fmt.Sprintf("p99 %s above %g × stable p99 %s", latency.Format(p99), c.StableRatio, latency.Format(stableP99))}
@@ -110,32 +282,18 @@ func (c *Config) judge(windows []WindowStats, stableP99 time.Duration, reject bo
 	return verdict{converged: true}
 }
 
-// slowerThanStable says why a target's latency has plateaued too far above
-// stable's, or "" when it has not (or it is still improving). The plateau
-// is the median of the last k windows' p99s (as stable's reference is, so
-// one slow window decides nothing); it has stopped improving when it is
-// not better than the median of the k windows before by more than the
-// tolerance. One-sided on purpose: a pod still getting faster is warming,
-// not slow.
-func (c *Config) slowerThanStable(windows []WindowStats, stableP99 time.Duration) string {
-	k := c.StableWindows
-	complete := windows[:len(windows):len(windows)]
-	for len(complete) > 0 && complete[len(complete)-1].Partial {
-		complete = complete[:len(complete)-1]
-	}
-	if len(complete) < 2*k || complete[len(complete)-1].Requests < c.MinRequests {
-		return ""
-	}
-	plateau := c.stableReference(complete)
-	before := c.stableReference(complete[:len(complete)-k])
-	if float64(before) > (1+c.Tolerance)*float64(plateau) {
-		return "" // still improving
-	}
+// slowerThanStable says why a target whose latency stopped improving sits
+// too far above stable's, or "" when it does not. The plateau is the
+// median p99 of its latest block of windows, compared with stable's
+// reference (the median of its latest windows): one slow window decides
+// nothing on either side.
+func (c *Config) slowerThanStable(p progress, stableP99 time.Duration) string {
+	plateau := p.recent.p99
 	if plateau <= time.Duration(c.RejectRatio*float64(stableP99)) || plateau-stableP99 <= c.RejectFloor.D() {
 		return ""
 	}
-	return fmt.Sprintf("p99 settled at %s (%s %d windows before), %.1f× stable's %s (rejectRatio %g, rejectFloor %s)",
-		latency.Format(plateau), latency.Format(before), k, float64(plateau)/float64(stableP99), latency.Format(stableP99), c.RejectRatio, c.RejectFloor)
+	return fmt.Sprintf("p99 settled at %s (%s the %d windows before), %.1f× stable's %s (rejectRatio %g, rejectFloor %s)",
+		latency.Format(plateau), latency.Format(p.earlier.p99), p.earlier.windows, float64(plateau)/float64(stableP99), latency.Format(stableP99), c.RejectRatio, c.RejectFloor)
 }
 
 // plateauLongEnough says whether a target that has been converged but
@@ -162,15 +320,6 @@ func (c *Config) stableReference(windows []WindowStats) time.Duration {
 	}
 	slices.Sort(p99s)
 	return p99s[(len(p99s)-1)/2] // lower median: the stricter bar for an even count
-}
-
-// within reports whether the spread lo..hi is inside the tolerance: relative
-// (hi/lo - 1 <= Tolerance) or absolute (hi - lo <= AbsoluteTolerance).
-func (c *Config) within(lo, hi time.Duration) bool {
-	if hi-lo <= c.AbsoluteTolerance.D() {
-		return true
-	}
-	return lo > 0 && float64(hi)/float64(lo)-1 <= c.Tolerance
 }
 
 // trend renders the last few windows' p99 for failure messages: "p99 of

@@ -46,8 +46,29 @@ func windows(p50s, p99s []float64, per int) []WindowStats {
 	return ws
 }
 
+// steady repeats a window's p50 and p99 n times.
+func steady(n int, p50, p99 float64) (p50s, p99s []float64) {
+	for range n {
+		p50s, p99s = append(p50s, p50), append(p99s, p99)
+	}
+	return p50s, p99s
+}
+
+// then appends b's windows to a's.
+func then(a50, a99, b50, b99 []float64) ([]float64, []float64) {
+	return append(slices.Clone(a50), b50...), append(slices.Clone(a99), b99...)
+}
+
 func TestJudge(t *testing.T) {
-	base := Config{Window: 100, StableWindows: 3, MinRequests: 300, MaxRequests: 10000, Tolerance: 0.2, AbsoluteTolerance: config.Duration(time.Millisecond)}.WithDefaults()
+	base := Config{Window: 100, StableWindows: 3, MinRequests: 300, MaxRequests: 10000, Tolerance: 0.1, AbsoluteTolerance: config.Duration(time.Millisecond)}.WithDefaults()
+	flat50, flat99 := steady(10, 3, 20)
+	cold50, cold99 := steady(5, 9, 400)
+	warm50, warm99 := then(cold50, cold99, flat50, flat99)
+	p99falling50, p99falling99 := then([]float64{3, 3, 3, 3, 3}, []float64{90, 80, 70, 60, 50}, []float64{3, 3, 3, 3, 3}, []float64{40, 35, 30, 27, 24})
+	p50falling50, p50falling99 := then([]float64{9, 9, 8, 8, 7}, []float64{20, 20, 20, 20, 20}, []float64{5, 5, 4, 4, 3}, []float64{20, 20, 20, 20, 20})
+	spiky50, spiky99 := then(flat50, flat99, []float64{3, 3, 3}, []float64{20, 90, 20})
+	tiny50, tiny99 := steady(10, 0.3, 0.9)
+	tiny50[0], tiny99[0] = 1.1, 1.8 // 0.8 ms faster: under absoluteTolerance
 	cases := []struct {
 		name      string
 		cfg       func(*Config)
@@ -56,17 +77,19 @@ func TestJudge(t *testing.T) {
 		converged bool
 		why       string
 	}{
-		{name: "settled", p50: []float64{9, 3, 3, 3}, p99: []float64{400, 20, 21, 22}, converged: true},
-		{name: "too few windows", p50: []float64{3, 3}, p99: []float64{20, 20}, why: "2 of 3 windows"},
-		{name: "p99 still falling", p50: []float64{3, 3, 3, 3}, p99: []float64{90, 40, 30, 24}, why: "p99 of last 3 windows spread 24.0ms–40.0ms"},
-		{name: "p50 moving", p50: []float64{9, 6, 4, 3}, p99: []float64{20, 20, 20, 20}, why: "p50 of last 3 windows"},
-		{name: "small absolute spread passes", p50: []float64{0.2, 0.3, 0.5}, p99: []float64{0.5, 1.2, 0.9}, converged: true},
-		{name: "minRequests", cfg: func(c *Config) { c.MinRequests = 500 }, p50: []float64{3, 3, 3, 3}, p99: []float64{20, 20, 20, 20}, why: "400 of minRequests 500"},
-		{name: "errors", cfg: func(c *Config) { r := 0.0; c.MaxErrorRatio = &r }, p50: []float64{3, 3, 3}, p99: []float64{20, 20, 20}, why: "errors"},
-		{name: "stable missing", cfg: func(c *Config) { c.CompareToStable = true }, p50: []float64{3, 3, 3}, p99: []float64{20, 20, 20}, why: "waiting for a stable window"},
-		{name: "above stable", cfg: func(c *Config) { c.CompareToStable = true }, p50: []float64{3, 3, 3}, p99: []float64{20, 20, 20}, stableP99: ms(10), why: "above 1.2 × stable p99 10.0ms"},
-		{name: "within stable ratio", cfg: func(c *Config) { c.CompareToStable = true }, p50: []float64{3, 3, 3}, p99: []float64{20, 20, 20}, stableP99: ms(17), converged: true},
-		{name: "within stable absolute", cfg: func(c *Config) { c.CompareToStable = true }, p50: []float64{1, 1, 1}, p99: []float64{2.5, 2.5, 2.5}, stableP99: ms(1.6), converged: true},
+		{name: "warm after a cold start", p50: warm50, p99: warm99, converged: true},
+		{name: "flat from the start stops at the minimum", p50: flat50, p99: flat99, converged: true},
+		{name: "too few windows", p50: flat50[:9], p99: flat99[:9], why: "9 of 10 windows"},
+		{name: "p99 still improving", p50: p99falling50, p99: p99falling99, why: "still improving over the last 10 windows: p99 70.0ms → 30.0ms (tolerance 0.1)"},
+		{name: "p50 still improving", p50: p50falling50, p99: p50falling99, why: "p50 8.00ms → 4.00ms"},
+		{name: "a spike in the latest windows does not hold it back", p50: spiky50, p99: spiky99, converged: true},
+		{name: "small absolute change counts as settled", p50: tiny50, p99: tiny99, converged: true},
+		{name: "minRequests", cfg: func(c *Config) { c.MinRequests = 1500 }, p50: flat50, p99: flat99, why: "1000 of minRequests 1500"},
+		{name: "errors", cfg: func(c *Config) { r := 0.0; c.MaxErrorRatio = &r }, p50: flat50, p99: flat99, why: "errors"},
+		{name: "stable missing", cfg: func(c *Config) { c.CompareToStable = true }, p50: flat50, p99: flat99, why: "waiting for a stable window"},
+		{name: "above stable", cfg: func(c *Config) { c.CompareToStable = true }, p50: flat50, p99: flat99, stableP99: ms(10), why: "above 1.2 × stable p99 10.0ms"},
+		{name: "within stable ratio", cfg: func(c *Config) { c.CompareToStable = true }, p50: flat50, p99: flat99, stableP99: ms(17), converged: true},
+		{name: "within stable absolute", cfg: func(c *Config) { c.CompareToStable = true }, p50: tiny50, p99: tiny99, stableP99: ms(0.5), converged: true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -83,6 +106,38 @@ func TestJudge(t *testing.T) {
 				t.Errorf("judge = %+v, want converged=%v why containing %q", v, tc.converged, tc.why)
 			}
 		})
+	}
+}
+
+// The share of slow requests (over 2 × the block's p50) falling is still
+// warming, though p50 and p99 stand still: a cache whose misses fall from
+// 30 % to 10 % of requests.
+func TestJudgeSeesSlowRequestsThinOut(t *testing.T) {
+	cfg := Config{}.WithDefaults()
+	block := func(missShare float64, first int) []WindowStats {
+		var ws []WindowStats
+		for i := range 5 {
+			var samples []sample
+			for j := range 100 {
+				d := ms(3)
+				if float64(j) < missShare*100 {
+					d = ms(50)
+				}
+				samples = append(samples, sample{latency: d, ok: true})
+			}
+			w, _ := computeWindow(samples, nil)
+			w.Index, w.Requests = first+i, int64((first+i)*100)
+			ws = append(ws, w)
+		}
+		return ws
+	}
+	thinning := append(block(0.3, 1), block(0.1, 6)...)
+	if v := cfg.judge(thinning, 0, false); v.converged || !strings.Contains(v.why, "slow requests (over 2× p50) 30.0% → 10.0%") {
+		t.Errorf("misses 30 %% → 10 %%: judge = %+v, want still improving on slow requests", v)
+	}
+	steadyShare := append(block(0.1, 1), block(0.1, 6)...)
+	if v := cfg.judge(steadyShare, 0, false); !v.converged {
+		t.Errorf("misses steady at 10 %%: judge = %+v, want warm", v)
 	}
 }
 

@@ -1,0 +1,205 @@
+package testutil
+
+import (
+	"math"
+	"math/rand/v2"
+	"slices"
+	"time"
+)
+
+// Shape is a cold-start shape of the warm-up zoo: how a pod's latency
+// evolves with the requests it has served. Each run of a shape is a
+// Sequence drawn from its seed; the shape's Oracle says when it is warm.
+// The shapes stand for what JVM services do after a deploy (JIT decay,
+// caches that fill, endpoints initialised lazily), none tuned to danki's
+// sample app.
+type Shape struct {
+	// Name identifies the shape in tables and test names.
+	Name string
+	// Median is the warm median latency before noise.
+	Median time.Duration
+	// Sigma is the warm lognormal spread (0.3: p99 ≈ 2 × p50).
+	Sigma float64
+	// Cold gives the cold factor of a request: latency = warm × (1 + Cold).
+	// It gets the request number n (1-based), the endpoint the request
+	// picked and how often that endpoint was hit before, and the run's
+	// random source for per-request randomness (cache keys).
+	Cold func(n int64, endpoint int, hits int64, r *rand.Rand) float64
+	// Endpoints are the weights of a request mix (nil: one endpoint).
+	Endpoints []float64
+	// Noise adds a noisy neighbour's spikes (see NoisyNeighbour).
+	Noise bool
+	// Never marks a shape that keeps improving through any request budget:
+	// its oracle is "not warm yet" (math.MaxInt64).
+	Never bool
+}
+
+// Noisy neighbour: isolated spikes on 0.3 % of requests (10–40 × the
+// median, a stop-the-world pause or a preempted thread) and episodes
+// starting on 1 request in 4,000 that make 30 requests in a row 3× slower
+// (a neighbour's batch job on the same core).
+const (
+	spikeProb      = 0.003
+	episodeProb    = 1.0 / 4000
+	episodeLength  = 30
+	episodeFactor  = 3.0
+	spikeMinFactor = 10.0
+	spikeMaxFactor = 40.0
+)
+
+// Sequence draws the latencies of one run of a shape.
+type Sequence struct {
+	shape   *Shape
+	r       *rand.Rand
+	n       int64
+	hits    []int64
+	episode int
+}
+
+// Sequence starts a run of the shape from seed.
+func (s *Shape) Sequence(seed uint64) *Sequence {
+	return &Sequence{shape: s, r: rand.New(rand.NewPCG(seed, 0x5eed)), hits: make([]int64, max(1, len(s.Endpoints)))}
+}
+
+// Next is the latency of the next request.
+func (q *Sequence) Next() time.Duration {
+	s := q.shape
+	q.n++
+	endpoint := 0
+	if len(s.Endpoints) > 0 {
+		endpoint = pickWeighted(q.r, s.Endpoints)
+	}
+	hits := q.hits[endpoint]
+	q.hits[endpoint]++
+	warm := float64(s.Median) * math.Exp(s.Sigma*q.r.NormFloat64())
+	lat := warm
+	if s.Cold != nil {
+		lat *= 1 + s.Cold(q.n, endpoint, hits, q.r)
+	}
+	if s.Noise {
+		if q.episode == 0 && q.r.Float64() < episodeProb {
+			q.episode = episodeLength
+		}
+		if q.episode > 0 {
+			q.episode--
+			lat *= episodeFactor
+		}
+		if q.r.Float64() < spikeProb {
+			lat += float64(s.Median) * (spikeMinFactor + (spikeMaxFactor-spikeMinFactor)*q.r.Float64())
+		}
+	}
+	return time.Duration(lat)
+}
+
+func pickWeighted(r *rand.Rand, weights []float64) int {
+	total := 0.0
+	for _, w := range weights {
+		total += w
+	}
+	x := r.Float64() * total
+	for i, w := range weights {
+		if x < w {
+			return i
+		}
+		x -= w
+	}
+	return len(weights) - 1
+}
+
+// jitDecay is the cold factor of a JIT-compiled path: a·e^(−hits/tau),
+// plus a smaller, slower tier (C2 after C1) of a/10·e^(−hits/(4·tau)).
+func jitDecay(a, tau float64) func(int64, int, int64, *rand.Rand) float64 {
+	return func(_ int64, _ int, hits int64, _ *rand.Rand) float64 {
+		h := float64(hits)
+		return a*math.Exp(-h/tau) + a/10*math.Exp(-h/(4*tau))
+	}
+}
+
+// Zoo is the warm-up zoo: each shape alone and with a noisy neighbour.
+// Oracles (Oracle, default settings) range from the minimum to ~10,000
+// requests.
+func Zoo() []*Shape {
+	base := []*Shape{
+		{Name: "jit-fast", Median: 2 * time.Millisecond, Sigma: 0.3, Cold: jitDecay(40, 60)},
+		{Name: "jit-slow", Median: 5 * time.Millisecond, Sigma: 0.4, Cold: jitDecay(30, 500)},
+		{Name: "cache-fill", Median: 3 * time.Millisecond, Sigma: 0.3, Cold: cacheFill(800, 15)},
+		{Name: "lazy-endpoints", Median: 4 * time.Millisecond, Sigma: 0.35, Endpoints: []float64{0.55, 0.3, 0.12, 0.03},
+			Cold: func(_ int64, _ int, hits int64, _ *rand.Rand) float64 { return 50 * math.Exp(-float64(hits)/25) }},
+		{Name: "warm", Median: 3 * time.Millisecond, Sigma: 0.3},
+		// Still 2× faster with every doubling of its requests up to
+		// 20,000 (a power law: tiers of compilation that never end).
+		{Name: "never-settles", Median: 2 * time.Millisecond, Sigma: 0.3, Never: true,
+			Cold: func(n int64, _ int, _ int64, _ *rand.Rand) float64 { return 20000/float64(n) - 1 }},
+	}
+	zoo := make([]*Shape, 0, 2*len(base))
+	for _, s := range base {
+		noisy := *s
+		noisy.Name += "+noise"
+		noisy.Noise = true
+		zoo = append(zoo, s, &noisy)
+	}
+	return zoo
+}
+
+// cacheFill is a cache of keys requests pick uniformly: a miss costs
+// factor × the warm latency until the key is cached. The miss rate decays
+// as e^(−n/keys): p50 steps down early, p99 only once misses are rarer
+// than 1 % (n ≈ 4.6 × keys).
+func cacheFill(keys int, factor float64) func(int64, int, int64, *rand.Rand) float64 {
+	return func(n int64, _ int, _ int64, r *rand.Rand) float64 {
+		if r.Float64() < math.Exp(-float64(n)/float64(keys)) {
+			return factor
+		}
+		return 0
+	}
+}
+
+// Oracle is the request count after which a shape has stopped improving:
+// the first n from which on its true p50 and p99 (estimated from runs runs
+// in buckets of step requests) stay within tolerance of their warm
+// plateau, the last 20 % of horizon requests. math.MaxInt64 for a shape
+// that never settles. A noisy neighbour's spikes are no part of warming up
+// (they are as likely on a warm pod as on a cold one), so a noisy shape's
+// oracle is that of the same shape without noise.
+func (s *Shape) Oracle(horizon int64, tolerance float64, runs int, step int64) int64 {
+	if s.Never {
+		return math.MaxInt64
+	}
+	if s.Noise {
+		quiet := *s
+		quiet.Noise = false
+		return quiet.Oracle(horizon, tolerance, runs, step)
+	}
+	buckets := int(horizon / step)
+	lat := make([][]float64, buckets)
+	for i := range lat {
+		lat[i] = make([]float64, 0, runs*int(step))
+	}
+	for run := range runs {
+		seq := s.Sequence(uint64(1_000_000 + run))
+		for i := range buckets {
+			for range step {
+				lat[i] = append(lat[i], float64(seq.Next()))
+			}
+		}
+	}
+	p50, p99 := make([]float64, buckets), make([]float64, buckets)
+	for i, b := range lat {
+		slices.Sort(b)
+		p50[i], p99[i] = b[len(b)/2], b[len(b)*99/100]
+	}
+	var plateau []float64
+	for i := buckets * 4 / 5; i < buckets; i++ {
+		plateau = append(plateau, lat[i]...)
+	}
+	slices.Sort(plateau)
+	w50, w99 := plateau[len(plateau)/2], plateau[len(plateau)*99/100]
+	warm := buckets
+	for i := buckets - 1; i >= 0; i-- {
+		if p50[i] > (1+tolerance)*w50 || p99[i] > (1+tolerance)*w99 {
+			break
+		}
+		warm = i
+	}
+	return int64(warm) * step
+}
