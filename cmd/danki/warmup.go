@@ -61,8 +61,9 @@ func newWarmupCmd() *cobra.Command {
 		Use:   "warmup",
 		Short: "Warm pods with synthetic load until their latency converges",
 		Long: `Send synthetic fortio load straight at pods (or URLs) until their latency has
-converged: the p50 and p99 of the last --stable-windows windows of --window
-requests agree within --tolerance, after at least --min-requests. Fails (exit
+converged: it stopped improving — its latest quarter of windows of --window
+requests is not faster than the quarter before by more than --tolerance (p50,
+p99, share of slow requests) — after at least --min-requests. Fails (exit
 code 1) at --deadline or --max-requests without convergence, with the latency
 trend. A target failing 20 requests in a row fails at once, with its last error.
 With stable pods (--stable-url, --stable-service or --stable-hash) they are
@@ -110,9 +111,9 @@ See docs/warmup.md.`,
 	fl.Float64Var(&f.cfg.StartQPS, "start-qps", 0, "pace per target at the start, raised up to --qps while the pod keeps up (default --qps / 8, at least 1)")
 	fl.IntVarP(&f.cfg.Connections, "connections", "c", warmup.DefaultConnections, "concurrent connections per target")
 	fl.IntVar(&f.cfg.Window, "window", warmup.DefaultWindow, "requests per latency window")
-	fl.IntVar(&f.cfg.StableWindows, "stable-windows", warmup.DefaultStableWindows, "consecutive windows that must agree")
-	fl.Float64Var(&f.cfg.Tolerance, "tolerance", warmup.DefaultTolerance, "allowed relative spread of p50 and p99 over those windows")
-	fl.DurationVar(&f.absTolerance, "abs-tolerance", warmup.DefaultAbsoluteTolerance, "a spread this small always counts as converged")
+	fl.IntVar(&f.cfg.StableWindows, "stable-windows", warmup.DefaultStableWindows, "smallest block of windows the stopping rule compares")
+	fl.Float64Var(&f.cfg.Tolerance, "tolerance", warmup.DefaultTolerance, "still warming while the latest block is faster than the one before by more than this (p50, p99, share of slow requests)")
+	fl.DurationVar(&f.absTolerance, "abs-tolerance", warmup.DefaultAbsoluteTolerance, "an improvement this small counts as none")
 	fl.Float64Var(&f.maxErrorRatio, "max-error-ratio", warmup.DefaultMaxErrorRatio, "share of failed requests a converging window may have")
 	fl.DurationVar(&f.deadline, "deadline", warmup.DefaultDeadline, "give up after this long")
 	fl.DurationVar(&f.timeout, "timeout", warmup.DefaultTimeout, "per-request timeout")

@@ -81,6 +81,8 @@ type Config struct {
 	// on convergence and only reports it.
 	UntilConverged *bool `json:"untilConverged,omitempty"`
 	// MinRequests per target before it may count as converged. Default 300.
+	// The stopping rule's own minimum is two blocks (MinStop: 1,000
+	// requests with the defaults).
 	MinRequests int64 `json:"minRequests,omitempty"`
 	// MaxRequests per target; reaching it without convergence fails the
 	// warm-up (with untilConverged false: the fixed count per target). Up to Connections-1 requests already in flight may complete
@@ -91,14 +93,20 @@ type Config struct {
 	// Percentiles are exact over the window (nearest rank: with fewer than
 	// 100 requests, p99 is the window's maximum). Default 100.
 	Window int `json:"window,omitempty"`
-	// StableWindows is k: how many consecutive windows must agree. Default 3.
+	// StableWindows is the smallest block of windows the stopping rule
+	// compares (blocks also hold at least 500 requests and a quarter of the
+	// windows so far), and how many latest windows MaxErrorRatio applies
+	// to. Default 3.
 	StableWindows int `json:"stableWindows,omitempty"`
-	// Tolerance is the relative spread allowed among the last k windows'
-	// p50s (and, separately, p99s): max/min - 1. Default 0.2 (20 %).
+	// Tolerance: a pod is still improving (warming) while its latest block
+	// of windows is faster than the block before by more than this, in its
+	// pooled p50, its median window p99 or its share of slow requests (over
+	// 2× p50). One-sided: a block that got slower never holds the warm-up
+	// back. Default 0.1 (10 %).
 	Tolerance float64 `json:"tolerance,omitempty"`
-	// AbsoluteTolerance is a spread that always counts as converged, however
-	// large relative to the latency: it keeps sub-millisecond services from
-	// failing on scheduler noise. Default 1ms.
+	// AbsoluteTolerance is an improvement (of p50 or p99) too small to count,
+	// however large relative to the latency: it keeps sub-millisecond
+	// services from warming forever on scheduler noise. Default 1ms.
 	AbsoluteTolerance config.Duration `json:"absoluteTolerance,omitempty"`
 	// MaxErrorRatio is the share of failed requests (socket errors, HTTP
 	// status < 200 or >= 400) a window may have and still count towards
@@ -287,7 +295,7 @@ func (c Config) Validate() error {
 		errs.Addf("window", "must be at least 10 requests so percentiles mean something (got %d)", c.Window)
 	}
 	if c.StableWindows < 2 {
-		errs.Addf("stableWindows", "must be at least 2: convergence compares consecutive windows (got %d)", c.StableWindows)
+		errs.Addf("stableWindows", "must be at least 2: the stopping rule compares blocks of at least this many windows (got %d)", c.StableWindows)
 	}
 	if c.MinRequests < 0 {
 		errs.Addf("minRequests", "must not be negative (got %d)", c.MinRequests)

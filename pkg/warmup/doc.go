@@ -22,10 +22,13 @@
 //     histogram): danki drives periodic with its own Runnable, so there is no
 //     unrecorded warm-up call.
 //   - Latency is cut into windows of N requests per target with exact
-//     percentiles. A target has converged when its last k windows' p50 and p99
-//     lie within a tolerance of each other, it has served at least
-//     MinRequests, and, with CompareToStable, its p99 is within a ratio of the
-//     stable pods' p99 measured side by side with the same request mix.
+//     percentiles. A target is warm (converged) once it has stopped
+//     improving: its latest quarter of windows is not faster than the
+//     quarter before by more than a tolerance, in pooled p50, median window
+//     p99 and share of slow requests (one-sided and scale-free, see
+//     window.go), it has served at least MinRequests, and, with
+//     CompareToStable, its p99 is within a ratio of the stable pods' p99
+//     measured side by side with the same request mix.
 //   - With stable pods known (and CompareToStable off) the stable pods are
 //     loaded side by side by default and a target whose p99 settles far
 //     above theirs is rejected (ErrSlowerVersion): a slower version, caught
