@@ -74,24 +74,29 @@ func (l *lab) envoyGet(ctx context.Context, path string) ([]byte, error) {
 }
 
 // slowStartConfig finds cluster in an Envoy config dump (admin
-// /config_dump, ClustersConfigDump) and describes its load balancing:
+// /config_dump, whole or ?resource=dynamic_active_clusters) and describes its load balancing:
 // lb_policy (absent means ROUND_ROBIN, the proto default that the dump
 // leaves out) and every slow_start_config in it with its path, e.g.
 // `ROUND_ROBIN, round_robin_lb_config.slow_start_config {"slow_start_window":"60s"}`.
 // ok reports whether there is a slow_start_config with a window.
 func slowStartConfig(dump []byte, cluster string) (desc string, ok bool, err error) {
+	// With ?resource=dynamic_active_clusters each config is one
+	// DynamicCluster ({"cluster": …}); the whole dump nests them in a
+	// ClustersConfigDump ({"dynamic_active_clusters": [{"cluster": …}]}).
+	type dynamicCluster struct {
+		Cluster map[string]any `json:"cluster"`
+	}
 	var d struct {
 		Configs []struct {
-			Active []struct {
-				Cluster map[string]any `json:"cluster"`
-			} `json:"dynamic_active_clusters"`
+			dynamicCluster
+			Active []dynamicCluster `json:"dynamic_active_clusters"`
 		} `json:"configs"`
 	}
 	if err := json.Unmarshal(dump, &d); err != nil {
 		return "", false, fmt.Errorf("Envoy config dump: %w", err)
 	}
 	for _, c := range d.Configs {
-		for _, a := range c.Active {
+		for _, a := range append(c.Active, c.dynamicCluster) {
 			if a.Cluster["name"] != cluster {
 				continue
 			}
