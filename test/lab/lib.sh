@@ -10,10 +10,6 @@ pids=$run/pids
 logs=$run/logs
 kubeconfig=$cache/lab/kubeconfig
 
-# The lab runner's group in each cgroup v1 hierarchy (its default
-# --cgroup-parent, internal/labrunner.DefaultCgroupParent).
-LAB_CGROUP=${LAB_CGROUP:-danki-lab}
-
 # Fixed loopback ports, away from the usual defaults so a lab can run beside
 # a developer's own cluster tools.
 ETCD_CLIENT_PORT=${ETCD_CLIENT_PORT:-23790}
@@ -28,6 +24,11 @@ LAB_POD_CIDR=${LAB_POD_CIDR:-10.244.0.0/24}
 NETNS=${NETNS:-danki-lab}
 HOST_DEV=${HOST_DEV:-danki-lab0}
 NS_DEV=${NS_DEV:-danki-lab1}
+# The lab runner's group in each cgroup v1 hierarchy: its default parent
+# (internal/labrunner.DefaultCgroupParent), named like the network namespace.
+# Deriving it from NETNS keeps a test that runs down.sh with a NETNS no lab
+# uses (test/lab/teardown_test.go) away from a running lab's groups.
+LAB_CGROUP=${LAB_CGROUP:-$NETNS}
 
 log() { printf '[lab %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
