@@ -215,8 +215,19 @@ func (t *cgroupTree) setup() error {
 		if err := removeGroup(root); err != nil {
 			return fmt.Errorf("remove the lab's groups left by an earlier runner: %w", err)
 		}
+	}
+	return t.ensureQoS()
+}
+
+// ensureQoS creates the parent and QoS groups where missing and sets their
+// shares. Called for every new pod too: like kubelet's QoS manager, the
+// runner puts back what someone removed instead of failing every pod.
+func (t *cgroupTree) ensureQoS() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, root := range t.dirs() {
 		for _, d := range []string{root, filepath.Join(root, "burstable"), filepath.Join(root, "besteffort")} {
-			if err := os.Mkdir(d, 0o755); err != nil {
+			if err := os.Mkdir(d, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 				return fmt.Errorf("create cgroup %s: %w (cgroup v1 groups need root)", d, err)
 			}
 		}
@@ -231,7 +242,7 @@ func (t *cgroupTree) setup() error {
 	if err := writeCgroupFile(filepath.Join(cpu, "besteffort"), "cpu.shares", minShares); err != nil {
 		return err
 	}
-	return writeCgroupFile(filepath.Join(cpu, "burstable"), "cpu.shares", minShares)
+	return writeCgroupFile(filepath.Join(cpu, "burstable"), "cpu.shares", milliCPUToShares(t.burstableMilli))
 }
 
 // destroy removes the whole tree (after the runner stopped its pods).
@@ -284,6 +295,9 @@ func (t *cgroupTree) createPod(uid types.UID, v podCgroupValues) (*podCgroup, er
 	}
 	slices.Sort(names)
 	err := func() error {
+		if err := t.ensureQoS(); err != nil {
+			return err
+		}
 		for _, root := range t.dirs() {
 			if err := removeGroup(filepath.Join(root, pc.rel)); err != nil { // a stale incarnation
 				return err

@@ -330,6 +330,19 @@ func TestRunnerAppliesResourcesThroughCgroups(t *testing.T) {
 	}
 	defer stopRunner()
 
+	// Someone removes a QoS group under the running runner (a teardown
+	// script run by mistake): the next pod puts it back instead of failing.
+	cpu, mem, acct := roots["cpu"], roots["memory"], roots["cpuacct"]
+	waitUntil(t, 10*time.Second, "the runner created its groups", func() bool {
+		_, err := os.Stat(filepath.Join(cpu, "burstable"))
+		return err == nil
+	})
+	for _, dir := range []string{cpu, mem, acct} {
+		if err := os.Remove(filepath.Join(dir, "burstable")); err != nil {
+			t.Fatal(err)
+		}
+	}
+
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "burn", Namespace: "default", UID: types.UID("uid-burn")},
 		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{
@@ -350,7 +363,6 @@ func TestRunnerAppliesResourcesThroughCgroups(t *testing.T) {
 		t.Fatalf("container ID %q: %v", ready.Status.ContainerStatuses[0].ContainerID, err)
 	}
 
-	cpu, mem, acct := roots["cpu"], roots["memory"], roots["cpuacct"]
 	podRel := filepath.Join("burstable", "poduid-burn")
 	for _, f := range []struct {
 		dir, file string
