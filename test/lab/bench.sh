@@ -32,7 +32,9 @@ if [ "$(id -u)" != 0 ]; then
 fi
 # The lab bench, repeated: each run puts baseline, the contenders and danki
 # side by side under the same load, so each run's ratios stand on their own;
-# the summary lists them run by run. One run takes ~14 min.
+# the summary lists them run by run. One run takes ~15 min (15.4 measured,
+# lab already built, up and down included): with 2 runs and the Go
+# benchmarks, make bench takes ~35 min.
 runs=${BENCH_RUNS:-2}
 summary=$out/summary.md
 {
