@@ -33,6 +33,9 @@
 //     loaded side by side by default and a target whose p99 settles far
 //     above theirs is rejected (ErrSlowerVersion): a slower version, caught
 //     before any user request reaches it (Config.RejectSlowerVersion).
+//   - Each pod's pace ramps up from StartQPS as it keeps up, and the
+//     neighbour guard halves it while the stable pods' latency rises
+//     (pace.go): warming a cold JVM must not slow the users on stable.
 //   - A target failing many requests in a row fails at once
 //     (ErrTargetFailing) with its last error; a deadline or request cap
 //     without convergence is a failure whose message shows the latency
