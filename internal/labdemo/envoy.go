@@ -60,7 +60,7 @@ func (l *lab) envoyGet(ctx context.Context, path string) ([]byte, error) {
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("Envoy admin %s: %w", path, err)
+		return nil, fmt.Errorf("envoy admin %s: %w", path, err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
@@ -68,7 +68,7 @@ func (l *lab) envoyGet(ctx context.Context, path string) ([]byte, error) {
 		err = fmt.Errorf("HTTP %s: %.200s", resp.Status, body)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("Envoy admin %s: %w", path, err)
+		return nil, fmt.Errorf("envoy admin %s: %w", path, err)
 	}
 	return body, nil
 }
@@ -93,7 +93,7 @@ func slowStartConfig(dump []byte, cluster string) (desc string, ok bool, err err
 		} `json:"configs"`
 	}
 	if err := json.Unmarshal(dump, &d); err != nil {
-		return "", false, fmt.Errorf("Envoy config dump: %w", err)
+		return "", false, fmt.Errorf("envoy config dump: %w", err)
 	}
 	for _, c := range d.Configs {
 		for _, a := range append(c.Active, c.dynamicCluster) {
