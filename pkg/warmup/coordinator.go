@@ -62,12 +62,11 @@ type coordinator struct {
 	stableLoad bool
 	guard      *neighbourGuard // nil: no neighbour guard
 
-	events  chan event
-	canary  []*targetState
-	stable  *TargetResult
-	srec    *recorder
-	sruns   []*loadRunner
-	scratch []time.Duration
+	events chan event
+	canary []*targetState
+	stable *TargetResult
+	srec   *recorder
+	sruns  []*loadRunner
 }
 
 func (c *coordinator) run(parent, runCtx context.Context, targets []Target) error {
@@ -243,8 +242,7 @@ func (c *coordinator) allConverged() bool {
 }
 
 func (c *coordinator) onWindow(ev event) {
-	var w WindowStats
-	w, c.scratch = computeWindow(ev.samples, c.scratch)
+	w := computeWindow(ev.samples)
 	w.Index, w.Requests = ev.index, ev.total
 	p := Progress{Phase: PhaseLoad, Window: w}
 	if ev.rec == c.srec {
@@ -400,8 +398,7 @@ func (c *coordinator) finish() {
 		rec.mu.Lock()
 		defer rec.mu.Unlock()
 		if len(rec.cur) > 0 {
-			var w WindowStats
-			w, c.scratch = computeWindow(rec.cur, c.scratch)
+			w := computeWindow(rec.cur)
 			w.Index, w.Requests, w.Partial = rec.windows+1, rec.total.Load(), true
 			tr.Windows = append(tr.Windows, w)
 			rec.cur = nil

@@ -37,20 +37,21 @@ type sample struct {
 	ok      bool
 }
 
-// computeWindow copies the latencies into scratch (reused between calls to
-// avoid allocation) and summarizes them.
-func computeWindow(samples []sample, scratch []time.Duration) (WindowStats, []time.Duration) {
-	scratch = scratch[:0]
+// computeWindow summarizes one window's samples. It keeps the latencies,
+// sorted, for the stopping rule's pooled figures: one allocation per
+// window, which the summary's in-place sort reuses.
+func computeWindow(samples []sample) WindowStats {
+	lat := make([]time.Duration, len(samples))
 	errs := 0
-	for _, s := range samples {
-		scratch = append(scratch, s.latency)
+	for i, s := range samples {
+		lat[i] = s.latency
 		if !s.ok {
 			errs++
 		}
 	}
-	w := WindowStats{Summary: latency.Summarize(scratch, errs)} // sorts scratch
-	w.sorted = slices.Clone(scratch)
-	return w, scratch
+	w := WindowStats{Summary: latency.Summarize(lat, errs)} // sorts lat
+	w.sorted = lat
+	return w
 }
 
 // verdict says whether a target's latest windows satisfy the convergence
@@ -264,14 +265,6 @@ func (c *Config) judge(windows []WindowStats, stableP99 time.Duration, reject bo
 	if (c.CompareToStable || reject) && stableP99 == 0 {
 		return verdict{why: "waiting for a stable window"}
 	}
-	if reject {
-		// Far above stable but not judged a slower version: unreachable
-		// while slowerThanStable sees the same plateau; kept so a change
-		// to one cannot wave a slow pod through.
-		if plateau := p.recent.p99; plateau > time.Duration(c.RejectRatio*float64(stableP99)) && plateau-stableP99 > c.RejectFloor.D() {
-			return verdict{why: fmt.Sprintf("p99 %s is %.1f× stable's %s: still warming, or slower", latency.Format(plateau), float64(plateau)/float64(stableP99), latency.Format(stableP99))}
-		}
-	}
 	if c.CompareToStable {
 		p99 := p.recent.p99
 		limit := time.Duration(c.StableRatio * float64(stableP99))
@@ -326,12 +319,7 @@ func (c *Config) stableReference(windows []WindowStats) time.Duration {
 // windows 8–10: 41.2ms → 30.8ms → 22.0ms (window 1: 412ms); last p50 3.10ms,
 // still falling: …".
 func trend(windows []WindowStats, n int) string {
-	var complete []WindowStats
-	for _, w := range windows {
-		if !w.Partial {
-			complete = append(complete, w)
-		}
-	}
+	complete := completeWindows(windows)
 	if len(complete) == 0 {
 		return "no complete window"
 	}

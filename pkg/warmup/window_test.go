@@ -24,16 +24,16 @@ func TestPercentileIsExactNearestRank(t *testing.T) {
 	for i := 100; i >= 1; i-- { // 100 ms … 1 ms, unsorted input
 		samples = append(samples, sample{latency: ms(float64(i)), ok: i%10 != 0})
 	}
-	w, _ := computeWindow(samples, nil)
+	w := computeWindow(samples)
 	if w.P50 != ms(50) || w.P90 != ms(90) || w.P99 != ms(99) || w.Max != ms(100) || w.Count != 100 || w.Errors != 10 {
 		t.Errorf("1..100 ms: got p50 %s p90 %s p99 %s max %s count %d errors %d", w.P50, w.P90, w.P99, w.Max, w.Count, w.Errors)
 	}
 	// With 20 values nearest-rank p99 is the maximum, p50 the 10th value.
-	w, _ = computeWindow(samples[80:], nil) // 20 … 1 ms
+	w = computeWindow(samples[80:]) // 20 … 1 ms
 	if w.P99 != ms(20) || w.P50 != ms(10) {
 		t.Errorf("1..20 ms: p99 %s p50 %s, want 20ms and 10ms", w.P99, w.P50)
 	}
-	if w, _ := computeWindow(nil, nil); w.Count != 0 || w.P99 != 0 {
+	if w := computeWindow(nil); w.Count != 0 || w.P99 != 0 {
 		t.Errorf("empty window: %+v", w)
 	}
 }
@@ -125,7 +125,7 @@ func TestJudgeSeesSlowRequestsThinOut(t *testing.T) {
 				}
 				samples = append(samples, sample{latency: d, ok: true})
 			}
-			w, _ := computeWindow(samples, nil)
+			w := computeWindow(samples)
 			w.Index, w.Requests = first+i, int64((first+i)*100)
 			ws = append(ws, w)
 		}
@@ -225,10 +225,9 @@ func BenchmarkComputeWindow(b *testing.B) {
 			for i := range samples {
 				samples[i] = sample{latency: time.Duration(rng.ExpFloat64() * float64(time.Millisecond)), ok: true}
 			}
-			var scratch []time.Duration
 			b.ReportAllocs()
 			for b.Loop() {
-				_, scratch = computeWindow(samples, scratch)
+				computeWindow(samples)
 			}
 		})
 	}
@@ -295,7 +294,7 @@ func simulateRejection(rng *rand.Rand, slow func(rng *rand.Rand, d time.Duration
 		for i := range cfg.Window {
 			samples = append(samples, sample{latency: draw(first + i), ok: true})
 		}
-		w, _ := computeWindow(samples, nil)
+		w := computeWindow(samples)
 		return w
 	}
 	var canary, stable []WindowStats

@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/danki-dev/danki/internal/testutil"
 )
@@ -21,14 +20,12 @@ func zooStop(cfg *Config, shape *testutil.Shape, seed uint64) int64 {
 	seq := shape.Sequence(seed)
 	var windows []WindowStats
 	samples := make([]sample, cfg.Window)
-	var scratch []time.Duration
 	for n := int64(0); n+int64(cfg.Window) <= cfg.MaxRequests; {
 		for i := range samples {
 			samples[i] = sample{latency: seq.Next(), ok: true}
 		}
 		n += int64(cfg.Window)
-		var w WindowStats
-		w, scratch = computeWindow(samples, scratch)
+		w := computeWindow(samples)
 		w.Index, w.Requests = len(windows)+1, n
 		windows = append(windows, w)
 		if cfg.judge(windows, 0, false).converged {
