@@ -97,14 +97,8 @@ func (p *pacer) observe(l time.Duration) {
 // rise in latency that harms the neighbours is the neighbour guard's to
 // act on.
 func (p *pacer) decide(step []time.Duration) {
-	sorted := slices.Clone(step)
-	slices.Sort(sorted)
-	med := sorted[(len(sorted)-1)/2]
-	var sum time.Duration
-	for _, l := range step {
-		sum += l
-	}
-	mean := sum / time.Duration(len(step))
+	sum := latency.Summarize(step, 0) // sorts step in place: the caller starts a new step after
+	med, mean := sum.P50, sum.Mean
 	var ref time.Duration
 	if len(p.medians) > 0 {
 		ref = slices.Min(p.medians)
@@ -289,5 +283,5 @@ func formatQPS(q float64) string {
 // p90 is the nearest-rank 90th percentile of ls (sorted in place).
 func p90(ls []time.Duration) time.Duration {
 	slices.Sort(ls)
-	return ls[(len(ls)*9+9)/10-1]
+	return latency.Percentile(ls, 90)
 }
