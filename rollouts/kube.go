@@ -1,6 +1,10 @@
 package rollouts
 
 import (
+	"fmt"
+	"sync"
+
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 )
@@ -12,4 +16,25 @@ import (
 func restConfigFromEnvironment() (*rest.Config, error) {
 	return clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
 		clientcmd.NewDefaultClientConfigLoadingRules(), &clientcmd.ConfigOverrides{}).ClientConfig()
+}
+
+// lazyKube builds a Kubernetes client from the environment on first use and
+// remembers the outcome: plugins without pod lookups never need one.
+type lazyKube struct {
+	once sync.Once
+	kube kubernetes.Interface
+	err  error
+}
+
+func (l *lazyKube) get() (kubernetes.Interface, error) {
+	l.once.Do(func() {
+		cfg, err := restConfigFromEnvironment()
+		if err == nil {
+			l.kube, err = kubernetes.NewForConfig(cfg)
+		}
+		if err != nil {
+			l.err = fmt.Errorf("no Kubernetes client to find the pods (%w): give urls, or run the plugin with a kubeconfig or in-cluster service account", err)
+		}
+	})
+	return l.kube, l.err
 }

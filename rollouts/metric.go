@@ -2,6 +2,7 @@ package rollouts
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -26,15 +27,28 @@ func init() {
 }
 
 // latencyProvider is the danki/latency metric provider: an adapter from
-// Argo's metric RPC calls to pkg/analysis. Every measurement is one complete
-// analysis (bounded by the config's timeout), so Run never returns Running
-// and Resume and Terminate only tidy up.
+// Argo's metric RPC calls to pkg/analysis. A measurement that reads data
+// (Prometheus, fortio files) is one complete analysis, bounded by the
+// config's timeout: Run returns it finished. A measurement that sends its
+// own load (source: load) is asynchronous, like Argo's Job provider: Run
+// starts the load and returns Running with a ResumeAt, Resume polls it,
+// Terminate and GarbageCollect stop it.
 type latencyProvider struct {
 	log *slog.Logger
 	now func() time.Time
 	// analyzers are kept by raw plugin config; tests replace it (a clock).
 	analyzers *analysis.Analyzers
+	loads     *loadRuns
+	// loadPoll is how soon Argo is asked to resume a running load test.
+	loadPoll time.Duration
 }
+
+// loadPollInterval: a load measurement's progress shows in its message
+// this often; its verdict lands at most this long after the load ends.
+const loadPollInterval = 5 * time.Second
+
+// terminateWait bounds how long Terminate waits for a load to stop.
+const terminateWait = time.Second
 
 var _ rpc.MetricProviderPlugin = (*latencyProvider)(nil)
 
@@ -42,21 +56,41 @@ func newLatencyProvider(l *slog.Logger) *latencyProvider {
 	if l == nil {
 		l = slog.Default()
 	}
-	return &latencyProvider{log: l, now: time.Now, analyzers: analysis.NewAnalyzers(analysis.WithLogger(l))}
+	kube := &lazyKube{}
+	analyzers := analysis.NewAnalyzers(analysis.WithLogger(l), analysis.WithKube(kube.get), analysis.WithWarmedPods(analysis.NewWarmedPods()))
+	return &latencyProvider{log: l, now: time.Now, analyzers: analyzers, loads: newLoadRuns(), loadPoll: loadPollInterval}
 }
 
 // InitPlugin has nothing to set up: clients are built per configuration.
 func (p *latencyProvider) InitPlugin() types.RpcError { return types.RpcError{} }
 
 // Run measures once: fetch canary and stable latency over the window, judge
-// the SLOs, and map the verdict onto the measurement phase.
+// the SLOs, and map the verdict onto the measurement phase. With source:
+// load it starts the measurement's load and returns it Running.
 func (p *latencyProvider) Run(run *v1alpha1.AnalysisRun, metric v1alpha1.Metric) v1alpha1.Measurement {
 	started := metav1.NewTime(p.now())
-	return p.measure(run, metric, v1alpha1.Measurement{StartedAt: &started})
+	m := v1alpha1.Measurement{StartedAt: &started}
+	a, err := p.analyzerFor(run, metric)
+	if err != nil {
+		return p.finish(m, v1alpha1.AnalysisPhaseError, oneLineError(err), nil)
+	}
+	if a.Source() != analysis.SourceLoad {
+		return p.measure(run, metric, a, m)
+	}
+	since := analysisStart(run)
+	p.loads.start(loadID(run, metric), func(ctx context.Context) analysis.Verdict { return a.Analyze(ctx, since) })
+	p.logFor(run, metric).Info("danki/latency load test started", "load", strings.Join(a.Queries(), "; "))
+	m.Phase = v1alpha1.AnalysisPhaseRunning
+	m.Message = "load test started: " + strings.Join(a.Queries(), "; ")
+	return p.resumeLater(m)
 }
 
-// Resume returns a completed measurement unchanged. Run always completes, so
-// an incomplete one can only come from an interrupted call: measure again.
+// Resume returns a completed measurement unchanged. A load test still
+// running says how far it got; a finished one becomes the measurement. A
+// load test this process does not know was lost with a plugin restart: an
+// Error (Argo retries the measurement), never a hang. Other sources always
+// complete in Run, so an incomplete one comes from an interrupted call:
+// measure again.
 func (p *latencyProvider) Resume(run *v1alpha1.AnalysisRun, metric v1alpha1.Metric, m v1alpha1.Measurement) v1alpha1.Measurement {
 	if m.Phase.Completed() {
 		return m
@@ -65,12 +99,54 @@ func (p *latencyProvider) Resume(run *v1alpha1.AnalysisRun, metric v1alpha1.Metr
 		started := metav1.NewTime(p.now())
 		m.StartedAt = &started
 	}
-	return p.measure(run, metric, m)
+	a, err := p.analyzerFor(run, metric)
+	if err != nil {
+		return p.finish(m, v1alpha1.AnalysisPhaseError, oneLineError(err), nil)
+	}
+	if a.Source() != analysis.SourceLoad {
+		return p.measure(run, metric, a, m)
+	}
+	id := loadID(run, metric)
+	r := p.loads.get(id)
+	if r == nil {
+		return p.finish(m, v1alpha1.AnalysisPhaseError, "the load test of this measurement is gone: the danki plugin process restarted while it ran, and its load stopped with it; the next measurement starts a new one", nil)
+	}
+	v, done := r.finished()
+	if !done {
+		m.Message = "load test running: " + r.progress()
+		return p.resumeLater(m)
+	}
+	p.loads.forget(id, r)
+	p.logFor(run, metric).Info("danki/latency measurement", "phase", v.Phase, "summary", v.Summary)
+	return p.finish(m, phaseOf(v.Phase), v.Summary, &v)
+}
+
+func (p *latencyProvider) resumeLater(m v1alpha1.Measurement) v1alpha1.Measurement {
+	at := metav1.NewTime(p.now().Add(p.loadPoll))
+	m.ResumeAt = &at
+	return m
+}
+
+// loadID names a metric's in-progress measurement: Argo runs at most one
+// at a time per metric of an AnalysisRun.
+func loadID(run *v1alpha1.AnalysisRun, metric v1alpha1.Metric) string {
+	return runPrefix(run) + metric.Name
+}
+
+func runPrefix(run *v1alpha1.AnalysisRun) string {
+	if run == nil {
+		return "/"
+	}
+	return string(run.UID) + "/" + run.Namespace + "/" + run.Name + "/"
 }
 
 // Terminate ends an in-progress measurement without a verdict: that is
-// Inconclusive, never a pass (as Argo's job provider does).
-func (p *latencyProvider) Terminate(_ *v1alpha1.AnalysisRun, _ v1alpha1.Metric, m v1alpha1.Measurement) v1alpha1.Measurement {
+// Inconclusive, never a pass (as Argo's job provider does). A load test's
+// load stops at once (Terminate waits up to a second for it).
+func (p *latencyProvider) Terminate(run *v1alpha1.AnalysisRun, metric v1alpha1.Metric, m v1alpha1.Measurement) v1alpha1.Measurement {
+	if n := p.loads.stop(loadID(run, metric), terminateWait); n > 0 {
+		p.logFor(run, metric).Info("danki/latency load test stopped: measurement terminated")
+	}
 	if m.Phase.Completed() {
 		return m
 	}
@@ -81,8 +157,15 @@ func (p *latencyProvider) Terminate(_ *v1alpha1.AnalysisRun, _ v1alpha1.Metric, 
 	return m
 }
 
-// GarbageCollect has nothing to collect: measurements create no objects.
-func (p *latencyProvider) GarbageCollect(*v1alpha1.AnalysisRun, v1alpha1.Metric, int) types.RpcError {
+// GarbageCollect stops the load tests of an AnalysisRun that is over or
+// terminating (Argo trims old measurements while a run goes on, too: a
+// running one's load is left alone then). Measurements create no objects.
+func (p *latencyProvider) GarbageCollect(run *v1alpha1.AnalysisRun, metric v1alpha1.Metric, _ int) types.RpcError {
+	if run != nil && (run.Status.Phase.Completed() || run.Spec.Terminate) {
+		if n := p.loads.stop(runPrefix(run), terminateWait); n > 0 {
+			p.logFor(run, metric).Info("danki/latency load tests stopped: AnalysisRun over", "stopped", n)
+		}
+	}
 	return types.RpcError{}
 }
 
@@ -100,19 +183,18 @@ func (p *latencyProvider) GetMetadata(metric v1alpha1.Metric) map[string]string 
 	return a.Describe()
 }
 
-func (p *latencyProvider) measure(run *v1alpha1.AnalysisRun, metric v1alpha1.Metric, m v1alpha1.Measurement) v1alpha1.Measurement {
-	a, err := p.analyzer(metric)
-	if err != nil {
-		return p.finish(m, v1alpha1.AnalysisPhaseError, oneLineError(err), nil)
-	}
-	since := analysisStart(run)
-	v := a.Analyze(context.Background(), since)
-	log := p.log.With("metric", metric.Name, "phase", v.Phase, "summary", v.Summary)
+func (p *latencyProvider) measure(run *v1alpha1.AnalysisRun, metric v1alpha1.Metric, a *analysis.Analyzer, m v1alpha1.Measurement) v1alpha1.Measurement {
+	v := a.Analyze(context.Background(), analysisStart(run))
+	p.logFor(run, metric).Info("danki/latency measurement", "phase", v.Phase, "summary", v.Summary)
+	return p.finish(m, phaseOf(v.Phase), v.Summary, &v)
+}
+
+func (p *latencyProvider) logFor(run *v1alpha1.AnalysisRun, metric v1alpha1.Metric) *slog.Logger {
+	log := p.log.With("metric", metric.Name)
 	if run != nil {
 		log = log.With("analysisrun", run.Namespace+"/"+run.Name)
 	}
-	log.Info("danki/latency measurement")
-	return p.finish(m, phaseOf(v.Phase), v.Summary, &v)
+	return log
 }
 
 func (p *latencyProvider) finish(m v1alpha1.Measurement, phase v1alpha1.AnalysisPhase, message string, v *analysis.Verdict) v1alpha1.Measurement {
@@ -163,6 +245,32 @@ func (p *latencyProvider) analyzer(metric v1alpha1.Metric) (*analysis.Analyzer, 
 	}
 	a, err := p.analyzers.Get(raw)
 	if err != nil {
+		return nil, fmt.Errorf("metric %q: %w", metric.Name, err)
+	}
+	return a, nil
+}
+
+// analyzerFor is analyzer with the AnalysisRun's namespace filled in as
+// load.namespace when source: load leaves it out.
+func (p *latencyProvider) analyzerFor(run *v1alpha1.AnalysisRun, metric v1alpha1.Metric) (*analysis.Analyzer, error) {
+	a, err := p.analyzer(metric)
+	if err != nil || a.Source() != analysis.SourceLoad || run == nil || run.Namespace == "" {
+		return a, err
+	}
+	var cfg map[string]any
+	if json.Unmarshal(metric.Provider.Plugin[LatencyPluginName], &cfg) != nil {
+		return a, nil // YAML: Argo always passes JSON; the namespace stays unset
+	}
+	load, _ := cfg["load"].(map[string]any)
+	if ns, _ := load["namespace"].(string); ns != "" || load == nil {
+		return a, nil
+	}
+	load["namespace"] = run.Namespace
+	raw, err := json.Marshal(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("metric %q: %w", metric.Name, err)
+	}
+	if a, err = p.analyzers.Get(raw); err != nil {
 		return nil, fmt.Errorf("metric %q: %w", metric.Name, err)
 	}
 	return a, nil

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"k8s.io/client-go/kubernetes"
 )
 
 // Analyzer runs one analysis: fetch a sample from the configured Source and
@@ -16,6 +18,8 @@ type Analyzer struct {
 	now    func() time.Time
 	logger *slog.Logger
 	kind   string
+	kube   func() (kubernetes.Interface, error)
+	warmed *WarmedPods
 }
 
 // Option customises an Analyzer.
@@ -26,6 +30,16 @@ func WithLogger(l *slog.Logger) Option { return func(a *Analyzer) { a.logger = l
 
 // WithSource replaces the Source the Config would build (tests, embedding).
 func WithSource(s Source) Option { return func(a *Analyzer) { a.source = s } }
+
+// WithKube gives the load source its Kubernetes client, to find pods by
+// Service, selector or pod-template hash.
+func WithKube(kube func() (kubernetes.Interface, error)) Option {
+	return func(a *Analyzer) { a.kube = kube }
+}
+
+// WithWarmedPods shares the set of pods the load source has warmed between
+// analyzers (one per process), so that later measurements skip the warm-up.
+func WithWarmedPods(w *WarmedPods) Option { return func(a *Analyzer) { a.warmed = w } }
 
 // WithClock sets the clock used for cumulative windows.
 func WithClock(now func() time.Time) Option { return func(a *Analyzer) { a.now = now } }
@@ -53,6 +67,12 @@ func NewAnalyzer(cfg Config, opts ...Option) (*Analyzer, error) {
 			return nil, err
 		}
 		a.source = f
+	case SourceLoad:
+		l, err := NewLoad(cfg, a.kube, a.warmed, a.logger)
+		if err != nil {
+			return nil, err
+		}
+		a.source = l
 	default:
 		p, err := newPrometheusWithRules(cfg, rules, a.logger)
 		if err != nil {
@@ -110,8 +130,14 @@ func (a *Analyzer) Queries() []string {
 		}
 		return out
 	}
+	if l, ok := a.source.(*Load); ok {
+		return l.Describe()
+	}
 	return nil
 }
+
+// windowLoad labels the window of source: load.
+const windowLoad = "this measurement's load"
 
 // Source is the configured source name (istio, envoy, promql, fortio).
 func (a *Analyzer) Source() string { return a.kind }
@@ -121,6 +147,8 @@ func (a *Analyzer) Window() string {
 	switch {
 	case a.kind == SourceFortio:
 		return "whole fortio run"
+	case a.kind == SourceLoad:
+		return windowLoad
 	case a.rules.cumulative:
 		return WindowCumulative
 	}
@@ -131,6 +159,9 @@ func (a *Analyzer) Window() string {
 func (a *Analyzer) window(since time.Time) (time.Duration, string, error) {
 	if a.kind == SourceFortio {
 		return 0, "whole fortio run", nil
+	}
+	if a.kind == SourceLoad {
+		return 0, windowLoad, nil
 	}
 	if !a.rules.cumulative {
 		return a.rules.window, promRange(a.rules.window), nil

@@ -21,6 +21,8 @@ const (
 	SourceEnvoy  = "envoy"
 	SourcePromQL = "promql"
 	SourceFortio = "fortio"
+	// SourceLoad sends the measurement's own synthetic load (load.go).
+	SourceLoad = "load"
 )
 
 // Defaults applied by WithDefaults. They are documented in docs/latency.md.
@@ -59,13 +61,14 @@ const (
 // because Argo's {{args.…}} substitution produces strings. Optional numbers
 // and limits are pointers: unset is not 0.
 type Config struct {
-	// Source of latency data: istio, envoy, promql or fortio.
+	// Source of latency data: istio, envoy, promql, fortio or load.
 	Source     string            `json:"source"`
 	Prometheus *PrometheusConfig `json:"prometheus,omitempty"`
 	Istio      *IstioConfig      `json:"istio,omitempty"`
 	Envoy      *EnvoyConfig      `json:"envoy,omitempty"`
 	PromQL     *PromQLConfig     `json:"promql,omitempty"`
 	Fortio     *FortioConfig     `json:"fortio,omitempty"`
+	Load       *LoadConfig       `json:"load,omitempty"`
 	// Queries are extra value checks in PromQL (GC pause time, CPU …).
 	Queries []QueryCheck `json:"queries,omitempty"`
 	// Window every query looks back over: a duration ("5m") or cumulative
@@ -402,6 +405,10 @@ func (c Config) WithDefaults() Config {
 		}
 		d.PromQL = &pc
 	}
+	if c.Load != nil {
+		lc := c.Load.withDefaults()
+		d.Load = &lc
+	}
 	if c.TailTest != nil {
 		tt := *c.TailTest
 		if tt.Quantile == nil {
@@ -458,6 +465,12 @@ func Compile(c Config) (*Rules, error) {
 	default:
 		r.timeout = t
 	}
+	if d.Source == SourceLoad && d.Load != nil && d.Load.Deadline > 0 {
+		// A load measurement runs in the background (the plugin's Run
+		// starts it, Resume polls it): load.deadline bounds it, not the
+		// timeout of a blocking query.
+		r.timeout = d.Load.Deadline.D()
+	}
 	if !c.anythingToCheck() {
 		errs.Addf("slo", "nothing to check; set at least one of slo.p50 … slo.p999, slo.max, slo.maxErrorRate, slo.ratio.*, tailTest or queries")
 	}
@@ -478,30 +491,31 @@ func (c Config) compileSource(p *config.Errors, r *Rules) {
 		SourceEnvoy:  c.Envoy != nil,
 		SourcePromQL: c.PromQL != nil,
 		SourceFortio: c.Fortio != nil,
+		SourceLoad:   c.Load != nil,
 	}
 	switch c.Source {
-	case SourceIstio, SourceEnvoy, SourcePromQL, SourceFortio:
+	case SourceIstio, SourceEnvoy, SourcePromQL, SourceFortio, SourceLoad:
 	case "":
-		p.Addf("source", "missing; set it to istio, envoy, promql or fortio")
+		p.Addf("source", "missing; set it to istio, envoy, promql, fortio or load")
 		return
 	default:
-		p.Addf("source", "%q is not a source; use istio, envoy, promql or fortio", c.Source)
+		p.Addf("source", "%q is not a source; use istio, envoy, promql, fortio or load", c.Source)
 		return
 	}
-	for _, name := range []string{SourceIstio, SourceEnvoy, SourcePromQL, SourceFortio} {
+	for _, name := range []string{SourceIstio, SourceEnvoy, SourcePromQL, SourceFortio, SourceLoad} {
 		if !blocks[name] || name == c.Source {
 			continue
 		}
-		if name == SourcePromQL && c.Source != SourceFortio &&
+		if name == SourcePromQL && c.readsPrometheus() &&
 			c.PromQL.Histogram == "" && c.PromQL.Requests == "" && c.PromQL.Errors == "" {
 			continue // only label matchers for queries
 		}
 		p.Addf(name, "set, but source is %q; remove it or set source: %s", c.Source, name)
 	}
-	if c.Source != SourceFortio {
+	if c.readsPrometheus() {
 		c.compilePrometheus(p)
 	} else if c.Prometheus != nil {
-		p.Addf("prometheus", "set, but source is fortio, which reads result files; remove it")
+		p.Addf("prometheus", "set, but source is %s, which does not read Prometheus; remove it", c.Source)
 	}
 	if !blocks[c.Source] {
 		p.Addf(c.Source, "missing; source %q needs an %s block with the canary (and stable) to compare", c.Source, c.Source)
@@ -553,8 +567,19 @@ func (c Config) compileSource(p *config.Errors, r *Rules) {
 			p.Addf("fortio.canary", "missing; set the path or http(s) URL of the canary's fortio result JSON")
 		}
 		r.hasLatency, r.hasRequests, r.hasStable = true, true, c.Fortio.Stable != ""
+	case SourceLoad:
+		c.Load.compile(p)
+		r.hasLatency, r.hasRequests, r.hasStable = true, true, c.Load.hasStable()
 	}
 }
+
+// readsPrometheus reports whether the source queries Prometheus (fortio
+// reads result files, load measures its own requests).
+func (c Config) readsPrometheus() bool { return c.Source != SourceFortio && c.Source != SourceLoad }
+
+// rawLatencies reports whether the source keeps every request's latency
+// (or at least the raw maximum), so slo.max can be checked.
+func (c Config) rawLatencies() bool { return c.Source == SourceFortio || c.Source == SourceLoad }
 
 func (c Config) compilePrometheus(p *config.Errors) {
 	pc := c.Prometheus
@@ -639,8 +664,8 @@ func (c Config) compileSLO(p *config.Errors, r *Rules) {
 		if ms, ok := compileLatency(p, "slo.max", *s.Max); ok {
 			r.maxMs = ms
 		}
-		if c.Source != SourceFortio && c.Source != "" {
-			p.Addf("slo.max", "source %s has only histogram buckets, no raw maximum; use slo.p999, or source fortio", c.Source)
+		if !c.rawLatencies() && c.Source != "" {
+			p.Addf("slo.max", "source %s has only histogram buckets, no raw maximum; use slo.p999, or source fortio or load", c.Source)
 		}
 	}
 	switch {
@@ -704,6 +729,8 @@ func (c Config) sourceBlockSet() bool {
 		return c.PromQL != nil
 	case SourceFortio:
 		return c.Fortio != nil
+	case SourceLoad:
+		return c.Load != nil
 	}
 	return false
 }
@@ -716,13 +743,15 @@ func stableField(source string) string {
 		return "envoy.stableCluster"
 	case SourcePromQL:
 		return "promql.stable"
+	case SourceLoad:
+		return "load.stableService (or stableURLs, stableSelector, stablePodTemplateHash)"
 	}
 	return "fortio.stable"
 }
 
 func (c Config) compileQueries(p *config.Errors, r *Rules) {
-	if len(c.Queries) > 0 && c.Source == SourceFortio {
-		p.Addf("queries", "need Prometheus, but source is fortio; use source istio, envoy or promql")
+	if len(c.Queries) > 0 && !c.readsPrometheus() {
+		p.Addf("queries", "need Prometheus, but source is %s; use source istio, envoy or promql", c.Source)
 		return
 	}
 	seen := map[string]bool{}

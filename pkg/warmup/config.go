@@ -174,6 +174,10 @@ type Config struct {
 	// Seed seeds the random fields of request templates; 0 picks a random
 	// seed. Fix it for reproducible request streams.
 	Seed int64 `json:"seed,omitempty"`
+
+	// TemplateDelims are the request templates' delimiters (default {{ }});
+	// set by embedders whose configuration language claims {{ }} itself.
+	TemplateDelims Delims `json:"-"`
 }
 
 // WithDefaults returns a copy with zero values replaced by the defaults.
@@ -269,7 +273,7 @@ var safeMethods = map[string]bool{http.MethodGet: true, http.MethodHead: true, h
 func (c Config) Validate() error {
 	var errs config.Errors
 	for i, r := range c.Requests {
-		errs.Add(fmt.Sprintf("requests[%d]", i), r.validate(c.AllowSideEffects))
+		errs.Add(fmt.Sprintf("requests[%d]", i), r.validate(c.AllowSideEffects, c.TemplateDelims))
 	}
 	if !httpguts.ValidHeaderFieldName(c.MarkerHeader) {
 		errs.Addf("markerHeader", "%q is not a valid HTTP header name", c.MarkerHeader)

@@ -55,7 +55,7 @@ type RequestSpec struct {
 
 // validate checks one defaulted request; error paths are relative to it
 // ("method", "path").
-func (r RequestSpec) validate(allowSideEffects bool) error {
+func (r RequestSpec) validate(allowSideEffects bool, delims Delims) error {
 	var errs config.Errors
 	if !httpguts.ValidHeaderFieldName(r.Method) { // a method is an RFC 9110 token, like a header name
 		errs.Addf("method", "%q is not a valid HTTP method", r.Method)
@@ -74,7 +74,7 @@ func (r RequestSpec) validate(allowSideEffects bool) error {
 			errs.Addf("headers", "%q is not a valid HTTP header name", name)
 		}
 	}
-	if _, err := compileRequest(r); err != nil {
+	if _, err := compileRequest(r, delims); err != nil {
 		errs.Add("", err)
 	}
 	return errs.Err()
@@ -127,11 +127,25 @@ func templateFuncs(rng *rand.Rand, seq *atomic.Int64) template.FuncMap {
 	}
 }
 
-func parseTemplate(name, text string) (*template.Template, error) {
-	if !strings.Contains(text, "{{") {
+// Delims are the template delimiters of request templates. The zero value
+// means {{ and }}. Argo Rollouts resolves every {{…}} in an
+// AnalysisTemplate's metric itself (and fails on the ones it does not know),
+// so danki/latency's load source writes templates with << and >>.
+type Delims struct{ Left, Right string }
+
+func (d Delims) orDefault() Delims {
+	if d.Left == "" || d.Right == "" {
+		return Delims{"{{", "}}"}
+	}
+	return d
+}
+
+func parseTemplate(name, text string, delims Delims) (*template.Template, error) {
+	delims = delims.orDefault()
+	if !strings.Contains(text, delims.Left) {
 		return nil, nil
 	}
-	t, err := template.New(name).Funcs(templateFuncs(nil, nil)).Option("missingkey=error").Parse(text)
+	t, err := template.New(name).Delims(delims.Left, delims.Right).Funcs(templateFuncs(nil, nil)).Option("missingkey=error").Parse(text)
 	if err != nil {
 		return nil, &config.FieldError{Path: name, Err: err}
 	}
@@ -140,19 +154,19 @@ func parseTemplate(name, text string) (*template.Template, error) {
 
 // compileRequest parses the request's templates; error paths are relative
 // to the request ("path", "headers[X-Id]").
-func compileRequest(r RequestSpec) (*compiledRequest, error) {
+func compileRequest(r RequestSpec, delims Delims) (*compiledRequest, error) {
 	c := &compiledRequest{spec: r}
 	var errs []error
 	var err error
-	if c.path, err = parseTemplate("path", r.Path); err != nil {
+	if c.path, err = parseTemplate("path", r.Path, delims); err != nil {
 		errs = append(errs, err)
 	}
-	if c.body, err = parseTemplate("body", r.Body); err != nil {
+	if c.body, err = parseTemplate("body", r.Body, delims); err != nil {
 		errs = append(errs, err)
 	}
 	// Sorted, so a fixed seed draws random fields in the same order each run.
 	for _, name := range slices.Sorted(maps.Keys(r.Headers)) {
-		t, err := parseTemplate(fmt.Sprintf("headers[%s]", name), r.Headers[name])
+		t, err := parseTemplate(fmt.Sprintf("headers[%s]", name), r.Headers[name], delims)
 		if err != nil {
 			errs = append(errs, err)
 		}
@@ -180,7 +194,7 @@ func newRequestSet(cfg Config) (*requestSet, error) {
 	s := &requestSet{marker: http.CanonicalHeaderKey(cfg.MarkerHeader)}
 	total := 0
 	for i, r := range cfg.Requests {
-		c, err := compileRequest(r)
+		c, err := compileRequest(r, cfg.TemplateDelims)
 		if err != nil {
 			var errs config.Errors
 			errs.Add(fmt.Sprintf("requests[%d]", i), err)

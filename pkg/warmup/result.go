@@ -64,6 +64,21 @@ type TargetResult struct {
 	hist, errHist *stats.Histogram
 }
 
+// Latencies returns every request's latency to this target, in no
+// particular order (complete windows and the partial one). They are kept in
+// memory only: a Result read back from JSON has none.
+func (t *TargetResult) Latencies() []time.Duration {
+	n := 0
+	for _, w := range t.Windows {
+		n += len(w.sorted)
+	}
+	out := make([]time.Duration, 0, n)
+	for _, w := range t.Windows {
+		out = append(out, w.sorted...)
+	}
+	return out
+}
+
 // Requests counts warm-up requests sent to all canary targets.
 func (r *Result) Requests() int64 {
 	var n int64

@@ -1,0 +1,484 @@
+package analysis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/danki-dev/danki/internal/config"
+	"github.com/danki-dev/danki/pkg/warmup"
+)
+
+// Defaults of the load source (docs/latency.md, "source: load").
+const (
+	// DefaultLoadCount is the measured requests per measurement when
+	// neither load.count nor load.duration is set: enough for a p99 from
+	// the default minTailCount (5 / 0.01 = 500) with room to spare.
+	DefaultLoadCount = 1000
+	// DefaultLoadDeadline bounds one whole measurement: finding the pods,
+	// the warm-up and the measured load.
+	DefaultLoadDeadline = 10 * time.Minute
+	// DefaultLoadStableQPS caps the total rate sent to the stable pods,
+	// which serve users: low, like the warm-up's stable probe.
+	DefaultLoadStableQPS = warmup.DefaultStableQPS
+)
+
+// loadDelims are the request templates' delimiters under source: load:
+// Argo resolves every {{…}} in a metric itself.
+var loadDelims = warmup.Delims{Left: "<<", Right: ">>"}
+
+// LoadConfig is source: load — each measurement sends its own synthetic
+// load to the new pods (and, when given, to the stable pods side by side)
+// and judges the SLOs on every request's exact latency. Where the pods are
+// and what is sent use the danki/warmup step's fields and rules (the same
+// request templates, marker header and side-effect rules); request
+// templates are written with << >> instead of {{ }}, because Argo resolves
+// {{…}} in AnalysisTemplates itself.
+type LoadConfig struct {
+	// URLs of the new pods (http://host:port); else Service, Selector or
+	// PodTemplateHash find them in Namespace.
+	URLs []string `json:"urls,omitempty"`
+	// Service whose ready endpoints are the new pods (e.g. BlueGreen's
+	// previewService).
+	Service string `json:"service,omitempty"`
+	// Selector is a label selector for the new pods, used without Service.
+	Selector string `json:"selector,omitempty"`
+	// PodTemplateHash keeps only pods of this ReplicaSet (Argo:
+	// valueFrom.podTemplateHashValue: Latest), and waits for all of its
+	// replicas.
+	PodTemplateHash string `json:"podTemplateHash,omitempty"`
+
+	// StableURLs, StableService, StableSelector, StablePodTemplateHash
+	// find the stable pods (the version users are on: BlueGreen's
+	// activeService, a canary's stableService). Optional; the ratio SLOs
+	// and the tail test need them.
+	StableURLs            []string `json:"stableURLs,omitempty"`
+	StableService         string   `json:"stableService,omitempty"`
+	StableSelector        string   `json:"stableSelector,omitempty"`
+	StablePodTemplateHash string   `json:"stablePodTemplateHash,omitempty"`
+
+	// Namespace of the pods. Default: the AnalysisRun's.
+	Namespace string `json:"namespace,omitempty"`
+	// Port of the pods, by name or number. Default: their only port.
+	Port intstr.IntOrString `json:"port,omitempty"`
+	// MinPods is how many new pods to wait for. Default 1 (with a
+	// podTemplateHash: every replica of its ReplicaSet).
+	MinPods *config.Number `json:"minPods,omitempty"`
+
+	// Requests, AllowSideEffects, MarkerHeader and HealthPath are the
+	// warm-up's (docs/warmup.md), with << >> template delimiters.
+	Requests         []warmup.RequestSpec `json:"requests,omitempty"`
+	AllowSideEffects bool                 `json:"allowSideEffects,omitempty"`
+	MarkerHeader     string               `json:"markerHeader,omitempty"`
+	HealthPath       string               `json:"healthPath,omitempty"`
+
+	// Count is the measured requests per measurement, spread evenly over
+	// the new pods; Duration bounds the measured load in time. With
+	// neither, Count is 1000; with both, whichever comes first.
+	Count    *config.Number  `json:"count,omitempty"`
+	Duration config.Duration `json:"duration,omitempty"`
+	// QPS per new pod (default 20) over Connections connections per pod
+	// (default 4), each request bounded by RequestTimeout (default 10s).
+	QPS            *config.Number  `json:"qps,omitempty"`
+	Connections    *config.Number  `json:"connections,omitempty"`
+	RequestTimeout config.Duration `json:"requestTimeout,omitempty"`
+	// StableQPS caps the total rate sent to the stable pods, which serve
+	// users: they get the new pods' per-pod pace, at most this in all.
+	// Default 10.
+	StableQPS *config.Number `json:"stableQPS,omitempty"`
+	// WarmUp (default true) first warms the new pods until their latency
+	// converged (the danki/warmup engine and stopping rule), so that the
+	// measurement judges the version, not its cold start. Pods warmed by an
+	// earlier measurement of this plugin process are not warmed again.
+	WarmUp *bool `json:"warmUp,omitempty"`
+	// Deadline bounds one measurement: finding the pods, the warm-up and
+	// the measured load. Default 10m.
+	Deadline config.Duration `json:"deadline,omitempty"`
+}
+
+func (c LoadConfig) withDefaults() LoadConfig {
+	if c.Count == nil && c.Duration == 0 {
+		c.Count = numberPtr(DefaultLoadCount)
+	}
+	if c.QPS == nil {
+		c.QPS = numberPtr(warmup.DefaultQPS)
+	}
+	if c.Connections == nil {
+		c.Connections = numberPtr(warmup.DefaultConnections)
+	}
+	if c.RequestTimeout == 0 {
+		c.RequestTimeout = config.Duration(warmup.DefaultTimeout)
+	}
+	if c.StableQPS == nil {
+		c.StableQPS = numberPtr(DefaultLoadStableQPS)
+	}
+	if c.MinPods == nil {
+		c.MinPods = numberPtr(1)
+	}
+	if c.WarmUp == nil {
+		on := true
+		c.WarmUp = &on
+	}
+	if c.Deadline == 0 {
+		c.Deadline = config.Duration(DefaultLoadDeadline)
+	}
+	return c
+}
+
+// hasStable reports whether stable pods are configured.
+func (c LoadConfig) hasStable() bool {
+	return len(c.StableURLs) > 0 || c.StableService != "" || c.StableSelector != "" || c.StablePodTemplateHash != ""
+}
+
+// warmupConfig is the warm-up engine's configuration for the measured load:
+// a fixed count per pod at a steady pace (no ramp: the pods are warm), the
+// stable pods loaded side by side, no verdict of its own.
+func (c LoadConfig) warmupConfig(perPod int64, stablePods int) warmup.Config {
+	off, fixed := false, false
+	qps := float64(*c.QPS)
+	w := warmup.Config{
+		Requests: c.Requests, AllowSideEffects: c.AllowSideEffects, MarkerHeader: c.MarkerHeader,
+		HealthPath: c.HealthPath, QPS: qps, StartQPS: qps, Connections: int(*c.Connections),
+		Timeout: c.RequestTimeout, Deadline: c.Deadline, HealthTimeout: c.Deadline,
+		UntilConverged: &fixed, MaxRequests: perPod, RejectSlowerVersion: &off, NeighbourGuard: &off,
+		TemplateDelims: loadDelims,
+	}
+	if stablePods > 0 {
+		w.CompareToStable = true // loads stable side by side; no convergence to hold back
+		w.StableQPS = min(float64(*c.StableQPS), qps*float64(stablePods))
+	}
+	if c.Duration > 0 {
+		w.Deadline = c.Duration
+	}
+	return w
+}
+
+// compile checks a defaulted load block; problems are added under "load.".
+func (c LoadConfig) compile(p *config.Errors) {
+	count := func(field string, n *config.Number, lo, hi float64) {
+		if n == nil {
+			return
+		}
+		if v := float64(*n); v < lo || v > hi || v != math.Trunc(v) {
+			p.Addf("load."+field, "%g must be a whole number from %g to %g", v, lo, hi)
+		}
+	}
+	count("count", c.Count, 1, 10_000_000)
+	count("connections", c.Connections, 1, 1000)
+	count("minPods", c.MinPods, 1, 10_000)
+	if v := float64(*c.QPS); v <= 0 || v > 100_000 {
+		p.Addf("load.qps", "%g must be above 0 and at most 100000 requests per second per pod", v)
+	}
+	if v := float64(*c.StableQPS); v <= 0 {
+		p.Addf("load.stableQPS", "%g must be above 0; leave the stable fields out to send stable nothing", v)
+	}
+	if c.Duration < 0 {
+		p.Addf("load.duration", "%s must be positive, like \"60s\"", c.Duration)
+	}
+	if c.Deadline <= 0 {
+		p.Addf("load.deadline", "%s must be positive, like \"10m\"", c.Deadline)
+	} else if c.Duration > 0 && c.Duration > c.Deadline {
+		p.Addf("load.duration", "%s is longer than load.deadline %s, which bounds the whole measurement; raise the deadline", c.Duration, c.Deadline)
+	}
+	if len(c.URLs) == 0 && c.Service == "" && c.Selector == "" && c.PodTemplateHash == "" {
+		p.Addf("load", "no new pods to load; set urls, service (e.g. the BlueGreen previewService), selector or podTemplateHash")
+	}
+	if len(c.URLs) > 0 && (c.Service != "" || c.Selector != "" || c.PodTemplateHash != "") {
+		p.Addf("load.urls", "set together with service/selector/podTemplateHash; keep one way to find the new pods")
+	}
+	if len(c.StableURLs) > 0 && (c.StableService != "" || c.StableSelector != "" || c.StablePodTemplateHash != "") {
+		p.Addf("load.stableURLs", "set together with stableService/stableSelector/stablePodTemplateHash; keep one way to find the stable pods")
+	}
+	for field, urls := range map[string][]string{"urls": c.URLs, "stableURLs": c.StableURLs} {
+		if _, err := warmup.URLTargets("load."+field, urls); err != nil {
+			p.Add("", err)
+		}
+	}
+	perPod := int64(1)
+	if c.Count != nil && *c.Count >= 1 {
+		perPod = int64(*c.Count)
+	}
+	w := c.warmupConfig(perPod, 0).WithDefaults()
+	if err := w.Validate(); err != nil {
+		p.Add("load", err)
+	}
+}
+
+// WarmedPods remembers the pods a load source has warmed, so that the next
+// measurement of a long AnalysisRun measures them at once. Share one among
+// the analyzers of a process (WithWarmedPods); it is safe for concurrent use.
+type WarmedPods struct {
+	mu   sync.Mutex
+	seen map[string]time.Time
+}
+
+// warmedFor is how long a pod counts as warm after its warm-up: long
+// enough for a run of measurements, short enough that a pod restarted under
+// the same name and address is warmed again eventually.
+const warmedFor = time.Hour
+
+// NewWarmedPods returns an empty set.
+func NewWarmedPods() *WarmedPods { return &WarmedPods{seen: map[string]time.Time{}} }
+
+func podKey(t warmup.Target) string { return t.Name + "@" + t.URL }
+
+// cold returns the targets not warmed within warmedFor.
+func (w *WarmedPods) cold(ts []warmup.Target, now time.Time) []warmup.Target {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []warmup.Target
+	for _, t := range ts {
+		if at, ok := w.seen[podKey(t)]; !ok || now.Sub(at) > warmedFor {
+			out = append(out, t)
+		}
+	}
+	for k, at := range w.seen {
+		if now.Sub(at) > warmedFor {
+			delete(w.seen, k)
+		}
+	}
+	return out
+}
+
+func (w *WarmedPods) mark(ts []warmup.Target, now time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, t := range ts {
+		w.seen[podKey(t)] = now
+	}
+}
+
+// Load is the Source of source: load. It finds the pods, warms the cold
+// ones, sends the measured load and returns every request's latency as an
+// exact histogram. Fetch blocks for the whole measurement (up to
+// load.deadline): callers that must not block run it in the background
+// (the danki/latency plugin does: Run starts it, Resume polls it).
+type Load struct {
+	cfg    LoadConfig // defaulted
+	kube   func() (kubernetes.Interface, error)
+	warmed *WarmedPods
+	log    *slog.Logger
+}
+
+// NewLoad builds the load source for a validated Config.
+func NewLoad(cfg Config, kube func() (kubernetes.Interface, error), warmed *WarmedPods, log *slog.Logger) (*Load, error) {
+	if cfg.Load == nil {
+		return nil, errors.New("load: missing")
+	}
+	if warmed == nil {
+		warmed = NewWarmedPods()
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Load{cfg: cfg.Load.withDefaults(), kube: kube, warmed: warmed, log: log}, nil
+}
+
+// Describe says where the load goes, for GetMetadata and errors.
+func (l *Load) Describe() []string {
+	c := l.cfg
+	out := []string{"new pods: " + where(c.URLs, c.Service, c.Selector, c.PodTemplateHash, c.Namespace)}
+	if c.hasStable() {
+		out = append(out, "stable pods: "+where(c.StableURLs, c.StableService, c.StableSelector, c.StablePodTemplateHash, c.Namespace))
+	}
+	return out
+}
+
+func where(urls []string, service, selector, hash, ns string) string {
+	var parts []string
+	switch {
+	case len(urls) > 0:
+		return strings.Join(urls, ", ")
+	case service != "":
+		parts = append(parts, "Service "+service)
+	case selector != "":
+		parts = append(parts, "selector "+selector)
+	}
+	if hash != "" {
+		parts = append(parts, "pod-template-hash "+hash)
+	}
+	if ns == "" {
+		ns = "(the AnalysisRun's namespace)"
+	}
+	return strings.Join(parts, ", ") + " in namespace " + ns
+}
+
+type progressKey struct{}
+
+// WithProgress returns a context under which the load source reports its
+// progress ("warming 2 pods: 800 requests", "measuring: 400 of 1000") to
+// report, from one goroutine at a time.
+func WithProgress(ctx context.Context, report func(string)) context.Context {
+	return context.WithValue(ctx, progressKey{}, report)
+}
+
+func progressOf(ctx context.Context) func(string) {
+	if f, ok := ctx.Value(progressKey{}).(func(string)); ok {
+		return f
+	}
+	return func(string) {}
+}
+
+// Fetch runs one measurement; the window does not apply (the measurement's
+// own load is the sample).
+func (l *Load) Fetch(ctx context.Context, _ time.Duration) (*Sample, error) {
+	report := progressOf(ctx)
+	c := l.cfg
+	s := &Sample{Queries: l.Describe()}
+	report("finding the pods")
+	canary, stable, err := warmup.FindTargets(ctx, l.query())
+	if err != nil {
+		return s, fmt.Errorf("find the pods to load: %w", err)
+	}
+	if c.hasStable() && len(stable) == 0 {
+		return s, fmt.Errorf("find the stable pods to load: none found (%s)", s.Queries[len(s.Queries)-1])
+	}
+
+	var note string
+	if *c.WarmUp {
+		note, err = l.warm(ctx, canary, stable, report)
+		if err != nil {
+			return s, err
+		}
+	}
+
+	count := int64(math.MaxInt32) // with only a duration: until it passes
+	if c.Count != nil {
+		count = int64(*c.Count)
+	}
+	perPod := (count + int64(len(canary)) - 1) / int64(len(canary))
+	mcfg := c.warmupConfig(perPod, len(stable))
+	total := perPod * int64(len(canary))
+	res, err := warmup.Run(ctx, mcfg, canary, warmup.Options{Stable: stable, Logger: l.log, OnProgress: func(p warmup.Progress) {
+		if p.Phase == warmup.PhaseLoad && !p.Stable && p.Target != "" {
+			report(fmt.Sprintf("measuring: %d of %d requests to %d pods", p.Requests, total, len(canary)))
+		}
+	}})
+	if err != nil {
+		return s, fmt.Errorf("measured load on %d pods: %w", len(canary), err)
+	}
+	s.Canary = exactSide("canary", res.Targets, loadFrom("new pods", canary, res, note))
+	if res.Stable != nil {
+		s.Stable = new(exactSide("stable", []warmup.TargetResult{*res.Stable}, loadFrom("stable pods", stable, nil, "")))
+	}
+	return s, nil
+}
+
+// warm brings the cold targets to their plateau; it fails only when they
+// cannot be loaded at all (never healthy, ctx ended). A warm-up that ends
+// without converging (its deadline, a version that never settles, one
+// failing every request) leaves the verdict to the measurement, which
+// judges exactly that latency and those errors; the note says so.
+func (l *Load) warm(ctx context.Context, canary, stable []warmup.Target, report func(string)) (string, error) {
+	cold := l.warmed.cold(canary, time.Now())
+	if len(cold) == 0 {
+		return fmt.Sprintf("%d pods already warmed by an earlier measurement", len(canary)), nil
+	}
+	c := l.cfg
+	off := false
+	w := warmup.Config{
+		Requests: c.Requests, AllowSideEffects: c.AllowSideEffects, MarkerHeader: c.MarkerHeader,
+		HealthPath: c.HealthPath, QPS: float64(*c.QPS), Connections: int(*c.Connections),
+		Timeout: c.RequestTimeout, Deadline: c.Deadline / 2, HealthTimeout: c.Deadline / 2,
+		// The analysis judges the version; the warm-up only warms.
+		RejectSlowerVersion: &off, TemplateDelims: loadDelims,
+	}
+	if len(stable) > 0 {
+		w.StableQPS = min(float64(*c.StableQPS), w.QPS*float64(len(stable)))
+	}
+	res, err := warmup.Run(ctx, w, cold, warmup.Options{Stable: stable, Logger: l.log, OnProgress: func(p warmup.Progress) {
+		if p.Phase == warmup.PhaseLoad && !p.Stable && p.Target != "" {
+			report(fmt.Sprintf("warming %d pods: %d requests, %d converged", p.Targets, p.Requests, p.ConvergedTargets))
+		}
+	}})
+	switch {
+	case ctx.Err() != nil:
+		return "", fmt.Errorf("warm-up stopped: %w", ctx.Err())
+	case err != nil && res != nil && res.Requests() == 0:
+		return "", fmt.Errorf("warm-up of %d pods: %w", len(cold), err)
+	case err != nil:
+		l.log.Info("load source: warm-up ended without converging; measuring anyway", "error", err)
+		return fmt.Sprintf("warm-up of %d pods did not converge (%s)", len(cold), res.Reason), nil
+	}
+	l.warmed.mark(cold, time.Now())
+	return fmt.Sprintf("warm-up of %d pods: %s", len(cold), res.Summary()), nil
+}
+
+func (l *Load) query() warmup.TargetQuery {
+	c := l.cfg
+	source := func(field string, urls []string, service, selector, hash string) warmup.TargetSource {
+		return warmup.TargetSource{URLs: urls, URLsField: "load." + field, Pods: warmup.KubeTargets{
+			Namespace: c.Namespace, Service: service, Selector: selector, PodTemplateHash: hash, Port: c.Port,
+		}}
+	}
+	return warmup.TargetQuery{
+		Canary:          source("urls", c.URLs, c.Service, c.Selector, c.PodTemplateHash),
+		Stable:          source("stableURLs", c.StableURLs, c.StableService, c.StableSelector, c.StablePodTemplateHash),
+		CompareToStable: c.hasStable(),
+		MinPods:         int(*c.MinPods),
+		Timeout:         c.Deadline.D() / 2,
+		Kube:            l.kube,
+	}
+}
+
+// loadFrom names where a side's figures came from in the verdict.
+func loadFrom(what string, ts []warmup.Target, res *warmup.Result, note string) string {
+	names := make([]string, len(ts))
+	for i, t := range ts {
+		names[i] = t.String()
+	}
+	s := fmt.Sprintf("load: %s %s", what, strings.Join(names, ", "))
+	if res != nil {
+		s += fmt.Sprintf(" (%s)", res.Reason)
+	}
+	if note != "" {
+		s += "; " + note
+	}
+	return s
+}
+
+// exactSide pools the targets' requests into one side with an exact
+// histogram: one bucket per distinct latency.
+func exactSide(name string, ts []warmup.TargetResult, from string) Side {
+	var lat []time.Duration
+	var requests, errs int64
+	for i := range ts {
+		lat = append(lat, ts[i].Latencies()...)
+		requests += ts[i].Requests
+		errs += ts[i].Errors
+	}
+	return Side{
+		Name: name, Latency: ExactHistogram(lat), LatencyFrom: from,
+		Requests: Measured{From: from, Value: float64(requests), Found: true},
+		Errors:   Measured{From: from, Value: float64(errs), Found: true},
+	}
+}
+
+// ExactHistogram turns latencies into a Histogram that loses nothing: one
+// cumulative bucket per distinct value (in milliseconds), with the raw
+// minimum and maximum, so percentiles, max and the tail test see the exact
+// requests. lat is sorted in place.
+func ExactHistogram(lat []time.Duration) Histogram {
+	if len(lat) == 0 {
+		return Histogram{}
+	}
+	slices.Sort(lat)
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	h := Histogram{HasRaw: true, Min: ms(lat[0]), Max: ms(lat[len(lat)-1])}
+	for i, d := range lat {
+		if i+1 < len(lat) && lat[i+1] == d {
+			continue
+		}
+		h.Buckets = append(h.Buckets, Bucket{UpperBound: ms(d), Count: float64(i + 1)})
+	}
+	return h
+}
