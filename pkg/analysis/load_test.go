@@ -199,12 +199,12 @@ func TestLoadSourceTemplatesUseAngleDelimiters(t *testing.T) {
 
 func TestLoadConfigErrorsNameTheField(t *testing.T) {
 	cases := map[string]struct{ cfg, want string }{
-		"unsafe method": {`{"urls": ["http://127.0.0.1:1"], "requests": [{"method": "POST", "path": "/orders"}]}`, "load.requests[0].method: POST may change data"},
-		"no pods":       {`{}`, "load: no new pods to load; set urls, service"},
-		"both ways":     {`{"urls": ["http://127.0.0.1:1"], "service": "app-preview"}`, "load.urls: set together with service"},
-		"bad count":     {`{"service": "s", "count": 0.5}`, "load.count: 0.5 must be a whole number"},
-		"bad qps":       {`{"service": "s", "qps": 0}`, "load.qps: 0 must be above 0"},
-		"long duration": {`{"service": "s", "duration": "20m"}`, "load.duration: 20m0s is longer than load.deadline"},
+		"unsafe method":  {`{"urls": ["http://127.0.0.1:1"], "requests": [{"method": "POST", "path": "/orders"}]}`, "load.requests[0].method: POST may change data"},
+		"no pods":        {`{}`, "load: no new pods to load; set urls, service"},
+		"both ways":      {`{"urls": ["http://127.0.0.1:1"], "service": "app-preview"}`, "load.urls: set together with service"},
+		"bad count":      {`{"service": "s", "count": 0.5}`, "load.count: 0.5 must be a whole number"},
+		"bad qps":        {`{"service": "s", "qps": 0}`, "load.qps: 0 must be above 0"},
+		"long duration":  {`{"service": "s", "duration": "20m"}`, "load.duration: 20m0s is longer than load.deadline"},
 		"curly template": {`{"service": "s", "requests": [{"path": "/<<end>>"}]}`, "load.requests[0].path"},
 		"bad url":        {`{"urls": ["ftp://x"]}`, "load.urls"},
 	}
