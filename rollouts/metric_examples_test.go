@@ -18,13 +18,15 @@ import (
 
 // exampleArgs are values for every arg the example templates declare.
 var exampleArgs = map[string]string{
-	"canary-service": "app-canary",
-	"stable-service": "app-stable",
-	"namespace":      "default",
-	"canary-hash":    "7d9f8c6b5",
-	"stable-hash":    "5c4b3a291",
-	"app":            "app",
-	"port":           "8080",
+	"canary-service":  "app-canary",
+	"stable-service":  "app-stable",
+	"namespace":       "default",
+	"canary-hash":     "7d9f8c6b5",
+	"stable-hash":     "5c4b3a291",
+	"app":             "app",
+	"port":            "8080",
+	"preview-service": "app-preview",
+	"active-service":  "app-active",
 }
 
 func loadExampleTemplates(t *testing.T) map[string]*v1alpha1.AnalysisTemplate {
@@ -113,7 +115,7 @@ func TestExampleAnalysisTemplates(t *testing.T) {
 			}
 		}
 	}
-	for _, want := range []string{"istio", "envoy", "promql", "tailTest", "queries"} {
+	for _, want := range []string{"istio", "envoy", "promql", "load", "tailTest", "queries"} {
 		if !seen[want] {
 			t.Errorf("no example uses %s", want)
 		}

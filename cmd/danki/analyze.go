@@ -12,6 +12,10 @@ import (
 
 	"github.com/danki-dev/danki/internal/config"
 	"github.com/danki-dev/danki/pkg/analysis"
+	"github.com/danki-dev/danki/pkg/latency"
+	"github.com/danki-dev/danki/pkg/warmup"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -44,6 +48,16 @@ type analyzeFlags struct {
 
 	tailTest                      bool
 	confidence, tailQuantile, mrg float64
+
+	// source load
+	kube                             kubeFlags
+	urls, stableURLs, paths          []string
+	service, stableService, selector string
+	hash, stableHash, port           string
+	healthPath, duration, reqTimeout string
+	count, connections               int
+	qps, stableQPS                   float64
+	warmUp                           bool
 }
 
 var analyzePercentiles = []string{"p50", "p90", "p95", "p99", "p999"}
@@ -66,13 +80,24 @@ same analysis the danki/latency metric plugin runs in an AnalysisTemplate.
   promql  label matchers for <<.Selector>> (e.g. 'app="checkout",version="v2"')
   fortio  a fortio result JSON file or http(s) URL
 
+--source load sends the load itself (no Prometheus): --count requests (or
+--duration) at --qps per pod straight to the new pods (--url, or in Kubernetes
+--service / --selector / --pod-template-hash), and at the same pace, capped by
+--stable-qps, to the stable pods (--stable-url / --stable-service); cold pods
+are warmed until converged first (--warm-up). Every request carries the marker
+header X-Danki-Warmup: 1; --path sets GET paths (templates use << >>, e.g.
+'/items/<<randInt 1 5000>>'); a full request mix goes in --config.
+
 Exit status: 0 only when every SLO holds (Pass); non-zero on Fail,
 Inconclusive (not enough data — never a pass) and Error. See docs/latency.md.`,
 		Example: `  danki analyze --prometheus http://127.0.0.1:9090 --source istio \
     --canary app-canary.default.svc.cluster.local --stable app-stable.default.svc.cluster.local \
     --window 10m --p99 250ms --p999 1s --p99-ratio 1.2 --max-error-rate 1% --tail-test
 
-  danki analyze --source fortio --canary canary.json --stable stable.json --p99 50ms --max 500ms`,
+  danki analyze --source fortio --canary canary.json --stable stable.json --p99 50ms --max 500ms
+
+  danki analyze --source load -n shop --service checkout-preview --stable-service checkout-active \
+    --count 2000 --qps 50 --p99 150ms --p99-ratio 1.5 --max-error-rate 1%`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runAnalyze(cmd, f) },
 	}
@@ -86,7 +111,7 @@ Inconclusive (not enough data — never a pass) and Error. See docs/latency.md.`
 	fl.StringVar(&f.caFile, "ca-file", "", "CA certificate file to verify an https Prometheus")
 	fl.BoolVar(&f.insecureSkipVerify, "insecure-skip-verify", false, "do not verify Prometheus' TLS certificate")
 
-	fl.StringVar(&f.source, "source", "istio", "latency source: istio, envoy, promql or fortio")
+	fl.StringVar(&f.source, "source", "istio", "latency source: istio, envoy, promql, fortio or load")
 	fl.StringVar(&f.canary, "canary", "", "the canary: service (istio), cluster_name (envoy), label matchers (promql) or result file/URL (fortio)")
 	fl.StringVar(&f.stable, "stable", "", "the stable version, in the same form as --canary")
 	fl.StringVar(&f.workloadNamespace, "workload-namespace", "", "istio: destination_workload_namespace of both versions")
@@ -118,6 +143,25 @@ Inconclusive (not enough data — never a pass) and Error. See docs/latency.md.`
 	fl.Float64Var(&f.confidence, "confidence", 0, "tail test: confidence of a Fail (default 0.95)")
 	fl.Float64Var(&f.tailQuantile, "tail-quantile", 0, "tail test: quantile whose stable bucket bound is the threshold (default 0.99)")
 	fl.Float64Var(&f.mrg, "margin", 0, "tail test: how much more often (a fraction) the canary may exceed the threshold")
+
+	f.kube.addFlags(fl, "load: namespace of the pods")
+	fl.StringSliceVar(&f.urls, "url", nil, "load: base URL of a new pod, e.g. http://10.0.0.5:8080 (repeatable)")
+	fl.StringSliceVar(&f.stableURLs, "stable-url", nil, "load: base URL of a stable pod (repeatable)")
+	fl.StringVar(&f.service, "service", "", "load: Service whose ready endpoints are the new pods (BlueGreen: the preview Service)")
+	fl.StringVar(&f.stableService, "stable-service", "", "load: Service whose ready endpoints are the stable pods (BlueGreen: the active Service)")
+	fl.StringVar(&f.selector, "selector", "", "load: label selector of the new pods (without --service)")
+	fl.StringVar(&f.hash, "pod-template-hash", "", "load: keep only new pods of this ReplicaSet (and wait for all its replicas)")
+	fl.StringVar(&f.stableHash, "stable-pod-template-hash", "", "load: the stable pods' ReplicaSet hash")
+	fl.StringVar(&f.port, "port", "", "load: pod port, by name or number (default: the only one)")
+	fl.StringSliceVar(&f.paths, "path", nil, "load: GET path, a template with << >> (repeatable; default /)")
+	fl.StringVar(&f.healthPath, "health-path", "", "load: health path requested until 200 first (default: the pod's readinessProbe, else /)")
+	fl.IntVar(&f.count, "count", 0, "load: measured requests, over all new pods (default 1000 without --duration)")
+	fl.StringVar(&f.duration, "duration", "", "load: bound on the measured load in time, e.g. 60s")
+	fl.Float64Var(&f.qps, "qps", 0, "load: requests per second per new pod (default 20)")
+	fl.IntVar(&f.connections, "connections", 0, "load: connections per new pod (default 4)")
+	fl.StringVar(&f.reqTimeout, "request-timeout", "", "load: per-request timeout (default 10s)")
+	fl.Float64Var(&f.stableQPS, "stable-qps", 0, "load: cap on the total rate to the stable pods (default 10)")
+	fl.BoolVar(&f.warmUp, "warm-up", true, "load: warm cold new pods until their latency converged before measuring")
 	return cmd
 }
 
@@ -129,14 +173,29 @@ func runAnalyze(cmd *cobra.Command, f *analyzeFlags) error {
 	if err != nil {
 		return err
 	}
-	a, err := analysis.NewAnalyzer(cfg)
+	stderr := cmd.ErrOrStderr()
+	ctx := cmd.Context()
+	var opts []analysis.Option
+	switch cfg.Source {
+	case analysis.SourceLoad:
+		opts = append(opts, analysis.WithKube(func() (kubernetes.Interface, error) {
+			kube, _, err := warmupKubeClient(&f.kube)
+			return kube, err
+		}))
+		ctx = analysis.WithProgress(ctx, func(p string) { fmt.Fprintf(stderr, "  %s\n", p) })
+	}
+	a, err := analysis.NewAnalyzer(cfg, opts...)
 	if err != nil {
 		return analyzeFlagError(err)
 	}
-	if cfg.Source != analysis.SourceFortio {
-		fmt.Fprintf(cmd.ErrOrStderr(), "querying %s (%s, window %s)…\n", cfg.Prometheus.Address, cfg.Source, a.Window())
+	switch cfg.Source {
+	case analysis.SourceLoad:
+		fmt.Fprintf(stderr, "load test: %s …\n", strings.Join(a.Queries(), "; "))
+	case analysis.SourceFortio:
+	default:
+		fmt.Fprintf(stderr, "querying %s (%s, window %s)…\n", cfg.Prometheus.Address, cfg.Source, a.Window())
 	}
-	v := a.Analyze(cmd.Context(), time.Now())
+	v := a.Analyze(ctx, time.Now())
 
 	out := cmd.OutOrStdout()
 	if f.output == "json" {
@@ -170,7 +229,7 @@ func (f *analyzeFlags) config(fl *pflag.FlagSet) (analysis.Config, error) {
 	if set("source") {
 		c.Source = f.source
 	}
-	if c.Source != analysis.SourceFortio && (set("prometheus") || set("bearer-token") || set("bearer-token-file") || set("ca-file") || set("insecure-skip-verify")) {
+	if c.Source != analysis.SourceFortio && c.Source != analysis.SourceLoad && (set("prometheus") || set("bearer-token") || set("bearer-token-file") || set("ca-file") || set("insecure-skip-verify")) {
 		if c.Prometheus == nil {
 			c.Prometheus = &analysis.PrometheusConfig{}
 		}
@@ -228,9 +287,15 @@ func (f *analyzeFlags) config(fl *pflag.FlagSet) (analysis.Config, error) {
 		}
 		analyzeAssign(set("canary"), &c.Fortio.Canary, f.canary)
 		analyzeAssign(set("stable"), &c.Fortio.Stable, f.stable)
+	case analysis.SourceLoad:
+		if err := f.loadConfig(fl, &c); err != nil {
+			return c, err
+		}
 	}
 
-	if set("window") || c.Window.IsZero() || c.Window.Cumulative {
+	if c.Source == analysis.SourceLoad {
+		c.Window = analysis.Window{} // each measurement judges its own load
+	} else if set("window") || c.Window.IsZero() || c.Window.Cumulative {
 		if f.window == analysis.WindowCumulative {
 			return c, errors.New(`--window cumulative needs an analysis start, which the CLI does not have; give a duration such as --window 10m`)
 		}
@@ -292,6 +357,71 @@ func (f *analyzeFlags) config(fl *pflag.FlagSet) (analysis.Config, error) {
 		num("margin", f.mrg, &c.TailTest.Margin)
 	}
 	return c, nil
+}
+
+// loadConfig fills c.Load from the load flags that were set (all of them
+// without --config), with the namespace from -n or the kubeconfig context
+// when pods are looked up.
+func (f *analyzeFlags) loadConfig(fl *pflag.FlagSet, c *analysis.Config) error {
+	if c.Load == nil {
+		c.Load = &analysis.LoadConfig{}
+	}
+	l := c.Load
+	changed := func(name string) bool { return fl.Changed(name) }
+	if changed("url") {
+		l.URLs = f.urls
+	}
+	if changed("stable-url") {
+		l.StableURLs = f.stableURLs
+	}
+	analyzeAssign(changed("service"), &l.Service, f.service)
+	analyzeAssign(changed("stable-service"), &l.StableService, f.stableService)
+	analyzeAssign(changed("selector"), &l.Selector, f.selector)
+	analyzeAssign(changed("pod-template-hash"), &l.PodTemplateHash, f.hash)
+	analyzeAssign(changed("stable-pod-template-hash"), &l.StablePodTemplateHash, f.stableHash)
+	analyzeAssign(changed("health-path"), &l.HealthPath, f.healthPath)
+	if changed("port") {
+		l.Port = intstr.Parse(f.port)
+	}
+	if changed("path") {
+		l.Requests = nil
+		for _, p := range f.paths {
+			l.Requests = append(l.Requests, warmup.RequestSpec{Path: p})
+		}
+	}
+	if changed("count") {
+		l.Count = analyzeNumber(float64(f.count))
+	}
+	if changed("qps") {
+		l.QPS = analyzeNumber(f.qps)
+	}
+	if changed("connections") {
+		l.Connections = analyzeNumber(float64(f.connections))
+	}
+	if changed("stable-qps") {
+		l.StableQPS = analyzeNumber(f.stableQPS)
+	}
+	if changed("warm-up") {
+		l.WarmUp = &f.warmUp
+	}
+	for name, dst := range map[string]*config.Duration{"duration": &l.Duration, "request-timeout": &l.RequestTimeout} {
+		v := map[string]string{"duration": f.duration, "request-timeout": f.reqTimeout}[name]
+		if changed(name) {
+			d, err := config.ParseDuration(v)
+			if err != nil {
+				return fmt.Errorf("--%s: %w", name, err)
+			}
+			*dst = config.Duration(d)
+		}
+	}
+	if l.Namespace == "" && len(l.URLs) == 0 {
+		ns, err := f.kube.namespace()
+		if err != nil {
+			return fmt.Errorf("kubeconfig namespace: %w (give -n, or --url)", err)
+		}
+		l.Namespace = ns
+	}
+	return nil
 }
 
 func analyzeNumber(v float64) *config.Number {
@@ -369,7 +499,7 @@ func printAnalyzeVerdict(out io.Writer, cfg analysis.Config, v analysis.Verdict)
 	}
 	if t := v.Tail; t != nil {
 		fmt.Fprintf(tw, "> %s (stable p%g bound)\t%.2f%%\t%.2f%%\t\te=%.3g, fail at %g (%g%%)\t%s\n",
-			strings.TrimSuffix(strconv.FormatFloat(t.ThresholdMs, 'f', -1, 64), ".0")+"ms", t.Quantile*100,
+			latency.FormatMs(t.ThresholdMs), t.Quantile*100,
 			100*t.CanaryRate, 100*t.StableRate, t.EValue, t.RejectAt, t.Confidence*100, analyzeResult(checks["tail-test"]))
 	} else if cs := checks["tail-test"]; cs != nil {
 		fmt.Fprintf(tw, "tail test\t\t\t\t\t%s\n", analyzeResult(cs))

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/danki-dev/danki/internal/testutil"
 )
@@ -219,5 +220,41 @@ func TestAnalyzeWorkloadNamespace(t *testing.T) {
 		"--canary", "app-canary.default.svc.cluster.local", "--workload-namespace", "shop", "--p99", "250ms")
 	if !strings.Contains(out, `destination_workload_namespace=\"shop\"`) {
 		t.Fatalf("queries do not select destination_workload_namespace=\"shop\":\n%s", out)
+	}
+}
+
+// danki analyze --source load sends the load itself: a good server passes,
+// a server with a slow 5 % fails (exit non-zero), every request marked.
+func TestAnalyzeLoadSource(t *testing.T) {
+	good := testutil.NewColdServer(t, testutil.Flat(time.Millisecond))
+	slow := testutil.NewColdServer(t, func(n int64, _ bool) time.Duration {
+		if n%20 == 0 {
+			return 50 * time.Millisecond
+		}
+		return time.Millisecond
+	})
+	for _, s := range []*testutil.ColdServer{good, slow} {
+		s.HealthPath, s.Record = "/healthz", true
+	}
+	args := func(url string) []string {
+		return []string{"analyze", "--source", "load", "--url", url, "--health-path", "/healthz", "--path", "/items/<<randInt 1 9>>",
+			"--count", "600", "--qps", "400", "--connections", "8", "--warm-up=false", "--p99", "30ms"}
+	}
+	out, stderr, err := runDanki(args(good.URL)...)
+	if err != nil || !strings.Contains(out, "source load") || !strings.Contains(out, "Pass: all SLOs hold") || !strings.Contains(stderr, "measuring: ") {
+		t.Fatalf("good server: err %v\nstdout:\n%s\nstderr:\n%s", err, out, stderr)
+	}
+	out, _, err = runDanki(args(slow.URL)...)
+	if err == nil || !strings.Contains(out, "Fail: p99") {
+		t.Fatalf("slow server: err %v; want a Fail on p99\n%s", err, out)
+	}
+	for _, s := range []*testutil.ColdServer{good, slow} {
+		if s.Unmarked() != 0 || !strings.HasPrefix(s.Last().URI, "/items/") || strings.Contains(s.Last().URI, "<") {
+			t.Fatalf("server saw %d unmarked requests, last %s; want all marked, templates rendered", s.Unmarked(), s.Last().URI)
+		}
+	}
+	_, _, err = runDanki("analyze", "--source", "load", "--url", good.URL, "--path", "/x", "--qps", "0", "--p99", "1s")
+	if err == nil || !strings.Contains(err.Error(), "load.qps") {
+		t.Fatalf("--qps 0: %v; want an error naming load.qps", err)
 	}
 }

@@ -360,11 +360,11 @@ func (l *Load) Fetch(ctx context.Context, _ time.Duration) (*Sample, error) {
 	total := perPod * int64(len(canary))
 	res, err := warmup.Run(ctx, mcfg, canary, warmup.Options{Stable: stable, Logger: l.log, OnProgress: func(p warmup.Progress) {
 		if p.Phase == warmup.PhaseLoad && !p.Stable && p.Target != "" {
-			report(fmt.Sprintf("measuring: %d of %d requests to %d pods", p.Requests, total, len(canary)))
+			report(fmt.Sprintf("measuring: %d of %d requests to %s", p.Requests, total, pods(len(canary))))
 		}
 	}})
 	if err != nil {
-		return s, fmt.Errorf("measured load on %d pods: %w", len(canary), err)
+		return s, fmt.Errorf("measured load on %s: %w", pods(len(canary)), err)
 	}
 	s.Canary = exactSide("canary", res.Targets, loadFrom("new pods", canary, res, note))
 	if res.Stable != nil {
@@ -381,7 +381,7 @@ func (l *Load) Fetch(ctx context.Context, _ time.Duration) (*Sample, error) {
 func (l *Load) warm(ctx context.Context, canary, stable []warmup.Target, report func(string)) (string, error) {
 	cold := l.warmed.cold(canary, time.Now())
 	if len(cold) == 0 {
-		return fmt.Sprintf("%d pods already warmed by an earlier measurement", len(canary)), nil
+		return pods(len(canary)) + " already warmed by an earlier measurement", nil
 	}
 	c := l.cfg
 	off := false
@@ -397,20 +397,20 @@ func (l *Load) warm(ctx context.Context, canary, stable []warmup.Target, report 
 	}
 	res, err := warmup.Run(ctx, w, cold, warmup.Options{Stable: stable, Logger: l.log, OnProgress: func(p warmup.Progress) {
 		if p.Phase == warmup.PhaseLoad && !p.Stable && p.Target != "" {
-			report(fmt.Sprintf("warming %d pods: %d requests, %d converged", p.Targets, p.Requests, p.ConvergedTargets))
+			report(fmt.Sprintf("warming %s: %d requests, %d converged", pods(p.Targets), p.Requests, p.ConvergedTargets))
 		}
 	}})
 	switch {
 	case ctx.Err() != nil:
 		return "", fmt.Errorf("warm-up stopped: %w", ctx.Err())
 	case err != nil && res != nil && res.Requests() == 0:
-		return "", fmt.Errorf("warm-up of %d pods: %w", len(cold), err)
+		return "", fmt.Errorf("warm-up of %s: %w", pods(len(cold)), err)
 	case err != nil:
 		l.log.Info("load source: warm-up ended without converging; measuring anyway", "error", err)
-		return fmt.Sprintf("warm-up of %d pods did not converge (%s)", len(cold), res.Reason), nil
+		return fmt.Sprintf("warm-up of %s did not converge (%s)", pods(len(cold)), res.Reason), nil
 	}
 	l.warmed.mark(cold, time.Now())
-	return fmt.Sprintf("warm-up of %d pods: %s", len(cold), res.Summary()), nil
+	return fmt.Sprintf("warm-up of %s: %s", pods(len(cold)), res.Summary()), nil
 }
 
 func (l *Load) query() warmup.TargetQuery {
@@ -428,6 +428,13 @@ func (l *Load) query() warmup.TargetQuery {
 		Timeout:         c.Deadline.D() / 2,
 		Kube:            l.kube,
 	}
+}
+
+func pods(n int) string {
+	if n == 1 {
+		return "1 pod"
+	}
+	return fmt.Sprintf("%d pods", n)
 }
 
 // loadFrom names where a side's figures came from in the verdict.
