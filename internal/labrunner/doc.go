@@ -13,7 +13,9 @@
 //
 // The Runner owns the pod status for its node: Running once the processes
 // started, Ready once each container's readiness probe answers (an HTTP GET
-// on the probe path, as the kubelet does). Pods whose images map to nothing
+// on the probe path, as the kubelet does) and every readiness gate's
+// condition in the pod's status is True (spec.readinessGates, as the kubelet
+// does: danki's warm gate keeps a pod out of its Services this way). Pods whose images map to nothing
 // are marked Running and Ready without a process, so a plain Deployment still
 // behaves as on a fake (kwok) node. When a pod is deleted the Runner stops
 // its processes, releases the IP and removes the pod from the API server.

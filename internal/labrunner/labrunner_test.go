@@ -348,3 +348,65 @@ func waitUntil(t *testing.T, timeout time.Duration, what string, done func() boo
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestRunnerHonoursReadinessGates: as under kubelet, a pod whose containers
+// are ready stays un-Ready until every readiness gate's condition is True,
+// and the condition set by another writer survives the runner's updates.
+func TestRunnerHonoursReadinessGates(t *testing.T) {
+	const node, gate = "lab-node", corev1.PodConditionType("danki.dev/warm")
+	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}, Spec: corev1.NodeSpec{PodCIDR: "127.78.0.0/24"}})
+	r, err := New(Config{Client: client, Node: node, Network: Loopback{}, LogDir: t.TempDir(), FileSD: filepath.Join(t.TempDir(), "pods.json"),
+		StopGrace: time.Second, ProbeEvery: 50 * time.Millisecond, CgroupParent: "not/a/group", Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	pods := client.CoreV1().Pods("default")
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "gated", Namespace: "default", UID: "uid-gated"},
+		Spec: corev1.PodSpec{NodeName: node, ReadinessGates: []corev1.PodReadinessGate{{ConditionType: gate}},
+			Containers: []corev1.Container{{Name: "app", Image: "nginx:1.27"}}},
+	}
+	if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	condition := func(p *corev1.Pod, typ corev1.PodConditionType) corev1.ConditionStatus {
+		for _, c := range p.Status.Conditions {
+			if c.Type == typ {
+				return c.Status
+			}
+		}
+		return ""
+	}
+	wait := func(what string, ok func(*corev1.Pod) bool) *corev1.Pod {
+		t.Helper()
+		var cur *corev1.Pod
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			if cur, err = pods.Get(ctx, "gated", metav1.GetOptions{}); err == nil && ok(cur) {
+				return cur
+			}
+		}
+		t.Fatalf("%s: never; conditions %+v", what, cur.Status.Conditions)
+		return nil
+	}
+	cur := wait("containers ready", func(p *corev1.Pod) bool { return condition(p, corev1.ContainersReady) == corev1.ConditionTrue })
+	if got := condition(cur, corev1.PodReady); got != corev1.ConditionFalse {
+		t.Fatalf("containers ready, gate unset: Ready is %q, want False", got)
+	}
+	cur.Status.Conditions = append(cur.Status.Conditions, corev1.PodCondition{Type: gate, Status: corev1.ConditionTrue})
+	if _, err := pods.UpdateStatus(ctx, cur, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cur = wait("Ready once the gate is True", func(p *corev1.Pod) bool { return condition(p, corev1.PodReady) == corev1.ConditionTrue })
+	if condition(cur, gate) != corev1.ConditionTrue {
+		t.Fatalf("the gate's condition was lost: %+v", cur.Status.Conditions)
+	}
+}

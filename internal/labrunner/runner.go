@@ -562,8 +562,29 @@ func (r *Runner) status(pod *corev1.Pod, st *podState) corev1.PodStatus {
 	setCondition(&s, corev1.PodReadyToStartContainers, true)
 	setCondition(&s, corev1.PodInitialized, true)
 	setCondition(&s, corev1.ContainersReady, allReady)
-	setCondition(&s, corev1.PodReady, allReady)
+	// As the kubelet does: a pod with readiness gates is Ready only when
+	// its containers are and every gate's condition (set by whoever owns
+	// it, e.g. danki's warm gate) is True; until then its Services'
+	// EndpointSlices list it as not ready.
+	setCondition(&s, corev1.PodReady, allReady && readinessGatesTrue(pod.Spec.ReadinessGates, s.Conditions))
 	return s
+}
+
+// readinessGatesTrue reports whether every readiness gate's condition is
+// True in conds.
+func readinessGatesTrue(gates []corev1.PodReadinessGate, conds []corev1.PodCondition) bool {
+	for _, g := range gates {
+		ok := false
+		for _, c := range conds {
+			if c.Type == g.ConditionType {
+				ok = c.Status == corev1.ConditionTrue
+			}
+		}
+		if !ok {
+			return false
+		}
+	}
+	return true
 }
 
 func setCondition(s *corev1.PodStatus, t corev1.PodConditionType, ok bool) {
