@@ -252,14 +252,27 @@ func (k KubeTargets) fromPods(ctx context.Context, kube kubernetes.Interface) ([
 		if p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning || p.Status.PodIP == "" || !podReady(&p) {
 			continue
 		}
-		port, err := k.podPort(&p)
+		t, err := PodTarget(&p, k.Port)
 		if err != nil {
 			return nil, err
 		}
-		targets = append(targets, Target{Name: p.Name, URL: "http://" + net.JoinHostPort(p.Status.PodIP, strconv.Itoa(int(port))),
-			HealthURL: readinessURL(&p, p.Status.PodIP, port)})
+		targets = append(targets, t)
 	}
 	return targets, nil
+}
+
+// PodTarget addresses one pod at its pod IP: port by name or number (empty:
+// its only container port), the health URL from its readinessProbe.
+func PodTarget(p *corev1.Pod, port intstr.IntOrString) (Target, error) {
+	if p.Status.PodIP == "" {
+		return Target{}, fmt.Errorf("pod %s/%s has no IP yet", p.Namespace, p.Name)
+	}
+	n, err := KubeTargets{Port: port}.podPort(p)
+	if err != nil {
+		return Target{}, err
+	}
+	return Target{Name: p.Name, URL: "http://" + net.JoinHostPort(p.Status.PodIP, strconv.Itoa(int(n))),
+		HealthURL: readinessURL(p, p.Status.PodIP, n)}, nil
 }
 
 func podReady(p *corev1.Pod) bool {

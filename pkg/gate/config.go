@@ -1,0 +1,103 @@
+package gate
+
+import (
+	"cmp"
+	"fmt"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/danki-dev/danki/internal/config"
+	"github.com/danki-dev/danki/pkg/warmup"
+)
+
+// Names the gate uses on pods.
+const (
+	// AnnotationWarmUp opts a pod in: "true", or its warm-up Config as JSON
+	// or YAML. "false" opts out.
+	AnnotationWarmUp = "danki.dev/warm-up"
+	// ConditionWarm is the readiness gate's condition type.
+	ConditionWarm = "danki.dev/warm"
+)
+
+// Condition reasons.
+const (
+	ReasonWaiting       = "WaitingForContainers" // containers not ready yet
+	ReasonQueued        = "Queued"               // waiting for a free warm-up slot
+	ReasonWarming       = "Warming"              // load running
+	ReasonWarm          = "Warm"                 // converged: True
+	ReasonRetrying      = "WarmUpFailedRetrying" // an attempt failed, another follows
+	ReasonFailed        = "WarmUpFailed"         // gave up, fail closed: False
+	ReasonFailedOpen    = "WarmUpFailedOpen"     // gave up, fail open: True
+	ReasonInvalidConfig = "InvalidConfig"        // the annotation does not parse
+)
+
+// Failure policies (Config.OnFailure).
+const (
+	StayUnready = "stayUnready" // fail closed (default)
+	BecomeReady = "becomeReady" // fail open
+)
+
+// Defaults of a pod's Config beyond the warm-up's own.
+const (
+	DefaultRetries      = 3
+	DefaultRetryBackoff = 30 * time.Second
+)
+
+// Config is a pod's warm-up configuration, from AnnotationWarmUp: the
+// warm-up's fields (requests, qps, deadline, the stopping rule …) plus the
+// gate's own.
+type Config struct {
+	warmup.Config
+	// Port to warm, by name or number. Default: the pod's only container
+	// port.
+	Port intstr.IntOrString `json:"port,omitempty"`
+	// OnFailure: stayUnready (default: the pod stays out of load balancing,
+	// fail closed) or becomeReady (fail open) once every attempt failed.
+	OnFailure string `json:"onFailure,omitempty"`
+	// Retries is how many attempts a pod gets. Default 3.
+	Retries int `json:"retries,omitempty"`
+	// RetryBackoff is the wait before the second attempt, doubled before
+	// each further one. Default 30s.
+	RetryBackoff config.Duration `json:"retryBackoff,omitempty"`
+}
+
+// OptedIn reports whether the annotation asks for the gate.
+func OptedIn(annotations map[string]string) bool {
+	v, ok := annotations[AnnotationWarmUp]
+	return ok && strings.TrimSpace(v) != "false"
+}
+
+// ParseConfig reads a pod's annotation (strictly; errors name the field),
+// with the defaults applied.
+func ParseConfig(annotation string) (Config, error) {
+	var c Config
+	if v := strings.TrimSpace(annotation); v != "" && v != "true" {
+		if err := config.Decode([]byte(v), &c); err != nil {
+			return c, fmt.Errorf("annotation %s: %w", AnnotationWarmUp, err)
+		}
+	}
+	c.Config = c.Config.WithDefaults()
+	c.OnFailure = cmp.Or(c.OnFailure, StayUnready)
+	c.Retries = cmp.Or(c.Retries, DefaultRetries)
+	c.RetryBackoff = cmp.Or(c.RetryBackoff, config.Duration(DefaultRetryBackoff))
+	var errs config.Errors
+	errs.Add("", c.Config.Validate())
+	if c.OnFailure != StayUnready && c.OnFailure != BecomeReady {
+		errs.Addf("onFailure", "%q is not a policy; use %s (fail closed) or %s (fail open)", c.OnFailure, StayUnready, BecomeReady)
+	}
+	if c.Retries < 1 {
+		errs.Addf("retries", "must be at least 1 (got %d)", c.Retries)
+	}
+	if c.RetryBackoff < 0 {
+		errs.Addf("retryBackoff", "must not be negative (got %s)", c.RetryBackoff)
+	}
+	if c.CompareToStable || (c.RejectSlowerVersion != nil && *c.RejectSlowerVersion) {
+		errs.Addf("compareToStable", "the gate warms one pod on its own; there is no stable version to compare with (use the danki/warmup step in a rollout)")
+	}
+	if err := errs.Err(); err != nil {
+		return c, fmt.Errorf("annotation %s: %w", AnnotationWarmUp, err)
+	}
+	return c, nil
+}

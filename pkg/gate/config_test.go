@@ -1,0 +1,72 @@
+package gate
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+)
+
+func TestParseConfig(t *testing.T) {
+	c, err := ParseConfig("true")
+	if err != nil || c.OnFailure != StayUnready || c.Retries != DefaultRetries || c.QPS == 0 {
+		t.Fatalf(`"true": %+v, %v; want the defaults (fail closed, 3 attempts)`, c, err)
+	}
+	c, err = ParseConfig("qps: 50\nonFailure: becomeReady\nretries: 1\nport: http\n")
+	if err != nil || c.QPS != 50 || c.OnFailure != BecomeReady || c.Retries != 1 || c.Port.StrVal != "http" {
+		t.Fatalf("YAML config: %+v, %v", c, err)
+	}
+	for cfg, want := range map[string]string{
+		`{"qsp": 5}`:                "qsp: unknown field",
+		`{"onFailure": "maybe"}`:    "onFailure: \"maybe\" is not a policy",
+		`{"retries": -1}`:           "retries: must be at least 1",
+		`{"compareToStable": true}`: "compareToStable: the gate warms one pod on its own",
+		`{"requests": [{"method": "POST", "path": "/x"}]}`: "requests[0].method",
+	} {
+		if _, err := ParseConfig(cfg); err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), AnnotationWarmUp) {
+			t.Errorf("%s: %v; want an error naming the annotation and %q", cfg, err, want)
+		}
+	}
+	if !OptedIn(map[string]string{AnnotationWarmUp: "true"}) || OptedIn(map[string]string{AnnotationWarmUp: "false"}) || OptedIn(nil) {
+		t.Error("OptedIn: true opts in, false and no annotation do not")
+	}
+}
+
+func TestInjectorPatchesOnlyOptedInPods(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	inj := NewInjector(admission.NewDecoder(scheme))
+	review := func(pod *corev1.Pod) admission.Response {
+		raw, _ := json.Marshal(pod)
+		return inj.Handle(context.Background(), admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
+			Operation: admissionv1.Create, Object: runtime.RawExtension{Raw: raw},
+			Kind: metav1.GroupVersionKind{Version: "v1", Kind: "Pod"},
+		}})
+	}
+	pod := func(ann map[string]string, gates ...corev1.PodReadinessGate) *corev1.Pod {
+		return &corev1.Pod{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+			ObjectMeta: metav1.ObjectMeta{Name: "p", Annotations: ann}, Spec: corev1.PodSpec{ReadinessGates: gates}}
+	}
+	r := review(pod(map[string]string{AnnotationWarmUp: "true"}, corev1.PodReadinessGate{ConditionType: "other"}))
+	if !r.Allowed || len(r.Patches) != 1 || r.Patches[0].Path != "/spec/readinessGates/1" {
+		t.Fatalf("opted-in pod: allowed %v, patches %+v; want one patch adding the gate after the existing one", r.Allowed, r.Patches)
+	}
+	for name, p := range map[string]*corev1.Pod{
+		"no annotation": pod(nil),
+		"opted out":     pod(map[string]string{AnnotationWarmUp: "false"}),
+		"gate already":  pod(map[string]string{AnnotationWarmUp: "true"}, corev1.PodReadinessGate{ConditionType: ConditionWarm}),
+	} {
+		if r := review(p); !r.Allowed || len(r.Patches) != 0 {
+			t.Errorf("%s: allowed %v, patches %+v; want allowed unchanged", name, r.Allowed, r.Patches)
+		}
+	}
+}

@@ -1,0 +1,28 @@
+// Package gate is danki's warm gate: a small Kubernetes controller that keeps
+// a new pod out of every load balancer until it is warm.
+//
+// A pod opts in with the annotation danki.dev/warm-up (AnnotationWarmUp):
+// "true" for the defaults, or a warm-up configuration, the danki/warmup
+// step's schema (docs/warmup.md) plus onFailure, retries and port. The
+// mutating webhook (Injector) adds the readiness gate danki.dev/warm
+// (ConditionWarm) to such pods as they are created; a pod that carries the
+// gate already needs no webhook. Kubernetes counts a pod with a readiness
+// gate Ready only when the gate's condition is True, so until then its
+// Services' EndpointSlices list it as not ready and no load balancer —
+// kube-proxy, Istio, an ingress — sends it a user request.
+//
+// The Reconciler watches pods with the gate. When a pod's containers are
+// ready and its condition is not True, it warms the pod at its pod IP with
+// pkg/warmup (the same engine, stopping rule and configuration as the
+// danki/warmup step), showing the progress in the condition's message, and
+// sets the condition True once the latency converged. A warm-up that fails
+// is retried with back-off; after the last attempt the pod stays un-ready
+// (onFailure: stayUnready, the default: fail closed) or becomes Ready anyway
+// (becomeReady: fail open), with an Event either way. A pod deleted, or
+// whose containers stop being ready, stops its load at once. Warm-ups of
+// many pods run concurrently, at most MaxConcurrent at a time.
+//
+// Run starts both in a controller-runtime manager (leader election, health
+// and metrics endpoints); `danki gate` is its command line, deploy/gate its
+// manifests, docs/gate.md its guide.
+package gate

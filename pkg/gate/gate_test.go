@@ -1,0 +1,387 @@
+package gate_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/yaml"
+
+	"github.com/danki-dev/danki/internal/testutil"
+	"github.com/danki-dev/danki/pkg/gate"
+	"github.com/danki-dev/danki/test/testenv"
+)
+
+const ns = "default"
+
+// TestGateOnAPIServer runs the gate against a real API server, as its
+// ServiceAccount bound by deploy/gate/rbac.yaml (so every call it makes is
+// one that RBAC grants), with its webhook called by the API server over TLS
+// from the self-managed CA. There is no kubelet: the test plays it, setting
+// each pod's IP and ContainersReady, and serves the pod from a local
+// cold-starting server.
+func TestGateOnAPIServer(t *testing.T) {
+	env := testenv.Start(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	kube := env.Kube
+	applyRBAC(t, ctx, kube)
+
+	sa := rest.CopyConfig(env.Config)
+	sa.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:danki-gate:danki-gate",
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:danki-gate", "system:authenticated"}}
+	port := freePort(t)
+	certs, err := os.MkdirTemp("", "danki-gate-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- gate.Run(ctx, sa, gate.Options{
+			WebhookHost: "127.0.0.1", WebhookPort: port, CertDir: certs, MaxConcurrent: 4,
+			Log:       slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo})),
+			OnStarted: func(_ *gate.Reconciler, dir string) { started <- dir },
+		})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("gate.Run: %v", err)
+		}
+		_ = os.RemoveAll(certs)
+	})
+	certDir := <-started
+	registerWebhook(t, ctx, kube, port, certDir)
+
+	t.Run("webhook injects the gate into annotated pods only", func(t *testing.T) {
+		on := createPod(t, ctx, kube, "annotated", "true", 8080)
+		if !gate.HasGate(on) {
+			t.Fatalf("annotated pod created without the readiness gate: %+v", on.Spec.ReadinessGates)
+		}
+		off := createPod(t, ctx, kube, "plain", "", 8080)
+		if len(off.Spec.ReadinessGates) != 0 {
+			t.Fatalf("pod without the annotation got readiness gates %+v", off.Spec.ReadinessGates)
+		}
+		out := createPod(t, ctx, kube, "opted-out", "false", 8080)
+		if gate.HasGate(out) {
+			t.Fatal(`pod annotated "false" got the gate`)
+		}
+	})
+
+	t.Run("condition True only after the warm-up converged", func(t *testing.T) {
+		srv := testutil.NewColdServer(t, testutil.Decaying(time.Millisecond, 30*time.Millisecond, 300))
+		srv.HealthPath = "/healthz"
+		pod := createPod(t, ctx, kube, "cold", `{"qps": 400, "connections": 4, "healthPath": "/healthz"}`, serverPort(t, srv.URL))
+		if gate.IsWarm(pod) {
+			t.Fatal("warm before anything happened")
+		}
+		markContainersReady(t, ctx, kube, pod)
+		var warming bool
+		var sentWhenWarm int64
+		waitPod(t, ctx, kube, "cold", time.Minute, "danki.dev/warm True", func(p *corev1.Pod) bool {
+			c := warmCondition(p)
+			if c != nil && c.Reason == gate.ReasonWarming {
+				warming = true
+			}
+			if gate.IsWarm(p) {
+				sentWhenWarm = srv.Load()
+				return true
+			}
+			return false
+		})
+		c := warmCondition(getPod(t, ctx, kube, "cold"))
+		if c.Reason != gate.ReasonWarm || !strings.Contains(c.Message, "converged") {
+			t.Fatalf("condition %s %q; want reason Warm naming the convergence", c.Reason, c.Message)
+		}
+		if sentWhenWarm < 1000 || !warming {
+			t.Fatalf("condition True after %d requests (progress seen: %v); want the warm-up's minimum stop (1000) first", sentWhenWarm, warming)
+		}
+		if srv.Unmarked() != 0 {
+			t.Fatalf("%d requests without the marker header", srv.Unmarked())
+		}
+		t.Logf("warm after %d requests: %s", sentWhenWarm, c.Message)
+	})
+
+	failing := func(t *testing.T, name, policy string, want corev1.ConditionStatus, reason string) {
+		srv := testutil.NewColdServer(t, nil)
+		srv.HealthPath, srv.FirstOnConnStatus = "/healthz", 0
+		srv.Delay = func(int64, bool) time.Duration { return 0 }
+		broken := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/healthz" {
+				return
+			}
+			w.WriteHeader(http.StatusInternalServerError)
+		})}
+		l := testutil.ListenLoopback(t)
+		go func() { _ = broken.Serve(l) }()
+		t.Cleanup(func() { _ = broken.Close() })
+		cfg := fmt.Sprintf(`{"healthPath": "/healthz", "qps": 200, "retries": 2, "retryBackoff": "1s", "onFailure": %q}`, policy)
+		pod := createPod(t, ctx, kube, name, cfg, l.Addr().(*net.TCPAddr).Port)
+		markContainersReady(t, ctx, kube, pod)
+		waitPod(t, ctx, kube, name, time.Minute, "gave up: "+reason, func(p *corev1.Pod) bool {
+			c := warmCondition(p)
+			return c != nil && c.Reason == reason && c.Status == want
+		})
+		c := warmCondition(getPod(t, ctx, kube, name))
+		if !strings.Contains(c.Message, "after 2 attempts") || !strings.Contains(c.Message, "500") {
+			t.Fatalf("message %q; want the attempts and the last error", c.Message)
+		}
+		events, err := kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
+		if err != nil || len(events.Items) == 0 {
+			t.Fatalf("no Event for %s (%v)", name, err)
+		}
+	}
+	t.Run("failing warm-up, fail closed: stays un-ready", func(t *testing.T) {
+		failing(t, "broken-closed", gate.StayUnready, corev1.ConditionFalse, gate.ReasonFailed)
+	})
+	t.Run("failing warm-up, fail open: Ready anyway", func(t *testing.T) {
+		failing(t, "broken-open", gate.BecomeReady, corev1.ConditionTrue, gate.ReasonFailedOpen)
+	})
+
+	t.Run("invalid config: condition and Event name the field", func(t *testing.T) {
+		pod := createPod(t, ctx, kube, "typo", `{"qsp": 5}`, 8080)
+		markContainersReady(t, ctx, kube, pod)
+		waitPod(t, ctx, kube, "typo", 30*time.Second, "InvalidConfig naming qsp", func(p *corev1.Pod) bool {
+			c := warmCondition(p)
+			return c != nil && c.Reason == gate.ReasonInvalidConfig && strings.Contains(c.Message, "qsp")
+		})
+	})
+
+	t.Run("deleted pod stops its load at once", func(t *testing.T) {
+		srv := testutil.NewColdServer(t, testutil.NeverSettling)
+		srv.HealthPath = "/healthz"
+		pod := createPod(t, ctx, kube, "doomed", `{"healthPath": "/healthz", "qps": 200}`, serverPort(t, srv.URL))
+		markContainersReady(t, ctx, kube, pod)
+		deadline := time.Now().Add(30 * time.Second)
+		for srv.Load() < 100 {
+			if time.Now().After(deadline) {
+				t.Fatalf("warm-up never started: %d requests", srv.Load())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		zero := int64(0)
+		if err := kube.CoreV1().Pods(ns).Delete(ctx, "doomed", metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+			t.Fatal(err)
+		}
+		deleted := time.Now()
+		// The watch delivers the deletion, the reconcile cancels the load.
+		var n int64
+		for {
+			n = srv.Load()
+			time.Sleep(300 * time.Millisecond)
+			if srv.Load() == n {
+				break
+			}
+			if time.Since(deleted) > 5*time.Second {
+				t.Fatalf("load still running 5 s after the pod was deleted (%d requests)", srv.Load())
+			}
+		}
+		t.Logf("load stopped within %s of the deletion", time.Since(deleted).Round(100*time.Millisecond))
+	})
+}
+
+func applyRBAC(t *testing.T, ctx context.Context, kube kubernetes.Interface) {
+	t.Helper()
+	docs, err := testenv.YAMLDocuments(filepath.Join("..", "..", "deploy", "gate", "rbac.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "danki-gate"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, doc := range docs {
+		var meta metav1.TypeMeta
+		if err := yaml.Unmarshal(doc, &meta); err != nil {
+			t.Fatal(err)
+		}
+		switch meta.Kind {
+		case "ServiceAccount":
+			var o corev1.ServiceAccount
+			mustUnmarshal(t, doc, &o)
+			_, err = kube.CoreV1().ServiceAccounts(o.Namespace).Create(ctx, &o, metav1.CreateOptions{})
+		case "ClusterRole":
+			var o rbacv1.ClusterRole
+			mustUnmarshal(t, doc, &o)
+			_, err = kube.RbacV1().ClusterRoles().Create(ctx, &o, metav1.CreateOptions{})
+		case "ClusterRoleBinding":
+			var o rbacv1.ClusterRoleBinding
+			mustUnmarshal(t, doc, &o)
+			_, err = kube.RbacV1().ClusterRoleBindings().Create(ctx, &o, metav1.CreateOptions{})
+		case "Role":
+			var o rbacv1.Role
+			mustUnmarshal(t, doc, &o)
+			_, err = kube.RbacV1().Roles(o.Namespace).Create(ctx, &o, metav1.CreateOptions{})
+		case "RoleBinding":
+			var o rbacv1.RoleBinding
+			mustUnmarshal(t, doc, &o)
+			_, err = kube.RbacV1().RoleBindings(o.Namespace).Create(ctx, &o, metav1.CreateOptions{})
+		default:
+			t.Fatalf("deploy/gate/rbac.yaml: unexpected %s", meta.Kind)
+		}
+		if err != nil {
+			t.Fatalf("apply %s: %v", meta.Kind, err)
+		}
+	}
+}
+
+func mustUnmarshal(t *testing.T, doc []byte, into any) {
+	t.Helper()
+	if err := yaml.UnmarshalStrict(doc, into); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// registerWebhook points the API server at the gate's webhook, trusting the
+// self-managed CA, with deploy/gate's rules and failure policy.
+func registerWebhook(t *testing.T, ctx context.Context, kube kubernetes.Interface, port int, certDir string) {
+	t.Helper()
+	ca, err := os.ReadFile(filepath.Join(certDir, gate.CAFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs, err := testenv.YAMLDocuments(filepath.Join("..", "..", "deploy", "gate", "webhook.yaml"))
+	if err != nil || len(docs) != 1 {
+		t.Fatalf("deploy/gate/webhook.yaml: %v", err)
+	}
+	var wh admissionv1.MutatingWebhookConfiguration
+	mustUnmarshal(t, docs[0], &wh)
+	url := fmt.Sprintf("https://127.0.0.1:%d%s", port, gate.WebhookPath)
+	wh.Webhooks[0].ClientConfig = admissionv1.WebhookClientConfig{URL: &url, CABundle: ca}
+	if _, err := kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, &wh, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Wait until the API server calls it: a probe pod comes back gated.
+	deadline := time.Now().Add(30 * time.Second)
+	for i := 0; ; i++ {
+		p := createPod(t, ctx, kube, "probe-"+strconv.Itoa(i), "true", 8080)
+		if gate.HasGate(p) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the API server never called the webhook")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func createPod(t *testing.T, ctx context.Context, kube kubernetes.Interface, name, annotation string, port int) *corev1.Pod {
+	t.Helper()
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app:v1",
+			Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: int32(port)}},
+			ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
+				Path: "/healthz", Port: intstr.FromString("http")}}},
+		}}},
+	}
+	if annotation != "" {
+		p.Annotations = map[string]string{gate.AnnotationWarmUp: annotation}
+	}
+	created, err := kube.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create pod %s: %v", name, err)
+	}
+	return created
+}
+
+// markContainersReady plays the kubelet: the pod runs at 127.0.0.1 with
+// its containers ready.
+func markContainersReady(t *testing.T, ctx context.Context, kube kubernetes.Interface, pod *corev1.Pod) {
+	t.Helper()
+	// The gate writes its own condition meanwhile: retry on conflicts.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur := getPod(t, ctx, kube, pod.Name)
+		now := metav1.Now()
+		cur.Status.Phase = corev1.PodRunning
+		cur.Status.PodIP = "127.0.0.1"
+		cur.Status.PodIPs = []corev1.PodIP{{IP: "127.0.0.1"}}
+		cur.Status.Conditions = append(cur.Status.Conditions,
+			corev1.PodCondition{Type: corev1.ContainersReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
+			corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionFalse, LastTransitionTime: now})
+		_, err := kube.CoreV1().Pods(ns).UpdateStatus(ctx, cur, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatalf("set status of %s: %v", pod.Name, err)
+	}
+}
+
+func getPod(t *testing.T, ctx context.Context, kube kubernetes.Interface, name string) *corev1.Pod {
+	t.Helper()
+	p, err := kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func waitPod(t *testing.T, ctx context.Context, kube kubernetes.Interface, name string, limit time.Duration, what string, ok func(*corev1.Pod) bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	var last *corev1.Pod
+	for time.Now().Before(deadline) {
+		p, err := kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err == nil {
+			last = p
+			if ok(p) {
+				return
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	var c *corev1.PodCondition
+	if last != nil {
+		c = warmCondition(last)
+	}
+	t.Fatalf("pod %s: %s not within %s; condition %+v", name, what, limit, c)
+}
+
+func warmCondition(p *corev1.Pod) *corev1.PodCondition {
+	for i := range p.Status.Conditions {
+		if p.Status.Conditions[i].Type == gate.ConditionWarm {
+			return &p.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+func serverPort(t *testing.T, url string) int {
+	t.Helper()
+	_, port, err := net.SplitHostPort(strings.TrimPrefix(url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, _ := strconv.Atoi(port)
+	return n
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l := testutil.ListenLoopback(t)
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}

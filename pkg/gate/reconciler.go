@@ -1,0 +1,391 @@
+package gate
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/danki-dev/danki/pkg/warmup"
+)
+
+// DefaultMaxConcurrent caps the warm-ups running at once: each sends load
+// from this process, and a scale-up of many pods should not all land at
+// once on the nodes the users' pods share.
+const DefaultMaxConcurrent = 10
+
+// progressEvery throttles the condition updates that show a warm-up's
+// progress: each is a write to the API server.
+const progressEvery = 5 * time.Second
+
+// eventRecorder is what the Reconciler needs of client-go's EventRecorder.
+type eventRecorder interface {
+	Eventf(object runtime.Object, eventtype, reason, messageFmt string, args ...any)
+}
+
+// Reconciler warms pods that carry the readiness gate ConditionWarm and
+// sets the condition (see the package documentation).
+type Reconciler struct {
+	Client client.Client
+	Events eventRecorder
+	Log    *slog.Logger
+	// MaxConcurrent caps warm-ups running at once (DefaultMaxConcurrent).
+	MaxConcurrent int
+
+	once  sync.Once
+	slots chan struct{}
+	// requeue asks for a pod's reconcile when its warm-up ended: the
+	// outcome may call for a retry after a back-off.
+	requeue chan event.GenericEvent
+	mu    sync.Mutex
+	jobs  map[types.UID]*job
+	tries map[types.UID]*attempts
+}
+
+// job is one pod's warm-up in progress.
+type job struct {
+	pod    types.NamespacedName
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// attempts remembers a pod's failed warm-ups, for retries and back-off.
+type attempts struct {
+	failed int
+	next   time.Time
+	gaveUp bool
+}
+
+func (r *Reconciler) init() {
+	r.once.Do(func() {
+		n := r.MaxConcurrent
+		if n <= 0 {
+			n = DefaultMaxConcurrent
+		}
+		r.slots = make(chan struct{}, n)
+		r.requeue = make(chan event.GenericEvent, 1024)
+		r.jobs = map[types.UID]*job{}
+		r.tries = map[types.UID]*attempts{}
+		if r.Log == nil {
+			r.Log = slog.Default()
+		}
+	})
+}
+
+// Reconcile brings one pod's warm-up in line with the pod.
+func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	r.init()
+	var pod corev1.Pod
+	if err := r.Client.Get(ctx, req.NamespacedName, &pod); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.stopPod(req.NamespacedName, "pod deleted")
+			return reconcile.Result{}, nil
+		}
+		return reconcile.Result{}, fmt.Errorf("get pod %s: %w", req, err)
+	}
+	if !HasGate(&pod) {
+		return reconcile.Result{}, nil
+	}
+	if pod.DeletionTimestamp != nil {
+		r.stop(pod.UID, "pod deleting")
+		return reconcile.Result{}, nil
+	}
+	if c := condition(&pod); c != nil && c.Status == corev1.ConditionTrue {
+		return reconcile.Result{}, nil
+	}
+	if !containersReady(&pod) || pod.Status.PodIP == "" {
+		// A restart begins afresh: stop any load, forget old failures.
+		r.stop(pod.UID, "containers not ready")
+		r.mu.Lock()
+		delete(r.tries, pod.UID)
+		r.mu.Unlock()
+		return reconcile.Result{}, r.setCondition(ctx, &pod, corev1.ConditionFalse, ReasonWaiting, "waiting for the containers to be ready before warming")
+	}
+	cfg, err := ParseConfig(pod.Annotations[AnnotationWarmUp])
+	var target warmup.Target
+	if err == nil {
+		target, err = warmup.PodTarget(&pod, cfg.Port)
+	}
+	if err != nil {
+		if c := condition(&pod); c == nil || c.Reason != ReasonInvalidConfig {
+			r.Events.Eventf(&pod, corev1.EventTypeWarning, ReasonInvalidConfig, "%v", err)
+		}
+		return reconcile.Result{}, r.setCondition(ctx, &pod, corev1.ConditionFalse, ReasonInvalidConfig, err.Error())
+	}
+
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, running := r.jobs[pod.UID]; running {
+		return reconcile.Result{}, nil
+	}
+	if a := r.tries[pod.UID]; a != nil {
+		if a.gaveUp {
+			return reconcile.Result{}, nil
+		}
+		if wait := time.Until(a.next); wait > 0 {
+			return reconcile.Result{RequeueAfter: wait}, nil
+		}
+	}
+	r.start(&pod, cfg, target)
+	return reconcile.Result{}, nil
+}
+
+// start runs the pod's warm-up in the background. Caller holds r.mu.
+func (r *Reconciler) start(pod *corev1.Pod, cfg Config, target warmup.Target) {
+	ctx, cancel := context.WithCancel(context.Background())
+	j := &job{pod: types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}, cancel: cancel, done: make(chan struct{})}
+	r.jobs[pod.UID] = j
+	pod = pod.DeepCopy()
+	go func() {
+		defer close(j.done)
+		defer cancel()
+		r.warm(ctx, pod, cfg, target)
+		r.mu.Lock()
+		mine := r.jobs[pod.UID] == j
+		if mine {
+			delete(r.jobs, pod.UID)
+		}
+		r.mu.Unlock()
+		if mine && ctx.Err() == nil {
+			select {
+			case r.requeue <- event.GenericEvent{Object: pod}:
+			default: // full: the back-off's own requeue or the next pod event comes
+			}
+		}
+	}()
+}
+
+func (r *Reconciler) warm(ctx context.Context, pod *corev1.Pod, cfg Config, target warmup.Target) {
+	log := r.Log.With("pod", pod.Namespace+"/"+pod.Name)
+	select {
+	case r.slots <- struct{}{}:
+	default:
+		_ = r.setCondition(ctx, pod, corev1.ConditionFalse, ReasonQueued, fmt.Sprintf("queued: %d warm-ups running, the most at once", cap(r.slots)))
+		select {
+		case r.slots <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+	}
+	defer func() { <-r.slots }()
+
+	var first time.Duration
+	var lastPatch time.Time
+	log.Info("warming pod", "target", target.URL)
+	res, err := warmup.Run(ctx, cfg.Config, []warmup.Target{target}, warmup.Options{Logger: log, OnProgress: func(p warmup.Progress) {
+		if p.Phase != warmup.PhaseLoad || p.Target == "" || p.Stable {
+			return
+		}
+		if first == 0 {
+			first = p.Window.P99
+		}
+		if time.Since(lastPatch) < progressEvery {
+			return
+		}
+		lastPatch = time.Now()
+		msg := fmt.Sprintf("warming: %d requests, p99 %s → %s", p.Requests, ms(first), ms(p.Window.P99))
+		if p.Waiting != "" {
+			msg += "; " + p.Waiting
+		}
+		_ = r.setCondition(ctx, pod, corev1.ConditionFalse, ReasonWarming, msg)
+	}})
+	if ctx.Err() != nil {
+		log.Info("warm-up stopped", "reason", context.Cause(ctx))
+		return
+	}
+	// The outcome is written even if the pod changed meanwhile: a fresh
+	// context, since ctx may end right after.
+	wctx, done := context.WithTimeout(context.Background(), 30*time.Second)
+	defer done()
+	if err == nil {
+		msg := fmt.Sprintf("warm: %s", res.Summary())
+		log.Info("pod warm", "summary", res.Summary())
+		r.Events.Eventf(pod, corev1.EventTypeNormal, ReasonWarm, "%s", msg)
+		r.forget(pod.UID)
+		if err := r.setCondition(wctx, pod, corev1.ConditionTrue, ReasonWarm, msg); err != nil {
+			log.Error("set the warm condition", "error", err)
+		}
+		return
+	}
+	r.failed(wctx, log, pod, cfg, err)
+}
+
+// failed records a failed attempt: another one after the back-off, or the
+// failure policy once none is left.
+func (r *Reconciler) failed(ctx context.Context, log *slog.Logger, pod *corev1.Pod, cfg Config, err error) {
+	r.mu.Lock()
+	a := r.tries[pod.UID]
+	if a == nil {
+		a = &attempts{}
+		r.tries[pod.UID] = a
+	}
+	a.failed++
+	n := a.failed
+	backoff := cfg.RetryBackoff.D() << (n - 1)
+	a.next = time.Now().Add(backoff)
+	a.gaveUp = n >= cfg.Retries
+	gaveUp := a.gaveUp
+	r.mu.Unlock()
+	log.Warn("warm-up failed", "attempt", n, "of", cfg.Retries, "error", err)
+
+	status, reason := corev1.ConditionFalse, ReasonRetrying
+	msg := fmt.Sprintf("attempt %d of %d failed: %v; next attempt in %s", n, cfg.Retries, err, backoff)
+	switch {
+	case !gaveUp:
+	case cfg.OnFailure == BecomeReady:
+		status, reason = corev1.ConditionTrue, ReasonFailedOpen
+		msg = fmt.Sprintf("gave up after %d attempts, ready anyway (onFailure: %s): %v", n, BecomeReady, err)
+	default:
+		reason = ReasonFailed
+		msg = fmt.Sprintf("gave up after %d attempts, pod stays un-ready (onFailure: %s): %v", n, StayUnready, err)
+	}
+	r.Events.Eventf(pod, corev1.EventTypeWarning, reason, "%s", msg)
+	if err := r.setCondition(ctx, pod, status, reason, msg); err != nil {
+		log.Error("set the warm condition", "error", err)
+	}
+}
+
+func (r *Reconciler) forget(uid types.UID) {
+	r.mu.Lock()
+	delete(r.tries, uid)
+	r.mu.Unlock()
+}
+
+// stop cancels a pod's warm-up and waits (briefly) for its load to stop.
+func (r *Reconciler) stop(uid types.UID, why string) bool {
+	r.mu.Lock()
+	j := r.jobs[uid]
+	delete(r.jobs, uid)
+	r.mu.Unlock()
+	if j == nil {
+		return false
+	}
+	r.Log.Info("stopping warm-up", "pod", j.pod.String(), "reason", why)
+	j.cancel()
+	select {
+	case <-j.done:
+	case <-time.After(2 * time.Second):
+	}
+	return true
+}
+
+// stopPod stops the warm-up of a pod known only by name (it is gone).
+func (r *Reconciler) stopPod(name types.NamespacedName, why string) {
+	r.mu.Lock()
+	var uids []types.UID
+	for uid, j := range r.jobs {
+		if j.pod == name {
+			uids = append(uids, uid)
+		}
+	}
+	for _, uid := range uids {
+		delete(r.tries, uid)
+	}
+	r.mu.Unlock()
+	for _, uid := range uids {
+		r.stop(uid, why)
+	}
+}
+
+// Requeue is the channel on which the Reconciler asks for a pod's
+// reconcile once its warm-up ended (watch it: source.Channel).
+func (r *Reconciler) Requeue() <-chan event.GenericEvent {
+	r.init()
+	return r.requeue
+}
+
+// Running counts warm-ups in progress (metrics, tests).
+func (r *Reconciler) Running() int {
+	r.init()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.jobs)
+}
+
+// setCondition writes the gate's condition through the pods/status
+// subresource with a strategic merge patch (conditions merge by type, so
+// the kubelet's own are left alone). Unchanged conditions are not written.
+func (r *Reconciler) setCondition(ctx context.Context, pod *corev1.Pod, status corev1.ConditionStatus, reason, message string) error {
+	var cur corev1.Pod
+	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(pod), &cur); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("get pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	if cur.UID != pod.UID {
+		return nil // a new pod of the same name: not ours to speak for
+	}
+	if len(message) > 1000 {
+		message = message[:1000] + "…"
+	}
+	old := cur.DeepCopy()
+	c := condition(&cur)
+	if c == nil {
+		cur.Status.Conditions = append(cur.Status.Conditions, corev1.PodCondition{Type: ConditionWarm})
+		c = &cur.Status.Conditions[len(cur.Status.Conditions)-1]
+	}
+	if c.Status == status && c.Reason == reason && c.Message == message {
+		return nil
+	}
+	now := metav1.Now()
+	if c.Status != status {
+		c.LastTransitionTime = now
+	}
+	c.Status, c.Reason, c.Message, c.LastProbeTime = status, reason, message, now
+	if err := r.Client.Status().Patch(ctx, &cur, client.StrategicMergeFrom(old)); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("set condition %s=%s on pod %s/%s: %w", ConditionWarm, status, pod.Namespace, pod.Name, err)
+	}
+	return nil
+}
+
+// HasGate reports whether the pod carries the readiness gate ConditionWarm.
+func HasGate(pod *corev1.Pod) bool {
+	for _, g := range pod.Spec.ReadinessGates {
+		if g.ConditionType == ConditionWarm {
+			return true
+		}
+	}
+	return false
+}
+
+// IsWarm reports whether the gate's condition is True on the pod.
+func IsWarm(pod *corev1.Pod) bool {
+	c := condition(pod)
+	return c != nil && c.Status == corev1.ConditionTrue
+}
+
+func condition(pod *corev1.Pod) *corev1.PodCondition {
+	for i := range pod.Status.Conditions {
+		if pod.Status.Conditions[i].Type == ConditionWarm {
+			return &pod.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+func containersReady(pod *corev1.Pod) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.ContainersReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func ms(d time.Duration) string {
+	if d == 0 {
+		return "?"
+	}
+	return d.Round(10 * time.Microsecond).String()
+}

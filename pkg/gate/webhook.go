@@ -1,0 +1,42 @@
+package gate
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+)
+
+// WebhookPath is where the mutating webhook is served.
+const WebhookPath = "/mutate-pods"
+
+// Injector is the mutating admission webhook: it adds the readiness gate
+// ConditionWarm to pods created with AnnotationWarmUp, so users never edit
+// readinessGates by hand. Other pods, and pods that carry the gate already,
+// pass unchanged. It never denies a pod: a bad warm-up configuration shows
+// on the pod's condition and in an Event, where the Reconciler finds it.
+type Injector struct {
+	decoder admission.Decoder
+}
+
+// NewInjector returns the webhook's handler.
+func NewInjector(d admission.Decoder) *Injector { return &Injector{decoder: d} }
+
+// Handle implements admission.Handler.
+func (i *Injector) Handle(_ context.Context, req admission.Request) admission.Response {
+	var pod corev1.Pod
+	if err := i.decoder.Decode(req, &pod); err != nil {
+		return admission.Errored(http.StatusBadRequest, err)
+	}
+	if !OptedIn(pod.Annotations) || HasGate(&pod) {
+		return admission.Allowed("")
+	}
+	pod.Spec.ReadinessGates = append(pod.Spec.ReadinessGates, corev1.PodReadinessGate{ConditionType: ConditionWarm})
+	mutated, err := json.Marshal(&pod)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err)
+	}
+	return admission.PatchResponseFromRaw(req.Object.Raw, mutated)
+}
