@@ -1,0 +1,82 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/danki-dev/danki/pkg/gate"
+)
+
+type gateFlags struct {
+	kube                    kubeFlags
+	webhookHost             string
+	webhookPort             int
+	certDir                 string
+	certHosts               []string
+	maxConcurrent           int
+	metricsAddr, healthAddr string
+	leaderElect             bool
+	leaderElectionNamespace string
+}
+
+func newGateCmd() *cobra.Command {
+	f := &gateFlags{}
+	cmd := &cobra.Command{
+		Use:   "gate",
+		Short: "Run the warm gate: keep pods annotated danki.dev/warm-up out of load balancing until they are warm",
+		Long: `Run danki's warm gate, a Kubernetes controller (docs/gate.md). Pods opt in with the
+annotation danki.dev/warm-up ("true", or a warm-up config in the danki/warmup
+step's schema plus onFailure, retries, retryBackoff and port). The gate's
+mutating webhook adds the readiness gate danki.dev/warm to them; the controller
+warms each at its pod IP once its containers are ready and sets the condition
+True when its latency converged. Until then the pod is not Ready: no Service
+endpoint, no user request.
+
+In a cluster it runs from deploy/gate. Out of cluster (--kubeconfig) it serves
+the webhook on --webhook-host:--webhook-port; without tls.crt in --cert-dir it
+makes a self-managed CA and prints where its ca.crt (the webhook's caBundle) is.
+--webhook-port 0 serves no webhook: pods must list the readiness gate themselves.`,
+		Example: `  danki gate --kubeconfig ~/.kube/config --webhook-host 127.0.0.1 --webhook-port 9443 --cert-dir /tmp/danki-gate`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			rc, err := f.kube.restConfig()
+			if err != nil {
+				return fmt.Errorf("kubeconfig: %w (give --kubeconfig, or run in a pod)", err)
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+			if f.leaderElectionNamespace == "" && cmd.Flags().Changed("namespace") {
+				f.leaderElectionNamespace, _ = f.kube.namespace()
+			}
+			return gate.Run(ctx, rc, gate.Options{
+				MaxConcurrent: f.maxConcurrent, WebhookHost: f.webhookHost, WebhookPort: f.webhookPort,
+				CertDir: f.certDir, CertHosts: f.certHosts, MetricsAddr: f.metricsAddr, HealthAddr: f.healthAddr,
+				LeaderElection: f.leaderElect, LeaderElectionNamespace: f.leaderElectionNamespace, Log: log,
+				OnStarted: func(_ *gate.Reconciler, dir string) {
+					if f.webhookPort > 0 {
+						log.Info("webhook caBundle", "file", filepath.Join(dir, gate.CAFile))
+					}
+				},
+			})
+		},
+	}
+	fl := cmd.Flags()
+	f.kube.addFlags(fl, "namespace of the leader-election Lease out of cluster (same as --leader-election-namespace)")
+	fl.StringVar(&f.webhookHost, "webhook-host", "", "address the webhook listens on (default: all)")
+	fl.IntVar(&f.webhookPort, "webhook-port", 9443, "webhook port; 0 serves no webhook")
+	fl.StringVar(&f.certDir, "cert-dir", "", "directory with tls.crt and tls.key (e.g. cert-manager's Secret); without them a self-managed CA writes them there (default: a temporary directory)")
+	fl.StringSliceVar(&f.certHosts, "cert-host", nil, "DNS names or IPs of the self-managed certificate (default: --webhook-host)")
+	fl.IntVar(&f.maxConcurrent, "max-concurrent", gate.DefaultMaxConcurrent, "warm-ups running at once, at most")
+	fl.StringVar(&f.metricsAddr, "metrics-bind-address", "0", "metrics endpoint address, e.g. :8080 (0: off)")
+	fl.StringVar(&f.healthAddr, "health-probe-bind-address", "0", "health endpoints /healthz and /readyz, e.g. :8081 (0: off)")
+	fl.BoolVar(&f.leaderElect, "leader-elect", false, "elect one active replica (Lease "+gate.LeaderElectionID+")")
+	fl.StringVar(&f.leaderElectionNamespace, "leader-election-namespace", "", "namespace of the Lease (default: the pod's own, in a cluster)")
+	return cmd
+}
