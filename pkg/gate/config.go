@@ -17,8 +17,9 @@ const (
 	// AnnotationWarmUp opts a pod in: "true", or its warm-up Config as JSON
 	// or YAML. "false" opts out.
 	AnnotationWarmUp = "danki.dev/warm-up"
-	// ConditionWarm is the readiness gate's condition type.
-	ConditionWarm = "danki.dev/warm"
+	// ConditionWarm is the readiness gate's condition type; the
+	// danki/warmup step skips pods where it is True.
+	ConditionWarm = warmup.GateCondition
 )
 
 // Condition reasons.

@@ -111,6 +111,15 @@ func Run(ctx context.Context, cfg Config, targets []Target, opts Options) (*Resu
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	targets, warmed := splitWarmed(targets)
+	if len(targets) == 0 {
+		res := &Result{Config: cfg, Start: time.Now(), Converged: true,
+			Reason: fmt.Sprintf("all %s already warmed by the danki warm gate (%s True): nothing sent", countPods(len(warmed)), GateCondition)}
+		for _, t := range warmed {
+			res.Targets = append(res.Targets, TargetResult{Target: t, Converged: true})
+		}
+		return res, nil
+	}
 	seed := cfg.Seed
 	if seed == 0 {
 		seed = time.Now().UnixNano()
@@ -161,13 +170,38 @@ func Run(ctx context.Context, cfg Config, targets []Target, opts Options) (*Resu
 	c := &coordinator{cfg: &cfg, opts: opts, set: set, seed: uint64(seed), start: start, emit: emit, res: res, reject: reject, stableLoad: stableLoad}
 	err = c.run(ctx, runCtx, targets)
 	res.Elapsed = time.Since(start)
+	if len(warmed) > 0 {
+		res.Reason += fmt.Sprintf("; %s more already warmed by the danki warm gate, not loaded", countPods(len(warmed)))
+	}
 	emit(Progress{Phase: PhaseDone, Requests: res.Requests(), ConvergedTargets: res.convergedTargets()})
 	return res, err
+}
+
+// splitWarmed separates the targets the warm gate has warmed already.
+func splitWarmed(targets []Target) (cold, warmed []Target) {
+	for _, t := range targets {
+		if t.Warmed {
+			warmed = append(warmed, t)
+		} else {
+			cold = append(cold, t)
+		}
+	}
+	return cold, warmed
+}
+
+func countPods(n int) string {
+	if n == 1 {
+		return "1 pod"
+	}
+	return fmt.Sprintf("%d pods", n)
 }
 
 // Summary is a one-line account of the warm-up: outcome, requests, windows,
 // duration and the p99 trend from the first to the last window.
 func (r *Result) Summary() string {
+	if r.Converged && r.Requests() == 0 && len(r.Targets) > 0 && r.Targets[0].Target.Warmed {
+		return "skipped: " + r.Reason
+	}
 	var b strings.Builder
 	n := len(r.Targets)
 	if r.Converged {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
@@ -24,6 +25,26 @@ type Target struct {
 	// HealthURL is the pod's readinessProbe as a URL (httpGet on http
 	// only), probed before load when the config sets no healthPath.
 	HealthURL string `json:"healthURL,omitempty"`
+	// Warmed: the danki warm gate already warmed this pod (its
+	// GateCondition is True), so Run sends it nothing.
+	Warmed bool `json:"warmed,omitempty"`
+}
+
+// GateCondition is the pod condition (and readiness gate) the danki warm
+// gate (pkg/gate) sets True once it has warmed a pod.
+const GateCondition = "danki.dev/warm"
+
+// gateWarmed reports whether the warm gate has warmed the pod.
+func gateWarmed(p *corev1.Pod) bool {
+	if p == nil {
+		return false
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == GateCondition {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }
 
 // healthURL is what the health wait probes: healthPath on the target when
