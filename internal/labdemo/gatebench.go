@@ -1,0 +1,481 @@
+package labdemo
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/danki-dev/danki/internal/demo"
+)
+
+// GateWay is one of the three ways a new pod meets its users in the gate
+// bench: a Deployment of examples/lab/gate, reached through the lab gateway
+// by its Host.
+type GateWay struct {
+	Name       string `json:"name"`
+	Deployment string `json:"deployment"`
+	Host       string `json:"host"`
+}
+
+// The three ways, side by side in one run (examples/lab/gate).
+var GateWays = []GateWay{
+	{Name: "no warm-up", Deployment: "app-cold", Host: "cold.lab"},
+	{Name: "Istio slow start", Deployment: "app-slowstart", Host: "slowstart.lab"},
+	{Name: "danki warm gate", Deployment: "app-gated", Host: "gated.lab"},
+}
+
+// The bench's phases: a steady state before each event and the minute
+// after it.
+const (
+	PhaseSteady     = "steady"        // 2 pods, before the scale-up
+	PhaseScaleUp    = "scale-up"      // the minute after 2 → 4
+	PhaseSteady4    = "steady 4"      // 4 pods, before the pod kill
+	PhasePodKill    = "pod kill"      // the minute after one pod per way was deleted
+	EventScaleUp    = "scale 2 → 4"   // event (a)
+	EventPodKill    = "pod killed"    // event (b)
+	gateGoalRatio   = 1.2             // the issue's goal: gate, scale-up ÷ steady, p99 and p99.9
+	gateSettleReady = 2 * time.Second // after pods are Ready: Envoy has their endpoints
+)
+
+// GateBenchConfig is one gate bench run.
+type GateBenchConfig struct {
+	// Root is the repository (examples/lab, deploy/gate); Kubeconfig the
+	// lab's; Danki the danki binary that runs `danki gate`.
+	Root, Kubeconfig, Danki string
+	// GatewayURL is where users enter; EnvoyAdminURL the gateway's admin API.
+	GatewayURL, EnvoyAdminURL string
+	// QPS is the user traffic per way (each host gets this much).
+	QPS float64
+	// Settle: users alone on the fresh pods before anything is measured (it
+	// warms them). Steady: the measured steady state before each event.
+	// After: the measured stretch after each event.
+	Settle, Steady, After time.Duration
+	// GateLog is where the gate's log goes.
+	GateLog string
+	Log     *slog.Logger
+}
+
+func (c GateBenchConfig) withDefaults() GateBenchConfig {
+	if c.GatewayURL == "" {
+		c.GatewayURL = "http://127.0.0.1:18080/"
+	}
+	if c.EnvoyAdminURL == "" {
+		c.EnvoyAdminURL = "http://127.0.0.1:15000"
+	}
+	if c.QPS == 0 {
+		c.QPS = 40
+	}
+	if c.Settle == 0 {
+		c.Settle = 45 * time.Second
+	}
+	if c.Steady == 0 {
+		c.Steady = 30 * time.Second
+	}
+	if c.After == 0 {
+		c.After = time.Minute
+	}
+	if c.Log == nil {
+		c.Log = slog.Default()
+	}
+	return c
+}
+
+// GateEvent is an event all three ways went through at once.
+type GateEvent struct {
+	Name string    `json:"name"`
+	At   time.Time `json:"at"`
+}
+
+// GateRatio is one way's tail after an event ÷ its steady state before it.
+type GateRatio struct {
+	Event string  `json:"event"`
+	P99   float64 `json:"p99"`
+	P999  float64 `json:"p999"`
+	Max   float64 `json:"max"`
+}
+
+// GatePod is a pod created by an event: when it became Ready, and for the
+// gated way what the gate's condition said.
+type GatePod struct {
+	Name  string `json:"name"`
+	Event string `json:"event"`
+	// Ready: the pod became Ready; ReadyAfter is from the event to its Ready
+	// condition (API server time, 1 s resolution).
+	Ready      bool          `json:"ready"`
+	ReadyAfter time.Duration `json:"readyAfter"`
+	// Warm is the danki.dev/warm condition's message (gated pods).
+	Warm string `json:"warm,omitempty"`
+}
+
+// GateWayResult is what users of one way saw.
+type GateWayResult struct {
+	GateWay
+	Phases []demo.PhaseStats `json:"phases"`
+	Ratios []GateRatio       `json:"ratios"`
+	Pods   []GatePod         `json:"pods"`
+	// Traffic is the way's user traffic as a whole (samples not in JSON).
+	Traffic demo.Result `json:"traffic"`
+}
+
+// GateBenchResult is the whole run.
+type GateBenchResult struct {
+	QPS    float64         `json:"qpsPerWay"`
+	Events []GateEvent     `json:"events"`
+	Ways   []GateWayResult `json:"ways"`
+	// Envoy is the slow-start way's load balancing as Envoy holds it: proof
+	// istiod turned the DestinationRule into slow start.
+	Envoy string `json:"envoySlowStart"`
+	// Goal says whether the gate met the issue's goal after the scale-up.
+	Goal string `json:"goal"`
+	// From and To bound the chart.
+	From time.Time `json:"from"`
+	To   time.Time `json:"to"`
+}
+
+// gateBench is the bench's handle on the lab.
+type gateBench struct {
+	cfg  GateBenchConfig
+	lab  *lab
+	kube kubernetes.Interface
+}
+
+// GateBench runs the warm gate bench in the running lab: `danki gate` with
+// its webhook, examples/lab/gate's three Deployments under steady user
+// traffic per host, then (a) all three scaled 2 → 4 and (b) one pod of each
+// deleted, each followed by a measured minute.
+func GateBench(ctx context.Context, cfg GateBenchConfig) (res *GateBenchResult, err error) {
+	cfg = cfg.withDefaults()
+	rc, err := clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("lab kubeconfig %s (is the lab up? make lab-up): %w", cfg.Kubeconfig, err)
+	}
+	kube := kubernetes.NewForConfigOrDie(rc)
+	b := &gateBench{cfg: cfg, kube: kube, lab: &lab{cfg: Config{Kubeconfig: cfg.Kubeconfig, EnvoyAdminURL: cfg.EnvoyAdminURL, Log: cfg.Log}, kube: kube}}
+	log := cfg.Log
+
+	log.Info("starting danki gate out of cluster", "danki", cfg.Danki, "log", cfg.GateLog)
+	gp, err := StartGate(ctx, kube, GateOptions{Danki: cfg.Danki, Kubeconfig: cfg.Kubeconfig, Root: cfg.Root, LogPath: cfg.GateLog})
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if serr := gp.Stop(); serr != nil && err == nil {
+			err = serr
+		}
+	}()
+	log.Info("danki gate running, webhook registered", "port", gp.Port, "caBundle", filepath.Join(gp.CertDir, "ca.crt"))
+
+	ex := filepath.Join(cfg.Root, "examples", "lab")
+	if err := b.lab.kubectl(ctx, "apply", "-f", filepath.Join(ex, "20-gateway.yaml"), "-f", filepath.Join(ex, "gate")); err != nil {
+		return nil, err
+	}
+	defer func() {
+		// Leave the lab as found: the gate's Deployments go (the gate is
+		// stopped right after and could not warm their pods any more).
+		dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if derr := b.lab.kubectl(dctx, "delete", "-f", filepath.Join(ex, "gate"), "--ignore-not-found", "--wait=false"); derr != nil {
+			log.Warn("could not remove examples/lab/gate", "err", derr)
+		}
+	}()
+	if err := b.awaitReady(ctx, 2, 4*time.Minute); err != nil {
+		return nil, err
+	}
+	for _, w := range GateWays {
+		if err := awaitHost(ctx, cfg.GatewayURL, w.Host); err != nil {
+			return nil, err
+		}
+	}
+	res = &GateBenchResult{QPS: cfg.QPS}
+	res.Envoy = b.envoyCluster(ctx, "outbound|8080||app-slowstart.default.svc.cluster.local")
+
+	users := make([]*demo.Traffic, len(GateWays))
+	defer func() {
+		for _, u := range users {
+			if u != nil {
+				u.Stop()
+			}
+		}
+	}()
+	for i, w := range GateWays {
+		if users[i], err = demo.StartTraffic(ctx, demo.TrafficConfig{URL: cfg.GatewayURL, QPS: cfg.QPS, Headers: map[string]string{"Host": w.Host}}); err != nil {
+			return nil, err
+		}
+	}
+	log.Info("users: steady traffic to all three hosts", "qpsPerHost", cfg.QPS, "settle", cfg.Settle, "steady", cfg.Steady)
+	if err := sleep(ctx, cfg.Settle+cfg.Steady); err != nil {
+		return nil, err
+	}
+
+	// (a) scale-up.
+	up := GateEvent{Name: EventScaleUp, At: time.Now()}
+	log.Info("event: scale all three 2 → 4")
+	for _, w := range GateWays {
+		if err := b.lab.kubectl(ctx, "scale", "deployment", w.Deployment, "--replicas", "4"); err != nil {
+			return nil, err
+		}
+	}
+	if err := sleep(ctx, time.Until(up.At.Add(cfg.After))); err != nil {
+		return nil, err
+	}
+	if err := b.awaitReady(ctx, 4, 4*time.Minute); err != nil {
+		return nil, err
+	}
+	log.Info("all three at 4 Ready pods; steady state before the pod kill", "for", cfg.Steady)
+	if err := sleep(ctx, gateSettleReady+cfg.Steady); err != nil {
+		return nil, err
+	}
+
+	// (b) one pod of each deleted (the oldest: warm, long in service).
+	kill := GateEvent{Name: EventPodKill, At: time.Now()}
+	log.Info("event: delete one pod of each")
+	for _, w := range GateWays {
+		victim, err := b.oldestPod(ctx, w.Deployment)
+		if err != nil {
+			return nil, err
+		}
+		if err := b.kube.CoreV1().Pods("default").Delete(ctx, victim, metav1.DeleteOptions{}); err != nil {
+			return nil, fmt.Errorf("delete pod %s: %w", victim, err)
+		}
+	}
+	if err := sleep(ctx, time.Until(kill.At.Add(cfg.After))); err != nil {
+		return nil, err
+	}
+	if err := b.awaitReady(ctx, 4, 4*time.Minute); err != nil {
+		return nil, err
+	}
+	res.Events = []GateEvent{up, kill}
+	phases := gatePhases(up.At, kill.At, cfg.Steady, cfg.After)
+	res.From, res.To = phases[0].From, phases[len(phases)-1].To
+	for i, w := range GateWays {
+		tr := users[i].Stop()
+		users[i] = nil
+		pods, err := b.newPods(ctx, w.Deployment, res.Events)
+		if err != nil {
+			return nil, err
+		}
+		stats := demo.Summarize(tr.Samples, phases)
+		res.Ways = append(res.Ways, GateWayResult{GateWay: w, Phases: stats, Ratios: gateRatios(stats), Pods: pods, Traffic: tr})
+	}
+	res.Goal = gateGoal(res.Ways)
+	if exited, xerr := gp.Exited(); exited {
+		return res, fmt.Errorf("danki gate exited during the bench: %v (log %s)", xerr, cfg.GateLog)
+	}
+	return res, nil
+}
+
+// gatePhases are the four measured stretches: steady before each event and
+// the After after it.
+func gatePhases(up, kill time.Time, steady, after time.Duration) []demo.Phase {
+	return []demo.Phase{
+		{Name: PhaseSteady, From: up.Add(-steady), To: up},
+		{Name: PhaseScaleUp, From: up, To: up.Add(after)},
+		{Name: PhaseSteady4, From: kill.Add(-steady), To: kill},
+		{Name: PhasePodKill, From: kill, To: kill.Add(after)},
+	}
+}
+
+// gateRatios divides each event's minute by the steady state right before
+// it: p99, p99.9 and max. A ratio whose steady value is 0 is left 0.
+func gateRatios(phases []demo.PhaseStats) []GateRatio {
+	get := func(name string) *demo.PhaseStats {
+		for i := range phases {
+			if phases[i].Name == name && phases[i].Count > 0 {
+				return &phases[i]
+			}
+		}
+		return nil
+	}
+	div := func(a, b time.Duration) float64 {
+		if b <= 0 {
+			return 0
+		}
+		return float64(a) / float64(b)
+	}
+	var out []GateRatio
+	for _, p := range [][3]string{{EventScaleUp, PhaseScaleUp, PhaseSteady}, {EventPodKill, PhasePodKill, PhaseSteady4}} {
+		after, before := get(p[1]), get(p[2])
+		if after == nil || before == nil {
+			continue
+		}
+		out = append(out, GateRatio{Event: p[0], P99: div(after.P99, before.P99), P999: div(after.P999, before.P999), Max: div(after.Max, before.Max)})
+	}
+	return out
+}
+
+// gateGoal judges the issue's goal: with the gate, the minute after a
+// scale-up within 1.2× the steady state at p99 and p99.9.
+func gateGoal(ways []GateWayResult) string {
+	for _, w := range ways {
+		if w.Deployment != "app-gated" {
+			continue
+		}
+		for _, r := range w.Ratios {
+			if r.Event != EventScaleUp {
+				continue
+			}
+			verdict := "met"
+			if r.P99 > gateGoalRatio || r.P999 > gateGoalRatio {
+				verdict = "NOT met"
+			}
+			return fmt.Sprintf("goal (gate, minute after the scale-up ≤ %.1f× steady at p99 and p99.9): %s — p99 %.2f×, p99.9 %.2f×", gateGoalRatio, verdict, r.P99, r.P999)
+		}
+	}
+	return "goal: not measured (no gated scale-up phase)"
+}
+
+// awaitReady waits until each way's Deployment has n Ready replicas and no
+// other pods (a deleted pod gone).
+func (b *gateBench) awaitReady(ctx context.Context, n int32, limit time.Duration) error {
+	return wait(ctx, limit, fmt.Sprintf("app-cold, app-slowstart and app-gated with %d Ready pods each", n), func() (bool, error) {
+		for _, w := range GateWays {
+			d, err := b.kube.AppsV1().Deployments("default").Get(ctx, w.Deployment, metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			if d.Status.ReadyReplicas != n || d.Status.Replicas != n || d.Status.UpdatedReplicas != n {
+				return false, fmt.Errorf("%s: %d/%d ready", w.Deployment, d.Status.ReadyReplicas, d.Status.Replicas)
+			}
+		}
+		return true, nil
+	})
+}
+
+// awaitHost waits until the gateway routes Host to a pod that answers 200.
+func awaitHost(ctx context.Context, gateway, host string) error {
+	return wait(ctx, time.Minute, "the gateway to route "+host, func() (bool, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, gateway, nil)
+		if err != nil {
+			return false, err
+		}
+		req.Host = host
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false, err
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, fmt.Errorf("%s: HTTP %s", host, resp.Status)
+	})
+}
+
+func (b *gateBench) pods(ctx context.Context, deployment string) ([]corev1.Pod, error) {
+	l, err := b.kube.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=" + deployment})
+	if err != nil {
+		return nil, fmt.Errorf("list pods of %s: %w", deployment, err)
+	}
+	return l.Items, nil
+}
+
+func (b *gateBench) oldestPod(ctx context.Context, deployment string) (string, error) {
+	pods, err := b.pods(ctx, deployment)
+	if err != nil {
+		return "", err
+	}
+	pods = slices.DeleteFunc(pods, func(p corev1.Pod) bool { return p.DeletionTimestamp != nil })
+	if len(pods) == 0 {
+		return "", fmt.Errorf("%s has no pod to delete", deployment)
+	}
+	sort.Slice(pods, func(i, j int) bool { return pods[i].CreationTimestamp.Before(&pods[j].CreationTimestamp) })
+	return pods[0].Name, nil
+}
+
+// newPods lists the way's pods created by the events, with when each became
+// Ready after its event.
+func (b *gateBench) newPods(ctx context.Context, deployment string, events []GateEvent) ([]GatePod, error) {
+	pods, err := b.pods(ctx, deployment)
+	if err != nil {
+		return nil, err
+	}
+	return gatePods(pods, events), nil
+}
+
+// gatePods assigns each pod to the last event at or before its creation
+// (API server times are whole seconds: an event's own pods may carry the
+// second it happened in) and measures its Ready delay from that event.
+func gatePods(pods []corev1.Pod, events []GateEvent) []GatePod {
+	var out []GatePod
+	for _, p := range pods {
+		created := p.CreationTimestamp.Time
+		ev := -1
+		for i, e := range events {
+			if !created.Before(e.At.Truncate(time.Second)) {
+				ev = i
+			}
+		}
+		if ev < 0 {
+			continue
+		}
+		gp := GatePod{Name: p.Name, Event: events[ev].Name}
+		for _, c := range p.Status.Conditions {
+			switch {
+			case c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue:
+				gp.Ready, gp.ReadyAfter = true, max(c.LastTransitionTime.Sub(events[ev].At), 0)
+			case string(c.Type) == "danki.dev/warm":
+				gp.Warm = c.Message
+			}
+		}
+		out = append(out, gp)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Event != out[j].Event {
+			return eventIndex(events, out[i].Event) < eventIndex(events, out[j].Event)
+		}
+		return out[i].Name < out[j].Name
+	})
+	return out
+}
+
+func eventIndex(events []GateEvent, name string) int {
+	return slices.IndexFunc(events, func(e GateEvent) bool { return e.Name == name })
+}
+
+// envoyCluster describes a cluster's load balancing in Envoy's config (see
+// slowStartConfig), waiting up to 30 s for the slow start to appear.
+func (b *gateBench) envoyCluster(ctx context.Context, cluster string) string {
+	var desc string
+	err := wait(ctx, 30*time.Second, "slow start in Envoy's config of "+cluster, func() (bool, error) {
+		dump, err := b.lab.envoyGet(ctx, "/config_dump?resource=dynamic_active_clusters")
+		if err != nil {
+			return false, err
+		}
+		d, ok, err := slowStartConfig(dump, cluster)
+		desc = d
+		return ok, err
+	})
+	if err != nil {
+		b.cfg.Log.Warn("no slow start in Envoy for the slow-start way", "cluster", cluster, "envoy", desc, "err", err)
+		return "NO slow start: " + desc
+	}
+	return cluster + ": " + desc
+}
+
+// readyAfterList renders the Ready delays of an event's pods, e.g.
+// "14 s, 15 s".
+func readyAfterList(pods []GatePod, event string) string {
+	var parts []string
+	for _, p := range pods {
+		if p.Event != event {
+			continue
+		}
+		if !p.Ready {
+			parts = append(parts, "not Ready")
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%.0f s", p.ReadyAfter.Seconds()))
+	}
+	if len(parts) == 0 {
+		return "–"
+	}
+	return strings.Join(parts, ", ")
+}

@@ -1,0 +1,150 @@
+package labdemo
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/danki-dev/danki/internal/demo"
+)
+
+// WriteGateBenchReport writes the gate bench's Markdown report: the ratios
+// table (each event's minute ÷ the steady state right before it), the raw
+// figures per phase, when the new pods became Ready, and the goal.
+func WriteGateBenchReport(w io.Writer, r *GateBenchResult) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Users: %.0f requests/s per way, through the lab gateway (Envoy) by Host; all three ways side by side, same events at the same moments.\n\n", r.QPS)
+	b.WriteString("## Users' tail in the minute after each event ÷ the steady state right before it\n\n")
+	b.WriteString("| way | scale 2 → 4: p99 | p99.9 | max | new pods Ready after | pod killed: p99 | p99.9 | max | new pod Ready after |\n")
+	b.WriteString("|---|---:|---:|---:|---|---:|---:|---:|---|\n")
+	for _, w := range r.Ways {
+		row := []string{w.Name}
+		for _, ev := range []string{EventScaleUp, EventPodKill} {
+			rt, ok := findRatio(w.Ratios, ev)
+			if !ok {
+				row = append(row, "–", "–", "–", readyAfterList(w.Pods, ev))
+				continue
+			}
+			row = append(row, fmtRatio(rt.P99), fmtRatio(rt.P999), fmtRatio(rt.Max), readyAfterList(w.Pods, ev))
+		}
+		b.WriteString("| " + strings.Join(row, " | ") + " |\n")
+	}
+	b.WriteString("\n" + r.Goal + "\n\n")
+	b.WriteString("## Raw figures per phase (ms): p50 / p99 / p99.9 / max (requests, errors)\n\n")
+	b.WriteString("| way | steady (2 pods) | minute after scale 2 → 4 | steady (4 pods) | minute after a pod kill |\n|---|---|---|---|---|\n")
+	for _, w := range r.Ways {
+		row := []string{w.Name}
+		for _, p := range w.Phases {
+			row = append(row, fmt.Sprintf("%s / %s / %s / %s (%d, %d)", ms(p.P50), ms(p.P99), ms(p.P999), ms(p.Max), p.Count, p.Errors))
+		}
+		b.WriteString("| " + strings.Join(row, " | ") + " |\n")
+	}
+	b.WriteString("\n## New pods\n\n")
+	for _, w := range r.Ways {
+		for _, p := range w.Pods {
+			ready := "not Ready"
+			if p.Ready {
+				ready = fmt.Sprintf("Ready %.0f s after", p.ReadyAfter.Seconds())
+			}
+			line := fmt.Sprintf("- %s: %s (%s): %s", w.Name, p.Name, p.Event, ready)
+			if p.Warm != "" {
+				line += "; danki.dev/warm: " + p.Warm
+			}
+			b.WriteString(line + "\n")
+		}
+	}
+	fmt.Fprintf(&b, "\nEnvoy's load balancing for the slow-start way: %s\n", r.Envoy)
+	for _, w := range r.Ways {
+		fmt.Fprintf(&b, "\nUser traffic, %s: %d requests, %d not OK, %.1f of %.0f qps achieved.", w.Name, w.Traffic.Requests, w.Traffic.Errors, w.Traffic.AchievedQPS, w.Traffic.AskedQPS)
+	}
+	b.WriteString("\n")
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func findRatio(rs []GateRatio, event string) (GateRatio, bool) {
+	for _, r := range rs {
+		if r.Event == event {
+			return r, true
+		}
+	}
+	return GateRatio{}, false
+}
+
+func fmtRatio(x float64) string {
+	if x == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f×", x)
+}
+
+func ms(d time.Duration) string {
+	return fmt.Sprintf("%.1f", float64(d)/float64(time.Millisecond))
+}
+
+// WriteGateBenchResults writes gatebench.md, gatebench.json and the chart
+// (gatebench.svg, gatebench.png: one panel per way, the two events and the
+// new pods' Ready moments marked) into dir, and returns their paths.
+func WriteGateBenchResults(dir string, r *GateBenchResult) ([]string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	var paths []string
+	js, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	p := filepath.Join(dir, "gatebench.json")
+	if err := os.WriteFile(p, append(js, '\n'), 0o644); err != nil {
+		return nil, err
+	}
+	paths = append(paths, p)
+	var md strings.Builder
+	md.WriteString("# danki gate bench: new pods without warm-up, with Istio slow start, behind the warm gate\n\n")
+	if err := WriteGateBenchReport(&md, r); err != nil {
+		return nil, err
+	}
+	p = filepath.Join(dir, "gatebench.md")
+	if err := os.WriteFile(p, []byte(md.String()), 0o644); err != nil {
+		return nil, err
+	}
+	paths = append(paths, p)
+	panels := gateChartPanels(r)
+	for _, ext := range []string{"svg", "png"} {
+		p := filepath.Join(dir, "gatebench."+ext)
+		if err := demo.SaveChart(p, panels); err != nil {
+			return nil, err
+		}
+		paths = append(paths, p)
+	}
+	return paths, nil
+}
+
+// gateChartPanels is one panel per way over [From, To), with the events and
+// each new pod's Ready moment as markers.
+func gateChartPanels(r *GateBenchResult) []demo.ChartPanel {
+	var panels []demo.ChartPanel
+	for _, w := range r.Ways {
+		var samples []demo.Sample
+		for _, s := range w.Traffic.Samples {
+			if !s.Start.Before(r.From) && s.Start.Before(r.To) {
+				samples = append(samples, s)
+			}
+		}
+		var markers []demo.Marker
+		for _, e := range r.Events {
+			markers = append(markers, demo.Marker{At: e.At, Label: e.Name})
+			for _, p := range w.Pods {
+				if p.Event == e.Name && p.Ready {
+					markers = append(markers, demo.Marker{At: e.At.Add(p.ReadyAfter), Label: "Ready"})
+				}
+			}
+		}
+		panels = append(panels, demo.ChartPanel{Name: w.Name + " (" + w.Host + ")", Samples: samples, Markers: markers, Start: r.From})
+	}
+	return panels
+}

@@ -1,0 +1,199 @@
+package labdemo
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/danki-dev/danki/internal/demo"
+	"github.com/danki-dev/danki/pkg/gate"
+)
+
+// samplesAt makes one sample per 10 ms in [from, from+d) with latency lat,
+// and one slow sample of slow at from+d/2 (if slow > 0).
+func samplesAt(from time.Time, d, lat, slow time.Duration) []demo.Sample {
+	var out []demo.Sample
+	for t := time.Duration(0); t < d; t += 10 * time.Millisecond {
+		out = append(out, demo.Sample{Start: from.Add(t), Latency: lat, Code: 200})
+	}
+	if slow > 0 {
+		out = append(out, demo.Sample{Start: from.Add(d / 2), Latency: slow, Code: 200})
+	}
+	return out
+}
+
+func TestGateRatiosDivideEachEventByTheSteadyStateBeforeIt(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	up, kill := t0.Add(30*time.Second), t0.Add(2*time.Minute)
+	var s []demo.Sample
+	s = append(s, samplesAt(t0, 30*time.Second, 10*time.Millisecond, 0)...)                       // steady: 10 ms
+	s = append(s, samplesAt(up, time.Minute, 10*time.Millisecond, 400*time.Millisecond)...)       // one cold request
+	s = append(s, samplesAt(kill.Add(-30*time.Second), 30*time.Second, 5*time.Millisecond, 0)...) // steady 4: 5 ms
+	s = append(s, samplesAt(kill, time.Minute, 5*time.Millisecond, 50*time.Millisecond)...)       // the kill
+	s = append(s, samplesAt(kill.Add(time.Minute), time.Minute, 900*time.Millisecond, 0)...)      // outside every phase
+	phases := gatePhases(up, kill, 30*time.Second, time.Minute)
+	if len(phases) != 4 || phases[0].To != up || phases[1].From != up || phases[3].To != kill.Add(time.Minute) {
+		t.Fatalf("phases %+v", phases)
+	}
+	stats := demo.Summarize(s, phases)
+	r := gateRatios(stats)
+	if len(r) != 2 || r[0].Event != EventScaleUp || r[1].Event != EventPodKill {
+		t.Fatalf("ratios %+v", r)
+	}
+	if r[0].Max != 40 || r[1].Max != 10 {
+		t.Errorf("max ratios %.2f, %.2f; want 40 (400 ms ÷ 10 ms) and 10 (50 ms ÷ 5 ms, the 4-pod steady state)", r[0].Max, r[1].Max)
+	}
+	// One slow request in 6,000 is above p99.9's rank: p99 and p99.9 stay 1×.
+	if r[0].P99 != 1 || r[0].P999 != 1 {
+		t.Errorf("scale-up p99 %.2f×, p99.9 %.2f×; want 1× (one slow request in 6,001)", r[0].P99, r[0].P999)
+	}
+}
+
+func TestGateRatiosSkipEmptyPhases(t *testing.T) {
+	stats := []demo.PhaseStats{{Name: PhaseSteady}, {Name: PhaseScaleUp}}
+	stats[1].Count, stats[1].P99 = 10, time.Millisecond
+	if r := gateRatios(stats); len(r) != 0 {
+		t.Errorf("ratios from an empty steady state: %+v", r)
+	}
+}
+
+func TestGateGoal(t *testing.T) {
+	ways := func(p99, p999 float64) []GateWayResult {
+		return []GateWayResult{
+			{GateWay: GateWays[0], Ratios: []GateRatio{{Event: EventScaleUp, P99: 9, P999: 9}}},
+			{GateWay: GateWays[2], Ratios: []GateRatio{{Event: EventPodKill, P99: 5, P999: 5}, {Event: EventScaleUp, P99: p99, P999: p999}}},
+		}
+	}
+	if g := gateGoal(ways(1.1, 1.19)); !strings.Contains(g, ": met") || !strings.Contains(g, "p99 1.10×") {
+		t.Errorf("1.1×, 1.19×: %q", g)
+	}
+	if g := gateGoal(ways(1.1, 1.3)); !strings.Contains(g, "NOT met") {
+		t.Errorf("p99.9 1.3×: %q", g)
+	}
+	if g := gateGoal(nil); !strings.Contains(g, "not measured") {
+		t.Errorf("no ways: %q", g)
+	}
+}
+
+func TestGatePodsByEvent(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	events := []GateEvent{{Name: EventScaleUp, At: t0.Add(500 * time.Millisecond)}, {Name: EventPodKill, At: t0.Add(2 * time.Minute)}}
+	pod := func(name string, created time.Time, ready *time.Time, warm string) corev1.Pod {
+		p := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: metav1.NewTime(created)}}
+		if ready != nil {
+			p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(*ready)})
+		}
+		if warm != "" {
+			p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: gate.ConditionWarm, Status: corev1.ConditionTrue, Message: warm})
+		}
+		return p
+	}
+	r1, r2 := t0.Add(20*time.Second), t0.Add(2*time.Minute+9*time.Second)
+	got := gatePods([]corev1.Pod{
+		pod("old", t0.Add(-time.Hour), &r1, ""),
+		pod("kill-new", t0.Add(2*time.Minute+time.Second), &r2, "warm: 900 requests"),
+		pod("up-new", t0, &r1, ""), // created in the event's second (API times are whole seconds)
+		pod("up-cold", t0.Add(time.Second), nil, ""),
+	}, events)
+	if len(got) != 3 || got[0].Name != "up-cold" || got[1].Name != "up-new" || got[2].Name != "kill-new" {
+		t.Fatalf("pods %+v; want up-cold, up-new (scale-up), kill-new (pod kill); not the old one", got)
+	}
+	if got[0].Ready || !got[1].Ready || got[1].ReadyAfter != 19500*time.Millisecond || got[2].Event != EventPodKill || got[2].ReadyAfter != 9*time.Second || got[2].Warm == "" {
+		t.Errorf("pods %+v", got)
+	}
+	if s := readyAfterList(got, EventScaleUp); s != "not Ready, 20 s" {
+		t.Errorf("readyAfterList = %q", s)
+	}
+}
+
+// examples/lab/gate: three Deployments of the sample app, the same pods but
+// for the gated one's annotation, which the gate must accept as it is.
+func TestGateExamples(t *testing.T) {
+	dir := filepath.Join("..", "..", "examples", "lab", "gate")
+	var deps []appsv1.Deployment
+	hosts := map[string]bool{}
+	for _, f := range []string{"10-cold.yaml", "20-slowstart.yaml", "30-gated.yaml"} {
+		raw, err := os.ReadFile(filepath.Join(dir, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, doc := range strings.Split(string(raw), "\n---\n") {
+			var meta struct {
+				Kind string `json:"kind"`
+				Spec struct {
+					Hosts    []string `json:"hosts"`
+					Gateways []string `json:"gateways"`
+				} `json:"spec"`
+			}
+			if err := yaml.Unmarshal([]byte(doc), &meta); err != nil {
+				t.Fatalf("%s: %v", f, err)
+			}
+			switch meta.Kind {
+			case "Deployment":
+				var d appsv1.Deployment
+				if err := yaml.UnmarshalStrict([]byte(doc), &d); err != nil {
+					t.Fatalf("%s: %v", f, err)
+				}
+				deps = append(deps, d)
+			case "VirtualService":
+				if len(meta.Spec.Gateways) != 1 || meta.Spec.Gateways[0] != "app-gateway" {
+					t.Errorf("%s: VirtualService on gateways %v, want the lab's app-gateway", f, meta.Spec.Gateways)
+				}
+				for _, h := range meta.Spec.Hosts {
+					hosts[h] = true
+				}
+			}
+		}
+	}
+	if len(deps) != len(GateWays) {
+		t.Fatalf("%d Deployments, want %d", len(deps), len(GateWays))
+	}
+	for i, w := range GateWays {
+		d := deps[i]
+		if d.Name != w.Deployment || !hosts[w.Host] || *d.Spec.Replicas != 2 {
+			t.Errorf("way %s: Deployment %s (replicas %d), hosts %v", w.Name, d.Name, *d.Spec.Replicas, hosts)
+		}
+		if got, want := d.Spec.Template.Spec.Containers[0].Resources, deps[0].Spec.Template.Spec.Containers[0].Resources; !got.Limits.Cpu().Equal(*want.Limits.Cpu()) || got.Requests.Memory().Cmp(*want.Requests.Memory()) != 0 {
+			t.Errorf("%s: resources differ from app-cold's", d.Name)
+		}
+		ann, opted := d.Spec.Template.Annotations[gate.AnnotationWarmUp]
+		if opted != (w.Deployment == "app-gated") {
+			t.Errorf("%s: opted in to the gate: %v", d.Name, opted)
+		}
+		if opted {
+			c, err := gate.ParseConfig(ann)
+			if err != nil {
+				t.Fatalf("%s: the gate rejects the annotation: %v", d.Name, err)
+			}
+			if c.QPS != 60 || c.Port.String() != "http" || c.OnFailure != gate.StayUnready || len(c.Requests) != 1 {
+				t.Errorf("%s: config %+v", d.Name, c)
+			}
+		}
+	}
+}
+
+func TestWriteGateBenchReport(t *testing.T) {
+	r := &GateBenchResult{QPS: 40, Goal: "goal: met"}
+	for i, w := range GateWays {
+		r.Ways = append(r.Ways, GateWayResult{GateWay: w,
+			Phases: []demo.PhaseStats{{Name: PhaseSteady}, {Name: PhaseScaleUp}, {Name: PhaseSteady4}, {Name: PhasePodKill}},
+			Ratios: []GateRatio{{Event: EventScaleUp, P99: float64(i + 1), P999: 2, Max: 3}},
+			Pods:   []GatePod{{Name: "p", Event: EventScaleUp, Ready: true, ReadyAfter: 12 * time.Second}}})
+	}
+	var b strings.Builder
+	if err := WriteGateBenchReport(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"| danki warm gate | 3.00× | 2.00× | 3.00× | 12 s | – | – | – | – |", "goal: met", "| Istio slow start |"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, b.String())
+		}
+	}
+}

@@ -1,0 +1,146 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/danki-dev/danki/internal/labdemo"
+	"github.com/spf13/cobra"
+)
+
+func newGateBenchCmd() *cobra.Command {
+	var (
+		root, cache, kubeconfig, danki, gateway, out string
+		qps                                          float64
+		settle, steady, after                        time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "gate-bench",
+		Short: "The warm gate on the lab: new pods with no warm-up, Istio slow start and danki gate side by side; table + chart",
+		Long: `Start the lab (test/lab/up.sh) unless it is running, then start "danki gate"
+out of cluster (the lab's danki binary, the lab's kubeconfig) with its webhook
+registered on the lab API server, and apply examples/lab/gate: the sample app
+three ways side by side, 2 pods each — app-cold (no warm-up), app-slowstart
+(Istio slow start, warmupDurationSecs 60s) and app-gated (annotated
+danki.dev/warm-up: the gate keeps each new pod un-Ready until warm).
+
+Under steady user traffic to all three hosts at once (cold.lab, slowstart.lab,
+gated.lab through the gateway), it (a) scales all three 2 → 4 and measures the
+minute after, then (b) deletes one pod of each (re-created) and measures the
+minute after. Reports users' p99, p99.9 and max in each minute ÷ the steady
+state right before it, per way, and when the new pods became Ready; writes
+gatebench.md, gatebench.json, gatebench.svg/png and the gate's log into --out.
+A lab it started is stopped again (test/lab/down.sh).`,
+		Example: `  flock /tmp/danki/lab.lock danki-lab gate-bench --out gate-bench-results`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) (err error) {
+			root, err = filepath.Abs(root)
+			if err != nil {
+				return err
+			}
+			if _, err := os.Stat(filepath.Join(root, "examples", "lab", "gate")); err != nil {
+				return fmt.Errorf("--root %s: not the danki repository (no examples/lab/gate): %w", root, err)
+			}
+			if cache == "" {
+				cache = filepath.Join(root, ".cache")
+				if c := os.Getenv("DANKI_CACHE"); c != "" {
+					cache = c
+				}
+			}
+			if kubeconfig == "" {
+				kubeconfig = filepath.Join(cache, "lab", "kubeconfig")
+			}
+			if danki == "" {
+				danki = filepath.Join(cache, "lab", "bin", "danki")
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+			if !labRunning(filepath.Join(cache, "lab", "run", "pids")) {
+				log.Info("starting the lab (test/lab/up.sh); stopped again at the end")
+				defer func() {
+					if derr := runScript(context.Background(), root, "test/lab/down.sh"); derr != nil && err == nil {
+						err = derr
+					}
+				}()
+				if err := runScript(ctx, root, "test/lab/up.sh"); err != nil {
+					return err
+				}
+			} else {
+				log.Info("using the running lab (left running afterwards)")
+			}
+			if err := os.MkdirAll(out, 0o755); err != nil {
+				return err
+			}
+			res, err := labdemo.GateBench(ctx, labdemo.GateBenchConfig{
+				Root: root, Kubeconfig: kubeconfig, Danki: danki, GatewayURL: gateway, QPS: qps,
+				Settle: settle, Steady: steady, After: after, GateLog: filepath.Join(out, "gate.log"), Log: log,
+			})
+			if err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			fmt.Fprintln(w)
+			if err := labdemo.WriteGateBenchReport(w, res); err != nil {
+				return err
+			}
+			paths, err := labdemo.WriteGateBenchResults(out, res)
+			if err != nil {
+				return fmt.Errorf("write results to --out %s: %w", out, err)
+			}
+			for _, p := range paths {
+				fmt.Fprintln(w, "wrote", p)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&root, "root", ".", "the danki repository (examples/lab/gate, deploy/gate, test/lab)")
+	f.StringVar(&cache, "cache", "", "the lab's cache (default $DANKI_CACHE or <root>/.cache)")
+	f.StringVar(&kubeconfig, "kubeconfig", "", "the lab's kubeconfig (default <cache>/lab/kubeconfig)")
+	f.StringVar(&danki, "danki", "", "the danki binary that runs `danki gate` (default <cache>/lab/bin/danki, the lab's)")
+	f.StringVar(&gateway, "gateway", "http://127.0.0.1:18080/", "where user traffic enters")
+	f.StringVar(&out, "out", "gate-bench-results", "directory for gatebench.md, gatebench.json, gatebench.svg, gatebench.png and gate.log")
+	f.Float64Var(&qps, "qps", 40, "steady user traffic per way (per host), requests per second")
+	f.DurationVar(&settle, "settle", 45*time.Second, "users alone on the fresh pods before measuring (warms them)")
+	f.DurationVar(&steady, "steady", 30*time.Second, "measured steady state before each event")
+	f.DurationVar(&after, "after", time.Minute, "measured stretch after each event")
+	return cmd
+}
+
+// labRunning reports whether the lab's API server and Argo controller, as
+// started by test/lab (pid files in dir), are alive — as demo.sh checks.
+func labRunning(dir string) bool {
+	for _, name := range []string{"kube-apiserver", "argo-rollouts"} {
+		b, err := os.ReadFile(filepath.Join(dir, name+".pid"))
+		if err != nil {
+			return false
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil || syscall.Kill(pid, 0) != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// runScript runs one of the lab's scripts, its output on stderr.
+func runScript(ctx context.Context, root, script string) error {
+	c := exec.CommandContext(ctx, filepath.Join(root, script))
+	c.Dir = root
+	c.Stdout, c.Stderr = os.Stderr, os.Stderr
+	c.WaitDelay = 10 * time.Second
+	if err := c.Run(); err != nil {
+		return fmt.Errorf("%s: %w", script, err)
+	}
+	return nil
+}
