@@ -103,7 +103,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	if err != nil {
 		return fmt.Errorf("controller manager: %w", err)
 	}
-	r := &Reconciler{Client: mgr.GetClient(), Events: mgr.GetEventRecorderFor("danki-gate"), Log: log, MaxConcurrent: o.MaxConcurrent}
+	r := &Reconciler{Client: mgr.GetClient(), Events: mgr.GetEventRecorder("danki-gate"), Log: log, MaxConcurrent: o.MaxConcurrent}
 	err = builder.ControllerManagedBy(mgr).
 		Named("danki-gate").
 		For(&corev1.Pod{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(obj client.Object) bool {

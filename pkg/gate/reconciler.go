@@ -30,8 +30,11 @@ const progressEvery = 5 * time.Second
 
 // eventRecorder is what the Reconciler needs of client-go's EventRecorder.
 type eventRecorder interface {
-	Eventf(object runtime.Object, eventtype, reason, messageFmt string, args ...any)
+	Eventf(regarding, related runtime.Object, eventtype, reason, action, note string, args ...any)
 }
+
+// eventAction is the Events' action: what the gate was doing.
+const eventAction = "WarmUp"
 
 // Reconciler warms pods that carry the readiness gate ConditionWarm and
 // sets the condition (see the package documentation).
@@ -118,7 +121,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	if err != nil {
 		if c := condition(&pod); c == nil || c.Reason != ReasonInvalidConfig {
-			r.Events.Eventf(&pod, corev1.EventTypeWarning, ReasonInvalidConfig, "%v", err)
+			r.Events.Eventf(&pod, nil, corev1.EventTypeWarning, ReasonInvalidConfig, eventAction, "%v", err)
 		}
 		return reconcile.Result{}, r.setCondition(ctx, &pod, corev1.ConditionFalse, ReasonInvalidConfig, err.Error())
 	}
@@ -210,7 +213,7 @@ func (r *Reconciler) warm(ctx context.Context, pod *corev1.Pod, cfg Config, targ
 	if err == nil {
 		msg := fmt.Sprintf("warm: %s", res.Summary())
 		log.Info("pod warm", "summary", res.Summary())
-		r.Events.Eventf(pod, corev1.EventTypeNormal, ReasonWarm, "%s", msg)
+		r.Events.Eventf(pod, nil, corev1.EventTypeNormal, ReasonWarm, eventAction, "%s", msg)
 		r.forget(pod.UID)
 		if err := r.setCondition(wctx, pod, corev1.ConditionTrue, ReasonWarm, msg); err != nil {
 			log.Error("set the warm condition", "error", err)
@@ -249,7 +252,7 @@ func (r *Reconciler) failed(ctx context.Context, log *slog.Logger, pod *corev1.P
 		reason = ReasonFailed
 		msg = fmt.Sprintf("gave up after %d attempts, pod stays un-ready (onFailure: %s): %v", n, StayUnready, err)
 	}
-	r.Events.Eventf(pod, corev1.EventTypeWarning, reason, "%s", msg)
+	r.Events.Eventf(pod, nil, corev1.EventTypeWarning, reason, eventAction, "%s", msg)
 	if err := r.setCondition(ctx, pod, status, reason, msg); err != nil {
 		log.Error("set the warm condition", "error", err)
 	}
