@@ -119,6 +119,7 @@ func TestManifests(t *testing.T) {
 			})
 		}
 	})
+	t.Run("kustomize/deploy/gate", func(t *testing.T) { testGateInstall(t, e, k, root) })
 	t.Run("rejects", func(t *testing.T) { testRejects(t, k) })
 	t.Run("rbac", func(t *testing.T) { testRBAC(t, e, k, rendered["deploy"]) })
 }
@@ -576,4 +577,45 @@ func mapValues(m map[string]string) []string {
 	}
 	sort.Strings(vs)
 	return vs
+}
+
+// testGateInstall renders deploy/gate and applies it (server-side dry run,
+// strict), all but cert-manager's objects: this API server has no
+// cert-manager CRDs, so those two are checked for kind and name only.
+func testGateInstall(t *testing.T, e *testenv.Env, k *kubectl, root string) {
+	createNamespaces(t, e.Kube, map[string]bool{"danki-gate": true}) // a dry run creates no Namespace
+	out, err := k.run("kustomize", filepath.Join(root, "deploy", "gate"))
+	if err != nil {
+		t.Fatalf("kubectl kustomize deploy/gate: %v\n%s", err, out)
+	}
+	rendered := filepath.Join(t.TempDir(), "gate.yaml")
+	if err := os.WriteFile(rendered, out, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	raws, err := testenv.YAMLDocuments(rendered)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[string]int{}
+	var apply [][]byte
+	for _, raw := range raws {
+		var d doc
+		if err := yaml.Unmarshal(raw, &d); err != nil {
+			t.Fatal(err)
+		}
+		kinds[d.Kind]++
+		if !strings.HasPrefix(d.APIVersion, "cert-manager.io/") {
+			apply = append(apply, raw)
+		}
+	}
+	want := map[string]int{"Namespace": 1, "ServiceAccount": 1, "ClusterRole": 1, "ClusterRoleBinding": 1, "Role": 1, "RoleBinding": 1,
+		"Issuer": 1, "Certificate": 1, "Deployment": 1, "Service": 1, "MutatingWebhookConfiguration": 1}
+	if fmt.Sprint(kinds) != fmt.Sprint(want) {
+		t.Errorf("kubectl kustomize deploy/gate renders %v, want %v", kinds, want)
+	}
+	path := filepath.Join(t.TempDir(), "gate-core.yaml")
+	if err := os.WriteFile(path, bytes.Join(apply, []byte("\n---\n")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	k.applyDryRun(t, path, len(apply))
 }
