@@ -50,9 +50,9 @@ type Reconciler struct {
 	// requeue asks for a pod's reconcile when its warm-up ended: the
 	// outcome may call for a retry after a back-off.
 	requeue chan event.GenericEvent
-	mu    sync.Mutex
-	jobs  map[types.UID]*job
-	tries map[types.UID]*attempts
+	mu      sync.Mutex
+	jobs    map[types.UID]*job
+	tries   map[types.UID]*attempts
 }
 
 // job is one pod's warm-up in progress.
