@@ -1,0 +1,65 @@
+package capacity
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/danki-dev/danki/internal/config"
+	"github.com/danki-dev/danki/internal/testutil"
+	"github.com/danki-dev/danki/pkg/warmup"
+)
+
+// slotServer serves with slots concurrent slots, each request holding one
+// for service: its capacity is slots / service requests a second. Requests
+// beyond wait for a slot (a lock, a pool), as in a real service.
+func slotServer(t *testing.T, slots int, service time.Duration) warmup.Target {
+	t.Helper()
+	sem := make(chan struct{}, slots)
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/healthz" {
+			return
+		}
+		select {
+		case sem <- struct{}{}:
+		case <-r.Context().Done():
+			return
+		}
+		time.Sleep(service)
+		<-sem
+	})}
+	l := testutil.ListenLoopback(t)
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return warmup.Target{Name: "slots", URL: "http://" + l.Addr().String()}
+}
+
+// The knee lands within ±15 % of the known capacity for three capacities.
+func TestKneeOfKnownCapacities(t *testing.T) {
+	if testing.Short() {
+		t.Skip("~1 minute of load (skipped with -short)")
+	}
+	for _, tc := range []struct {
+		slots   int
+		service time.Duration
+	}{{1, 10 * time.Millisecond}, {2, 8 * time.Millisecond}, {4, 10 * time.Millisecond}} {
+		capacity := float64(tc.slots) / tc.service.Seconds()
+		target := slotServer(t, tc.slots, tc.service)
+		cfg := Config{HealthPath: "/healthz", StartQPS: capacity / 5, Hold: configDuration(2 * time.Second), MaxQPS: capacity * 4}
+		res, err := Run(context.Background(), cfg, target, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var table strings.Builder
+		_ = res.WriteTable(&table)
+		ratio := res.KneeQPS / capacity
+		t.Logf("%d slots × %s (capacity %.0f qps): knee %.0f qps = %.2f × capacity\n%s", tc.slots, tc.service, capacity, res.KneeQPS, ratio, table.String())
+		if ratio < 0.85 || ratio > 1.15 {
+			t.Errorf("knee %.0f qps is %.2f × the capacity %.0f: want within ±15 %%", res.KneeQPS, ratio, capacity)
+		}
+	}
+}
+
+func configDuration(d time.Duration) config.Duration { return config.Duration(d) }
