@@ -31,6 +31,6 @@ It runs as Argo Rollouts plugins (danki/warmup, danki/istio, danki/latency; see
 	}
 	root.PersistentFlags().BoolVarP(&verbose, "verbose", "v", false, "log debug messages to stderr")
 	// Every command is listed here, each defined in its own file.
-	root.AddCommand(newWarmupCmd(), newShiftCmd(), newAnalyzeCmd(), newGateCmd(), newPluginCmd(), newVersionCmd())
+	root.AddCommand(newWarmupCmd(), newShiftCmd(), newAnalyzeCmd(), newCapacityCmd(), newGateCmd(), newPluginCmd(), newVersionCmd())
 	return root
 }
