@@ -14,6 +14,7 @@ import (
 	goplugin "github.com/hashicorp/go-plugin"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/danki-dev/danki/pkg/capacity"
 	"github.com/danki-dev/danki/pkg/warmup"
 )
 
@@ -74,9 +75,20 @@ func (s *warmupStep) Run(ro *v1alpha1.Rollout, sc *types.RpcStepContext) (types.
 	if err != nil {
 		return types.RpcStepResult{Phase: types.PhaseFailed, Message: "invalid danki/warmup config: " + err.Error()}, types.RpcError{}
 	}
+	var after func(context.Context, []warmup.Target, func(string)) (string, error)
+	if len(cfg.Capacity) > 0 {
+		check, err := capacity.ParseCheck(cfg.Capacity)
+		if err != nil {
+			return types.RpcStepResult{Phase: types.PhaseFailed, Message: "invalid danki/warmup config: " + err.Error()}, types.RpcError{}
+		}
+		after = func(ctx context.Context, canary []warmup.Target, report func(string)) (string, error) {
+			return check.Run(ctx, canary[0], report)
+		}
+	}
 	ro = ro.DeepCopy()
 	st := s.supervisor.Start(warmupRunKey(ro), warmup.ParseStatus(sc.Status), warmup.Job{
 		Config: cfg.Config,
+		After:  after,
 		FindTargets: func(ctx context.Context) ([]warmup.Target, []warmup.Target, error) {
 			want, required := cfg.WantsStable()
 			q, err := cfg.Query(warmupRollout(ro), want, required)

@@ -12,6 +12,7 @@ import (
 // PhaseLoad.
 const (
 	PhaseResolving Phase = "resolving" // finding the targets
+	PhaseChecking  Phase = "checking"  // converged; Job.After runs (e.g. the capacity check)
 	PhaseConverged Phase = "converged" // every target converged
 	PhaseFailed    Phase = "failed"    // did not converge, or could not start
 	PhaseStopped   Phase = "stopped"   // stopped by the caller

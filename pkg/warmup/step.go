@@ -2,6 +2,7 @@ package warmup
 
 import (
 	"cmp"
+	"encoding/json"
 	"time"
 
 	"github.com/danki-dev/danki/internal/config"
@@ -24,6 +25,10 @@ type StepConfig struct {
 	TargetConfig
 	// PollInterval is how often the step is polled while running. Default 15s.
 	PollInterval config.Duration `json:"pollInterval,omitempty"`
+	// Capacity, if set, is a capacity check run on one canary pod once all
+	// converged, at weight 0 (pkg/capacity.Check, docs/capacity.md); the
+	// step plugin decodes it.
+	Capacity json.RawMessage `json:"capacity,omitempty"`
 }
 
 // ParseStepConfig decodes (strictly, JSON or YAML), defaults and validates

@@ -52,6 +52,11 @@ type Job struct {
 	// grace) or when the run is stopped. FindTargets with a TargetQuery is
 	// the usual implementation.
 	FindTargets func(ctx context.Context) (canary, stable []Target, err error)
+	// After, if set, runs once every target converged, within the same
+	// deadline (e.g. the capacity check on a warm canary pod): report shows
+	// its progress in the status message, its summary is added to the
+	// converged message, and its error fails the run.
+	After func(ctx context.Context, canary []Target, report func(string)) (summary string, err error)
 }
 
 // Supervisor runs warm-ups in the background for callers that poll: the Argo
@@ -132,7 +137,7 @@ func (s *Supervisor) Start(key RunKey, previous *Status, job Job) Status {
 	ctx, cancel := context.WithDeadline(context.Background(), status.StartedAt.Add(cfg.Deadline.D()+deadlineGrace))
 	r := &supervisedRun{owner: key.Owner, cancel: cancel, done: make(chan struct{}), status: status, pods: map[string]*PodProgress{}}
 	s.runs[key] = r
-	go r.execute(ctx, log, cfg, job.FindTargets)
+	go r.execute(ctx, log, cfg, job)
 	log.Info("warm-up started", "remaining", remaining.Round(time.Second))
 	return r.snapshot()
 }
@@ -236,10 +241,10 @@ func (r *supervisedRun) set(phase Phase, msg string) {
 	}
 }
 
-func (r *supervisedRun) execute(ctx context.Context, log *slog.Logger, cfg Config, find func(context.Context) ([]Target, []Target, error)) {
+func (r *supervisedRun) execute(ctx context.Context, log *slog.Logger, cfg Config, job Job) {
 	defer close(r.done)
 	defer r.cancel()
-	canary, stable, err := find(ctx)
+	canary, stable, err := job.FindTargets(ctx)
 	if err != nil {
 		if errors.Is(ctx.Err(), context.Canceled) {
 			r.set(PhaseStopped, "warm-up stopped while finding pods")
@@ -267,6 +272,20 @@ func (r *supervisedRun) execute(ctx context.Context, log *slog.Logger, cfg Confi
 	log.Info("warming pods", "pods", names, "stable", len(stable))
 	res, err := Run(ctx, run, canary, Options{Stable: stable, Logger: log, OnProgress: r.onProgress})
 	switch {
+	case err == nil && job.After != nil:
+		log.Info("warm-up converged; checking", "summary", res.Summary())
+		msg := "warm-up " + res.Summary()
+		r.set(PhaseChecking, msg)
+		summary, err := job.After(ctx, canary, func(p string) { r.set(PhaseChecking, p) })
+		switch {
+		case errors.Is(ctx.Err(), context.Canceled):
+			r.set(PhaseStopped, "stopped during the check after the warm-up")
+		case err != nil:
+			log.Warn("check after the warm-up failed", "err", err)
+			r.set(PhaseFailed, err.Error())
+		default:
+			r.set(PhaseConverged, msg+"; "+summary)
+		}
 	case err == nil:
 		log.Info("warm-up converged", "summary", res.Summary())
 		r.set(PhaseConverged, "warm-up "+res.Summary())
