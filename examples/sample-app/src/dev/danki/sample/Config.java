@@ -11,6 +11,7 @@ final class Config {
     String coldShape = "jit";
     int noisePercent = 0;
     int noiseMs = 100;
+    int maxConcurrency = 0;
 
     static Config parse(String[] args) {
         Config c = new Config();
@@ -23,6 +24,7 @@ final class Config {
         c.coldShape = env("COLD_SHAPE", c.coldShape);
         c.noisePercent = intValue("NOISE_PERCENT", env("NOISE_PERCENT", "0"));
         c.noiseMs = intValue("NOISE_MS", env("NOISE_MS", "100"));
+        c.maxConcurrency = intValue("MAX_CONCURRENCY", env("MAX_CONCURRENCY", "0"));
         for (int i = 0; i < args.length; i++) {
             String a = args[i];
             String v = i + 1 < args.length ? args[i + 1] : null;
@@ -36,14 +38,15 @@ final class Config {
                 case "--cold-shape" -> c.coldShape = need(a, v);
                 case "--noise-percent" -> c.noisePercent = intValue(a, need(a, v));
                 case "--noise-ms" -> c.noiseMs = intValue(a, need(a, v));
+                case "--max-concurrency" -> c.maxConcurrency = intValue(a, need(a, v));
                 case "-h", "--help" -> {
                     System.err.println("usage: sample-app [--version V] [--bind ADDR] [--port N] [--slow-ms MS] [--slow-percent P] [--threads N]\n"
-                            + "       [--cold-shape " + Shape.NAMES.replace(", ", "|") + "] [--noise-percent P] [--noise-ms MS]\n"
-                            + "  (or env VERSION, BIND_ADDRESS, PORT, SLOW_MS, SLOW_PERCENT, THREADS, COLD_SHAPE, NOISE_PERCENT, NOISE_MS;\n"
+                            + "       [--cold-shape " + Shape.NAMES.replace(", ", "|") + "] [--noise-percent P] [--noise-ms MS] [--max-concurrency N]\n"
+                            + "  (or env VERSION, BIND_ADDRESS, PORT, SLOW_MS, SLOW_PERCENT, THREADS, COLD_SHAPE, NOISE_PERCENT, NOISE_MS, MAX_CONCURRENCY;\n"
                             + "   each shape's own settings are environment variables: see the README)");
                     System.exit(0);
                 }
-                default -> fail("unknown flag " + a + " (known: --version --bind --port --slow-ms --slow-percent --threads --cold-shape --noise-percent --noise-ms)");
+                default -> fail("unknown flag " + a + " (known: --version --bind --port --slow-ms --slow-percent --threads --cold-shape --noise-percent --noise-ms --max-concurrency)");
             }
             i++;
         }
@@ -53,6 +56,7 @@ final class Config {
         if (c.threads < 1) fail("threads must be >= 1, got " + c.threads);
         if (c.noisePercent < 0 || c.noisePercent > 100) fail("noise-percent must be 0-100, got " + c.noisePercent);
         if (c.noiseMs < 0) fail("noise-ms must be >= 0, got " + c.noiseMs);
+        if (c.maxConcurrency < 0) fail("max-concurrency must be >= 0 (0: no limit), got " + c.maxConcurrency);
         return c;
     }
 

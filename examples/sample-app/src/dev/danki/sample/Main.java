@@ -30,15 +30,22 @@ import java.util.concurrent.Executors;
  * {@code --slow-percent}/SLOW_PERCENT: only that share of requests, default 100),
  * {@code --threads}/THREADS (8), {@code --cold-shape}/COLD_SHAPE ({@code jit}:
  * the cold-start shape, see {@link Shape}), {@code --noise-percent}/NOISE_PERCENT
- * and {@code --noise-ms}/NOISE_MS (a noisy neighbour's spikes, see {@link Noise}).
+ * and {@code --noise-ms}/NOISE_MS (a noisy neighbour's spikes, see {@link Noise}),
+ * {@code --max-concurrency}/MAX_CONCURRENCY (0: unlimited; N: at most N main
+ * requests at work at once, the others wait — a lock or a small pool: lower
+ * capacity, the same latency at low load).
  */
 public final class Main {
     static final String WARMUP_HEADER = "X-Danki-Warmup";
 
     private Main() {}
 
+    /** MAX_CONCURRENCY's permits; null without a limit. */
+    private static java.util.concurrent.Semaphore limit;
+
     public static void main(String[] args) throws IOException {
         Config cfg = Config.parse(args);
+        if (cfg.maxConcurrency > 0) limit = new java.util.concurrent.Semaphore(cfg.maxConcurrency, true);
         Metrics metrics = new Metrics(cfg.version);
         OrderStore orders = new OrderStore();
         Workload work = new Workload();
@@ -61,8 +68,8 @@ public final class Main {
         shape.start();
         String extra = (cfg.coldShape.equals("jit") ? "" : ", cold-shape=" + shape.describe())
                 + (noise.on() ? ", noise=" + cfg.noisePercent + "% of " + cfg.noiseMs + " ms" : "");
-        System.err.printf("sample-app %s listening on %s:%d (slow-ms=%d, slow-percent=%d, threads=%d%s)%n",
-                cfg.version, cfg.bind, cfg.port, cfg.slowMs, cfg.slowPercent, cfg.threads, extra);
+        System.err.printf("sample-app %s listening on %s:%d (slow-ms=%d, slow-percent=%d, threads=%d, max-concurrency=%d%s)%n",
+                cfg.version, cfg.bind, cfg.port, cfg.slowMs, cfg.slowPercent, cfg.threads, cfg.maxConcurrency, extra);
     }
 
     record Reply(int status, String contentType, String body) {}
@@ -97,10 +104,16 @@ public final class Main {
             return new Reply(404, "application/json", "{\"error\":\"not found: " + uri.getPath() + "\"}\n");
         }
         drain(ex);
-        slow(cfg);
-        noise.spike();
-        Work work = shape.enter(ex);
-        Quote r = work.quote(seed(uri));
+        if (limit != null) limit.acquire();
+        Quote r;
+        try {
+            slow(cfg);
+            noise.spike();
+            Work work = shape.enter(ex);
+            r = work.quote(seed(uri));
+        } finally {
+            if (limit != null) limit.release();
+        }
         return new Reply(200, "application/json", "{\"version\":" + Json.quote(cfg.version)
                 + ",\"items\":" + r.items() + ",\"total\":\"" + r.total() + "\",\"digest\":\"" + r.digest()
                 + "\",\"filters\":" + r.filters() + "}\n");
