@@ -118,9 +118,22 @@ type AARun struct {
 	// CanaryTrend is the step status's last window p99s, oldest first.
 	CanaryTrend []string `json:"canaryTrend,omitempty"`
 	// MaxWeight is the most users the canary had (percent).
-	MaxWeight int32         `json:"maxWeight"`
-	Start     time.Time     `json:"start"`
-	Elapsed   time.Duration `json:"elapsed"`
+	MaxWeight int32 `json:"maxWeight"`
+	// LeftoverPods counts pods of neither the stable ReplicaSet nor the
+	// new one when the run started (the previous run's did not go in
+	// time): they share the CPU with this run's warm-up.
+	LeftoverPods int `json:"leftoverPods,omitempty"`
+	// LoadMean and LoadMax are the machine's 1-minute load average over
+	// the run (sampled every poll; the lab shares its cores with whatever
+	// else runs on the machine).
+	LoadMean float64 `json:"loadMean"`
+	LoadMax  float64 `json:"loadMax"`
+	// UserRequests and UserErrors are the users' requests sent during the
+	// run and how many failed (all Services, not only the canary's).
+	UserRequests int           `json:"userRequests"`
+	UserErrors   int           `json:"userErrors"`
+	Start        time.Time     `json:"start"`
+	Elapsed      time.Duration `json:"elapsed"`
 	// Warmup is how long the step took, from the Rollout's step change
 	// to its end as the A/A saw it (the step is polled every 15 s).
 	Warmup time.Duration `json:"warmup"`
@@ -181,6 +194,7 @@ func AA(ctx context.Context, cfg AAConfig) (*AAResult, error) {
 		if users != nil {
 			t := users.Stop()
 			res.Traffic = &t
+			countUsers(res.Runs, t.Samples)
 		}
 	}()
 	cfg.Log.Info("users warm the v1 pods", "for", cfg.Settle)
@@ -204,7 +218,12 @@ func AA(ctx context.Context, cfg AAConfig) (*AAResult, error) {
 		// stable after an abort): wait for the others to go, then let users
 		// have them alone for a moment, as between real rollouts.
 		if err := l.awaitTwoPods(ctx); err != nil {
-			return res, err
+			if ctx.Err() != nil {
+				return res, err
+			}
+			// Counted in the next run (LeftoverPods), not fatal: one stuck
+			// pod should not end a long A/A.
+			cfg.Log.Warn("old pods still there; going on", "err", err)
 		}
 		if err := sleep(ctx, cfg.Between); err != nil {
 			return res, err
@@ -213,8 +232,29 @@ func AA(ctx context.Context, cfg AAConfig) (*AAResult, error) {
 	t := users.Stop()
 	users = nil
 	res.Traffic = &t
+	countUsers(res.Runs, t.Samples)
 	res.Elapsed = time.Since(res.Start)
 	return res, nil
+}
+
+// countUsers sets each run's users' requests and failures from the
+// traffic's samples (ordered by start).
+func countUsers(runs []AARun, samples []demo.Sample) {
+	for i := range runs {
+		r := &runs[i]
+		from, to := r.Start, r.Start.Add(r.Elapsed)
+		lo, _ := slices.BinarySearchFunc(samples, from, func(s demo.Sample, t time.Time) int { return s.Start.Compare(t) })
+		r.UserRequests, r.UserErrors = 0, 0
+		for _, s := range samples[lo:] {
+			if !s.Start.Before(to) {
+				break
+			}
+			r.UserRequests++
+			if !s.OK() {
+				r.UserErrors++
+			}
+		}
+	}
 }
 
 // aaRun rolls out version aa-NN and follows it to its end.
@@ -226,6 +266,10 @@ func (l *lab) aaRun(ctx context.Context, cfg AAConfig, i int) (*AARun, error) {
 	patch, _ := json.Marshal([]map[string]any{
 		{"op": "replace", "path": "/spec/template/spec/containers/0/image", "value": "danki.dev/sample-app:" + version},
 	})
+	run.LeftoverPods = l.leftoverPods(ctx)
+	if run.LeftoverPods > 0 {
+		log.Warn("old pods still running as the run starts", "pods", run.LeftoverPods)
+	}
 	log.Info("rolling out the same version under a new tag")
 	ro, err := l.argo.ArgoprojV1alpha1().Rollouts("default").Patch(ctx, "app", types.JSONPatchType, patch, metav1.PatchOptions{})
 	if err != nil {
@@ -238,12 +282,15 @@ func (l *lab) aaRun(ctx context.Context, cfg AAConfig, i int) (*AARun, error) {
 		phase, msg        string
 		warmStart, warmed time.Time
 		minStop           int64
+		load              loadStats
 	)
+	defer func() { run.LoadMean, run.LoadMax = load.mean(), load.max }()
 	for {
 		if err := sleep(ctx, 500*time.Millisecond); err != nil {
 			return nil, err
 		}
 		now := time.Now()
+		load.sample()
 		if w, err := l.canaryWeight(ctx); err == nil {
 			run.MaxWeight = max(run.MaxWeight, w)
 		}
@@ -448,6 +495,53 @@ func (l *lab) gateBreach(ctx context.Context, since time.Time) string {
 	return msg
 }
 
+// leftoverPods counts the app's pods that belong to no ReplicaSet the
+// Rollout still needs: neither stable nor the current one.
+func (l *lab) leftoverPods(ctx context.Context) int {
+	ro, err := l.argo.ArgoprojV1alpha1().Rollouts("default").Get(ctx, "app", metav1.GetOptions{})
+	if err != nil {
+		return 0
+	}
+	pods, err := l.kube.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=sample-app"})
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, p := range pods.Items {
+		if h := p.Labels[v1alpha1.DefaultRolloutUniqueLabelKey]; h != ro.Status.StableRS && h != ro.Status.CurrentPodHash {
+			n++
+		}
+	}
+	return n
+}
+
+// loadStats samples the machine's 1-minute load average.
+type loadStats struct {
+	sum, max float64
+	n        int
+}
+
+func (s *loadStats) sample() {
+	raw, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return
+	}
+	f := strings.Fields(string(raw))
+	if len(f) == 0 {
+		return
+	}
+	if v, err := strconv.ParseFloat(f[0], 64); err == nil {
+		s.sum, s.n, s.max = s.sum+v, s.n+1, max(s.max, v)
+	}
+}
+
+func (s *loadStats) mean() float64 {
+	if s.n == 0 {
+		return 0
+	}
+	return s.sum / float64(s.n)
+}
+
 // abortRollout aborts the Rollout as `kubectl argo rollouts abort` does.
 func (l *lab) abortRollout(ctx context.Context) error {
 	_, err := l.argo.ArgoprojV1alpha1().Rollouts("default").Patch(ctx, "app", types.MergePatchType,
@@ -574,7 +668,9 @@ type AATally struct {
 	MedianElapsed   time.Duration `json:"medianElapsed"`
 	MaxElapsed      time.Duration `json:"maxElapsed"`
 	// MaxCanaryToLimit is the closest any run came to a rejection: its
-	// canary p99 ÷ the limit it had to stay under (≥ 1 is a rejection).
+	// canary p99 ÷ the limit it had to stay under (≥ 1 is a rejection),
+	// over the runs whose warm-up ended in the rule's verdict (converged or
+	// rejected).
 	MaxCanaryToLimit float64 `json:"maxCanaryToLimit"`
 }
 
@@ -594,7 +690,10 @@ func Tally(runs []AARun) AATally {
 			stops = append(stops, r.StopRatio)
 		}
 		elapsed = append(elapsed, r.Elapsed)
-		if r.Limit > 0 && r.CanaryP99 > 0 {
+		// Only where the rule judged a plateau: a warm-up that failed for
+		// another reason (unreachable pod, deadline) has no plateau.
+		judged := r.Outcome == AARejected || r.WarmupPhase == string(v1alpha1.StepPluginPhaseSuccessful)
+		if judged && r.Limit > 0 && r.CanaryP99 > 0 {
 			t.MaxCanaryToLimit = max(t.MaxCanaryToLimit, float64(r.CanaryP99)/float64(r.Limit))
 		}
 	}
@@ -638,7 +737,7 @@ func (r *AAResult) Summary() string {
 		}
 		s += ": " + strings.Join(parts, ", ")
 	}
-	return s + fmt.Sprintf("; warm-up stop ÷ minStop median %.2f (max %.2f); canary p99 ÷ rejection limit at most %.2f; %s per rollout (median, max %s)",
+	return s + fmt.Sprintf("; warm-up stop ÷ minStop median %.2f (max %.2f); canary p99 ÷ rejection limit at most %.2f (runs the rule judged); %s per rollout (median, max %s)",
 		t.MedianStopRatio, t.MaxStopRatio, t.MaxCanaryToLimit, t.MedianElapsed.Round(time.Second), t.MaxElapsed.Round(time.Second))
 }
 
@@ -646,21 +745,28 @@ func (r *AAResult) Summary() string {
 // and every non-promoted run's reason in full.
 func WriteAAReport(w io.Writer, r *AAResult) error {
 	var b strings.Builder
-	b.WriteString("| run | version | outcome | warm-up req/pod | stop ÷ minStop | canary p99 | stable p99 | limit | canary ÷ stable | max weight | warm-up | elapsed |\n")
-	b.WriteString("|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| run | version | outcome | warm-up req/pod | stop ÷ minStop | canary p99 | stable p99 | limit | canary ÷ stable | max weight | warm-up | elapsed | load 1m mean/max | users failed |\n")
+	b.WriteString("|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, run := range r.Runs {
 		ratio := "—"
 		if run.StableP99 > 0 && run.CanaryP99 > 0 {
 			ratio = fmt.Sprintf("%.2f", float64(run.CanaryP99)/float64(run.StableP99))
 		}
-		fmt.Fprintf(&b, "| %d | %s | %s | %d | %.2f | %s | %s | %s | %s | %d%% | %s | %s |\n", run.Index, run.Version, run.Outcome,
+		users := "—"
+		if run.UserRequests > 0 {
+			users = fmt.Sprintf("%d of %d", run.UserErrors, run.UserRequests)
+		}
+		fmt.Fprintf(&b, "| %d | %s | %s | %d | %.2f | %s | %s | %s | %s | %d%% | %s | %s | %.1f/%.1f | %s |\n", run.Index, run.Version, run.Outcome,
 			run.RequestsPerPod, run.StopRatio, fmtLatency(run.CanaryP99), fmtLatency(run.StableP99), fmtLatency(run.Limit), ratio,
-			run.MaxWeight, run.Warmup.Round(time.Second), run.Elapsed.Round(time.Second))
+			run.MaxWeight, run.Warmup.Round(time.Second), run.Elapsed.Round(time.Second), run.LoadMean, run.LoadMax, users)
 	}
 	b.WriteString("\n" + r.Summary() + "\n")
 	for _, run := range r.Runs {
 		if run.Outcome != AAPromoted {
 			fmt.Fprintf(&b, "\n- run %d (%s), %s: %s\n", run.Index, run.Version, run.Outcome, run.Reason)
+		}
+		if run.LeftoverPods > 0 {
+			fmt.Fprintf(&b, "\n- run %d (%s) started with %d pod(s) of an earlier run still running\n", run.Index, run.Version, run.LeftoverPods)
 		}
 	}
 	if t := r.Traffic; t != nil {

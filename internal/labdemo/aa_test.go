@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/argoproj/argo-rollouts/pkg/apis/rollouts/v1alpha1"
+	"github.com/danki-dev/danki/internal/demo"
 	"github.com/danki-dev/danki/pkg/warmup"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"sigs.k8s.io/yaml"
@@ -130,22 +131,24 @@ func TestFillWarmupFigures(t *testing.T) {
 
 func TestAATallyAndReport(t *testing.T) {
 	runs := []AARun{
-		{Index: 1, Version: "aa-01", Outcome: AAPromoted, RequestsPerPod: 1400, StopRatio: 1.4, CanaryP99: 6 * time.Millisecond, StableP99: 5 * time.Millisecond, Limit: 10 * time.Millisecond, Elapsed: 80 * time.Second},
+		{Index: 1, Version: "aa-01", Outcome: AAPromoted, WarmupPhase: "Successful", RequestsPerPod: 1400, StopRatio: 1.4, CanaryP99: 6 * time.Millisecond, StableP99: 5 * time.Millisecond, Limit: 10 * time.Millisecond, Elapsed: 80 * time.Second},
 		{Index: 2, Version: "aa-02", Outcome: AARejected, Reason: aaRejection, RequestsPerPod: 2400, StopRatio: 2.4, CanaryP99: 12400 * time.Microsecond, StableP99: 5400 * time.Microsecond, Limit: 10800 * time.Microsecond, Elapsed: 60 * time.Second},
-		{Index: 3, Version: "aa-03", Outcome: AAPromoted, RequestsPerPod: 1000, StopRatio: 1.0, CanaryP99: 5 * time.Millisecond, StableP99: 5 * time.Millisecond, Limit: 10 * time.Millisecond, Elapsed: 100 * time.Second},
+		{Index: 3, Version: "aa-03", Outcome: AAPromoted, WarmupPhase: "Successful", RequestsPerPod: 1000, StopRatio: 1.0, CanaryP99: 5 * time.Millisecond, StableP99: 5 * time.Millisecond, Limit: 10 * time.Millisecond, Elapsed: 100 * time.Second},
 	}
+	// A warm-up that failed on an unreachable pod: no plateau, not judged.
+	runs = append(runs, AARun{Index: 4, Version: "aa-04", Outcome: AAWarmupFailed, WarmupPhase: "Failed", CanaryP99: 2800 * time.Millisecond, StableP99: 100 * time.Millisecond, Limit: 200 * time.Millisecond, Elapsed: 60 * time.Second})
 	res := &AAResult{Runs: runs, Tally: Tally(runs)}
 	tl := res.Tally
-	if tl.Runs != 3 || tl.Promoted != 2 || tl.Rejected != 1 || tl.ByOutcome[AARejected] != 1 {
+	if tl.Runs != 4 || tl.Promoted != 2 || tl.Rejected != 2 || tl.ByOutcome[AARejected] != 1 || tl.ByOutcome[AAWarmupFailed] != 1 {
 		t.Errorf("tally %+v", tl)
 	}
-	if tl.MedianStopRatio != 1.4 || tl.MaxStopRatio != 2.4 || tl.MedianElapsed != 80*time.Second || tl.MaxElapsed != 100*time.Second {
+	if tl.MedianStopRatio != 1.4 || tl.MaxStopRatio != 2.4 || tl.MedianElapsed != 70*time.Second || tl.MaxElapsed != 100*time.Second {
 		t.Errorf("tally figures %+v", tl)
 	}
 	if want := 12.4 / 10.8; tl.MaxCanaryToLimit < want-1e-9 || tl.MaxCanaryToLimit > want+1e-9 {
 		t.Errorf("closest to the limit %g, want %g", tl.MaxCanaryToLimit, want)
 	}
-	if s := res.Summary(); !strings.HasPrefix(s, "A/A: 1 of 3 rollouts of the same version rejected (goal NOT met): 1 rejected by warm-up") {
+	if s := res.Summary(); !strings.HasPrefix(s, "A/A: 2 of 4 rollouts of the same version rejected (goal NOT met): 1 rejected by warm-up, 1 warm-up failed") {
 		t.Errorf("summary %q", s)
 	}
 	var b strings.Builder
@@ -153,8 +156,8 @@ func TestAATallyAndReport(t *testing.T) {
 		t.Fatal(err)
 	}
 	md := b.String()
-	if n := strings.Count(md, "\n| "); n != 3 { // header separator starts "|---"
-		t.Errorf("%d table rows after the header, want 3:\n%s", n, md)
+	if n := strings.Count(md, "\n| "); n != 4 { // header separator starts "|---"
+		t.Errorf("%d table rows after the header, want 4:\n%s", n, md)
 	}
 	for _, want := range []string{"| 2 | aa-02 | rejected by warm-up | 2400 | 2.40 | 12.4ms | 5.40ms | 10.8ms | 2.30 |", "- run 2 (aa-02), rejected by warm-up: " + aaRejection} {
 		if !strings.Contains(md, want) {
@@ -172,7 +175,29 @@ func TestAATallyAndReport(t *testing.T) {
 	}
 	var back AAResult
 	js, _ := os.ReadFile(filepath.Join(dir, "aa.json"))
-	if err := json.Unmarshal(js, &back); err != nil || len(back.Runs) != 3 || back.Tally.Rejected != 1 {
+	if err := json.Unmarshal(js, &back); err != nil || len(back.Runs) != 4 || back.Tally.Rejected != 2 {
 		t.Errorf("aa.json does not read back: %v %+v", err, back.Tally)
+	}
+}
+
+// Each run counts the users' requests that started within it, and the
+// failed ones among them.
+func TestCountUsers(t *testing.T) {
+	t0 := time.Date(2026, 11, 25, 20, 0, 0, 0, time.UTC)
+	var samples []demo.Sample
+	for i := range 100 { // one a second; every 10th fails
+		code := 200
+		if i%10 == 0 {
+			code = -1
+		}
+		samples = append(samples, demo.Sample{Start: t0.Add(time.Duration(i) * time.Second), Code: code})
+	}
+	runs := []AARun{{Start: t0.Add(5 * time.Second), Elapsed: 20 * time.Second}, {Start: t0.Add(90 * time.Second), Elapsed: time.Minute}}
+	countUsers(runs, samples)
+	if runs[0].UserRequests != 20 || runs[0].UserErrors != 2 { // 5..24: 10 and 20 failed
+		t.Errorf("run 1: %d requests, %d failed; want 20, 2", runs[0].UserRequests, runs[0].UserErrors)
+	}
+	if runs[1].UserRequests != 10 || runs[1].UserErrors != 1 { // 90..99 (the traffic ended): 90 failed
+		t.Errorf("run 2: %d requests, %d failed; want 10, 1", runs[1].UserRequests, runs[1].UserErrors)
 	}
 }
