@@ -7,7 +7,8 @@
 # plus an oracle warm-up curve, reporting ratios (contender ÷ danki) measured
 # side by side in one run, $BENCH_RUNS times (default 2). The demo's bad
 # version is left out (it yields no ratio; make demo shows it). Results:
-# $BENCH_OUT (default bench-results/).
+# $BENCH_OUT (default bench-results/). Then the warm gate's bench
+# (danki-lab gate-bench): new pods three ways side by side.
 set -euo pipefail
 # shellcheck source=test/lab/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -51,5 +52,15 @@ for i in $(seq 1 "$runs"); do
 		sed -n '/^- .* ÷ /p' "$out/run-$i/results.md"
 	} >>"$summary"
 done
+# The warm gate (#16): new pods of a plain Deployment — scale-up 2 → 4 and a
+# killed pod — with no warm-up, Istio slow start and the danki gate side by
+# side under the same user traffic (~6 min, lab up and down included).
+log "bench: the warm gate → $out/gate"
+build_danki danki danki-lab # the gate runs the lab's danki binary
+"$bin/danki-lab" gate-bench --root "$repo" --out "$out/gate"
+{
+	echo; echo "## the warm gate: new pods, three ways (scale-up 2 → 4, a killed pod)"; echo
+	sed -n '/^|/p' "$out/gate/gatebench.md"
+} >>"$summary"
 cat "$summary"
 log "bench: results in $out (summary.md, run-N/{results.md,results.json,latency.svg,latency.png}, go-bench.txt, go-bench.json)"
