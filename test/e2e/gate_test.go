@@ -1,0 +1,340 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/danki-dev/danki/internal/demo"
+	"github.com/danki-dev/danki/internal/labdemo"
+	"github.com/danki-dev/danki/test/testenv"
+)
+
+// The gated Deployment of examples/lab/gate and its cluster on the gateway.
+const (
+	gatedApp     = "app-gated"
+	gatedHost    = "gated.lab"
+	condWarm     = "danki.dev/warm"
+	gatedCluster = `outbound|8080||app-gated.default.svc.cluster.local`
+)
+
+// Envoy's per-endpoint request counter for the gated cluster (admin
+// /clusters): requests the gateway sent to that pod — user requests only,
+// since the gate's warm-up goes straight to the pod IP, not through Envoy.
+var gatedEndpointRq = regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(gatedCluster) + `::(10\.244\.0\.\d+):8080::rq_total::(\d+)$`)
+
+// TestLabWarmGate is the warm gate (#16) on the lab: `danki gate` runs out
+// of cluster (the lab's danki binary), its webhook registered on the lab's
+// API server; examples/lab/gate's gated Deployment runs under user traffic
+// through the gateway and is scaled 2 → 4. Every gated pod must get no user
+// request before its danki.dev/warm condition is True (Envoy's per-endpoint
+// counters, read before the pod each time), must then become Ready and
+// receive users; a new pod deleted mid-warm-up must have its warm-up load
+// stopped by the gate (its log: "stopping warm-up" for the pod deleting,
+// then "warm-up stopped", never "pod warm").
+func TestLabWarmGate(t *testing.T) {
+	l := startLab(t)
+	ctx, kube := l.ctx, l.kube
+	cache, err := testenv.CacheDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	logPath := filepath.Join(t.TempDir(), "gate.log")
+	gp, err := labdemo.StartGate(ctx, kube, labdemo.GateOptions{
+		Danki: filepath.Join(cache, "lab", "bin", "danki"), Kubeconfig: l.kubeconfig, Root: l.root, LogPath: logPath,
+	})
+	if err != nil {
+		t.Fatalf("start danki gate: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := gp.Stop(); err != nil {
+			t.Errorf("stop danki gate: %v", err)
+		}
+		if t.Failed() {
+			b, _ := os.ReadFile(logPath)
+			t.Logf("danki gate log:\n%s", b)
+		}
+	})
+	t.Logf("danki gate running, webhook on 127.0.0.1:%d registered", gp.Port)
+
+	l.apply(t, filepath.Join(l.root, "examples", "lab", "20-gateway.yaml"), filepath.Join(l.root, "examples", "lab", "gate", "30-gated.yaml"))
+	pods := kube.CoreV1().Pods("default")
+	waitFor(t, ctx, 3*time.Minute, "app-gated: 2 pods warmed by the gate and Ready", func() (bool, string) {
+		return gatedReady(ctx, l, 2)
+	})
+	initial := gatedPods(t, ctx, l)
+	for _, p := range initial {
+		if !slices.ContainsFunc(p.Spec.ReadinessGates, func(g corev1.PodReadinessGate) bool { return string(g.ConditionType) == condWarm }) {
+			t.Fatalf("pod %s has no readiness gate %s: the webhook did not inject it (gates %v)", p.Name, condWarm, p.Spec.ReadinessGates)
+		}
+		c := podCondition(&p, condWarm)
+		t.Logf("pod %s: %s %s %q", p.Name, c.Status, c.Reason, c.Message)
+	}
+	waitFor(t, ctx, time.Minute, "the gateway routes "+gatedHost, func() (bool, string) {
+		code, err := getHost(ctx, gatedHost)
+		return code == http.StatusOK, fmt.Sprintf("HTTP %d, %v", code, err)
+	})
+
+	users, err := demo.StartTraffic(ctx, demo.TrafficConfig{URL: gatewayURL, QPS: 30, Headers: map[string]string{"Host": gatedHost}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer users.Stop()
+	w := watchGate(t, ctx, l)
+	time.Sleep(5 * time.Second)
+
+	t.Log("scale app-gated 2 → 4")
+	scaled := time.Now()
+	patch := []byte(`{"spec":{"replicas":4}}`)
+	if _, err := kube.AppsV1().Deployments("default").Patch(ctx, gatedApp, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatalf("scale: %v", err)
+	}
+
+	// One new pod is deleted while the gate warms it.
+	var victim corev1.Pod
+	waitFor(t, ctx, 2*time.Minute, "a new pod warming (condition reason Warming)", func() (bool, string) {
+		for _, p := range gatedPods(t, ctx, l) {
+			if c := podCondition(&p, condWarm); p.CreationTimestamp.After(scaled.Add(-time.Second)) && c != nil && c.Reason == "Warming" {
+				victim = p
+				return true, ""
+			}
+		}
+		return false, "no new pod warming yet"
+	})
+	t.Logf("deleting %s mid-warm-up (%q)", victim.Name, podCondition(&victim, condWarm).Message)
+	deleted := time.Now()
+	if err := pods.Delete(ctx, victim.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ref := "pod=default/" + victim.Name
+	waitFor(t, ctx, 20*time.Second, "the gate stopping "+victim.Name+"'s warm-up load", func() (bool, string) {
+		stopping, stopped := gateLogHas(logPath, "stopping warm-up", ref), gateLogHas(logPath, "warm-up stopped", ref)
+		return stopping != "" && stopped != "", fmt.Sprintf("stopping: %q, stopped: %q", stopping, stopped)
+	})
+	stopping := gateLogHas(logPath, "stopping warm-up", ref)
+	t.Logf("gate log %.1f s after the delete: %s", time.Since(deleted).Seconds(), stopping)
+	if !strings.Contains(stopping, "pod delet") {
+		t.Errorf("the gate stopped %s's warm-up for another reason: %s", victim.Name, stopping)
+	}
+
+	waitFor(t, ctx, 3*time.Minute, "app-gated: 4 pods warmed and Ready (the deleted one re-created)", func() (bool, string) {
+		return gatedReady(ctx, l, 4)
+	})
+	var fresh []corev1.Pod
+	for _, p := range gatedPods(t, ctx, l) {
+		if p.CreationTimestamp.After(scaled.Add(-time.Second)) {
+			fresh = append(fresh, p)
+		}
+	}
+	if len(fresh) != 2 {
+		t.Fatalf("%d Ready pods created since the scale-up, want 2 (one new, one replacing the deleted one)", len(fresh))
+	}
+	waitFor(t, ctx, time.Minute, "users reach every new pod through Envoy", func() (bool, string) {
+		rq, err := gatedRequests()
+		if err != nil {
+			return false, err.Error()
+		}
+		var state []string
+		all := true
+		for _, p := range fresh {
+			state = append(state, fmt.Sprintf("%s %d", p.Name, rq[p.Status.PodIP]))
+			all = all && rq[p.Status.PodIP] > 0
+		}
+		return all, strings.Join(state, ", ")
+	})
+	res := users.Stop()
+	w.stop()
+	if gateLogHas(logPath, "pod warm", ref) != "" {
+		t.Errorf("the gate declared the deleted pod %s warm", victim.Name)
+	}
+
+	// The invariant, over every look at every gated pod since the users came.
+	t.Logf("%d looks at Envoy and the pods; user requests %d, not OK %d", w.looks, res.Requests, res.Errors)
+	if w.looks < 100 {
+		t.Errorf("only %d looks at Envoy and the pods: too few to judge", w.looks)
+	}
+	for _, p := range append(fresh, victim) {
+		s := w.pods[p.Name]
+		if s == nil || s.notWarmLooks == 0 {
+			t.Errorf("pod %s was never seen before its condition was True: the check would be empty", p.Name)
+			continue
+		}
+		if s.warmAt.IsZero() {
+			t.Logf("pod %s: seen %d times not warm (user requests then: %d); never warm", p.Name, s.notWarmLooks, s.usersBeforeWarm)
+		} else {
+			t.Logf("pod %s: seen %d times not warm (user requests then: %d); warm %.1f s after creation, first user request seen %.1f s after warm",
+				p.Name, s.notWarmLooks, s.usersBeforeWarm, s.warmAt.Sub(s.created).Seconds(), s.firstUsers.Sub(s.warmAt).Seconds())
+		}
+		if s.usersBeforeWarm > 0 {
+			t.Errorf("pod %s got %d user requests through Envoy before its %s condition was True", p.Name, s.usersBeforeWarm, condWarm)
+		}
+	}
+	if res.Requests == 0 || float64(res.Errors) > 0.01*float64(res.Requests) {
+		t.Errorf("users: %d of %d requests not OK", res.Errors, res.Requests)
+	}
+}
+
+// gateWatch looks at Envoy's per-endpoint counters and then at the gated
+// pods every 200 ms. A pod whose condition is not True in a look was not
+// warm when its counter was read just before, so any count then is a user
+// request that reached it before it was warm.
+type gateWatch struct {
+	mu    sync.Mutex
+	looks int
+	pods  map[string]*gatePodSeen
+	stop  func()
+}
+
+type gatePodSeen struct {
+	created, warmAt, firstUsers time.Time
+	notWarmLooks                int
+	usersBeforeWarm             int64
+}
+
+func watchGate(t *testing.T, ctx context.Context, l *lab) *gateWatch {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	w := &gateWatch{pods: map[string]*gatePodSeen{}}
+	w.stop = func() { cancel(); <-done }
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			time.Sleep(200 * time.Millisecond)
+			rq, err := gatedRequests()
+			if err != nil {
+				continue
+			}
+			list, err := l.kube.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=" + gatedApp})
+			if err != nil {
+				continue
+			}
+			now := time.Now()
+			w.mu.Lock()
+			w.looks++
+			for i := range list.Items {
+				p := &list.Items[i]
+				s := w.pods[p.Name]
+				if s == nil {
+					s = &gatePodSeen{created: p.CreationTimestamp.Time}
+					w.pods[p.Name] = s
+				}
+				n := rq[p.Status.PodIP]
+				if p.Status.PodIP == "" {
+					n = 0
+				}
+				c := podCondition(p, condWarm)
+				warm := c != nil && c.Status == corev1.ConditionTrue
+				switch {
+				case !warm:
+					s.notWarmLooks++
+					s.usersBeforeWarm = max(s.usersBeforeWarm, n)
+				case s.warmAt.IsZero():
+					s.warmAt = now
+				}
+				if n > 0 && s.firstUsers.IsZero() {
+					s.firstUsers = now
+				}
+			}
+			w.mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	return w
+}
+
+// gatedRequests reads Envoy's rq_total per endpoint IP of the gated cluster.
+func gatedRequests() (map[string]int64, error) {
+	body, err := adminGet("/clusters")
+	if err != nil {
+		return nil, err
+	}
+	rq := map[string]int64{}
+	for _, m := range gatedEndpointRq.FindAllStringSubmatch(body, -1) {
+		n, _ := strconv.ParseInt(m[2], 10, 64)
+		rq[m[1]] = n
+	}
+	return rq, nil
+}
+
+func gatedReady(ctx context.Context, l *lab, n int32) (bool, string) {
+	d, err := l.kube.AppsV1().Deployments("default").Get(ctx, gatedApp, metav1.GetOptions{})
+	if err != nil {
+		return false, err.Error()
+	}
+	list, err := l.kube.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=" + gatedApp})
+	if err != nil {
+		return false, err.Error()
+	}
+	var state []string
+	for _, p := range list.Items {
+		c := podCondition(&p, condWarm)
+		if c == nil {
+			state = append(state, p.Name+": no warm condition")
+			continue
+		}
+		state = append(state, fmt.Sprintf("%s: %s %s %q", p.Name, c.Status, c.Reason, c.Message))
+	}
+	return d.Status.ReadyReplicas == n && d.Status.Replicas == n && len(list.Items) == int(n),
+		fmt.Sprintf("%d/%d ready; %s", d.Status.ReadyReplicas, d.Status.Replicas, strings.Join(state, "; "))
+}
+
+func gatedPods(t *testing.T, ctx context.Context, l *lab) []corev1.Pod {
+	t.Helper()
+	list, err := l.kube.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=" + gatedApp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return slices.DeleteFunc(list.Items, func(p corev1.Pod) bool { return p.DeletionTimestamp != nil })
+}
+
+func podCondition(p *corev1.Pod, typ string) *corev1.PodCondition {
+	for i := range p.Status.Conditions {
+		if string(p.Status.Conditions[i].Type) == typ {
+			return &p.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// gateLogHas returns the first line of the gate's log with msg="<msg>" and
+// the pod reference (pod=default/NAME, a whole field), or "".
+func gateLogHas(path, msg, ref string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.Contains(line, `msg="`+msg+`"`) && (strings.Contains(line, ref+" ") || strings.HasSuffix(line, ref)) {
+			return line
+		}
+	}
+	return ""
+}
+
+// getHost sends one GET through the gateway with the given Host.
+func getHost(ctx context.Context, host string) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, gatewayURL, nil)
+	if err != nil {
+		return 0, err
+	}
+	req.Host = host
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	resp.Body.Close()
+	return resp.StatusCode, nil
+}
