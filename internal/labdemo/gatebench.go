@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"os"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -138,6 +139,10 @@ type GateBenchResult struct {
 	Envoy string `json:"envoySlowStart"`
 	// Goal says whether the gate met the issue's goal after the scale-up.
 	Goal string `json:"goal"`
+	// WarmUps counts the gate's warm-ups per pod (its log's "warming pod"
+	// lines). More than one for a pod that did not restart means the gate
+	// took a warm, serving pod out of load balancing again.
+	WarmUps map[string]int `json:"gateWarmUpsPerPod"`
 	// From and To bound the chart.
 	From time.Time `json:"from"`
 	To   time.Time `json:"to"`
@@ -269,6 +274,9 @@ func GateBench(ctx context.Context, cfg GateBenchConfig) (res *GateBenchResult, 
 		res.Ways = append(res.Ways, GateWayResult{GateWay: w, Phases: stats, Ratios: gateRatios(stats), Pods: pods, Traffic: tr})
 	}
 	res.Goal = gateGoal(res.Ways)
+	if raw, rerr := os.ReadFile(cfg.GateLog); rerr == nil {
+		res.WarmUps = gateWarmUps(string(raw))
+	}
 	if exited, xerr := gp.Exited(); exited {
 		return res, fmt.Errorf("danki gate exited during the bench: %v (log %s)", xerr, cfg.GateLog)
 	}
@@ -478,4 +486,21 @@ func readyAfterList(pods []GatePod, event string) string {
 		return "–"
 	}
 	return strings.Join(parts, ", ")
+}
+
+// gateWarmUps counts the warm-ups the gate started per pod, from its log
+// (slog text: msg="warming pod" pod=NAMESPACE/NAME).
+func gateWarmUps(log string) map[string]int {
+	n := map[string]int{}
+	for _, line := range strings.Split(log, "\n") {
+		if !strings.Contains(line, `msg="warming pod"`) {
+			continue
+		}
+		for _, f := range strings.Fields(line) {
+			if pod, ok := strings.CutPrefix(f, "pod="); ok {
+				n[strings.TrimPrefix(pod, "default/")]++
+			}
+		}
+	}
+	return n
 }

@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -55,6 +57,19 @@ func WriteGateBenchReport(w io.Writer, r *GateBenchResult) error {
 				line += "; danki.dev/warm: " + p.Warm
 			}
 			b.WriteString(line + "\n")
+		}
+	}
+	if len(r.WarmUps) > 0 {
+		var parts, again []string
+		for _, pod := range slices.Sorted(maps.Keys(r.WarmUps)) {
+			parts = append(parts, fmt.Sprintf("%s %d", pod, r.WarmUps[pod]))
+			if r.WarmUps[pod] > 1 {
+				again = append(again, pod)
+			}
+		}
+		fmt.Fprintf(&b, "\ndanki gate's warm-ups per pod: %s.\n", strings.Join(parts, ", "))
+		if len(again) > 0 {
+			fmt.Fprintf(&b, "\n**Warmed more than once: %s** — each further warm-up set the condition False again, taking a warm pod out of load balancing.\n", strings.Join(again, ", "))
 		}
 	}
 	fmt.Fprintf(&b, "\nEnvoy's load balancing for the slow-start way: %s\n", r.Envoy)

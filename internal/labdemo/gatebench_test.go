@@ -197,3 +197,22 @@ func TestWriteGateBenchReport(t *testing.T) {
 		}
 	}
 }
+
+func TestGateWarmUpsFromTheGateLog(t *testing.T) {
+	log := `time=2026-11-25T20:55:27.947Z level=INFO msg="pod warm" pod=default/a summary="converged"
+time=2026-11-25T20:55:27.957Z level=INFO msg="warming pod" pod=default/a target=http://10.244.0.7:8080
+time=2026-11-25T20:54:33.744Z level=INFO msg="warming pod" pod=default/b target=http://10.244.0.8:8080
+time=2026-11-25T20:55:46.561Z level=INFO msg="warming pod" pod=default/a target=http://10.244.0.7:8080
+`
+	got := gateWarmUps(log)
+	if len(got) != 2 || got["a"] != 2 || got["b"] != 1 {
+		t.Errorf("warm-ups %v; want a 2, b 1", got)
+	}
+	var b strings.Builder
+	if err := WriteGateBenchReport(&b, &GateBenchResult{WarmUps: got}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "warm-ups per pod: a 2, b 1") || !strings.Contains(b.String(), "Warmed more than once: a**") {
+		t.Errorf("report:\n%s", b.String())
+	}
+}
