@@ -182,6 +182,14 @@ func TestLabWarmGate(t *testing.T) {
 			t.Errorf("pod %s got %d user requests through Envoy before its %s condition was True", p.Name, s.usersBeforeWarm, condWarm)
 		}
 	}
+	// A warm pod stays warm: its condition never goes back to False while
+	// its containers run (that would take a warm, serving pod out of every
+	// load balancer and warm it again).
+	for name, s := range w.pods {
+		if s.unwarmed > 0 && name != victim.Name {
+			t.Errorf("pod %s: its %s condition was True, then not True in %d later looks: the gate took a warm pod out of load balancing", name, condWarm, s.unwarmed)
+		}
+	}
 	if res.Requests == 0 || float64(res.Errors) > 0.01*float64(res.Requests) {
 		t.Errorf("users: %d of %d requests not OK", res.Errors, res.Requests)
 	}
@@ -202,6 +210,9 @@ type gatePodSeen struct {
 	created, warmAt, firstUsers time.Time
 	notWarmLooks                int
 	usersBeforeWarm             int64
+	// unwarmed counts looks where a pod seen warm before was not: the
+	// gate took a warm pod out of load balancing again.
+	unwarmed int
 }
 
 func watchGate(t *testing.T, ctx context.Context, l *lab) *gateWatch {
@@ -238,6 +249,8 @@ func watchGate(t *testing.T, ctx context.Context, l *lab) *gateWatch {
 				c := podCondition(p, condWarm)
 				warm := c != nil && c.Status == corev1.ConditionTrue
 				switch {
+				case !warm && !s.warmAt.IsZero():
+					s.unwarmed++
 				case !warm:
 					s.notWarmLooks++
 					s.usersBeforeWarm = max(s.usersBeforeWarm, n)
