@@ -43,7 +43,7 @@ func TestLabBlueGreenLoadAnalysis(t *testing.T) {
 	l := startLab(t)
 	dir := filepath.Join(l.root, "examples", "lab")
 	l.apply(t, filepath.Join(dir, "20-gateway.yaml"), filepath.Join(dir, "bluegreen"))
-	bg := &blueGreenLab{lab: l}
+	bg := &blueGreenLab{lab: l, active: "v1"}
 	ro := bg.waitRollout(t, 5*time.Minute, "Rollout app-bg Healthy with 2 available pods", func(ro *v1alpha1.Rollout) (bool, string) {
 		return ro.Status.Phase == v1alpha1.RolloutPhaseHealthy && ro.Status.AvailableReplicas == 2 && ro.Status.BlueGreen.ActiveSelector != "",
 			describeBG(ro)
@@ -71,6 +71,8 @@ func TestLabBlueGreenLoadAnalysis(t *testing.T) {
 type blueGreenLab struct {
 	*lab
 	version int
+	// active is the version users are on (the active Service's pods).
+	active string
 }
 
 func (b *blueGreenLab) waitRollout(t *testing.T, limit time.Duration, what string, cond func(*v1alpha1.Rollout) (bool, string)) *v1alpha1.Rollout {
@@ -236,6 +238,7 @@ func logRun(t *testing.T, run *v1alpha1.AnalysisRun) {
 
 func (b *blueGreenLab) goodVersion(t *testing.T) {
 	newHash, oldHash := b.deploy(t, nil)
+	version := fmt.Sprintf("v%d", b.version+1)
 	p := b.awaitAnalysis(t, 5*time.Minute, newHash, oldHash)
 	ms := loadMeasurement(p.run)
 	if p.run.Status.Phase != v1alpha1.AnalysisPhaseSuccessful || ms == nil || ms.Phase != v1alpha1.AnalysisPhaseSuccessful {
@@ -253,6 +256,7 @@ func (b *blueGreenLab) goodVersion(t *testing.T) {
 			describeBG(ro)
 	})
 	t.Logf("promoted: %s", describeBG(ro))
+	b.active = version
 	// The new pods got the analysis' load while users were on the old
 	// ones: the measured requests at least.
 	if p.markedBefore < measuredCount(t, b.lab) {
@@ -261,9 +265,9 @@ func (b *blueGreenLab) goodVersion(t *testing.T) {
 	// Users now reach the new version through the gateway, and Envoy counts
 	// them on the new pods' IPs: the count the slow version's phase expects
 	// to stay 0 does move when users are switched.
-	waitFor(t, b.ctx, time.Minute, "users answered by v2 through the gateway", func() (bool, string) {
+	waitFor(t, b.ctx, time.Minute, "users answered by "+version+" through the gateway", func() (bool, string) {
 		v, err := bgRequest(b.ctx, http.DefaultClient, 1)
-		return err == nil && v == "v2", fmt.Sprintf("version %q, %v", v, err)
+		return err == nil && v == version, fmt.Sprintf("version %q, %v", v, err)
 	})
 	var users int64
 	waitFor(t, b.ctx, time.Minute, "Envoy counts user requests on the new pods' IPs", func() (bool, string) {
@@ -317,11 +321,11 @@ func (b *blueGreenLab) slowVersion(t *testing.T) {
 	if users != 0 {
 		t.Errorf("Envoy sent %d user requests to the rejected version's pods", users)
 	}
-	// Users are still answered by the old version.
+	// Users are still answered by the version they were on.
 	for i := 0; i < 20; i++ {
 		v, err := bgRequest(b.ctx, http.DefaultClient, i)
-		if err != nil || v != "v2" {
-			t.Fatalf("user request %d after the abort answered %q (%v), want v2", i, v, err)
+		if err != nil || v != b.active {
+			t.Fatalf("user request %d after the abort answered %q (%v), want %s", i, v, err, b.active)
 		}
 	}
 }
