@@ -117,6 +117,18 @@ func TestGateOnAPIServer(t *testing.T) {
 			t.Fatalf("%d requests without the marker header", srv.Unmarked())
 		}
 		t.Logf("warm after %d requests: %s", sentWhenWarm, c.Message)
+		// A warm pod stays warm: no second warm-up (whose progress would
+		// set the condition False and take a serving pod out of load
+		// balancing), whatever the informer cache still says.
+		settled := srv.Load()
+		for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+			if !gate.IsWarm(getPod(t, ctx, kube, "cold")) {
+				t.Fatalf("condition left True after the warm-up: %+v", warmCondition(getPod(t, ctx, kube, "cold")))
+			}
+		}
+		if extra := srv.Load() - settled; extra > 10 {
+			t.Fatalf("%d more requests after the pod was warm: a second warm-up", extra)
+		}
 	})
 
 	failing := func(t *testing.T, name, policy string, want corev1.ConditionStatus, reason string) {
@@ -162,6 +174,25 @@ func TestGateOnAPIServer(t *testing.T) {
 			c := warmCondition(p)
 			return c != nil && c.Reason == gate.ReasonInvalidConfig && strings.Contains(c.Message, "qsp")
 		})
+	})
+
+	t.Run("a container restart makes the pod cold again: un-ready, warmed afresh", func(t *testing.T) {
+		srv := testutil.NewColdServer(t, testutil.Flat(time.Millisecond))
+		srv.HealthPath = "/healthz"
+		pod := createPod(t, ctx, kube, "restarted", `{"qps": 400, "healthPath": "/healthz"}`, serverPort(t, srv.URL))
+		markContainersReady(t, ctx, kube, pod)
+		waitPod(t, ctx, kube, "restarted", time.Minute, "warm", gate.IsWarm)
+		first := srv.Load()
+		setContainersReady(t, ctx, kube, "restarted", corev1.ConditionFalse)
+		waitPod(t, ctx, kube, "restarted", 30*time.Second, "condition False after the restart", func(p *corev1.Pod) bool {
+			c := warmCondition(p)
+			return c != nil && c.Status == corev1.ConditionFalse && strings.Contains(c.Message, "restarted")
+		})
+		setContainersReady(t, ctx, kube, "restarted", corev1.ConditionTrue)
+		waitPod(t, ctx, kube, "restarted", time.Minute, "warm again", gate.IsWarm)
+		if again := srv.Load() - first; again < 1000 {
+			t.Fatalf("warm again after %d more requests; want a fresh warm-up (≥ 1000)", again)
+		}
 	})
 
 	t.Run("deleted pod stops its load at once", func(t *testing.T) {
@@ -320,6 +351,26 @@ func markContainersReady(t *testing.T, ctx context.Context, kube kubernetes.Inte
 	})
 	if err != nil {
 		t.Fatalf("set status of %s: %v", pod.Name, err)
+	}
+}
+
+// setContainersReady plays the kubelet seeing a container stop (False) or
+// come back (True).
+func setContainersReady(t *testing.T, ctx context.Context, kube kubernetes.Interface, name string, status corev1.ConditionStatus) {
+	t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur := getPod(t, ctx, kube, name)
+		for i := range cur.Status.Conditions {
+			if cur.Status.Conditions[i].Type == corev1.ContainersReady {
+				cur.Status.Conditions[i].Status = status
+				cur.Status.Conditions[i].LastTransitionTime = metav1.Now()
+			}
+		}
+		_, err := kube.CoreV1().Pods(ns).UpdateStatus(ctx, cur, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatalf("set ContainersReady=%s on %s: %v", status, name, err)
 	}
 }
 

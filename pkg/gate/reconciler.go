@@ -53,6 +53,12 @@ type Reconciler struct {
 	mu      sync.Mutex
 	jobs    map[types.UID]*job
 	tries   map[types.UID]*attempts
+	// warmed remembers the pods this process has set warm (or seen warm):
+	// the informer cache can lag behind our own status patch, and a pod
+	// that looks not-yet-warm there must not be warmed again — a second
+	// warm-up's progress would set the condition False and take a serving
+	// pod out of load balancing.
+	warmed map[types.UID]bool
 }
 
 // job is one pod's warm-up in progress.
@@ -79,6 +85,7 @@ func (r *Reconciler) init() {
 		r.requeue = make(chan event.GenericEvent, 1024)
 		r.jobs = map[types.UID]*job{}
 		r.tries = map[types.UID]*attempts{}
+		r.warmed = map[types.UID]bool{}
 		if r.Log == nil {
 			r.Log = slog.Default()
 		}
@@ -101,18 +108,33 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	if pod.DeletionTimestamp != nil {
 		r.stop(pod.UID, "pod deleting")
-		return reconcile.Result{}, nil
-	}
-	if c := condition(&pod); c != nil && c.Status == corev1.ConditionTrue {
+		r.forget(pod.UID)
 		return reconcile.Result{}, nil
 	}
 	if !containersReady(&pod) || pod.Status.PodIP == "" {
-		// A restart begins afresh: stop any load, forget old failures.
+		// Not started yet, or a container restarted: a restarted JVM is
+		// cold again, so the pod goes out of load balancing (condition
+		// False) and is warmed afresh once its containers are ready; any
+		// load stops, old failures are forgotten.
 		r.stop(pod.UID, "containers not ready")
-		r.mu.Lock()
-		delete(r.tries, pod.UID)
-		r.mu.Unlock()
-		return reconcile.Result{}, r.setCondition(ctx, &pod, corev1.ConditionFalse, ReasonWaiting, "waiting for the containers to be ready before warming")
+		r.forget(pod.UID)
+		if c := condition(&pod); c != nil && c.Status == corev1.ConditionFalse && c.Reason == ReasonWaiting {
+			return reconcile.Result{}, nil // said so already (keep why: start or restart)
+		}
+		msg := "waiting for the containers to be ready before warming"
+		if IsWarm(&pod) {
+			msg = "a container restarted: cold again; warming once the containers are ready"
+		}
+		return reconcile.Result{}, r.setCondition(ctx, &pod, corev1.ConditionFalse, ReasonWaiting, msg)
+	}
+	r.mu.Lock()
+	if IsWarm(&pod) {
+		r.warmed[pod.UID] = true // e.g. warmed before this process started
+	}
+	done := r.warmed[pod.UID]
+	r.mu.Unlock()
+	if done {
+		return reconcile.Result{}, nil
 	}
 	cfg, err := ParseConfig(pod.Annotations[AnnotationWarmUp])
 	var target warmup.Target
@@ -159,7 +181,10 @@ func (r *Reconciler) start(pod *corev1.Pod, cfg Config, target warmup.Target) {
 			delete(r.jobs, pod.UID)
 		}
 		r.mu.Unlock()
-		if mine && ctx.Err() == nil {
+		r.mu.Lock()
+		warm := r.warmed[pod.UID]
+		r.mu.Unlock()
+		if mine && ctx.Err() == nil && !warm {
 			select {
 			case r.requeue <- event.GenericEvent{Object: pod}:
 			default: // full: the back-off's own requeue or the next pod event comes
@@ -214,7 +239,10 @@ func (r *Reconciler) warm(ctx context.Context, pod *corev1.Pod, cfg Config, targ
 		msg := fmt.Sprintf("warm: %s", res.Summary())
 		log.Info("pod warm", "summary", res.Summary())
 		r.Events.Eventf(pod, nil, corev1.EventTypeNormal, ReasonWarm, eventAction, "%s", msg)
-		r.forget(pod.UID)
+		r.mu.Lock()
+		delete(r.tries, pod.UID)
+		r.warmed[pod.UID] = true // before the patch: a reconcile from a stale cache must not warm it again
+		r.mu.Unlock()
 		if err := r.setCondition(wctx, pod, corev1.ConditionTrue, ReasonWarm, msg); err != nil {
 			log.Error("set the warm condition", "error", err)
 		}
@@ -241,6 +269,11 @@ func (r *Reconciler) failed(ctx context.Context, log *slog.Logger, pod *corev1.P
 	r.mu.Unlock()
 	log.Warn("warm-up failed", "attempt", n, "of", cfg.Retries, "error", err)
 
+	if gaveUp && cfg.OnFailure == BecomeReady {
+		r.mu.Lock()
+		r.warmed[pod.UID] = true // Ready by policy: not warmed again
+		r.mu.Unlock()
+	}
 	status, reason := corev1.ConditionFalse, ReasonRetrying
 	msg := fmt.Sprintf("attempt %d of %d failed: %v; next attempt in %s", n, cfg.Retries, err, backoff)
 	switch {
@@ -258,9 +291,11 @@ func (r *Reconciler) failed(ctx context.Context, log *slog.Logger, pod *corev1.P
 	}
 }
 
+// forget drops what the Reconciler remembers of a pod: failures and warmth.
 func (r *Reconciler) forget(uid types.UID) {
 	r.mu.Lock()
 	delete(r.tries, uid)
+	delete(r.warmed, uid)
 	r.mu.Unlock()
 }
 
@@ -293,6 +328,7 @@ func (r *Reconciler) stopPod(name types.NamespacedName, why string) {
 	}
 	for _, uid := range uids {
 		delete(r.tries, uid)
+		delete(r.warmed, uid)
 	}
 	r.mu.Unlock()
 	for _, uid := range uids {
