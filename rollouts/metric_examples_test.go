@@ -27,6 +27,7 @@ var exampleArgs = map[string]string{
 	"port":            "8080",
 	"preview-service": "app-preview",
 	"active-service":  "app-active",
+	"preview-hash":    "6d5f7c9b8",
 }
 
 func loadExampleTemplates(t *testing.T) map[string]*v1alpha1.AnalysisTemplate {
