@@ -60,7 +60,7 @@ build_danki danki danki-lab # the gate runs the lab's danki binary
 "$bin/danki-lab" gate-bench --root "$repo" --out "$out/gate"
 {
 	echo; echo "## the warm gate: new pods, three ways (scale-up 2 → 4, a killed pod)"; echo
-	sed -n '/^|/p' "$out/gate/gatebench.md"
+	sed -n '/^## Users/,/^goal/p' "$out/gate/gatebench.md"
 } >>"$summary"
 cat "$summary"
 log "bench: results in $out (summary.md, run-N/{results.md,results.json,latency.svg,latency.png}, go-bench.txt, go-bench.json)"
