@@ -8,7 +8,8 @@
 # side by side in one run, $BENCH_RUNS times (default 2). The demo's bad
 # version is left out (it yields no ratio; make demo shows it). Results:
 # $BENCH_OUT (default bench-results/). Then the warm gate's bench
-# (danki-lab gate-bench): new pods three ways side by side.
+# (danki-lab gate-bench): new pods three ways side by side; then the lab's
+# BlueGreen pre-promotion load test (TestLabBlueGreenLoadAnalysis).
 set -euo pipefail
 # shellcheck source=test/lab/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -61,6 +62,15 @@ build_danki danki danki-lab # the gate runs the lab's danki binary
 {
 	echo; echo "## the warm gate: new pods, three ways (scale-up 2 → 4, a killed pod)"; echo
 	sed -n '/^## Users/,/^goal/p' "$out/gate/gatebench.md"
+} >>"$summary"
+# BlueGreen with danki's load test as the pre-promotion gate (#15): the lab
+# e2e test run as a bench (~7 min): what the AnalysisRuns measured and how
+# many user requests reached the bad version (Envoy).
+log "bench: BlueGreen pre-promotion load test → $out/bluegreen.log"
+go test -count=1 -run TestLabBlueGreenLoadAnalysis -v -timeout 20m ./test/e2e/ >"$out/bluegreen.log" 2>&1 || log "bench: the BlueGreen run failed (see $out/bluegreen.log)"
+{
+	echo; echo "## BlueGreen: danki load-tests the preview pods before the switch"; echo
+	grep -E 'bluegreen_test.go:[0-9]+: (AnalysisRun app-bg|good version|slow version|--- )|^(--- |ok|FAIL)' "$out/bluegreen.log" | sed 's/^ *//; s/^/    /'
 } >>"$summary"
 cat "$summary"
 log "bench: results in $out (summary.md, run-N/{results.md,results.json,latency.svg,latency.png}, go-bench.txt, go-bench.json)"
