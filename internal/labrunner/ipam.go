@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sync"
+	"time"
 )
 
 // ipam hands out pod IPs from the node's pod CIDR. The first addresses are
@@ -13,7 +14,19 @@ type ipam struct {
 	mu     sync.Mutex
 	prefix netip.Prefix
 	used   map[netip.Addr]string // address → pod key
+	// released remembers when addresses were freed: a new pod gets an
+	// address that has rested reuseAfter if there is one. Handing a fresh
+	// pod the address a deleted pod held a moment ago made its first
+	// connections fail with "no route to host" (the host's neighbour entry
+	// for it had gone FAILED while nobody held it: Envoy, Prometheus and the
+	// warm-up still tried the old pod), which failed a warm-up in the lab.
+	released map[netip.Addr]time.Time
+	now      func() time.Time
 }
+
+// reuseAfter is how long a freed address rests before it is handed out
+// again (unless no other address is free).
+const reuseAfter = 2 * time.Minute
 
 const reservedAddrs = 3
 
@@ -25,11 +38,12 @@ func newIPAM(cidr string) (*ipam, error) {
 	if !p.Addr().Is4() || p.Bits() > 29 {
 		return nil, fmt.Errorf("pod CIDR %q: need an IPv4 prefix of /29 or wider", cidr)
 	}
-	return &ipam{prefix: p.Masked(), used: map[netip.Addr]string{}}, nil
+	return &ipam{prefix: p.Masked(), used: map[netip.Addr]string{}, released: map[netip.Addr]time.Time{}, now: time.Now}, nil
 }
 
 // allocate returns the address already held by key, prefer (if free and in
-// range), or the lowest free address.
+// range), or the lowest free address that has rested reuseAfter since it
+// was freed (else the lowest free one).
 func (a *ipam) allocate(key string, prefer netip.Addr) (netip.Addr, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -44,13 +58,20 @@ func (a *ipam) allocate(key string, prefer netip.Addr) (netip.Addr, error) {
 			return prefer, nil
 		}
 	}
-	ip := a.prefix.Addr()
+	first := a.prefix.Addr()
 	for i := 0; i < reservedAddrs; i++ {
-		ip = ip.Next()
+		first = first.Next()
 	}
-	for ; a.usable(ip); ip = ip.Next() {
-		if _, taken := a.used[ip]; !taken {
+	for _, rested := range []bool{true, false} {
+		for ip := first; a.usable(ip); ip = ip.Next() {
+			if _, taken := a.used[ip]; taken {
+				continue
+			}
+			if at, ok := a.released[ip]; rested && ok && a.now().Sub(at) < reuseAfter {
+				continue
+			}
 			a.used[ip] = key
+			delete(a.released, ip)
 			return ip, nil
 		}
 	}
@@ -61,6 +82,7 @@ func (a *ipam) release(ip netip.Addr) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	delete(a.used, ip)
+	a.released[ip] = a.now()
 }
 
 // usable: inside the prefix, past the reserved addresses, not broadcast.

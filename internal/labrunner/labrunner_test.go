@@ -125,6 +125,38 @@ func TestIPAM(t *testing.T) {
 	}
 }
 
+// A freed address rests before a new pod gets it (a pod handed the address
+// of one deleted a moment ago met "no route to host"), unless nothing else
+// is free.
+func TestIPAMRestsFreedAddresses(t *testing.T) {
+	a, err := newIPAM("10.244.0.0/29") // .3 … .6 usable
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	a.now = func() time.Time { return now }
+	for i := 0; i < 2; i++ {
+		if _, err := a.allocate(fmt.Sprint("pod", i), netip.Addr{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.release(netip.MustParseAddr("10.244.0.3"))
+	if ip, _ := a.allocate("new", netip.Addr{}); ip.String() != "10.244.0.5" {
+		t.Fatalf("a new pod got %s; want 10.244.0.5, not the address freed a moment ago", ip)
+	}
+	now = now.Add(reuseAfter + time.Second)
+	a.release(netip.MustParseAddr("10.244.0.5")) // freed just now: resting
+	if ip, _ := a.allocate("later", netip.Addr{}); ip.String() != "10.244.0.3" {
+		t.Fatalf("after the rest: got %s, want the lowest rested address 10.244.0.3", ip)
+	}
+	if ip, _ := a.allocate("x", netip.Addr{}); ip.String() != "10.244.0.6" {
+		t.Fatalf("got %s, want the never-used 10.244.0.6", ip)
+	}
+	if ip, _ := a.allocate("y", netip.Addr{}); ip.String() != "10.244.0.5" {
+		t.Fatalf("only a resting address left: got %s, want it (10.244.0.5) rather than an error", ip)
+	}
+}
+
 // TestRunnerRunsPodsAsProcesses runs a real process per pod against a fake
 // API server: the pod becomes Running/Ready with an IP once its readiness
 // probe answers, the process sees the pod's env and the image tag as
