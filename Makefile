@@ -78,7 +78,7 @@ bench: ## Go benchmarks, then (root) the lab bench: baseline, Istio slow start, 
 demo: ## the main job (root): baseline vs danki rollout of a cold-starting JVM app under user traffic; table + chart in demo-results/
 	test/lab/demo.sh
 
-aa: ## (root) issue #14's lab A/A: the same version rolled out $$AA_RUNS times (default 20) with danki's defaults — is a good version ever rejected? aa-results/
+aa: ## (root) issue #14's lab A/A: the same version rolled out AA_RUNS times (default 20) with danki's defaults — is a good version ever rejected? aa-results/
 	test/lab/up.sh && { $(DANKI_CACHE)/lab/bin/danki-lab aa --root . --kubeconfig $(DANKI_CACHE)/lab/kubeconfig --runs $${AA_RUNS:-20} --out aa-results; rc=$$?; test/lab/down.sh; exit $$rc; }
 
 lab-bins: ## build the lab's other binaries (control plane, istiod, Argo, Envoy, Prometheus, sample app) into $(DANKI_CACHE)/lab/bin (cached; ~25 min cold on an idle 2-core machine)
