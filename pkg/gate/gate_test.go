@@ -195,6 +195,25 @@ func TestGateOnAPIServer(t *testing.T) {
 		}
 	})
 
+	t.Run("the neighbour guard watches the workload's Ready pods; no rejection", func(t *testing.T) {
+		sibling := testutil.NewColdServer(t, testutil.Flat(time.Millisecond))
+		sibling.HealthPath = "/healthz"
+		// The new pod is slower than its sibling even when warm: the gate
+		// must not reject it (it only guards the sibling's users).
+		fresh := testutil.NewColdServer(t, testutil.Decaying(20*time.Millisecond, 30*time.Millisecond, 300))
+		fresh.HealthPath = "/healthz"
+		owner := metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "app-1234", UID: "rs-uid-1234", Controller: new(true)}
+		old := createOwnedPod(t, ctx, kube, "sibling", owner, serverPort(t, sibling.URL))
+		markReady(t, ctx, kube, old)
+		pod := createOwnedPod(t, ctx, kube, "newcomer", owner, serverPort(t, fresh.URL))
+		markContainersReady(t, ctx, kube, pod)
+		waitPod(t, ctx, kube, "newcomer", time.Minute, "warm", gate.IsWarm)
+		if sibling.Load() == 0 || sibling.Unmarked() != 0 {
+			t.Fatalf("sibling got %d probe requests (%d unmarked); want the guard's marked probe", sibling.Load(), sibling.Unmarked())
+		}
+		t.Logf("sibling probed %d times while the newcomer warmed (%d requests)", sibling.Load(), fresh.Load())
+	})
+
 	t.Run("deleted pod stops its load at once", func(t *testing.T) {
 		srv := testutil.NewColdServer(t, testutil.NeverSettling)
 		srv.HealthPath = "/healthz"
@@ -351,6 +370,44 @@ func markContainersReady(t *testing.T, ctx context.Context, kube kubernetes.Inte
 	})
 	if err != nil {
 		t.Fatalf("set status of %s: %v", pod.Name, err)
+	}
+}
+
+// createOwnedPod creates an opted-in pod controlled by owner (a ReplicaSet
+// that need not exist: no garbage collector runs here).
+func createOwnedPod(t *testing.T, ctx context.Context, kube kubernetes.Interface, name string, owner metav1.OwnerReference, port int) *corev1.Pod {
+	t.Helper()
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, OwnerReferences: []metav1.OwnerReference{owner},
+			Annotations: map[string]string{gate.AnnotationWarmUp: `{"qps": 300, "healthPath": "/healthz"}`}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app:v1",
+			Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: int32(port)}}}}},
+	}
+	created, err := kube.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create pod %s: %v", name, err)
+	}
+	return created
+}
+
+// markReady plays the kubelet for a pod already serving: Ready, at
+// 127.0.0.1, its gate's condition True.
+func markReady(t *testing.T, ctx context.Context, kube kubernetes.Interface, pod *corev1.Pod) {
+	t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur := getPod(t, ctx, kube, pod.Name)
+		now := metav1.Now()
+		cur.Status.Phase, cur.Status.PodIP, cur.Status.PodIPs = corev1.PodRunning, "127.0.0.1", []corev1.PodIP{{IP: "127.0.0.1"}}
+		cur.Status.Conditions = []corev1.PodCondition{
+			{Type: corev1.ContainersReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
+			{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
+			{Type: gate.ConditionWarm, Status: corev1.ConditionTrue, Reason: gate.ReasonWarm, LastTransitionTime: now},
+		}
+		_, err := kube.CoreV1().Pods(ns).UpdateStatus(ctx, cur, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatalf("mark %s Ready: %v", pod.Name, err)
 	}
 }
 

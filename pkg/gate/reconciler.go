@@ -161,12 +161,51 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			return reconcile.Result{RequeueAfter: wait}, nil
 		}
 	}
-	r.start(&pod, cfg, target)
+	r.start(&pod, cfg, target, r.neighbours(ctx, &pod, cfg))
 	return reconcile.Result{}, nil
 }
 
+// neighbours are the Ready pods of the same workload (the same controller,
+// e.g. ReplicaSet or StatefulSet) as pod: they serve the users the new pod
+// will join, often on the same nodes. The warm-up's neighbour guard probes
+// them at a low rate (stableQPS, 10 a second in all) and lowers the pace of
+// the warm-up when their latency rises, so warming a pod does not slow the
+// users on its siblings. Lookup errors leave the guard without neighbours.
+func (r *Reconciler) neighbours(ctx context.Context, pod *corev1.Pod, cfg Config) []warmup.Target {
+	owner := metav1.GetControllerOf(pod)
+	if owner == nil {
+		return nil
+	}
+	var list corev1.PodList
+	if err := r.Client.List(ctx, &list, client.InNamespace(pod.Namespace)); err != nil {
+		r.Log.Warn("list the pod's neighbours for the neighbour guard", "pod", pod.Namespace+"/"+pod.Name, "error", err)
+		return nil
+	}
+	var out []warmup.Target
+	for i := range list.Items {
+		p := &list.Items[i]
+		o := metav1.GetControllerOf(p)
+		if p.UID == pod.UID || o == nil || o.UID != owner.UID || p.DeletionTimestamp != nil || !podReady(p) {
+			continue
+		}
+		if t, err := warmup.PodTarget(p, cfg.Port); err == nil {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
 // start runs the pod's warm-up in the background. Caller holds r.mu.
-func (r *Reconciler) start(pod *corev1.Pod, cfg Config, target warmup.Target) {
+func (r *Reconciler) start(pod *corev1.Pod, cfg Config, target warmup.Target, neighbours []warmup.Target) {
 	ctx, cancel := context.WithCancel(context.Background())
 	j := &job{pod: types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}, cancel: cancel, done: make(chan struct{})}
 	r.jobs[pod.UID] = j
@@ -174,7 +213,7 @@ func (r *Reconciler) start(pod *corev1.Pod, cfg Config, target warmup.Target) {
 	go func() {
 		defer close(j.done)
 		defer cancel()
-		r.warm(ctx, pod, cfg, target)
+		r.warm(ctx, pod, cfg, target, neighbours)
 		r.mu.Lock()
 		mine := r.jobs[pod.UID] == j
 		if mine {
@@ -193,7 +232,7 @@ func (r *Reconciler) start(pod *corev1.Pod, cfg Config, target warmup.Target) {
 	}()
 }
 
-func (r *Reconciler) warm(ctx context.Context, pod *corev1.Pod, cfg Config, target warmup.Target) {
+func (r *Reconciler) warm(ctx context.Context, pod *corev1.Pod, cfg Config, target warmup.Target, neighbours []warmup.Target) {
 	log := r.Log.With("pod", pod.Namespace+"/"+pod.Name)
 	select {
 	case r.slots <- struct{}{}:
@@ -209,8 +248,13 @@ func (r *Reconciler) warm(ctx context.Context, pod *corev1.Pod, cfg Config, targ
 
 	var first time.Duration
 	var lastPatch time.Time
-	log.Info("warming pod", "target", target.URL)
-	res, err := warmup.Run(ctx, cfg.Config, []warmup.Target{target}, warmup.Options{Logger: log, OnProgress: func(p warmup.Progress) {
+	log.Info("warming pod", "target", target.URL, "neighbours", len(neighbours))
+	// The neighbours are for the guard only: a new pod is not judged
+	// against its siblings (no rejection), just kept from hurting them.
+	run := cfg.Config
+	off := false
+	run.RejectSlowerVersion = &off
+	res, err := warmup.Run(ctx, run, []warmup.Target{target}, warmup.Options{Stable: neighbours, Logger: log, OnProgress: func(p warmup.Progress) {
 		if p.Phase != warmup.PhaseLoad || p.Target == "" || p.Stable {
 			return
 		}
