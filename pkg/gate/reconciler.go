@@ -195,14 +195,7 @@ func (r *Reconciler) neighbours(ctx context.Context, pod *corev1.Pod, cfg Config
 	return out
 }
 
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
+func podReady(p *corev1.Pod) bool { return conditionTrue(p, corev1.PodReady) }
 
 // start runs the pod's warm-up in the background. Caller holds r.mu.
 func (r *Reconciler) start(pod *corev1.Pod, cfg Config, target warmup.Target, neighbours []warmup.Target) {
@@ -457,9 +450,12 @@ func condition(pod *corev1.Pod) *corev1.PodCondition {
 	return nil
 }
 
-func containersReady(pod *corev1.Pod) bool {
+func containersReady(pod *corev1.Pod) bool { return conditionTrue(pod, corev1.ContainersReady) }
+
+// conditionTrue reports whether the pod's condition of type t is True.
+func conditionTrue(pod *corev1.Pod, t corev1.PodConditionType) bool {
 	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.ContainersReady {
+		if c.Type == t {
 			return c.Status == corev1.ConditionTrue
 		}
 	}
