@@ -50,6 +50,11 @@ func GateFromConfig(raw json.RawMessage) (Gate, error) {
 
 // NewLatencyGate builds a LatencyGate from a parsed danki/latency config.
 func NewLatencyGate(cfg analysis.Config, opts ...analysis.Option) (*LatencyGate, error) {
+	if cfg.Source == analysis.SourceLoad {
+		// The gate is checked inside a reconcile; a load test runs for
+		// minutes and loads the pods itself.
+		return nil, errors.New("source: load is not for the ramp's gate (checked at every reconcile, it must read, not send, traffic): use istio, envoy or promql here, and source: load in an analysis step or a BlueGreen prePromotionAnalysis")
+	}
 	a, err := analysis.NewAnalyzer(cfg, opts...)
 	if err != nil {
 		return nil, err
