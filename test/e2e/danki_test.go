@@ -240,7 +240,7 @@ func (d *dankiLab) awaitWarmup(t *testing.T, limit time.Duration) *warmupState {
 
 func (d *dankiLab) goodVersion(t *testing.T) {
 	_, start := d.deploy(t, nil, nil)
-	st := d.awaitWarmup(t, 5*time.Minute)
+	st := d.awaitWarmup(t, 6*time.Minute)
 	if st.Phase != v1alpha1.StepPluginPhaseSuccessful {
 		t.Fatalf("warm-up of a good version ended %s: %s", st.Phase, st.Message)
 	}
@@ -316,7 +316,7 @@ func (d *dankiLab) checkAnalysis(t *testing.T, hash string, want v1alpha1.Analys
 
 func (d *dankiLab) abortMidRamp(t *testing.T) {
 	_, start := d.deploy(t, nil, nil)
-	d.awaitWarmup(t, 5*time.Minute)
+	d.awaitWarmup(t, 6*time.Minute)
 	d.watchSees(t, start, 3*time.Minute, "the ramp gives the canary users")
 	took := d.abortUntilZero(t)
 	t.Logf("abort → canary weight 0 on the VirtualService in %s", took.Round(time.Millisecond))
@@ -384,7 +384,7 @@ func (d *dankiLab) slowerRejected(t *testing.T) {
 		return err == nil && p.canaryWeight == 0, fmt.Sprintf("canary weight %d %v", p.canaryWeight, err)
 	})
 	_, start := d.deploy(t, map[string]string{"SLOW_MS": "1000", "SLOW_PERCENT": "5"}, nil)
-	st := d.awaitWarmup(t, 5*time.Minute)
+	st := d.awaitWarmup(t, 6*time.Minute)
 	if st.Phase != v1alpha1.StepPluginPhaseFailed || !strings.Contains(st.Message, "a slower version, rejected") || !strings.Contains(st.Message, "× stable's") {
 		t.Fatalf("warm-up of a version 5%% of whose requests take a second ended %s: %s", st.Phase, st.Message)
 	}
@@ -405,7 +405,7 @@ func (d *dankiLab) gateBreach(t *testing.T) {
 	// converges (the version is steadily bad), and the gate (p99 ≤ 500ms)
 	// fails at the first rung.
 	_, start := d.deploy(t, map[string]string{"SLOW_MS": "1000", "SLOW_PERCENT": "5"}, map[string]any{"rejectSlowerVersion": false})
-	if st := d.awaitWarmup(t, 5*time.Minute); st.Phase != v1alpha1.StepPluginPhaseSuccessful {
+	if st := d.awaitWarmup(t, 6*time.Minute); st.Phase != v1alpha1.StepPluginPhaseSuccessful {
 		t.Fatalf("warm-up ended %s: %s", st.Phase, st.Message)
 	}
 	d.waitRollout(t, 5*time.Minute, "the ramp's gate aborts the rollout", func(ro *v1alpha1.Rollout) (bool, string) {
@@ -430,7 +430,7 @@ func (d *dankiLab) analysisFails(t *testing.T) {
 	// 100–250 ms bucket) far under the gate's 500 ms even on a busy machine
 	// (300 ms once got past 500 ms there), far above the analysis' 150 ms.
 	d.deploy(t, map[string]string{"SLOW_MS": "200", "SLOW_PERCENT": "10"}, map[string]any{"rejectSlowerVersion": false})
-	if st := d.awaitWarmup(t, 5*time.Minute); st.Phase != v1alpha1.StepPluginPhaseSuccessful {
+	if st := d.awaitWarmup(t, 6*time.Minute); st.Phase != v1alpha1.StepPluginPhaseSuccessful {
 		t.Fatalf("warm-up ended %s: %s", st.Phase, st.Message)
 	}
 	ro := d.waitRollout(t, 5*time.Minute, "the analysis aborts the rollout", func(ro *v1alpha1.Rollout) (bool, string) {
@@ -562,7 +562,7 @@ func (d *dankiLab) neverConverges(t *testing.T) {
 	// comes within 1.5× of stable's, so the warm-up fails at its cap.
 	_, start := d.deploy(t, map[string]string{"SLOW_MS": "300", "SLOW_PERCENT": "10"},
 		map[string]any{"compareToStable": true, "stableRatio": 1.5, "minRequests": 1000, "maxRequests": 2000})
-	st := d.awaitWarmup(t, 5*time.Minute)
+	st := d.awaitWarmup(t, 6*time.Minute)
 	if st.Phase != v1alpha1.StepPluginPhaseFailed || !strings.Contains(st.Message, "p99") {
 		t.Fatalf("warm-up of a version that never gets near stable ended %s: %s", st.Phase, st.Message)
 	}
@@ -685,7 +685,7 @@ func (d *dankiLab) rampState(t *testing.T) (raw string, st struct {
 func (d *dankiLab) abortCorruptState(t *testing.T) {
 	// A short warm-up: this version is aborted right after its first rung.
 	_, start := d.deploy(t, nil, map[string]any{"minRequests": 600})
-	d.awaitWarmup(t, 5*time.Minute)
+	d.awaitWarmup(t, 6*time.Minute)
 	d.watchSees(t, start, 3*time.Minute, "the ramp gives the canary users")
 	// Corrupt the ramp state as a half-written annotation would.
 	const corrupt = `{"target":20,"weight":`
@@ -731,7 +731,7 @@ func (d *dankiLab) prometheusOutage(t *testing.T) {
 	restore := d.patchRamp(t, map[string]any{"maxHold": outageMaxHold.String(), "maxBreaches": 3})
 	defer restore()
 	_, start := d.deploy(t, nil, nil)
-	if st := d.awaitWarmup(t, 5*time.Minute); st.Phase != v1alpha1.StepPluginPhaseSuccessful {
+	if st := d.awaitWarmup(t, 6*time.Minute); st.Phase != v1alpha1.StepPluginPhaseSuccessful {
 		t.Fatalf("warm-up ended %s: %s", st.Phase, st.Message)
 	}
 	// The first rung needs no verdict (0 % is known good); the gate judges
