@@ -139,22 +139,33 @@ func (c LoadConfig) hasStable() bool {
 	return len(c.StableURLs) > 0 || c.StableService != "" || c.StableSelector != "" || c.StablePodTemplateHash != ""
 }
 
-// warmupConfig is the warm-up engine's configuration for the measured load:
-// a fixed count per pod at a steady pace (no ramp: the pods are warm), the
-// stable pods loaded side by side, no verdict of its own.
-func (c LoadConfig) warmupConfig(perPod int64, stablePods int) warmup.Config {
-	off, fixed := false, false
+// baseConfig is what the warm-up and the measured load share: the request
+// mix, pace, connections and timeouts, the stable pods' capped rate, and no
+// verdict of the warm-up's own (the analysis judges the version).
+func (c LoadConfig) baseConfig(deadline config.Duration, stablePods int) warmup.Config {
+	off := false
 	qps := float64(*c.QPS)
 	w := warmup.Config{
 		Requests: c.Requests, AllowSideEffects: c.AllowSideEffects, MarkerHeader: c.MarkerHeader,
-		HealthPath: c.HealthPath, QPS: qps, StartQPS: qps, Connections: int(*c.Connections),
-		Timeout: c.RequestTimeout, Deadline: c.Deadline, HealthTimeout: c.Deadline,
-		UntilConverged: &fixed, MaxRequests: perPod, RejectSlowerVersion: &off, NeighbourGuard: &off,
-		TemplateDelims: loadDelims,
+		HealthPath: c.HealthPath, QPS: qps, Connections: int(*c.Connections),
+		Timeout: c.RequestTimeout, Deadline: deadline, HealthTimeout: deadline,
+		RejectSlowerVersion: &off, TemplateDelims: loadDelims,
 	}
 	if stablePods > 0 {
-		w.CompareToStable = true // loads stable side by side; no convergence to hold back
 		w.StableQPS = min(float64(*c.StableQPS), qps*float64(stablePods))
+	}
+	return w
+}
+
+// warmupConfig is the warm-up engine's configuration for the measured load:
+// a fixed count per pod at a steady pace (no ramp: the pods are warm), the
+// stable pods loaded side by side.
+func (c LoadConfig) warmupConfig(perPod int64, stablePods int) warmup.Config {
+	off, fixed := false, false
+	w := c.baseConfig(c.Deadline, stablePods)
+	w.StartQPS, w.UntilConverged, w.MaxRequests, w.NeighbourGuard = w.QPS, &fixed, perPod, &off
+	if stablePods > 0 {
+		w.CompareToStable = true // loads stable side by side; no convergence to hold back
 	}
 	if c.Duration > 0 {
 		w.Deadline = c.Duration
@@ -383,18 +394,7 @@ func (l *Load) warm(ctx context.Context, canary, stable []warmup.Target, report 
 	if len(cold) == 0 {
 		return pods(len(canary)) + " already warmed by an earlier measurement", nil
 	}
-	c := l.cfg
-	off := false
-	w := warmup.Config{
-		Requests: c.Requests, AllowSideEffects: c.AllowSideEffects, MarkerHeader: c.MarkerHeader,
-		HealthPath: c.HealthPath, QPS: float64(*c.QPS), Connections: int(*c.Connections),
-		Timeout: c.RequestTimeout, Deadline: c.Deadline / 2, HealthTimeout: c.Deadline / 2,
-		// The analysis judges the version; the warm-up only warms.
-		RejectSlowerVersion: &off, TemplateDelims: loadDelims,
-	}
-	if len(stable) > 0 {
-		w.StableQPS = min(float64(*c.StableQPS), w.QPS*float64(len(stable)))
-	}
+	w := l.cfg.baseConfig(l.cfg.Deadline/2, len(stable))
 	res, err := warmup.Run(ctx, w, cold, warmup.Options{Stable: stable, Logger: l.log, OnProgress: func(p warmup.Progress) {
 		if p.Phase == warmup.PhaseLoad && !p.Stable && p.Target != "" {
 			report(fmt.Sprintf("warming %s: %d requests, %d converged", pods(p.Targets), p.Requests, p.ConvergedTargets))
