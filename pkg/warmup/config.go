@@ -64,6 +64,26 @@ type Config struct {
 	// HealthTimeout bounds the wait for targets to appear and turn healthy.
 	// Default 2m.
 	HealthTimeout config.Duration `json:"healthTimeout,omitempty"`
+	// HealthProtocol is how the health wait asks: http (GET HealthPath
+	// until 200) or grpc (the standard grpc.health.v1.Health/Check until
+	// SERVING). Default: grpc when the pods' port is named grpc or grpc-*
+	// or has appProtocol grpc, or when the requests are gRPC calls; else
+	// http.
+	HealthProtocol string `json:"healthProtocol,omitempty"`
+	// HealthService is the service name asked in the gRPC health check.
+	// Default "": the server as a whole.
+	HealthService string `json:"healthService,omitempty"`
+
+	// GRPCDescriptorSet is a FileDescriptorSet file (protoc
+	// --descriptor_set_out --include_imports, buf build -o) holding the
+	// gRPC requests' services and messages. Default: ask the server's
+	// reflection service.
+	GRPCDescriptorSet string `json:"grpcDescriptorSet,omitempty"`
+	// GRPCSafeMethods are gRPC methods ("package.Service/Method") known to
+	// be read-only: the warm-up may call them without AllowSideEffects.
+	// Methods declaring option idempotency_level = NO_SIDE_EFFECTS need no
+	// listing.
+	GRPCSafeMethods []string `json:"grpcSafeMethods,omitempty"`
 
 	// QPS is the request rate per target (pod). Default 20.
 	QPS float64 `json:"qps,omitempty"`
@@ -188,13 +208,16 @@ func (c Config) WithDefaults() Config {
 		c.Requests = append([]RequestSpec(nil), c.Requests...)
 	}
 	for i := range c.Requests {
+		if c.Requests[i].Weight == 0 {
+			c.Requests[i].Weight = 1
+		}
+		if c.Requests[i].GRPC != nil {
+			continue // no HTTP method
+		}
 		if c.Requests[i].Method == "" {
 			c.Requests[i].Method = http.MethodGet
 		}
 		c.Requests[i].Method = strings.ToUpper(c.Requests[i].Method)
-		if c.Requests[i].Weight == 0 {
-			c.Requests[i].Weight = 1
-		}
 	}
 	setDefault(&c.MarkerHeader, DefaultMarkerHeader)
 	setDefault(&c.HealthTimeout, config.Duration(DefaultHealthTimeout))
@@ -275,6 +298,7 @@ func (c Config) Validate() error {
 	for i, r := range c.Requests {
 		errs.Add(fmt.Sprintf("requests[%d]", i), r.validate(c.AllowSideEffects, c.TemplateDelims))
 	}
+	c.validateGRPC(&errs)
 	if !httpguts.ValidHeaderFieldName(c.MarkerHeader) {
 		errs.Addf("markerHeader", "%q is not a valid HTTP header name", c.MarkerHeader)
 	}

@@ -49,6 +49,9 @@ type RequestSpec struct {
 	// header, Content-Type is application/json if the body starts with "{"
 	// or "[", else application/octet-stream.
 	Body string `json:"body,omitempty"`
+	// GRPC, if set, makes this entry a gRPC call instead of an HTTP
+	// request (leave method, path, headers and body unset then).
+	GRPC *GRPCRequest `json:"grpc,omitempty"`
 	// Weight is the relative frequency of this request in the mix. Default 1.
 	Weight int `json:"weight,omitempty"`
 }
@@ -57,6 +60,16 @@ type RequestSpec struct {
 // ("method", "path").
 func (r RequestSpec) validate(allowSideEffects bool, delims Delims) error {
 	var errs config.Errors
+	if r.GRPC != nil {
+		if r.Method != "" || r.Path != "" || len(r.Headers) > 0 || r.Body != "" {
+			errs.Addf("grpc", "a request is either HTTP (method, path, headers, body) or a gRPC call (grpc), not both: remove the HTTP fields or make it two requests")
+		}
+		if r.Weight < 0 {
+			errs.Addf("weight", "must not be negative (got %d); remove the request to leave it out", r.Weight)
+		}
+		errs.Add("", r.GRPC.validate(delims))
+		return errs.Err()
+	}
 	if !httpguts.ValidHeaderFieldName(r.Method) { // a method is an RFC 9110 token, like a header name
 		errs.Addf("method", "%q is not a valid HTTP method", r.Method)
 	} else if !safeMethods[r.Method] && !allowSideEffects {
@@ -88,6 +101,7 @@ type compiledRequest struct {
 	headerNames []string
 	headers     []*template.Template // parallel to headerNames; nil = static
 	contentType string               // default Content-Type for a body
+	grpc        *compiledGRPC        // set for a gRPC call
 }
 
 // templateFuncs returns the template function map. Functions that need
@@ -156,6 +170,11 @@ func parseTemplate(name, text string, delims Delims) (*template.Template, error)
 // to the request ("path", "headers[X-Id]").
 func compileRequest(r RequestSpec, delims Delims) (*compiledRequest, error) {
 	c := &compiledRequest{spec: r}
+	if r.GRPC != nil {
+		var err error
+		c.grpc, err = compileGRPC(*r.GRPC, delims)
+		return c, err
+	}
 	var errs []error
 	var err error
 	if c.path, err = parseTemplate("path", r.Path, delims); err != nil {
