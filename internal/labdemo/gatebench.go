@@ -64,7 +64,13 @@ type GateBenchConfig struct {
 	Settle, Steady, After time.Duration
 	// GateLog is where the gate's log goes.
 	GateLog string
-	Log     *slog.Logger
+	// Ways are the ways compared (default GateWays: all three); Events the
+	// events each goes through, in order (default EventScaleUp,
+	// EventPodKill). make demo's short version takes no warm-up and the
+	// gate through a scale-up only.
+	Ways   []GateWay
+	Events []string
+	Log    *slog.Logger
 }
 
 func (c GateBenchConfig) withDefaults() GateBenchConfig {
@@ -86,15 +92,22 @@ func (c GateBenchConfig) withDefaults() GateBenchConfig {
 	if c.After == 0 {
 		c.After = time.Minute
 	}
+	if len(c.Ways) == 0 {
+		c.Ways = GateWays
+	}
+	if len(c.Events) == 0 {
+		c.Events = []string{EventScaleUp, EventPodKill}
+	}
 	if c.Log == nil {
 		c.Log = slog.Default()
 	}
 	return c
 }
 
-// GateEvent is an event all three ways went through at once.
+// GateEvent is an event one way went through.
 type GateEvent struct {
 	Name string    `json:"name"`
+	Way  string    `json:"way"`
 	At   time.Time `json:"at"`
 }
 
@@ -122,6 +135,7 @@ type GatePod struct {
 // GateWayResult is what users of one way saw.
 type GateWayResult struct {
 	GateWay
+	Events []GateEvent       `json:"events"`
 	Phases []demo.PhaseStats `json:"phases"`
 	Ratios []GateRatio       `json:"ratios"`
 	Pods   []GatePod         `json:"pods"`
@@ -131,7 +145,8 @@ type GateWayResult struct {
 
 // GateBenchResult is the whole run.
 type GateBenchResult struct {
-	QPS    float64         `json:"qpsPerWay"`
+	QPS float64 `json:"qpsPerWay"`
+	// Events are all ways' events in the order they happened.
 	Events []GateEvent     `json:"events"`
 	Ways   []GateWayResult `json:"ways"`
 	// Envoy is the slow-start way's load balancing as Envoy holds it: proof
@@ -156,9 +171,10 @@ type gateBench struct {
 }
 
 // GateBench runs the warm gate bench in the running lab: `danki gate` with
-// its webhook, examples/lab/gate's three Deployments under steady user
-// traffic per host, then (a) all three scaled 2 → 4 and (b) one pod of each
-// deleted, each followed by a measured minute.
+// its webhook, examples/lab/gate's Deployments under steady user traffic per
+// host, then, one way at a time, (a) each scaled 2 → 4 and (b) one pod of
+// each deleted, each event between a measured steady state and a measured
+// minute.
 func GateBench(ctx context.Context, cfg GateBenchConfig) (res *GateBenchResult, err error) {
 	cfg = cfg.withDefaults()
 	rc, err := clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig)
@@ -194,18 +210,20 @@ func GateBench(ctx context.Context, cfg GateBenchConfig) (res *GateBenchResult, 
 			log.Warn("could not remove examples/lab/gate", "err", derr)
 		}
 	}()
-	if err := b.awaitReady(ctx, 2, 4*time.Minute); err != nil {
+	if err := b.awaitReady(ctx, cfg.Ways, 2, 4*time.Minute); err != nil {
 		return nil, err
 	}
-	for _, w := range GateWays {
+	for _, w := range cfg.Ways {
 		if err := awaitHost(ctx, cfg.GatewayURL, w.Host); err != nil {
 			return nil, err
 		}
 	}
 	res = &GateBenchResult{QPS: cfg.QPS}
-	res.Envoy = b.envoyCluster(ctx, "outbound|8080||app-slowstart.default.svc.cluster.local")
+	if slices.ContainsFunc(cfg.Ways, func(w GateWay) bool { return w.Deployment == "app-slowstart" }) {
+		res.Envoy = b.envoyCluster(ctx, "outbound|8080||app-slowstart.default.svc.cluster.local")
+	}
 
-	users := make([]*demo.Traffic, len(GateWays))
+	users := make([]*demo.Traffic, len(cfg.Ways))
 	defer func() {
 		for _, u := range users {
 			if u != nil {
@@ -213,65 +231,47 @@ func GateBench(ctx context.Context, cfg GateBenchConfig) (res *GateBenchResult, 
 			}
 		}
 	}()
-	for i, w := range GateWays {
+	for i, w := range cfg.Ways {
 		if users[i], err = demo.StartTraffic(ctx, demo.TrafficConfig{URL: cfg.GatewayURL, QPS: cfg.QPS, Headers: map[string]string{"Host": w.Host}}); err != nil {
 			return nil, err
 		}
 	}
-	log.Info("users: steady traffic to all three hosts", "qpsPerHost", cfg.QPS, "settle", cfg.Settle, "steady", cfg.Steady)
-	if err := sleep(ctx, cfg.Settle+cfg.Steady); err != nil {
+	log.Info("users: steady traffic to every way's host", "ways", len(cfg.Ways), "qpsPerHost", cfg.QPS, "settle", cfg.Settle, "steady", cfg.Steady)
+	if err := sleep(ctx, cfg.Settle); err != nil {
 		return nil, err
 	}
 
-	// (a) scale-up.
-	up := GateEvent{Name: EventScaleUp, At: time.Now()}
-	log.Info("event: scale all three 2 → 4")
-	for _, w := range GateWays {
-		if err := b.lab.kubectl(ctx, "scale", "deployment", w.Deployment, "--replicas", "4"); err != nil {
-			return nil, err
+	// One way at a time: each way's event, its minute, its new pods Ready,
+	// then the next way's steady state and event. At once, six JVMs would
+	// start on the lab's two cores and every way's users would feel the
+	// others' cold starts — a node no real scheduler would build; a way's
+	// own new pods share the machine with its users as they would a node.
+	for _, kind := range cfg.Events {
+		for _, w := range cfg.Ways {
+			ev, err := b.event(ctx, kind, w)
+			if err != nil {
+				return nil, err
+			}
+			res.Events = append(res.Events, ev)
 		}
 	}
-	if err := sleep(ctx, time.Until(up.At.Add(cfg.After))); err != nil {
-		return nil, err
-	}
-	if err := b.awaitReady(ctx, 4, 4*time.Minute); err != nil {
-		return nil, err
-	}
-	log.Info("all three at 4 Ready pods; steady state before the pod kill", "for", cfg.Steady)
-	if err := sleep(ctx, gateSettleReady+cfg.Steady); err != nil {
-		return nil, err
-	}
-
-	// (b) one pod of each deleted (the oldest: warm, long in service).
-	kill := GateEvent{Name: EventPodKill, At: time.Now()}
-	log.Info("event: delete one pod of each")
-	for _, w := range GateWays {
-		victim, err := b.oldestPod(ctx, w.Deployment)
-		if err != nil {
-			return nil, err
-		}
-		if err := b.kube.CoreV1().Pods("default").Delete(ctx, victim, metav1.DeleteOptions{}); err != nil {
-			return nil, fmt.Errorf("delete pod %s: %w", victim, err)
-		}
-	}
-	if err := sleep(ctx, time.Until(kill.At.Add(cfg.After))); err != nil {
-		return nil, err
-	}
-	if err := b.awaitReady(ctx, 4, 4*time.Minute); err != nil {
-		return nil, err
-	}
-	res.Events = []GateEvent{up, kill}
-	phases := gatePhases(up.At, kill.At, cfg.Steady, cfg.After)
-	res.From, res.To = phases[0].From, phases[len(phases)-1].To
-	for i, w := range GateWays {
+	for i, w := range cfg.Ways {
 		tr := users[i].Stop()
 		users[i] = nil
-		pods, err := b.newPods(ctx, w.Deployment, res.Events)
+		events := wayEvents(res.Events, w.Name)
+		pods, err := b.newPods(ctx, w.Deployment, events)
 		if err != nil {
 			return nil, err
 		}
+		phases := gatePhases(events, cfg.Steady, cfg.After)
+		if res.From.IsZero() || phases[0].From.Before(res.From) {
+			res.From = phases[0].From
+		}
+		if last := phases[len(phases)-1].To; last.After(res.To) {
+			res.To = last
+		}
 		stats := demo.Summarize(tr.Samples, phases)
-		res.Ways = append(res.Ways, GateWayResult{GateWay: w, Phases: stats, Ratios: gateRatios(stats), Pods: pods, Traffic: tr})
+		res.Ways = append(res.Ways, GateWayResult{GateWay: w, Events: events, Phases: stats, Ratios: gateRatios(stats), Pods: pods, Traffic: tr})
 	}
 	res.Goal = gateGoal(res.Ways)
 	if raw, rerr := os.ReadFile(cfg.GateLog); rerr == nil {
@@ -283,15 +283,66 @@ func GateBench(ctx context.Context, cfg GateBenchConfig) (res *GateBenchResult, 
 	return res, nil
 }
 
-// gatePhases are the four measured stretches: steady before each event and
-// the After after it.
-func gatePhases(up, kill time.Time, steady, after time.Duration) []demo.Phase {
-	return []demo.Phase{
-		{Name: PhaseSteady, From: up.Add(-steady), To: up},
-		{Name: PhaseScaleUp, From: up, To: up.Add(after)},
-		{Name: PhaseSteady4, From: kill.Add(-steady), To: kill},
-		{Name: PhasePodKill, From: kill, To: kill.Add(after)},
+// event runs one way's event: its steady state, the event (a scale-up to
+// 4 or the deletion of its oldest pod), the measured minute, then waits for
+// its 4 pods Ready (the gated way's: warmed) so the next way's steady state
+// is not its warm-up.
+func (b *gateBench) event(ctx context.Context, kind string, w GateWay) (GateEvent, error) {
+	cfg := b.cfg
+	if err := sleep(ctx, cfg.Steady); err != nil {
+		return GateEvent{}, err
 	}
+	ev := GateEvent{Name: kind, Way: w.Name, At: time.Now()}
+	switch kind {
+	case EventScaleUp:
+		cfg.Log.Info("event: scale 2 → 4", "way", w.Name, "deployment", w.Deployment)
+		if err := b.lab.kubectl(ctx, "scale", "deployment", w.Deployment, "--replicas", "4"); err != nil {
+			return ev, err
+		}
+	case EventPodKill:
+		victim, err := b.oldestPod(ctx, w.Deployment) // warm, long in service
+		if err != nil {
+			return ev, err
+		}
+		cfg.Log.Info("event: delete a pod", "way", w.Name, "pod", victim)
+		if err := b.kube.CoreV1().Pods("default").Delete(ctx, victim, metav1.DeleteOptions{}); err != nil {
+			return ev, fmt.Errorf("delete pod %s: %w", victim, err)
+		}
+	default:
+		return ev, fmt.Errorf("unknown gate bench event %q (want %q or %q)", kind, EventScaleUp, EventPodKill)
+	}
+	if err := sleep(ctx, time.Until(ev.At.Add(cfg.After))); err != nil {
+		return ev, err
+	}
+	if err := b.awaitReady(ctx, []GateWay{w}, 4, 4*time.Minute); err != nil {
+		return ev, err
+	}
+	return ev, sleep(ctx, gateSettleReady)
+}
+
+// wayEvents are one way's events.
+func wayEvents(events []GateEvent, way string) []GateEvent {
+	var out []GateEvent
+	for _, e := range events {
+		if e.Way == way {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// gatePhases are the measured stretches of one way: the steady state before
+// each of its events and the after-minute following it.
+func gatePhases(events []GateEvent, steady, after time.Duration) []demo.Phase {
+	var out []demo.Phase
+	for _, e := range events {
+		before, during := PhaseSteady, PhaseScaleUp
+		if e.Name == EventPodKill {
+			before, during = PhaseSteady4, PhasePodKill
+		}
+		out = append(out, demo.Phase{Name: before, From: e.At.Add(-steady), To: e.At}, demo.Phase{Name: during, From: e.At, To: e.At.Add(after)})
+	}
+	return out
 }
 
 // gateRatios divides each event's minute by the steady state right before
@@ -345,9 +396,13 @@ func gateGoal(ways []GateWayResult) string {
 
 // awaitReady waits until each way's Deployment has n Ready replicas and no
 // other pods (a deleted pod gone).
-func (b *gateBench) awaitReady(ctx context.Context, n int32, limit time.Duration) error {
-	return wait(ctx, limit, fmt.Sprintf("app-cold, app-slowstart and app-gated with %d Ready pods each", n), func() (bool, error) {
-		for _, w := range GateWays {
+func (b *gateBench) awaitReady(ctx context.Context, ways []GateWay, n int32, limit time.Duration) error {
+	var names []string
+	for _, w := range ways {
+		names = append(names, w.Deployment)
+	}
+	return wait(ctx, limit, fmt.Sprintf("%s with %d Ready pods each", strings.Join(names, ", "), n), func() (bool, error) {
+		for _, w := range ways {
 			d, err := b.kube.AppsV1().Deployments("default").Get(ctx, w.Deployment, metav1.GetOptions{})
 			if err != nil {
 				return false, err

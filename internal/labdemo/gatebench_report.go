@@ -19,13 +19,25 @@ import (
 // figures per phase, when the new pods became Ready, and the goal.
 func WriteGateBenchReport(w io.Writer, r *GateBenchResult) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "Users: %.0f requests/s per way, through the lab gateway (Envoy) by Host; all three ways side by side, same events at the same moments.\n\n", r.QPS)
+	fmt.Fprintf(&b, "Users: %.0f requests/s per way, through the lab gateway (Envoy) by Host, all ways' users at once for the whole run. "+
+		"The events happen one way at a time (a way's new pods share the lab's two cores with its users, as on a node, not with the other ways' cold starts); "+
+		"each way's minute after its event is divided by its own steady state right before it.\n\n", r.QPS)
 	b.WriteString("## Users' tail in the minute after each event ÷ the steady state right before it\n\n")
-	b.WriteString("| way | scale 2 → 4: p99 | p99.9 | max | new pods Ready after | pod killed: p99 | p99.9 | max | new pod Ready after |\n")
-	b.WriteString("|---|---:|---:|---:|---|---:|---:|---:|---|\n")
+	var kinds []string // the events run, in order
+	for _, e := range r.Events {
+		if !slices.Contains(kinds, e.Name) {
+			kinds = append(kinds, e.Name)
+		}
+	}
+	head, align := []string{"way"}, "|---|"
+	for _, ev := range kinds {
+		head = append(head, ev+": p99", "p99.9", "max", "new pods Ready after")
+		align += "---:|---:|---:|---|"
+	}
+	b.WriteString("| " + strings.Join(head, " | ") + " |\n" + align + "\n")
 	for _, w := range r.Ways {
 		row := []string{w.Name}
-		for _, ev := range []string{EventScaleUp, EventPodKill} {
+		for _, ev := range kinds {
 			rt, ok := findRatio(w.Ratios, ev)
 			if !ok {
 				row = append(row, "–", "–", "–", readyAfterList(w.Pods, ev))
@@ -37,7 +49,13 @@ func WriteGateBenchReport(w io.Writer, r *GateBenchResult) error {
 	}
 	b.WriteString("\n" + r.Goal + "\n\n")
 	b.WriteString("## Raw figures per phase (ms): p50 / p99 / p99.9 / max (requests, errors)\n\n")
-	b.WriteString("| way | steady (2 pods) | minute after scale 2 → 4 | steady (4 pods) | minute after a pod kill |\n|---|---|---|---|---|\n")
+	if len(r.Ways) > 0 {
+		head := []string{"way"}
+		for _, p := range r.Ways[0].Phases {
+			head = append(head, phaseTitle[p.Name])
+		}
+		b.WriteString("| " + strings.Join(head, " | ") + " |\n|" + strings.Repeat("---|", len(head)) + "\n")
+	}
 	for _, w := range r.Ways {
 		row := []string{w.Name}
 		for _, p := range w.Phases {
@@ -79,6 +97,13 @@ func WriteGateBenchReport(w io.Writer, r *GateBenchResult) error {
 	b.WriteString("\n")
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+var phaseTitle = map[string]string{
+	PhaseSteady:  "steady (2 pods)",
+	PhaseScaleUp: "minute after scale 2 → 4",
+	PhaseSteady4: "steady (4 pods)",
+	PhasePodKill: "minute after a pod kill",
 }
 
 func findRatio(rs []GateRatio, event string) (GateRatio, bool) {
@@ -151,7 +176,7 @@ func gateChartPanels(r *GateBenchResult) []demo.ChartPanel {
 			}
 		}
 		var markers []demo.Marker
-		for _, e := range r.Events {
+		for _, e := range w.Events {
 			markers = append(markers, demo.Marker{At: e.At, Label: e.Name})
 			for _, p := range w.Pods {
 				if p.Event == e.Name && p.Ready {

@@ -38,8 +38,9 @@ func TestGateRatiosDivideEachEventByTheSteadyStateBeforeIt(t *testing.T) {
 	s = append(s, samplesAt(kill.Add(-30*time.Second), 30*time.Second, 5*time.Millisecond, 0)...) // steady 4: 5 ms
 	s = append(s, samplesAt(kill, time.Minute, 5*time.Millisecond, 50*time.Millisecond)...)       // the kill
 	s = append(s, samplesAt(kill.Add(time.Minute), time.Minute, 900*time.Millisecond, 0)...)      // outside every phase
-	phases := gatePhases(up, kill, 30*time.Second, time.Minute)
-	if len(phases) != 4 || phases[0].To != up || phases[1].From != up || phases[3].To != kill.Add(time.Minute) {
+	phases := gatePhases([]GateEvent{{Name: EventScaleUp, At: up}, {Name: EventPodKill, At: kill}}, 30*time.Second, time.Minute)
+	if len(phases) != 4 || phases[0].Name != PhaseSteady || phases[0].To != up || phases[1].From != up ||
+		phases[2].Name != PhaseSteady4 || phases[2].From != kill.Add(-30*time.Second) || phases[3].To != kill.Add(time.Minute) {
 		t.Fatalf("phases %+v", phases)
 	}
 	stats := demo.Summarize(s, phases)
@@ -179,8 +180,29 @@ func TestGateExamples(t *testing.T) {
 	}
 }
 
+// One way's events and phases: a way scaled up alone is measured against
+// its own steady state, and another way's events are not its phases.
+func TestGatePhasesOfOneWay(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	all := []GateEvent{
+		{Name: EventScaleUp, Way: "a", At: t0},
+		{Name: EventScaleUp, Way: "b", At: t0.Add(2 * time.Minute)},
+	}
+	b := wayEvents(all, "b")
+	if len(b) != 1 || !b[0].At.Equal(t0.Add(2*time.Minute)) {
+		t.Fatalf("way b's events %+v", b)
+	}
+	phases := gatePhases(b, 30*time.Second, time.Minute)
+	if len(phases) != 2 || phases[0].Name != PhaseSteady || !phases[0].From.Equal(t0.Add(90*time.Second)) || phases[1].Name != PhaseScaleUp {
+		t.Fatalf("phases %+v", phases)
+	}
+	if r := gateRatios(demo.Summarize(nil, phases)); len(r) != 0 {
+		t.Errorf("ratios with no samples: %+v", r)
+	}
+}
+
 func TestWriteGateBenchReport(t *testing.T) {
-	r := &GateBenchResult{QPS: 40, Goal: "goal: met"}
+	r := &GateBenchResult{QPS: 40, Goal: "goal: met", Events: []GateEvent{{Name: EventScaleUp, Way: GateWays[0].Name}, {Name: EventPodKill, Way: GateWays[0].Name}}}
 	for i, w := range GateWays {
 		r.Ways = append(r.Ways, GateWayResult{GateWay: w,
 			Phases: []demo.PhaseStats{{Name: PhaseSteady}, {Name: PhaseScaleUp}, {Name: PhaseSteady4}, {Name: PhasePodKill}},
@@ -195,6 +217,23 @@ func TestWriteGateBenchReport(t *testing.T) {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, b.String())
 		}
+	}
+}
+
+// make demo's short version: two ways, a scale-up only — no pod-kill columns.
+func TestWriteGateBenchReportScaleUpOnly(t *testing.T) {
+	r := &GateBenchResult{QPS: 40, Events: []GateEvent{{Name: EventScaleUp, Way: GateWays[0].Name}, {Name: EventScaleUp, Way: GateWays[2].Name}}}
+	for _, w := range []GateWay{GateWays[0], GateWays[2]} {
+		r.Ways = append(r.Ways, GateWayResult{GateWay: w, Phases: []demo.PhaseStats{{Name: PhaseSteady}, {Name: PhaseScaleUp}},
+			Ratios: []GateRatio{{Event: EventScaleUp, P99: 1.1, P999: 1.2, Max: 1.5}}})
+	}
+	var b strings.Builder
+	if err := WriteGateBenchReport(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(b.String(), EventPodKill) || !strings.Contains(b.String(), "| danki warm gate | 1.10× | 1.20× | 1.50× | – |") ||
+		!strings.Contains(b.String(), "| way | steady (2 pods) | minute after scale 2 → 4 |") {
+		t.Errorf("report:\n%s", b.String())
 	}
 }
 

@@ -46,7 +46,7 @@ summary=$out/summary.md
 } >"$summary"
 for i in $(seq 1 "$runs"); do
 	log "bench: lab run $i of $runs → $out/run-$i"
-	DEMO_OUT=$out/run-$i "$here/demo.sh" --oracle --contenders --skip-bad-version
+	DEMO_OUT=$out/run-$i "$here/demo.sh" --oracle --contenders --skip-bad-version --gate=false
 	{
 		echo; echo "## run $i"; echo
 		sed -n '/^| rollout | time /,/^$/p' "$out/run-$i/results.md"

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -17,10 +18,10 @@ import (
 
 func newDemoCmd() *cobra.Command {
 	var (
-		root, kubeconfig, gateway, out string
-		qps                            float64
-		oracle, contenders, skipBad    bool
-		settle, before, after          time.Duration
+		root, kubeconfig, gateway, out, danki string
+		qps                                   float64
+		oracle, contenders, skipBad, withGate bool
+		settle, before, after                 time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "demo",
@@ -38,6 +39,14 @@ Istio's slow start (examples/lab/slowstart: the baseline plus a DestinationRule
 with warmupDurationSecs 60s; Envoy's cluster config is read back to show it is
 there) and a fixed warm-up of 100 requests per pod (examples/lab/fixed100: the
 baseline plus danki/warmup with untilConverged: false, maxRequests: 100).
+
+Then, with --gate (the default), a short warm gate bench: "danki gate" runs
+out of cluster with its webhook, and examples/lab/gate's app-cold (no warm-up)
+and app-gated (the gate keeps each new pod un-Ready until warm) are scaled
+2 → 4 one after the other under steady user traffic; users' p99, p99.9 and
+max in the minute after each scale-up ÷ the steady state before it
+(gate/gatebench.md in --out; the full bench, with Istio slow start and a pod
+kill, is danki-lab gate-bench in make bench).
 
 Prints what users saw — p50, p99, p99.9 and max before, during and after each
 rollout — and writes results.json, results.md and a latency chart
@@ -75,7 +84,10 @@ and stops the lab; "make bench" adds --oracle and reports ratios.`,
 			for _, p := range paths {
 				fmt.Fprintln(w, "wrote", p)
 			}
-			return nil
+			if !withGate {
+				return nil
+			}
+			return runShortGateBench(ctx, cmd, root, kubeconfig, danki, gateway, filepath.Join(out, "gate"))
 		},
 	}
 	f := cmd.Flags()
@@ -90,5 +102,46 @@ and stops the lab; "make bench" adds --oracle and reports ratios.`,
 	f.BoolVar(&oracle, "oracle", false, "also load a fresh pod 5,000 times to find when it stops improving, and compare danki's warm-up length (make bench)")
 	f.BoolVar(&contenders, "contenders", false, "also roll out, between baseline and danki, Istio's slow start (examples/lab/slowstart) and a fixed warm-up of 100 requests (examples/lab/fixed100), with ratios contender ÷ danki (make bench)")
 	f.BoolVar(&skipBad, "skip-bad-version", false, "leave out the bad version's rollout (make bench: it yields no ratio)")
+	f.BoolVar(&withGate, "gate", true, "then the short warm gate bench: no warm-up vs danki gate, scale 2 → 4 (make bench runs the full one: gate-bench)")
+	f.StringVar(&danki, "danki", "", "the danki binary that runs `danki gate` for --gate (default $DANKI_CACHE/lab/bin/danki, else <root>/.cache/lab/bin/danki)")
 	return cmd
+}
+
+// runShortGateBench is make demo's short version of the gate bench: no
+// warm-up and the warm gate, through a scale-up only, into dir.
+func runShortGateBench(ctx context.Context, cmd *cobra.Command, root, kubeconfig, danki, gateway, dir string) error {
+	if danki == "" {
+		cache := os.Getenv("DANKI_CACHE")
+		if cache == "" {
+			cache = filepath.Join(root, ".cache")
+		}
+		danki = filepath.Join(cache, "lab", "bin", "danki")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+	log.Info("the warm gate, short version: no warm-up vs danki gate through a scale-up (full bench: danki-lab gate-bench)")
+	res, err := labdemo.GateBench(ctx, labdemo.GateBenchConfig{
+		Root: root, Kubeconfig: kubeconfig, Danki: danki, GatewayURL: gateway,
+		Settle: 30 * time.Second, GateLog: filepath.Join(dir, "gate.log"), Log: log,
+		Ways:   []labdemo.GateWay{labdemo.GateWays[0], labdemo.GateWays[2]},
+		Events: []string{labdemo.EventScaleUp},
+	})
+	if err != nil {
+		return fmt.Errorf("the warm gate's short bench: %w", err)
+	}
+	w := cmd.OutOrStdout()
+	fmt.Fprintln(w, "\nThe warm gate: new pods from a scale-up, without and with danki gate")
+	if err := labdemo.WriteGateBenchReport(w, res); err != nil {
+		return err
+	}
+	paths, err := labdemo.WriteGateBenchResults(dir, res)
+	if err != nil {
+		return fmt.Errorf("write the gate bench's results to %s: %w", dir, err)
+	}
+	for _, p := range paths {
+		fmt.Fprintln(w, "wrote", p)
+	}
+	return nil
 }
