@@ -78,7 +78,7 @@ netns_down() {
 }
 
 build_parts() {
-	"$here/build.sh" prometheus istiod argo envoy sample-app
+	"$here/build.sh" prometheus istiod argo envoy sample-app sample-app-grpc
 	build_danki danki danki-lab
 }
 
@@ -103,7 +103,8 @@ start_runner() {
 	start lab-runner "$bin/danki-lab" runner --kubeconfig "$kubeconfig" --node "$LAB_NODE" \
 		--netns "$NETNS" --device "$NS_DEV" --host-ip "$HOST_IP" --log-dir "$logs/pods" --stop-grace 5s \
 		--prometheus-file-sd "$run/prometheus/pods.json" \
-		--image "danki.dev/sample-app=$SAMPLE_APP_JAVA -jar $bin/sample-app.jar"
+		--image "danki.dev/sample-app=$SAMPLE_APP_JAVA -jar $bin/sample-app.jar" \
+		--image "danki.dev/sample-app-grpc=$SAMPLE_APP_JAVA -jar $bin/sample-app-grpc.jar"
 	wait_for lab-runner 30 grep -q "lab runner started" "$logs/lab-runner.log"
 }
 

@@ -37,7 +37,8 @@ answers. Images with no mapping are marked Running/Ready without a process.
 Deleted pods are stopped (SIGTERM, then SIGKILL after --stop-grace).`,
 		Example: `  danki-lab runner --kubeconfig .cache/lab/kubeconfig --node danki-lab-node \
     --netns danki-lab --device danki-lab1 --log-dir .cache/lab/run/logs/pods \
-    --image 'danki.dev/sample-app=java -Xmx256m -Dsun.net.httpserver.nodelay=true -jar .cache/lab/bin/sample-app.jar'`,
+    --image 'danki.dev/sample-app=java -Xmx256m -Dsun.net.httpserver.nodelay=true -jar .cache/lab/bin/sample-app.jar' \
+    --image 'danki.dev/sample-app-grpc=java -Xmx256m -jar .cache/lab/bin/sample-app-grpc.jar'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			for _, s := range imageSpecs {
