@@ -1,0 +1,212 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/argoproj/argo-rollouts/pkg/apis/rollouts/v1alpha1"
+	"github.com/danki-dev/danki/pkg/warmup"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// The gRPC lab example (examples/lab/grpc).
+const (
+	grpcRollout       = "app-grpc"
+	grpcWarmupStep    = 1 // steps: setCanaryScale, danki/warmup, setWeight 50, pause
+	grpcSetWeightStep = 2
+	grpcMetricsPort   = 8081
+	getItem           = "/danki.sample.v1.Catalog/GetItem"
+)
+
+// TestLabGRPCWarmup is the gRPC warm-up end to end (issue 19): the real Argo
+// Rollouts controller runs danki/warmup on the gRPC sample app (a grpc-java
+// JVM per pod, examples/sample-app-grpc). The canary pod is health-checked
+// over grpc.health.v1 and warmed with GetItem calls (messages from the app's
+// reflection service) at weight 0; the step succeeds only once its latency
+// converged, its windows show the cold start, the pod counted the warm-up's
+// calls by their metadata marker, and only then does the canary get weight.
+func TestLabGRPCWarmup(t *testing.T) {
+	l := startLab(t)
+	t.Cleanup(func() { assertNoJVM(t, "sample-app-grpc.jar") }) // runs after lab down (cleanups run last-in first-out)
+	dir := filepath.Join(l.root, "examples", "lab")
+	l.apply(t, filepath.Join(dir, "20-gateway.yaml"), filepath.Join(dir, "grpc"))
+	rollouts := l.argo.ArgoprojV1alpha1().Rollouts("default")
+	getRO := func() (*v1alpha1.Rollout, error) { return rollouts.Get(l.ctx, grpcRollout, metav1.GetOptions{}) }
+	waitFor(t, l.ctx, 5*time.Minute, "Rollout app-grpc Healthy with 2 available pods", func() (bool, string) {
+		ro, err := getRO()
+		if err != nil {
+			return false, err.Error()
+		}
+		return ro.Status.Phase == v1alpha1.RolloutPhaseHealthy && ro.Status.AvailableReplicas == 2,
+			fmt.Sprintf("phase %s, %d available: %s", ro.Status.Phase, ro.Status.AvailableReplicas, ro.Status.Message)
+	})
+
+	ro, err := getRO()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if step := ro.Spec.Strategy.Canary.Steps[grpcWarmupStep].Plugin; step == nil || step.Name != "danki/warmup" || !strings.Contains(string(step.Config), `"grpc"`) {
+		t.Fatalf("step %d of examples/lab/grpc is not a danki/warmup with gRPC requests", grpcWarmupStep)
+	}
+
+	t.Log("image → danki.dev/sample-app-grpc:v2")
+	patch := `[{"op":"replace","path":"/spec/template/spec/containers/0/image","value":"danki.dev/sample-app-grpc:v2"}]`
+	if _, err := rollouts.Patch(l.ctx, grpcRollout, types.JSONPatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatalf("set image v2: %v", err)
+	}
+
+	// Until the warm-up step ends, the VirtualService gives the canary
+	// nothing (checked every second, not once).
+	var st *warmupState
+	waitFor(t, l.ctx, 7*time.Minute, "danki/warmup over gRPC finished", func() (bool, string) {
+		var err error
+		if ro, err = getRO(); err != nil {
+			return false, err.Error()
+		}
+		st = nil
+		if ro.Status.CurrentPodHash != ro.Status.StableRS {
+			st = warmupStatus(ro)
+		}
+		if st != nil && (st.Phase == v1alpha1.StepPluginPhaseSuccessful || st.Phase == v1alpha1.StepPluginPhaseFailed) {
+			return true, ""
+		}
+		w, err := grpcCanaryWeight(l)
+		if err != nil {
+			return false, err.Error()
+		}
+		if w != 0 {
+			// The step may have ended between the two reads.
+			if now, err := getRO(); err == nil {
+				if s := warmupStatus(now); s != nil && s.Phase == v1alpha1.StepPluginPhaseSuccessful {
+					st, ro = s, now
+					return true, ""
+				}
+			}
+			t.Fatalf("canary weight %d on VirtualService %s before the gRPC warm-up finished: %s", w, grpcRollout, describe(ro))
+		}
+		if st == nil {
+			return false, describe(ro)
+		}
+		return false, fmt.Sprintf("warm-up %s, %d requests: %s", st.Phase, st.Requests, st.Summary)
+	})
+	t.Logf("warm-up %s: %s", st.Phase, st.Message)
+	t.Logf("p99 by window (last six): %s; first %s, last %s; %d requests", strings.Join(st.P99Trend, " → "), st.FirstP99, st.LastP99, st.Requests)
+	if st.Phase != v1alpha1.StepPluginPhaseSuccessful {
+		t.Fatalf("gRPC warm-up ended %s: %s", st.Phase, st.Message)
+	}
+	defaults := warmup.Config{}.WithDefaults()
+	minStop := int(defaults.MinStop())
+	if st.Converged != 1 || st.Requests < minStop {
+		t.Fatalf("warm-up status %+v: want the 1 canary pod converged after ≥ %d requests (the stopping rule's minimum)", st, minStop)
+	}
+	first, err1 := time.ParseDuration(st.FirstP99)
+	last, err2 := time.ParseDuration(st.LastP99)
+	if err1 != nil || err2 != nil {
+		t.Fatalf("warm-up status firstP99 %q, lastP99 %q: %v %v", st.FirstP99, st.LastP99, err1, err2)
+	}
+	if first < 3*last {
+		t.Errorf("first window p99 %s is not ≥ 3× the last window's %s: the gRPC canary was not cold, or the warm-up did not measure it", first, last)
+	}
+
+	// The canary JVM itself saw the warm-up: GetItem calls carrying the
+	// metadata x-danki-warmup, all answered OK, and at least as many as the
+	// step reports.
+	canary := grpcPods(t, l, ro.Status.CurrentPodHash)
+	if len(canary) != 1 {
+		t.Fatalf("%d canary pods (hash %s), want 1", len(canary), ro.Status.CurrentPodHash)
+	}
+	m := podMetrics(t, l.ctx, canary[0])
+	marked := m[`sample_app_warmup_calls_total{method="`+getItem+`"}`]
+	ok := m[`sample_app_requests_total{path="`+getItem+`",code="0"}`]
+	t.Logf("canary pod %s: %.0f GetItem calls with x-danki-warmup, %.0f GetItem calls OK", canary[0].Name, marked, ok)
+	if marked < float64(st.Requests) || ok < marked {
+		t.Errorf("canary pod %s counted %.0f marked GetItem calls (%.0f OK): want ≥ the %d requests the warm-up reports, all OK", canary[0].Name, marked, ok, st.Requests)
+	}
+	if n := m[`sample_app_warmup_calls_total{method="/danki.sample.v1.Catalog/PlaceOrder"}`]; n != 0 {
+		t.Errorf("the warm-up called the write method PlaceOrder %.0f times: only GetItem is in the request mix", n)
+	}
+
+	// Only after the warm-up does the canary get its weight.
+	waitFor(t, l.ctx, 2*time.Minute, "Rollout app-grpc paused at setWeight 50 after the warm-up", func() (bool, string) {
+		ro, err := getRO()
+		if err != nil {
+			return false, err.Error()
+		}
+		w, err := grpcCanaryWeight(l)
+		if err != nil {
+			return false, err.Error()
+		}
+		return ro.Status.Phase == v1alpha1.RolloutPhasePaused && ro.Status.CurrentStepIndex != nil && *ro.Status.CurrentStepIndex == grpcSetWeightStep+1 && w == 50,
+			fmt.Sprintf("VirtualService canary weight %d; %s", w, describe(ro))
+	})
+}
+
+// grpcCanaryWeight reads the canary's weight on VirtualService app-grpc.
+func grpcCanaryWeight(l *lab) (int32, error) {
+	vs, err := l.istio.NetworkingV1().VirtualServices("default").Get(l.ctx, grpcRollout, metav1.GetOptions{})
+	if err != nil {
+		return 0, err
+	}
+	for _, r := range vs.Spec.Http {
+		for _, d := range r.Route {
+			if d.Destination.Host == "app-grpc-canary" {
+				return d.Weight, nil
+			}
+		}
+	}
+	return 0, fmt.Errorf("VirtualService %s has no route to app-grpc-canary", grpcRollout)
+}
+
+// grpcPods lists the running gRPC sample-app pods of one ReplicaSet hash.
+func grpcPods(t *testing.T, l *lab, hash string) []corev1.Pod {
+	t.Helper()
+	pods, err := l.kube.CoreV1().Pods("default").List(l.ctx, metav1.ListOptions{
+		LabelSelector: "app=sample-app-grpc,rollouts-pod-template-hash=" + hash})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []corev1.Pod
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+var promSample = regexp.MustCompile(`(?m)^(sample_app_[a-z_]+\{[^}]*\}) ([0-9.eE+-]+)$`)
+
+// podMetrics reads the gRPC sample app's counters from its HTTP side port.
+func podMetrics(t *testing.T, ctx context.Context, pod corev1.Pod) map[string]float64 {
+	t.Helper()
+	body, err := get(ctx, fmt.Sprintf("http://%s:%d/metrics", pod.Status.PodIP, grpcMetricsPort))
+	if err != nil {
+		t.Fatalf("pod %s metrics: %v", pod.Name, err)
+	}
+	m := map[string]float64{}
+	for _, s := range promSample.FindAllStringSubmatch(body, -1) {
+		v, err := strconv.ParseFloat(s[2], 64)
+		if err == nil {
+			m[s[1]] = v
+		}
+	}
+	return m
+}
+
+// assertNoJVM checks that no process runs the jar any more.
+func assertNoJVM(t *testing.T, jar string) {
+	t.Helper()
+	if out, _ := exec.Command("pgrep", "-f", regexp.QuoteMeta(jar)).Output(); len(bytes.TrimSpace(out)) > 0 {
+		t.Errorf("%s JVMs still running after lab down: pids %s", jar, bytes.Fields(out))
+	}
+}
