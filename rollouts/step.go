@@ -9,9 +9,12 @@ import (
 	"time"
 
 	"github.com/argoproj/argo-rollouts/pkg/apis/rollouts/v1alpha1"
+	argoclient "github.com/argoproj/argo-rollouts/pkg/client/clientset/versioned"
 	"github.com/argoproj/argo-rollouts/rollout/steps/plugin/rpc"
 	"github.com/argoproj/argo-rollouts/utils/plugin/types"
 	goplugin "github.com/hashicorp/go-plugin"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8stypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/danki-dev/danki/pkg/capacity"
@@ -34,8 +37,9 @@ type warmupStep struct {
 	log        *slog.Logger
 	supervisor *warmup.Supervisor
 
-	mu      sync.Mutex // guards kube and kubeErr, set by InitPlugin
+	mu      sync.Mutex // guards kube, argo and kubeErr, set by InitPlugin
 	kube    kubernetes.Interface
+	argo    argoclient.Interface // records capacity knees on the Rollout
 	kubeErr error
 }
 
@@ -58,6 +62,9 @@ func (s *warmupStep) InitPlugin() types.RpcError {
 	if err == nil {
 		s.kube, err = kubernetes.NewForConfig(cfg)
 	}
+	if err == nil {
+		s.argo, err = argoclient.NewForConfig(cfg)
+	}
 	if err != nil {
 		s.kubeErr = err
 		s.log.Warn("no Kubernetes client: danki/warmup can only warm explicit urls", "err", err)
@@ -75,17 +82,34 @@ func (s *warmupStep) Run(ro *v1alpha1.Rollout, sc *types.RpcStepContext) (types.
 	if err != nil {
 		return types.RpcStepResult{Phase: types.PhaseFailed, Message: "invalid danki/warmup config: " + err.Error()}, types.RpcError{}
 	}
+	ro = ro.DeepCopy()
 	var after func(context.Context, []warmup.Target, func(string)) (string, error)
 	if len(cfg.Capacity) > 0 {
 		check, err := capacity.ParseCheck(cfg.Capacity)
 		if err != nil {
 			return types.RpcStepResult{Phase: types.PhaseFailed, Message: "invalid danki/warmup config: " + err.Error()}, types.RpcError{}
 		}
+		history, err := capacity.ParseHistory(ro.Annotations[capacity.HistoryAnnotation])
+		if err != nil {
+			return types.RpcStepResult{Phase: types.PhaseFailed, Message: fmt.Sprintf("Rollout %s/%s: %v", ro.Namespace, ro.Name, err)}, types.RpcError{}
+		}
+		var previous *capacity.Knee
+		if k, ok := history.Of(ro.Status.StableRS); ok && ro.Status.StableRS != ro.Status.CurrentPodHash {
+			previous = &k
+		}
 		after = func(ctx context.Context, canary []warmup.Target, report func(string)) (string, error) {
-			return check.Run(ctx, canary[0], report)
+			summary, knee, err := check.Run(ctx, canary[0], previous, report)
+			if err != nil {
+				return "", err
+			}
+			knee.Revision = ro.Status.CurrentPodHash
+			if rerr := s.recordKnee(ctx, ro, knee); rerr != nil {
+				s.log.Warn("capacity knee not recorded", "rollout", ro.Namespace+"/"+ro.Name, "err", rerr)
+				return summary + fmt.Sprintf("; knee NOT recorded for the next rollout: %v", rerr), nil
+			}
+			return summary + fmt.Sprintf("; recorded for revision %s in annotation %s", knee.Revision, capacity.HistoryAnnotation), nil
 		}
 	}
-	ro = ro.DeepCopy()
 	st := s.supervisor.Start(warmupRunKey(ro), warmup.ParseStatus(sc.Status), warmup.Job{
 		Config: cfg.Config,
 		After:  after,
@@ -143,6 +167,36 @@ func warmupResult(st warmup.Status, poll time.Duration) types.RpcStepResult {
 		res.Phase, res.RequeueAfter = types.PhaseRunning, poll
 	}
 	return res
+}
+
+// recordKnee adds the canary's knee to the Rollout's capacity history (a
+// merge patch of one annotation: the controller's own status updates are
+// untouched), for the next rollout to compare with.
+func (s *warmupStep) recordKnee(ctx context.Context, ro *v1alpha1.Rollout, knee capacity.Knee) error {
+	s.mu.Lock()
+	argo := s.argo
+	s.mu.Unlock()
+	if argo == nil {
+		return fmt.Errorf("no Kubernetes client (%v)", s.kubeErr)
+	}
+	rollouts := argo.ArgoprojV1alpha1().Rollouts(ro.Namespace)
+	cur, err := rollouts.Get(ctx, ro.Name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("get Rollout %s/%s: %w", ro.Namespace, ro.Name, err)
+	}
+	history, err := capacity.ParseHistory(cur.Annotations[capacity.HistoryAnnotation])
+	if err != nil {
+		history = nil // a broken history is replaced, not kept broken
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
+		capacity.HistoryAnnotation: history.With(knee).String()}}})
+	if err != nil {
+		return err
+	}
+	if _, err := rollouts.Patch(ctx, ro.Name, k8stypes.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("annotate Rollout %s/%s with %s: %w", ro.Namespace, ro.Name, capacity.HistoryAnnotation, err)
+	}
+	return nil
 }
 
 func (s *warmupStep) kubeClient() (kubernetes.Interface, error) {

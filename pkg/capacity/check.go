@@ -4,21 +4,32 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/danki-dev/danki/internal/config"
 	"github.com/danki-dev/danki/pkg/latency"
 	"github.com/danki-dev/danki/pkg/warmup"
 )
 
+// DefaultMinRatioToPrevious fails a canary whose knee fell below 0.8× the
+// knee its stable revision had as a canary.
+const DefaultMinRatioToPrevious = 0.8
+
 // Check is the danki/warmup step's capacity block: once the canary pods are
 // warm, at weight 0 with no user on them, find one pod's knee and fail the
-// step — before any user weight — when it is below MinQPS.
+// step — before any user weight — when it is below MinQPS, or below
+// MinRatioToPrevious × the knee recorded for the stable revision.
 type Check struct {
 	Config
 	// MinQPS is the rate one pod must sustain: peak traffic ÷ replicas ×
 	// headroom. Required. MaxQPS defaults to 4 × MinQPS here, so the ramp
 	// stops well past the floor instead of looking for a knee nobody needs.
 	MinQPS float64 `json:"minQPS"`
+	// MinRatioToPrevious fails a knee below this share of the stable
+	// revision's, as recorded when it was the canary (HistoryAnnotation).
+	// Default 0.8; 0 compares with minQPS only. The first rollout, with
+	// nothing recorded, passes this part with a note.
+	MinRatioToPrevious *float64 `json:"minRatioToPrevious,omitempty"`
 }
 
 // ParseCheck decodes (strictly), defaults and validates a capacity block;
@@ -32,7 +43,14 @@ func ParseCheck(raw []byte) (Check, error) {
 		c.MaxQPS = 4 * c.MinQPS
 	}
 	c.Config = c.Config.WithDefaults()
+	if c.MinRatioToPrevious == nil {
+		r := DefaultMinRatioToPrevious
+		c.MinRatioToPrevious = &r
+	}
 	var errs config.Errors
+	if r := *c.MinRatioToPrevious; r < 0 || r > 1 {
+		errs.Addf("capacity.minRatioToPrevious", "must be between 0 (off) and 1: the share of the stable revision's knee the canary must reach (got %g)", r)
+	}
 	if c.MinQPS <= 0 {
 		errs.Addf("capacity.minQPS", "required: the rate one pod must sustain (peak ÷ replicas × headroom), e.g. 150")
 	} else if c.MinQPS > c.MaxQPS {
@@ -42,9 +60,11 @@ func ParseCheck(raw []byte) (Check, error) {
 	return c, errs.Err()
 }
 
-// Run finds target's knee and judges it; the summary names the knee, the
-// error the knee, the floor and the step that broke, with the curve.
-func (c Check) Run(ctx context.Context, target warmup.Target, report func(string)) (string, error) {
+// Run finds target's knee and judges it against MinQPS and, when given, the
+// stable revision's recorded knee. It returns the summary and the knee to
+// record (Revision left for the caller); the error names the knee, the bound
+// it broke and the step that broke, with the curve.
+func (c Check) Run(ctx context.Context, target warmup.Target, previous *Knee, report func(string)) (string, Knee, error) {
 	res, err := Run(ctx, c.Config, target, func(s Step) {
 		verdict := "ok"
 		if s.Broke != "" {
@@ -53,12 +73,50 @@ func (c Check) Run(ctx context.Context, target warmup.Target, report func(string
 		report(fmt.Sprintf("capacity check on %s: %s qps asked, %s served, p99 %s: %s", target, formatQPS(s.AskedQPS), formatQPS(s.AchievedQPS), latency.Format(s.P99), verdict))
 	})
 	if err != nil {
-		return "", fmt.Errorf("capacity check on %s: %w", target, err)
+		return "", Knee{}, fmt.Errorf("capacity check on %s: %w", target, err)
 	}
+	knee := Knee{QPS: res.KneeQPS, Capped: capped(res), At: time.Now().UTC()}
 	if res.KneeQPS < c.MinQPS {
-		return "", fmt.Errorf("capacity check on %s: knee %s qps is below minQPS %g — %s; curve: %s", target, formatQPS(res.KneeQPS), c.MinQPS, res.Reason, curve(res))
+		return "", knee, fmt.Errorf("capacity check on %s: knee %s qps is below minQPS %g — %s; curve: %s", target, formatQPS(res.KneeQPS), c.MinQPS, res.Reason, curve(res))
 	}
-	return fmt.Sprintf("capacity: knee %s qps ≥ minQPS %g on %s (%s)", formatQPS(res.KneeQPS), c.MinQPS, target, res.Reason), nil
+	vsPrevious, err := c.comparePrevious(knee, previous)
+	if err != nil {
+		return "", knee, fmt.Errorf("capacity check on %s: %w — %s; curve: %s", target, err, res.Reason, curve(res))
+	}
+	return fmt.Sprintf("capacity: knee %s qps ≥ minQPS %g on %s; %s (%s)", formatQPS(res.KneeQPS), c.MinQPS, target, vsPrevious, res.Reason), knee, nil
+}
+
+// capped says the ramp reached maxQPS without a broken step.
+func capped(r *Result) bool {
+	for _, s := range r.Steps {
+		if s.Broke != "" {
+			return false
+		}
+	}
+	return len(r.Steps) > 0
+}
+
+// comparePrevious judges knee against the stable revision's, returning what
+// to say when it passes.
+func (c Check) comparePrevious(knee Knee, previous *Knee) (string, error) {
+	ratio := *c.MinRatioToPrevious
+	switch {
+	case ratio == 0:
+		return "no comparison with the stable revision (minRatioToPrevious 0)", nil
+	case previous == nil:
+		return "no knee recorded for the stable revision yet (its first capacity check): compared with minQPS only", nil
+	}
+	bound := ratio * previous.QPS
+	at := previous.At.Format(time.DateOnly)
+	if knee.QPS >= bound {
+		return fmt.Sprintf("%.2f× the stable revision %s's knee %s qps (%s; bound %g×)", knee.QPS/previous.QPS, previous.Revision, formatQPS(previous.QPS), at, ratio), nil
+	}
+	if knee.Capped {
+		// The ramp stopped at maxQPS before reaching the bound: not a
+		// finding about the canary, but nothing shows it keeps up either.
+		return "", fmt.Errorf("the ramp stopped at maxQPS %s qps, below %g × the stable revision %s's knee %s qps: raise capacity.maxQPS above %s to compare", formatQPS(c.MaxQPS), ratio, previous.Revision, formatQPS(previous.QPS), formatQPS(bound))
+	}
+	return "", fmt.Errorf("knee %s qps is %.2f× the stable revision %s's knee %s qps (%s), below minRatioToPrevious %g", formatQPS(knee.QPS), knee.QPS/previous.QPS, previous.Revision, formatQPS(previous.QPS), at, ratio)
 }
 
 // curve is the steps on one line: "20 ok, 30 ok, 45 broke".

@@ -1,0 +1,75 @@
+package capacity
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestHistoryKeepsTheNewestKneePerRevision(t *testing.T) {
+	h, err := ParseHistory("")
+	if err != nil || len(h) != 0 {
+		t.Fatalf("empty annotation: %v, %v", h, err)
+	}
+	for i, rev := range []string{"a", "b", "c", "b", "d", "e", "f"} {
+		h = h.With(Knee{Revision: rev, QPS: float64(100 + i)})
+	}
+	// "b" re-measured replaces its older entry; five kept, oldest ("a") gone.
+	if len(h) != historyLimit || h[0].Revision != "c" || h[len(h)-1].Revision != "f" {
+		t.Fatalf("history %+v", h)
+	}
+	if k, ok := h.Of("b"); !ok || k.QPS != 103 {
+		t.Errorf("b: %+v %v; want its newest knee 103", k, ok)
+	}
+	if _, ok := h.Of("a"); ok {
+		t.Error("a was trimmed but is still found")
+	}
+	back, err := ParseHistory(h.String())
+	if err != nil || len(back) != len(h) || back[2] != h[2] {
+		t.Errorf("round trip: %+v, %v", back, err)
+	}
+	if _, err := ParseHistory("{broken"); err == nil || !strings.Contains(err.Error(), HistoryAnnotation) {
+		t.Errorf("broken annotation: %v; want an error naming %s", err, HistoryAnnotation)
+	}
+}
+
+func TestCompareWithTheStableRevisionsKnee(t *testing.T) {
+	check, err := ParseCheck([]byte(`{"minQPS": 50}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	prev := &Knee{Revision: "old", QPS: 400, At: time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)}
+	for _, tc := range []struct {
+		name     string
+		knee     Knee
+		previous *Knee
+		ratio    *float64
+		fail     string // "" passes
+		says     string
+	}{
+		{name: "first rollout", knee: Knee{QPS: 100}, says: "no knee recorded"},
+		{name: "as fast", knee: Knee{QPS: 390}, previous: prev, says: "0.97× the stable revision old's knee 400 qps"},
+		{name: "at the bound", knee: Knee{QPS: 320}, previous: prev, says: "0.80×"},
+		{name: "slower", knee: Knee{QPS: 200}, previous: prev, fail: "0.50× the stable revision old's knee 400 qps (2026-11-01), below minRatioToPrevious 0.8"},
+		{name: "capped below the bound", knee: Knee{QPS: 200, Capped: true}, previous: prev, fail: "raise capacity.maxQPS above 320"},
+		{name: "off", knee: Knee{QPS: 10}, previous: prev, ratio: new(float64), says: "minRatioToPrevious 0"},
+	} {
+		c := check
+		if tc.ratio != nil {
+			c.MinRatioToPrevious = tc.ratio
+		}
+		says, err := c.comparePrevious(tc.knee, tc.previous)
+		switch {
+		case tc.fail != "" && (err == nil || !strings.Contains(err.Error(), tc.fail)):
+			t.Errorf("%s: %q, %v; want an error saying %q", tc.name, says, err, tc.fail)
+		case tc.fail == "" && (err != nil || !strings.Contains(says, tc.says)):
+			t.Errorf("%s: %q, %v; want a pass saying %q", tc.name, says, err, tc.says)
+		}
+	}
+	if _, err := ParseCheck([]byte(`{"minQPS": 50, "minRatioToPrevious": 1.5}`)); err == nil || !strings.Contains(err.Error(), "capacity.minRatioToPrevious") {
+		t.Errorf("ratio 1.5: %v; want an error naming capacity.minRatioToPrevious", err)
+	}
+	if *check.MinRatioToPrevious != DefaultMinRatioToPrevious {
+		t.Errorf("default ratio %g", *check.MinRatioToPrevious)
+	}
+}
