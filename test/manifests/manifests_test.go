@@ -264,6 +264,15 @@ func testRBAC(t *testing.T, e *testenv.Env, k *kubectl, deploy string) {
 						[]byte(`{"status":{"abort":true}}`), metav1.PatchOptions{}, "status")
 					return err
 				}},
+				{"danki/warmup capacity knee (get + patch rollouts)", func() error {
+					// As rollouts/step.go recordKnee records a passed knee.
+					if _, err := argo.ArgoprojV1alpha1().Rollouts(ns).Get(ctx, "app", metav1.GetOptions{}); err != nil {
+						return err
+					}
+					_, err := argo.ArgoprojV1alpha1().Rollouts(ns).Patch(ctx, "app", k8stypes.MergePatchType,
+						[]byte(`{"metadata":{"annotations":{"danki.dev/capacity-knees":"[{\"revision\":\"canaryhash\",\"qps\":120}]"}}}`), metav1.PatchOptions{})
+					return err
+				}},
 				{"danki/istio ramp-failure event (create events)", func() error {
 					// As rollouts/trafficrouter.go records it next to the abort.
 					_, err := kube.CoreV1().Events(ns).Create(ctx, &corev1.Event{
@@ -311,6 +320,9 @@ func testRBAC(t *testing.T, e *testenv.Env, k *kubectl, deploy string) {
 			if !ro.Status.Abort {
 				t.Error("status.abort not set after the patch")
 			}
+			if got := ro.Annotations["danki.dev/capacity-knees"]; !strings.Contains(got, "canaryhash") {
+				t.Errorf("capacity knee annotation after the patch: %q", got)
+			}
 		})
 	}
 }
@@ -325,6 +337,7 @@ func waitAuthorized(t *testing.T, kube kubernetes.Interface, user, ns string) {
 		{Group: "discovery.k8s.io", Resource: "endpointslices", Verb: "list"},
 		{Resource: "pods", Verb: "list"},
 		{Group: "argoproj.io", Resource: "rollouts", Subresource: "status", Verb: "patch"},
+		{Group: "argoproj.io", Resource: "rollouts", Verb: "patch"},
 		{Resource: "events", Verb: "create"},
 	}
 	deadline := time.Now().Add(30 * time.Second)
