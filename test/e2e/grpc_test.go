@@ -119,8 +119,8 @@ func TestLabGRPCWarmup(t *testing.T) {
 	}
 
 	// The canary JVM itself saw the warm-up: GetItem calls carrying the
-	// metadata x-danki-warmup, all answered OK, and at least as many as the
-	// step reports.
+	// metadata x-danki-warmup, answered OK, at least as many as the step
+	// reports.
 	canary := grpcPods(t, l, ro.Status.CurrentPodHash)
 	if len(canary) != 1 {
 		t.Fatalf("%d canary pods (hash %s), want 1", len(canary), ro.Status.CurrentPodHash)
@@ -129,8 +129,10 @@ func TestLabGRPCWarmup(t *testing.T) {
 	marked := m[`sample_app_warmup_calls_total{method="`+getItem+`"}`]
 	ok := m[`sample_app_requests_total{path="`+getItem+`",code="0"}`]
 	t.Logf("canary pod %s: %.0f GetItem calls with x-danki-warmup, %.0f GetItem calls OK", canary[0].Name, marked, ok)
-	if marked < float64(st.Requests) || ok < marked {
-		t.Errorf("canary pod %s counted %.0f marked GetItem calls (%.0f OK): want ≥ the %d requests the warm-up reports, all OK", canary[0].Name, marked, ok, st.Requests)
+	// (Calls in flight when the warm-up stops end CANCELLED: a few may
+	// not be OK.)
+	if marked < float64(st.Requests) || ok < 0.99*marked {
+		t.Errorf("canary pod %s counted %.0f marked GetItem calls (%.0f OK): want ≥ the %d requests the warm-up reports, ≥ 99 %% OK", canary[0].Name, marked, ok, st.Requests)
 	}
 	if n := m[`sample_app_warmup_calls_total{method="/danki.sample.v1.Catalog/PlaceOrder"}`]; n != 0 {
 		t.Errorf("the warm-up called the write method PlaceOrder %.0f times: only GetItem is in the request mix", n)
