@@ -89,6 +89,7 @@ func (s *warmupStep) Run(ro *v1alpha1.Rollout, sc *types.RpcStepContext) (types.
 		if err != nil {
 			return types.RpcStepResult{Phase: types.PhaseFailed, Message: "invalid danki/warmup config: " + err.Error()}, types.RpcError{}
 		}
+		check = check.Inherit(cfg.Config)
 		history, err := capacity.ParseHistory(ro.Annotations[capacity.HistoryAnnotation])
 		if err != nil {
 			return types.RpcStepResult{Phase: types.PhaseFailed, Message: fmt.Sprintf("Rollout %s/%s: %v", ro.Namespace, ro.Name, err)}, types.RpcError{}

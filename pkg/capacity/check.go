@@ -60,6 +60,22 @@ func ParseCheck(raw []byte) (Check, error) {
 	return c, errs.Err()
 }
 
+// Inherit fills what the capacity block leaves unset — the request mix (with
+// its side-effect permission), the marker header, the health path — from the
+// warm-up's, so a step describes its requests once.
+func (c Check) Inherit(w warmup.Config) Check {
+	if len(c.Requests) == 0 {
+		c.Requests, c.AllowSideEffects = w.Requests, c.AllowSideEffects || w.AllowSideEffects
+	}
+	if c.MarkerHeader == "" {
+		c.MarkerHeader = w.MarkerHeader
+	}
+	if c.HealthPath == "" {
+		c.HealthPath = w.HealthPath
+	}
+	return c
+}
+
 // Run finds target's knee and judges it against MinQPS and, when given, the
 // stable revision's recorded knee. It returns the summary and the knee to
 // record (Revision left for the caller); the error names the knee, the bound

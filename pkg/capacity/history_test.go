@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/danki-dev/danki/pkg/warmup"
 )
 
 func TestHistoryKeepsTheNewestKneePerRevision(t *testing.T) {
@@ -71,5 +73,18 @@ func TestCompareWithTheStableRevisionsKnee(t *testing.T) {
 	}
 	if *check.MinRatioToPrevious != DefaultMinRatioToPrevious {
 		t.Errorf("default ratio %g", *check.MinRatioToPrevious)
+	}
+}
+
+// A capacity block without requests sends the warm-up's.
+func TestCheckInheritsTheWarmUpsRequests(t *testing.T) {
+	w := warmup.Config{Requests: []warmup.RequestSpec{{Path: "/api/items?id={{randInt 1 9}}"}}, MarkerHeader: "X-Warm", HealthPath: "/ready", AllowSideEffects: true}
+	c := Check{}.Inherit(w)
+	if len(c.Requests) != 1 || c.Requests[0].Path != w.Requests[0].Path || c.MarkerHeader != "X-Warm" || c.HealthPath != "/ready" || !c.AllowSideEffects {
+		t.Errorf("inherited %+v", c.Config)
+	}
+	own := Check{Config: Config{Requests: []warmup.RequestSpec{{Path: "/cheap"}}, HealthPath: "/h"}}.Inherit(w)
+	if own.Requests[0].Path != "/cheap" || own.HealthPath != "/h" || own.AllowSideEffects {
+		t.Errorf("the block's own settings were overridden: %+v", own.Config)
 	}
 }
