@@ -51,6 +51,12 @@ type Options struct {
 	// WrapTransport, if set, wraps connection conn's HTTP transport (the
 	// warm-up renders each request of its mix there).
 	WrapTransport func(conn int, base http.RoundTripper) http.RoundTripper
+	// Call, if set, replaces the HTTP request: connection conn sends each
+	// request by calling the function it returns (the warm-up's gRPC
+	// calls), which reports success and the details for the Recorder (the
+	// status code). URL, Headers and WrapTransport are then unused; pacing,
+	// recording and Stop are the same as for HTTP.
+	Call func(conn int) func(ctx context.Context) (ok bool, details string)
 }
 
 // Runner sends the load of one Options until Stop.
@@ -92,8 +98,15 @@ func New(o Options) (*Runner, error) {
 		ro.QPS, ro.Uniform = -1, false
 		ro.AccessLogger = pacedRecorder{inner: o.Recorder}
 	}
+	if o.Call != nil {
+		ro.RunType = "gRPC"
+	}
 	r.runner = periodic.NewPeriodicRunner(&ro)
 	for i := range r.runner.Options().NumThreads {
+		if o.Call != nil {
+			r.runner.Options().Runners[i] = &fetch{call: o.Call(i), ctx: o.RequestContext, pace: o.Pace, stop: r.stop}
+			continue
+		}
 		client, err := newClient(o, i)
 		if err != nil {
 			r.close()
@@ -154,8 +167,9 @@ func Succeeded(code int) bool { return code >= 200 && code < 400 }
 // client. Its details are the status code for the Recorder.
 type fetch struct {
 	client *fhttp.Client
-	ctx    context.Context // nil: periodic's
-	pace   *Pace           // nil: periodic paces
+	call   func(context.Context) (bool, string) // replaces client (Options.Call)
+	ctx    context.Context                      // nil: periodic's
+	pace   *Pace                                // nil: periodic paces
 	stop   <-chan struct{}
 }
 
@@ -174,6 +188,13 @@ func (f *fetch) Run(ctx context.Context, _ periodic.ThreadID) (bool, string) {
 	}
 	if f.ctx != nil {
 		ctx = f.ctx
+	}
+	if f.call != nil {
+		ok, details := f.call(ctx)
+		if m != nil {
+			m.latency = time.Since(m.start)
+		}
+		return ok, details
 	}
 	code, _, _ := f.client.StreamFetch(ctx)
 	if m != nil {

@@ -373,7 +373,10 @@ func (c *coordinator) failingReason(rec *recorder, code int) string {
 	how := "no answer"
 	switch {
 	case code > 0:
-		how = fmt.Sprintf("last answer HTTP %d", code)
+		how = "last answer " + c.cfg.answerText(code)
+		if last != nil && c.cfg.isGRPC() {
+			how += ": " + last.Error()
+		}
 	case last != nil:
 		how = "last error: " + last.Error()
 	}
@@ -416,7 +419,7 @@ func (c *coordinator) finish() {
 		if err := st.runner.lastErr.get(); err != nil {
 			st.res.LastError = err.Error()
 		} else if st.rec.lastFailCode > 0 {
-			st.res.LastError = fmt.Sprintf("HTTP %d", st.rec.lastFailCode)
+			st.res.LastError = c.cfg.answerText(st.rec.lastFailCode)
 		}
 	}
 	if c.stable != nil {

@@ -27,6 +27,9 @@ var ErrUnhealthy = errors.New("targets not healthy")
 //
 // limit says what bounds ctx, for the error ("within healthTimeout 2m0s").
 func waitHealthy(ctx context.Context, cfg *Config, targets []Target, limit string) error {
+	if cfg.healthGRPC(targets) {
+		return waitHealthyGRPC(ctx, cfg, targets, limit)
+	}
 	client := &http.Client{
 		Timeout:   cfg.Timeout.D(),
 		Transport: &http.Transport{Proxy: http.ProxyFromEnvironment, MaxIdleConnsPerHost: 1},

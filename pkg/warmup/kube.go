@@ -194,7 +194,7 @@ func (k KubeTargets) fromEndpointSlices(ctx context.Context, kube kubernetes.Int
 		if s.AddressType == discoveryv1.AddressTypeFQDN {
 			continue
 		}
-		port, err := k.slicePort(s)
+		port, isGRPC, err := k.slicePort(s)
 		if err != nil {
 			return nil, err
 		}
@@ -213,17 +213,17 @@ func (k KubeTargets) fromEndpointSlices(ctx context.Context, kube kubernetes.Int
 			url := "http://" + net.JoinHostPort(ep.Addresses[0], strconv.Itoa(int(port)))
 			if !seen[url] {
 				seen[url] = true
-				targets = append(targets, Target{Name: name, URL: url, HealthURL: readinessURL(pod, ep.Addresses[0], port), Warmed: gateWarmed(pod)})
+				targets = append(targets, Target{Name: name, URL: url, HealthURL: readinessURL(pod, ep.Addresses[0], port), Warmed: gateWarmed(pod), GRPC: isGRPC || podGRPCPort(pod, port)})
 			}
 		}
 	}
 	return targets, nil
 }
 
-func (k KubeTargets) slicePort(s discoveryv1.EndpointSlice) (int32, error) {
-	if k.Port.Type == intstr.Int && k.Port.IntVal != 0 {
-		return k.Port.IntVal, nil
-	}
+// slicePort finds the port in the slice, and whether it is a gRPC port
+// (grpcPort).
+func (k KubeTargets) slicePort(s discoveryv1.EndpointSlice) (int32, bool, error) {
+	byNumber := k.Port.Type == intstr.Int && k.Port.IntVal != 0
 	var names []string
 	for _, p := range s.Ports {
 		name := ""
@@ -231,14 +231,20 @@ func (k KubeTargets) slicePort(s discoveryv1.EndpointSlice) (int32, error) {
 			name = *p.Name
 		}
 		names = append(names, strconv.Quote(name))
-		if p.Port != nil && (name == k.Port.StrVal || (k.Port.StrVal == "" && len(s.Ports) == 1)) {
-			return *p.Port, nil
+		if byNumber && p.Port != nil && *p.Port == k.Port.IntVal {
+			return k.Port.IntVal, grpcPort(name, p.AppProtocol), nil
+		}
+		if !byNumber && p.Port != nil && (name == k.Port.StrVal || (k.Port.StrVal == "" && len(s.Ports) == 1)) {
+			return *p.Port, grpcPort(name, p.AppProtocol), nil
 		}
 	}
-	if k.Port.StrVal == "" {
-		return 0, fmt.Errorf("EndpointSlice %s/%s has %d ports (%v): set port to a name or number", s.Namespace, s.Name, len(s.Ports), names)
+	switch {
+	case byNumber:
+		return k.Port.IntVal, false, nil
+	case k.Port.StrVal == "":
+		return 0, false, fmt.Errorf("EndpointSlice %s/%s has %d ports (%v): set port to a name or number", s.Namespace, s.Name, len(s.Ports), names)
 	}
-	return 0, fmt.Errorf("EndpointSlice %s/%s has no port named %q (ports: %v): set port to one of them or a number", s.Namespace, s.Name, k.Port.StrVal, names)
+	return 0, false, fmt.Errorf("EndpointSlice %s/%s has no port named %q (ports: %v): set port to one of them or a number", s.Namespace, s.Name, k.Port.StrVal, names)
 }
 
 func (k KubeTargets) fromPods(ctx context.Context, kube kubernetes.Interface) ([]Target, error) {
@@ -272,7 +278,7 @@ func PodTarget(p *corev1.Pod, port intstr.IntOrString) (Target, error) {
 		return Target{}, err
 	}
 	return Target{Name: p.Name, URL: "http://" + net.JoinHostPort(p.Status.PodIP, strconv.Itoa(int(n))),
-		HealthURL: readinessURL(p, p.Status.PodIP, n), Warmed: gateWarmed(p)}, nil
+		HealthURL: readinessURL(p, p.Status.PodIP, n), Warmed: gateWarmed(p), GRPC: podGRPCPort(p, n)}, nil
 }
 
 func podReady(p *corev1.Pod) bool {

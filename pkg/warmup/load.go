@@ -133,12 +133,16 @@ type loadRunner struct {
 	target  Target
 	runner  *load.Runner
 	lastErr *errorBox
+	close   func() // closes a gRPC target's channels; nil for HTTP
 }
 
 // newLoadRunner loads t at pace when it is set (the canary targets' ramp),
 // else at a fixed qps (the stable probe).
 func newLoadRunner(reqCtx context.Context, t Target, qps float64, pace *load.Pace, conns int, cfg *Config, set *requestSet, seed, stream uint64, rec *recorder) (*loadRunner, error) {
 	lr := &loadRunner{target: t, lastErr: &errorBox{}}
+	if set.grpc != nil {
+		return lr, newGRPCRunner(reqCtx, lr, qps, pace, conns, cfg, set, seed, stream, rec)
+	}
 	seq := &atomic.Int64{}
 	r, err := load.New(load.Options{
 		URL:            t.URL + "/",
@@ -164,7 +168,12 @@ func newLoadRunner(reqCtx context.Context, t Target, qps float64, pace *load.Pac
 }
 
 // run sends load until stopped and returns fortio's results.
-func (lr *loadRunner) run() periodic.RunnerResults { return lr.runner.Run() }
+func (lr *loadRunner) run() periodic.RunnerResults {
+	if lr.close != nil {
+		defer lr.close()
+	}
+	return lr.runner.Run()
+}
 
 // stop sends no new request; requests in flight finish.
 func (lr *loadRunner) stop() { lr.runner.Stop() }

@@ -207,6 +207,9 @@ type requestSet struct {
 	requests []*compiledRequest
 	cumul    []int // cumulative weights, for the weighted pick
 	marker   string
+	// grpc holds the gRPC calls' methods, once resolved (resolveGRPC):
+	// parallel to requests; nil for an HTTP mix.
+	grpc []*grpcMethod
 }
 
 func newRequestSet(cfg Config) (*requestSet, error) {
@@ -252,6 +255,9 @@ type generator struct {
 type generatorTemplates struct {
 	path, body *template.Template
 	headers    []*template.Template
+	// message and metadata of a gRPC call (parallel to its metadataKeys)
+	message  *template.Template
+	metadata []*template.Template
 }
 
 func (s *requestSet) newGenerator(seed1, seed2 uint64, seq *atomic.Int64) *generator {
@@ -269,6 +275,12 @@ func (s *requestSet) newGenerator(seed1, seed2 uint64, seq *atomic.Int64) *gener
 		for _, h := range r.headers {
 			gt.headers = append(gt.headers, bind(h))
 		}
+		if r.grpc != nil {
+			gt.message = bind(r.grpc.message)
+			for _, m := range r.grpc.metadata {
+				gt.metadata = append(gt.metadata, bind(m))
+			}
+		}
 		g.templates = append(g.templates, gt)
 	}
 	return g
@@ -285,8 +297,8 @@ func (g *generator) render(t *template.Template, static string) (string, error) 
 	return g.buf.String(), nil
 }
 
-// next draws and renders one request.
-func (g *generator) next() (generatedRequest, error) {
+// pick draws the index of the next request by weight.
+func (g *generator) pick() int {
 	i := 0
 	if n := len(g.set.requests); n > 1 {
 		x := g.rng.IntN(g.set.cumul[n-1])
@@ -294,6 +306,12 @@ func (g *generator) next() (generatedRequest, error) {
 			i++
 		}
 	}
+	return i
+}
+
+// next draws and renders one request.
+func (g *generator) next() (generatedRequest, error) {
+	i := g.pick()
 	r, t := g.set.requests[i], g.templates[i]
 	out := generatedRequest{method: r.spec.Method, header: make(http.Header, len(r.headerNames)+2)}
 	var err error

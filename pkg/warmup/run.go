@@ -165,6 +165,14 @@ func Run(ctx context.Context, cfg Config, targets []Target, opts Options) (*Resu
 		return res, err
 	}
 
+	if cfg.isGRPC() {
+		// Message types from the server's reflection (or the descriptor
+		// set), once, now that the pods answer.
+		if err := resolveGRPC(runCtx, &cfg, set, targets[0]); err != nil {
+			res.Elapsed, res.Reason = time.Since(start), err.Error()
+			return res, err
+		}
+	}
 	opts.Logger.Debug("warm-up load starting", "targets", len(targets), "qps", cfg.QPS, "startQPS", cfg.StartQPS, "connections", cfg.Connections)
 	emit(Progress{Phase: PhaseLoad})
 	c := &coordinator{cfg: &cfg, opts: opts, set: set, seed: uint64(seed), start: start, emit: emit, res: res, reject: reject, stableLoad: stableLoad}

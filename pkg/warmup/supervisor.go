@@ -268,7 +268,7 @@ func (r *supervisedRun) execute(ctx context.Context, log *slog.Logger, cfg Confi
 		r.pods[t.String()] = &PodProgress{Name: t.String()}
 	}
 	r.mu.Unlock()
-	r.set(PhaseHealth, fmt.Sprintf("waiting for %d pod(s) to answer %s with 200", len(canary), canary[0].healthURL(cfg.HealthPath)))
+	r.set(PhaseHealth, fmt.Sprintf("waiting for %d pod(s) to answer %s", len(canary), run.healthCheck(canary)))
 	log.Info("warming pods", "pods", names, "stable", len(stable))
 	res, err := Run(ctx, run, canary, Options{Stable: stable, Logger: log, OnProgress: r.onProgress})
 	switch {

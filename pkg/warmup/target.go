@@ -28,6 +28,10 @@ type Target struct {
 	// Warmed: the danki warm gate already warmed this pod (its
 	// GateCondition is True), so Run sends it nothing.
 	Warmed bool `json:"warmed,omitempty"`
+	// GRPC: the pod's port is a gRPC port (named grpc or grpc-*, or
+	// appProtocol grpc), so the health wait defaults to the gRPC health
+	// protocol (Config.HealthProtocol).
+	GRPC bool `json:"grpc,omitempty"`
 }
 
 // GateCondition is the pod condition (and readiness gate) the danki warm
