@@ -39,6 +39,8 @@ type warmupFlags struct {
 	neighbourFloor                time.Duration
 	paths, headers                []string
 	method, body, requestFile     string
+	grpcMethods, grpcMetadata     []string
+	grpcMessage                   string
 	jsonOut                       string
 	healthTimeout, timeout        time.Duration
 	deadline, absTolerance        time.Duration
@@ -75,6 +77,17 @@ their latency rises (--neighbour-guard), and each back-off is printed.
 Every request carries the marker header X-Danki-Warmup: 1; only GET, HEAD and
 OPTIONS are sent unless --allow-side-effects.
 
+gRPC services: --grpc-method package.Service/Method (with --grpc-message, a
+JSON template of the request message) or --request-file entries with grpc:
+calls unary methods over plaintext HTTP/2 straight to each pod (--url
+http://host:port), --connections channels per pod, with the marker metadata
+x-danki-warmup: 1. Message types come from the server's reflection service,
+or from --grpc-descriptor-set. A method is only called when its .proto marks
+it option idempotency_level = NO_SIDE_EFFECTS, it is listed with
+--grpc-safe-method, or --allow-side-effects is set. The health wait then uses
+the gRPC health protocol (grpc.health.v1.Health/Check until SERVING; see
+--health-protocol); non-OK status codes count as errors.
+
 Targets: --url (repeatable), or pods in Kubernetes: the ready endpoints of
 --service, or the Running+Ready pods matching --selector, optionally only those
 with rollouts-pod-template-hash=--hash. Each pod is loaded directly at its pod
@@ -89,7 +102,8 @@ measurement, not a gate).
 See docs/warmup.md.`,
 		Example: `  danki warmup --url http://127.0.0.1:8080 --path /api/items --max-requests 2000
   danki warmup -n shop --service cart-canary --port http --request-file requests.yaml --json warmup.json
-  danki warmup -n shop --selector app=cart --hash 6d4f9c7b8 --compare-to-stable --stable-hash 5c8d7f6a9`,
+  danki warmup -n shop --selector app=cart --hash 6d4f9c7b8 --compare-to-stable --stable-hash 5c8d7f6a9
+  danki warmup --url http://127.0.0.1:9090 --grpc-method shop.Catalog/GetItem --grpc-message '{"id": "{{randInt 1 5000}}"}'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return f.run(cmd)
@@ -119,13 +133,20 @@ See docs/warmup.md.`,
 	fl.DurationVar(&f.timeout, "timeout", warmup.DefaultTimeout, "per-request timeout")
 	fl.StringVar(&f.cfg.HealthPath, "health-path", "", "path that must answer 200 before load starts (default: each pod's httpGet readinessProbe, else /)")
 	fl.DurationVar(&f.healthTimeout, "health-timeout", warmup.DefaultHealthTimeout, "how long to wait for pods and health")
+	fl.StringVar(&f.cfg.HealthProtocol, "health-protocol", "", "http (GET --health-path until 200) or grpc (grpc.health.v1.Health/Check until SERVING); default grpc for gRPC requests or ports named grpc/grpc-*, else http")
+	fl.StringVar(&f.cfg.HealthService, "health-service", "", "service name asked in the gRPC health check (default: the server as a whole)")
 
 	fl.StringArrayVar(&f.paths, "path", nil, "request path (and query) to send, a template; repeatable, equal weights (default /)")
 	fl.StringVar(&f.method, "method", "GET", "method for --path requests")
 	fl.StringArrayVar(&f.headers, "header", nil, `header "Name: value" for --path requests (repeatable; value is a template)`)
 	fl.StringVar(&f.body, "body", "", "body template for --path requests")
-	fl.StringVar(&f.requestFile, "request-file", "", "YAML/JSON list of requests {method, path, headers, body, weight} (see docs/warmup.md)")
-	fl.BoolVar(&f.cfg.AllowSideEffects, "allow-side-effects", false, "allow methods other than GET, HEAD, OPTIONS (the app must honour the marker header)")
+	fl.StringVar(&f.requestFile, "request-file", "", "YAML/JSON list of requests {method, path, headers, body, weight} or {grpc: {method, message, metadata}, weight} (see docs/warmup.md)")
+	fl.StringArrayVar(&f.grpcMethods, "grpc-method", nil, "gRPC method package.Service/Method to call instead of HTTP paths; repeatable, equal weights")
+	fl.StringVar(&f.grpcMessage, "grpc-message", "", `request message for --grpc-method, protobuf JSON, a template (default "{}")`)
+	fl.StringArrayVar(&f.grpcMetadata, "grpc-metadata", nil, `metadata "key: value" for --grpc-method calls (repeatable; value is a template)`)
+	fl.StringVar(&f.cfg.GRPCDescriptorSet, "grpc-descriptor-set", "", "FileDescriptorSet file with the gRPC services (default: the server's reflection service)")
+	fl.StringArrayVar(&f.cfg.GRPCSafeMethods, "grpc-safe-method", nil, "gRPC method known to be read-only, callable without --allow-side-effects (repeatable)")
+	fl.BoolVar(&f.cfg.AllowSideEffects, "allow-side-effects", false, "allow HTTP methods other than GET, HEAD, OPTIONS and gRPC methods not marked read-only (the app must honour the marker)")
 	fl.StringVar(&f.cfg.MarkerHeader, "marker-header", warmup.DefaultMarkerHeader, "header set to 1 on every warm-up request")
 	fl.Int64Var(&f.cfg.Seed, "seed", 0, "seed for random template fields (0: random)")
 
@@ -202,6 +223,22 @@ func (f *warmupFlags) config() (warmup.Config, error) {
 	switch {
 	case f.requestFile != "" && len(f.paths) > 0:
 		return cfg, errors.New("--request-file and --path both give the requests: use one")
+	case len(f.grpcMethods) > 0 && (f.requestFile != "" || len(f.paths) > 0):
+		return cfg, errors.New("--grpc-method and --path/--request-file both give the requests: use one")
+	case len(f.grpcMethods) == 0 && (f.grpcMessage != "" || len(f.grpcMetadata) > 0):
+		return cfg, errors.New("--grpc-message and --grpc-metadata need --grpc-method")
+	case len(f.grpcMethods) > 0:
+		md := map[string]string{}
+		for _, h := range f.grpcMetadata {
+			name, value, ok := strings.Cut(h, ":")
+			if !ok || strings.TrimSpace(name) == "" {
+				return cfg, fmt.Errorf("--grpc-metadata %q: write \"key: value\"", h)
+			}
+			md[strings.TrimSpace(name)] = strings.TrimSpace(value)
+		}
+		for _, m := range f.grpcMethods {
+			cfg.Requests = append(cfg.Requests, warmup.RequestSpec{GRPC: &warmup.GRPCRequest{Method: m, Message: f.grpcMessage, Metadata: md}})
+		}
 	case f.requestFile != "":
 		reqs, err := readWarmupRequestFile(f.requestFile)
 		if err != nil {
@@ -354,7 +391,7 @@ func (p *warmupProgressLine) update(pr warmup.Progress) {
 	var line string
 	switch {
 	case pr.Phase == warmup.PhaseHealth:
-		line = fmt.Sprintf("waiting for %d target(s) to answer the health path …", pr.Targets)
+		line = fmt.Sprintf("waiting for %d target(s) to answer the health check …", pr.Targets)
 	case pr.Neighbours != "":
 		// A back-off (or recovery) of the neighbour guard: a line of its own.
 		if p.terminal && p.shown {
