@@ -125,6 +125,9 @@ func (c Config) validateGRPC(errs *config.Errors) {
 	default:
 		errs.Addf("healthProtocol", "%q: use http (GET healthPath, 200) or grpc (grpc.health.v1.Health/Check, SERVING)", c.HealthProtocol)
 	}
+	if c.HealthProtocol == HealthGRPC && c.HealthPath != "" {
+		errs.Addf("healthPath", "is an HTTP path, but healthProtocol is grpc: remove it (healthService names what the gRPC health check asks)")
+	}
 	grpcs := 0
 	for _, r := range c.Requests {
 		if r.GRPC != nil {
