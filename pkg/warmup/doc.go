@@ -17,6 +17,11 @@
 //     random fields, each carrying a marker header (X-Danki-Warmup: 1) so the
 //     application can keep warm-up requests free of side effects. Unsafe
 //     methods are refused unless explicitly allowed.
+//   - gRPC services (grpc.go): the health check is grpc.health.v1's Check
+//     and the mix is unary calls whose JSON templates become dynamic
+//     messages of types found by server reflection or in a descriptor set,
+//     over Connections channels per pod, through the same pace, windows
+//     and convergence; a method is called only when marked read-only.
 //   - Every request is counted, including the first request on each
 //     connection (the coldest one, which `fortio load` leaves out of its
 //     histogram): danki drives periodic with its own Runnable, so there is no

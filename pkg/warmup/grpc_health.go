@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 )
@@ -79,6 +81,9 @@ func checkUntilServing(ctx context.Context, cfg *Config, t Target) string {
 			// target (the check's own deadline may fire just before ctx's).
 			if dl, ok := ctx.Deadline(); ctx.Err() == nil && (!ok || time.Now().Before(dl)) {
 				last = err.Error()
+				if status.Code(err) == codes.Unimplemented {
+					last += " (the server has no gRPC health service: register grpc.health.v1.Health, or set healthProtocol http with a healthPath)"
+				}
 			}
 			return false, nil
 		case resp.GetStatus() == healthpb.HealthCheckResponse_SERVING:

@@ -3,6 +3,7 @@ package warmup
 import (
 	"context"
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protodesc"
@@ -177,6 +179,22 @@ func TestGRPCHealthWaitTimesOut(t *testing.T) {
 	cfg.HealthService = "danki.test.Nope"
 	if _, err := Run(context.Background(), cfg, []Target{grpcTarget(srv)}, Options{}); !errors.Is(err, ErrUnhealthy) || !strings.Contains(err.Error(), "NotFound") {
 		t.Errorf("unknown health service: %v", err)
+	}
+}
+
+func TestGRPCHealthServiceMissing(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bare := grpc.NewServer() // no health service
+	go func() { _ = bare.Serve(lis) }()
+	t.Cleanup(bare.Stop)
+	cfg := grpcConfig(GRPCRequest{Method: "danki.test.Catalog/Get"})
+	cfg.HealthTimeout = config.Duration(500 * time.Millisecond)
+	_, err = Run(context.Background(), cfg, []Target{{Name: "bare", URL: "http://" + lis.Addr().String()}}, Options{})
+	if !errors.Is(err, ErrUnhealthy) || !strings.Contains(err.Error(), "Unimplemented") || !strings.Contains(err.Error(), "healthProtocol http") {
+		t.Errorf("server without a health service: %v; want the Unimplemented status and the way out", err)
 	}
 }
 
