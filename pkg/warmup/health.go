@@ -18,12 +18,14 @@ import (
 const healthPoll = 250 * time.Millisecond
 
 // ErrUnhealthy is wrapped by the error of a warm-up whose targets did not
-// answer the health path with 200 in time.
+// answer the health path with 200 (or the gRPC health check with SERVING)
+// in time.
 var ErrUnhealthy = errors.New("targets not healthy")
 
 // waitHealthy probes every target's health path (GET, with the marker header)
-// until each has answered 200 once, or ctx ends. Health probes are not warm-up
-// load: they are not counted in the results.
+// until each has answered 200 once, or ctx ends — or, for gRPC services
+// (Config.healthGRPC), asks the gRPC health service (waitHealthyGRPC). Health
+// probes are not warm-up load: they are not counted in the results.
 //
 // limit says what bounds ctx, for the error ("within healthTimeout 2m0s").
 func waitHealthy(ctx context.Context, cfg *Config, targets []Target, limit string) error {

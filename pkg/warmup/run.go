@@ -52,7 +52,7 @@ type Phase string
 
 // Phases reported in Progress.
 const (
-	PhaseHealth Phase = "health" // waiting for targets to answer the health path
+	PhaseHealth Phase = "health" // waiting for targets to answer the health check (HTTP or gRPC)
 	PhaseLoad   Phase = "load"   // sending warm-up load
 	PhaseDone   Phase = "done"   // load stopped
 )
