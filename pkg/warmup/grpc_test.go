@@ -93,6 +93,9 @@ func TestGRPCWarmupConverges(t *testing.T) {
 	if tr.RetCodes[0] != tr.Requests {
 		t.Errorf("status codes %v, want all %d OK (0)", tr.RetCodes, tr.Requests)
 	}
+	if fr := res.FortioResults(); fr.RunType != "gRPC" || fr.RetCodes[0] != tr.Requests || fr.DurationHistogram.Count != tr.Requests {
+		t.Errorf("fortio result: type %q codes %v count %d", fr.RunType, fr.RetCodes, fr.DurationHistogram.Count)
+	}
 }
 
 func TestGRPCUnsafeMethodsRefused(t *testing.T) {

@@ -1,6 +1,7 @@
 package warmup
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -260,7 +261,7 @@ func (r *Result) FortioResults() *fhttp.HTTPRunnerResults {
 func fortioResult(label, url string, run periodic.RunnerResults, hist, errHist *stats.Histogram, codes map[int]int64) *fhttp.HTTPRunnerResults {
 	res := &fhttp.HTTPRunnerResults{RetCodes: maps.Clone(codes)}
 	res.RunnerResults = run
-	res.RunType = "HTTP"
+	res.RunType = cmp.Or(run.RunType, "HTTP") // "gRPC" for gRPC calls, whose RetCodes are gRPC status codes (0 OK)
 	res.Labels = "danki warmup " + label
 	res.Version = version.Short()
 	res.NoCatchUp = true
