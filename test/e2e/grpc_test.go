@@ -36,8 +36,16 @@ const (
 // converged, its windows show the cold start, the pod counted the warm-up's
 // calls by their metadata marker, and only then does the canary get weight.
 func TestLabGRPCWarmup(t *testing.T) {
+	// Registered before startLab's lab down, so it runs after it (cleanups
+	// run last-in first-out); only for a lab this test brought up.
+	var up bool
+	t.Cleanup(func() {
+		if up {
+			assertNoJVM(t, "sample-app-grpc.jar")
+		}
+	})
 	l := startLab(t)
-	t.Cleanup(func() { assertNoJVM(t, "sample-app-grpc.jar") }) // runs after lab down (cleanups run last-in first-out)
+	up = true
 	dir := filepath.Join(l.root, "examples", "lab")
 	l.apply(t, filepath.Join(dir, "20-gateway.yaml"), filepath.Join(dir, "grpc"))
 	rollouts := l.argo.ArgoprojV1alpha1().Rollouts("default")
