@@ -22,7 +22,7 @@ type capacityFlags struct {
 	paths                         []string
 	hold, timeout, p99            time.Duration
 	minQPS                        float64
-	refine                        int
+	refine, confirm               int
 	maxErrorRate                  float64
 	output                        string
 	cfg                           capacity.Config
@@ -37,7 +37,8 @@ func newCapacityCmd() *cobra.Command {
 until a step breaks a bound — p99 above --p99 (or --p99-ratio × the first step's),
 error rate above --max-error-rate, or the pod serving less than
 --min-achieved-ratio of the offered rate — then bisect between the last good
-and the first broken rate (--refine times). Prints a line per step, then the
+and the first broken rate (--refine times). A broken step is measured again
+(--confirm times) and counts only if it breaks every time. Prints a line per step, then the
 curve and the knee (docs/capacity.md).
 
 Never point it at a pod that serves users: it loads the pod until it breaks.
@@ -69,6 +70,7 @@ With --min-qps, a knee below it exits non-zero.`,
 	fl.Float64Var(&f.maxErrorRate, "max-error-rate", capacity.DefaultMaxErrorRate, "a step breaks above this share of failed requests")
 	fl.Float64Var(&f.cfg.MinAchievedRatio, "min-achieved-ratio", capacity.DefaultMinAchievedRatio, "a step breaks when the pod serves less than this share of the offered rate")
 	fl.IntVar(&f.refine, "refine", capacity.DefaultRefine, "bisection steps between the last good and the first broken rate")
+	fl.IntVar(&f.confirm, "confirm", capacity.DefaultConfirm, "repeats of a broken step before it counts (a one-off spike does not end the ramp)")
 	fl.Float64Var(&f.minQPS, "min-qps", 0, "fail (exit non-zero) when the knee is below this rate")
 	fl.StringVarP(&f.output, "output", "o", "table", "output: table or json")
 	return cmd
@@ -84,7 +86,7 @@ func runCapacity(cmd *cobra.Command, f *capacityFlags) error {
 	if f.p99 > 0 {
 		cfg.P99Ratio = 0
 	}
-	cfg.MaxErrorRate, cfg.Refine = &f.maxErrorRate, &f.refine
+	cfg.MaxErrorRate, cfg.Refine, cfg.Confirm = &f.maxErrorRate, &f.refine, &f.confirm
 	for _, p := range f.paths {
 		cfg.Requests = append(cfg.Requests, warmup.RequestSpec{Path: p})
 	}

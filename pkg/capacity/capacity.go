@@ -28,6 +28,7 @@ const (
 	DefaultMaxErrorRate     = 0.01
 	DefaultMinAchievedRatio = 0.9
 	DefaultRefine           = 3
+	DefaultConfirm          = 1
 )
 
 // Config is what to send and when a step breaks.
@@ -61,6 +62,11 @@ type Config struct {
 	// Refine is how many bisection steps refine the knee between the last
 	// good and the first broken rate. Default 3 (to 1/8 of the gap).
 	Refine *int `json:"refine,omitempty"`
+	// Confirm is how many times a broken step is measured again before it
+	// counts: a step breaks only if every repeat breaks too. A GC pause or
+	// a busy neighbour spikes one step's p99 (a few hundred requests: p99
+	// is their few slowest); an overload breaks every time. Default 1.
+	Confirm *int `json:"confirm,omitempty"`
 }
 
 // WithDefaults returns a copy with zero values replaced by the defaults.
@@ -82,6 +88,10 @@ func (c Config) WithDefaults() Config {
 	if c.Refine == nil {
 		n := DefaultRefine
 		c.Refine = &n
+	}
+	if c.Confirm == nil {
+		n := DefaultConfirm
+		c.Confirm = &n
 	}
 	return c
 }
@@ -113,6 +123,9 @@ func (c Config) Validate() error {
 	if *c.Refine < 0 || *c.Refine > 10 {
 		errs.Addf("refine", "must be 0 to 10 bisection steps (got %d)", *c.Refine)
 	}
+	if *c.Confirm < 0 || *c.Confirm > 5 {
+		errs.Addf("confirm", "must be 0 to 5 repeats of a broken step (got %d)", *c.Confirm)
+	}
 	errs.Add("", c.step(1).Validate())
 	return errs.Err()
 }
@@ -142,6 +155,9 @@ type Step struct {
 	Broke string `json:"broke,omitempty"`
 	// Refining marks the bisection steps after the first break.
 	Refining bool `json:"refining,omitempty"`
+	// Repeat marks a step measured again because the one before at the
+	// same rate broke (Config.Confirm).
+	Repeat bool `json:"repeat,omitempty"`
 }
 
 // Result is the curve and the knee.
@@ -165,7 +181,7 @@ func Run(ctx context.Context, cfg Config, target warmup.Target, progress func(St
 	}
 	res := &Result{}
 	var limit time.Duration
-	measure := func(qps float64, refining bool) (Step, error) {
+	once := func(qps float64, refining, repeat bool) (Step, error) {
 		s, err := measureStep(ctx, cfg, target, qps)
 		if err != nil {
 			return s, err
@@ -176,12 +192,21 @@ func Run(ctx context.Context, cfg Config, target warmup.Target, progress func(St
 				limit = time.Duration(float64(s.P99) * cfg.P99Ratio)
 			}
 		}
-		s.Broke, s.Refining = cfg.judge(s, limit), refining
+		s.Broke, s.Refining, s.Repeat = cfg.judge(s, limit), refining, repeat
 		res.Steps = append(res.Steps, s)
 		if progress != nil {
 			progress(s)
 		}
 		return s, nil
+	}
+	// measure holds qps, and again up to Confirm times while it breaks: the
+	// step counts as broken only if every measurement broke.
+	measure := func(qps float64, refining bool) (Step, error) {
+		s, err := once(qps, refining, false)
+		for i := 0; err == nil && s.Broke != "" && i < *cfg.Confirm; i++ {
+			s, err = once(qps, refining, true)
+		}
+		return s, err
 	}
 
 	good, bad := 0.0, 0.0
@@ -216,12 +241,12 @@ func Run(ctx context.Context, cfg Config, target warmup.Target, progress func(St
 	}
 	res.KneeQPS = good
 	for i := range res.Steps {
-		if s := &res.Steps[i]; s.Broke == "" && s.AskedQPS == good {
+		if s := &res.Steps[i]; s.Broke == "" && s.AskedQPS == good && res.Knee == nil {
 			res.Knee = s
 		}
 	}
 	if res.Reason == "" {
-		last := slices.IndexFunc(res.Steps, func(s Step) bool { return s.AskedQPS == bad && s.Broke != "" })
+		last := slices.IndexFunc(res.Steps, func(s Step) bool { return s.AskedQPS == bad && s.Broke != "" && !s.Repeat })
 		switch {
 		case good == 0:
 			res.Reason = fmt.Sprintf("even the first step (%g qps) broke: %s", cfg.StartQPS, res.Steps[0].Broke)
@@ -285,6 +310,9 @@ func (r *Result) WriteTable(w io.Writer) error {
 		}
 		if s.Refining {
 			result += " (refining)"
+		}
+		if s.Repeat {
+			result += " (repeat)"
 		}
 		fmt.Fprintf(tw, "| %s\t %s\t %d\t %d\t %s\t %s\t %s\t %s\t\n", formatQPS(s.AskedQPS), formatQPS(s.AchievedQPS), s.Requests, s.Errors,
 			latency.Format(s.P50), latency.Format(s.P99), latency.Format(s.P999), result)

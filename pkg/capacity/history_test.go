@@ -1,9 +1,15 @@
 package capacity
 
 import (
+	"context"
+	"net/http"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/danki-dev/danki/internal/testutil"
 
 	"github.com/danki-dev/danki/pkg/warmup"
 )
@@ -86,5 +92,47 @@ func TestCheckInheritsTheWarmUpsRequests(t *testing.T) {
 	own := Check{Config: Config{Requests: []warmup.RequestSpec{{Path: "/cheap"}}, HealthPath: "/h"}}.Inherit(w)
 	if own.Requests[0].Path != "/cheap" || own.HealthPath != "/h" || own.AllowSideEffects {
 		t.Errorf("the block's own settings were overridden: %+v", own.Config)
+	}
+}
+
+// A step that breaks once by chance does not end the ramp: it is measured
+// again (confirm) and the ramp goes on when the repeat holds.
+func TestABrokenStepIsConfirmedBeforeItCounts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("~10 s of load (skipped with -short)")
+	}
+	// Capacity 100 qps (1 slot × 10 ms), and one hiccup: the 40th request
+	// stalls 300 ms, breaking the p99 of whichever step it lands in.
+	var n atomic.Int64
+	sem := make(chan struct{}, 1)
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/healthz" {
+			return
+		}
+		sem <- struct{}{}
+		defer func() { <-sem }()
+		if n.Add(1) == 40 {
+			time.Sleep(300 * time.Millisecond)
+		}
+		time.Sleep(10 * time.Millisecond)
+	})}
+	l := testutil.ListenLoopback(t)
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	target := warmup.Target{Name: "hiccup", URL: "http://" + l.Addr().String()}
+	cfg := Config{HealthPath: "/healthz", StartQPS: 20, Hold: configDuration(time.Second), MaxQPS: 400, Refine: new(int)}
+	res, err := Run(context.Background(), cfg, target, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var table strings.Builder
+	_ = res.WriteTable(&table)
+	t.Logf("\n%s", table.String())
+	confirmed := slices.ContainsFunc(res.Steps[1:], func(s Step) bool { return s.Repeat && s.Broke == "" })
+	if !confirmed || res.Steps[1].Broke == "" {
+		t.Errorf("want the step with the hiccup (the 40th request: the second step) broken, then repeated and held:\n%s", table.String())
+	}
+	if res.KneeQPS < 60 {
+		t.Errorf("knee %.0f qps: one hiccup ended the ramp", res.KneeQPS)
 	}
 }
