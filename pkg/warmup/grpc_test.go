@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -85,11 +86,22 @@ func TestGRPCWarmupConverges(t *testing.T) {
 	if extra := tr.Requests - tr.ConvergedAfter; tr.ConvergedAfter%int64(cfg.Window) != 0 || extra > int64(cfg.Window) {
 		t.Errorf("converged after %d, sent %d: not a window boundary or load not stopped", tr.ConvergedAfter, tr.Requests)
 	}
-	first, last, _ := res.P99Trend()
-	if first < 10*time.Millisecond || last > first/2 {
-		t.Errorf("p99 trend %s → %s, want a cold first window and a much warmer last one", first, last)
+	// The median p99 of the last three complete windows: a window's p99 is
+	// its maximum here (20 calls), so one scheduler hiccup on the shared
+	// test machine must not decide.
+	var lastP99s []time.Duration
+	for _, w := range tr.Windows {
+		if !w.Partial {
+			lastP99s = append(lastP99s, w.P99)
+		}
 	}
-	t.Logf("%s", res.Summary())
+	lastP99s = lastP99s[len(lastP99s)-3:]
+	slices.Sort(lastP99s)
+	first, last := tr.Windows[0].P99, lastP99s[1]
+	if first < 10*time.Millisecond || last > first/2 {
+		t.Errorf("p99 first window %s → last windows %s, want a cold first window and much warmer last ones", first, last)
+	}
+	t.Logf("%s; median p99 of the last 3 windows %s", res.Summary(), last)
 	if tr.RetCodes[0] != tr.Requests {
 		t.Errorf("status codes %v, want all %d OK (0)", tr.RetCodes, tr.Requests)
 	}
