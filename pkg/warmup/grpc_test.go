@@ -247,3 +247,21 @@ func TestGRPCDescriptorSetWithoutReflection(t *testing.T) {
 		t.Errorf("bad static message: %v", err)
 	}
 }
+
+func TestGRPCCancelCutsCallsInFlight(t *testing.T) {
+	srv := testutil.NewGRPCServer(t, testutil.Flat(5*time.Second), true)
+	srv.Serve(0)
+	cfg := grpcConfig(GRPCRequest{Method: "danki.test.Catalog/Get"})
+	cfg.Timeout = config.Duration(30 * time.Second)
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(500*time.Millisecond, cancel)
+	start := time.Now()
+	_, err := Run(ctx, cfg, []Target{grpcTarget(srv)}, Options{})
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("got %v, want context.Canceled", err)
+	}
+	// Calls in flight get hardStopGrace, then are cut: not the server's 5 s.
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("Run returned %s after the start, calls in flight were not cut", d)
+	}
+}
