@@ -265,3 +265,31 @@ func TestGRPCCancelCutsCallsInFlight(t *testing.T) {
 		t.Errorf("Run returned %s after the start, calls in flight were not cut", d)
 	}
 }
+
+// Stable pods are loaded side by side with the same gRPC calls, and a
+// slower version is rejected as for HTTP.
+func TestGRPCSlowerVersionRejected(t *testing.T) {
+	slow := func(n int64, _ bool) time.Duration {
+		if n%20 == 0 { // 5 % of calls +100 ms
+			return 101 * time.Millisecond
+		}
+		return time.Millisecond
+	}
+	canary, stable := testutil.NewGRPCServer(t, slow, true), testutil.NewGRPCServer(t, testutil.Flat(time.Millisecond), true)
+	canary.Serve(0)
+	stable.Serve(0)
+	cfg := grpcConfig(GRPCRequest{Method: "danki.test.Catalog/Get", Message: `{"id": "{{seq}}"}`})
+	cfg.StableQPS, cfg.MaxRequests = 500, 10000
+	res, err := Run(context.Background(), cfg, []Target{grpcTarget(canary)}, Options{Stable: []Target{grpcTarget(stable)}})
+	if !errors.Is(err, ErrSlowerVersion) {
+		t.Fatalf("err = %v, want ErrSlowerVersion\n%s", err, table(res))
+	}
+	if stable.Calls.Load() == 0 || stable.HealthChecks.Load() == 0 {
+		t.Errorf("stable got %d calls and %d health checks: not loaded side by side over gRPC", stable.Calls.Load(), stable.HealthChecks.Load())
+	}
+	for _, c := range stable.Seen() {
+		if !c.Marked || c.Method != "Get" || c.ID == "" {
+			t.Fatalf("stable call %+v: want Get with a rendered id and the marker", c)
+		}
+	}
+}
