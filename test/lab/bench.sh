@@ -9,7 +9,9 @@
 # version is left out (it yields no ratio; make demo shows it). Results:
 # $BENCH_OUT (default bench-results/). Then the warm gate's bench
 # (danki-lab gate-bench): new pods three ways side by side; then the lab's
-# BlueGreen pre-promotion load test (TestLabBlueGreenLoadAnalysis).
+# BlueGreen pre-promotion load test (TestLabBlueGreenLoadAnalysis); then the
+# capacity check: knee accuracy on known capacities and the lab's two
+# versions' knees (TestKneeOfKnownCapacities, TestLabDankiRollout/capacity).
 set -euo pipefail
 # shellcheck source=test/lab/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -71,6 +73,18 @@ go test -count=1 -run TestLabBlueGreenLoadAnalysis -v -timeout 20m ./test/e2e/ >
 {
 	echo; echo "## BlueGreen: danki load-tests the preview pods before the switch"; echo
 	grep -E 'bluegreen_test.go:[0-9]+: (AnalysisRun app-bg|good version|slow version|--- )|^(--- |ok|FAIL)' "$out/bluegreen.log" | sed 's/^ *//; s/^/    /'
+} >>"$summary"
+# The capacity check (#17): knee accuracy on servers of known capacity (C
+# slots of S each: C/S), then the lab's two versions — the sample app with a
+# 10 ms wait per request, in parallel and behind a lock — through the real
+# Argo controller (~12 min).
+log "bench: capacity check → $out/capacity-known.log, $out/capacity-lab.log"
+go test -count=1 -run TestKneeOfKnownCapacities -v ./pkg/capacity/ >"$out/capacity-known.log" 2>&1 || log "bench: the knee accuracy run failed (see $out/capacity-known.log)"
+go test -count=1 -run 'TestLabDankiRollout/capacity' -v -timeout 30m ./test/e2e/ >"$out/capacity-lab.log" 2>&1 || log "bench: the lab capacity run failed (see $out/capacity-lab.log)"
+{
+	echo; echo "## capacity check: knee ÷ known capacity, and the lab's two versions"; echo
+	grep -E 'capacity_test.go:[0-9]+: .*knee .* × capacity' "$out/capacity-known.log" | sed 's/^ *capacity_test.go:[0-9]*: /    /'
+	grep -E 'knee recorded for|capacity check of|knee [0-9.]+ qps is [0-9.]+× the stable|^ *--- (PASS|FAIL): TestLabDankiRollout/capacity' "$out/capacity-lab.log" | sed 's/^ */    /'
 } >>"$summary"
 cat "$summary"
 log "bench: results in $out (summary.md, run-N/{results.md,results.json,latency.svg,latency.png}, go-bench.txt, go-bench.json)"
