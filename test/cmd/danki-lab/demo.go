@@ -131,17 +131,5 @@ func runShortGateBench(ctx context.Context, cmd *cobra.Command, root, kubeconfig
 	if err != nil {
 		return fmt.Errorf("the warm gate's short bench: %w", err)
 	}
-	w := cmd.OutOrStdout()
-	fmt.Fprintln(w, "\nThe warm gate: new pods from a scale-up, without and with danki gate")
-	if err := labdemo.WriteGateBenchReport(w, res); err != nil {
-		return err
-	}
-	paths, err := labdemo.WriteGateBenchResults(dir, res)
-	if err != nil {
-		return fmt.Errorf("write the gate bench's results to %s: %w", dir, err)
-	}
-	for _, p := range paths {
-		fmt.Fprintln(w, "wrote", p)
-	}
-	return nil
+	return printGateBench(cmd.OutOrStdout(), "The warm gate: new pods from a scale-up, without and with danki gate", dir, res)
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -88,19 +89,7 @@ A lab it started is stopped again (test/lab/down.sh).`,
 			if err != nil {
 				return err
 			}
-			w := cmd.OutOrStdout()
-			fmt.Fprintln(w)
-			if err := labdemo.WriteGateBenchReport(w, res); err != nil {
-				return err
-			}
-			paths, err := labdemo.WriteGateBenchResults(out, res)
-			if err != nil {
-				return fmt.Errorf("write results to --out %s: %w", out, err)
-			}
-			for _, p := range paths {
-				fmt.Fprintln(w, "wrote", p)
-			}
-			return nil
+			return printGateBench(cmd.OutOrStdout(), "", out, res)
 		},
 	}
 	f := cmd.Flags()
@@ -141,6 +130,26 @@ func runScript(ctx context.Context, root, script string) error {
 	c.WaitDelay = 10 * time.Second
 	if err := c.Run(); err != nil {
 		return fmt.Errorf("%s: %w", script, err)
+	}
+	return nil
+}
+
+// printGateBench prints the gate bench's report under title (if any) and
+// writes its results into dir.
+func printGateBench(w io.Writer, title, dir string, res *labdemo.GateBenchResult) error {
+	fmt.Fprintln(w)
+	if title != "" {
+		fmt.Fprintln(w, title)
+	}
+	if err := labdemo.WriteGateBenchReport(w, res); err != nil {
+		return err
+	}
+	paths, err := labdemo.WriteGateBenchResults(dir, res)
+	if err != nil {
+		return fmt.Errorf("write the gate bench's results to %s: %w", dir, err)
+	}
+	for _, p := range paths {
+		fmt.Fprintln(w, "wrote", p)
 	}
 	return nil
 }
