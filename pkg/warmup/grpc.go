@@ -2,7 +2,6 @@ package warmup
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -103,7 +102,7 @@ func findGRPCMethod(res descriptorResolver, g GRPCRequest, source string) (proto
 	}
 	d, err := res.FindDescriptorByName(service)
 	if err != nil {
-		if s, ok := status.FromError(errors.Unwrap(err)); ok && s.Code() == codes.Unimplemented || status.Code(err) == codes.Unimplemented {
+		if status.Code(err) == codes.Unimplemented { // status.Code sees through wrapping
 			return nil, fmt.Errorf("%s: the server has no reflection service (%v): turn gRPC server reflection on, or give grpcDescriptorSet", g.Method, err)
 		}
 		return nil, fmt.Errorf("%s: service %s not found in %s: %w", g.Method, service, source, err)

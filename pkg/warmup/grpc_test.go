@@ -220,9 +220,10 @@ func TestGRPCDescriptorSetWithoutReflection(t *testing.T) {
 	f := false
 	cfg.UntilConverged, cfg.MaxRequests, cfg.Connections = &f, 40, 1 // exactly 40
 	_, err := Run(context.Background(), cfg, []Target{grpcTarget(srv)}, Options{})
-	if err == nil || !strings.Contains(err.Error(), "reflection") || !strings.Contains(err.Error(), "grpcDescriptorSet") {
+	if err == nil || !strings.Contains(err.Error(), "requests[0].grpc.method") || !strings.Contains(err.Error(), "has no reflection service") || !strings.Contains(err.Error(), "grpcDescriptorSet") {
 		t.Fatalf("no reflection and no descriptor set: %v; want an error saying to turn reflection on or give grpcDescriptorSet", err)
 	}
+	t.Log(err)
 	set := &descriptorpb.FileDescriptorSet{File: []*descriptorpb.FileDescriptorProto{protodesc.ToFileDescriptorProto(srv.File)}}
 	data, err := proto.Marshal(set)
 	if err != nil {
