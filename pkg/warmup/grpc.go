@@ -175,7 +175,7 @@ type grpcLoad struct {
 	lastErr *errorBox
 }
 
-// calls returns the load.Options.Call of a gRPC target, and a func closing
+// newGRPCLoad returns the load.Options.Call of a gRPC target, and a func closing
 // its channels.
 func newGRPCLoad(t Target, conns int, cfg *Config, set *requestSet, seed, stream uint64, lastErr *errorBox) (func(int) func(context.Context) (bool, string), func(), error) {
 	gl := &grpcLoad{cfg: cfg, set: set, lastErr: lastErr}
