@@ -129,8 +129,9 @@ type Config struct {
 	// services from warming forever on scheduler noise. Default 1ms.
 	AbsoluteTolerance config.Duration `json:"absoluteTolerance,omitempty"`
 	// MaxErrorRatio is the share of failed requests (socket errors, HTTP
-	// status < 200 or >= 400, a gRPC status other than OK) a window may have and still count towards
-	// convergence. Default 0.01; set 0 to require error-free windows.
+	// status < 200 or >= 400, a gRPC status other than OK) a window may
+	// have and still count towards convergence. Default 0.01; set 0 to
+	// require error-free windows.
 	MaxErrorRatio *float64 `json:"maxErrorRatio,omitempty"`
 
 	// CompareToStable also loads the stable pods, at StableQPS, with the same
