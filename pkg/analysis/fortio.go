@@ -88,7 +88,10 @@ func (f *Fortio) load(ctx context.Context, location string) ([]byte, error) {
 // FortioSide converts a fortio HTTP result into a Side: the duration
 // histogram (seconds → milliseconds) with its raw min and max, the request
 // count, and the error count (5xx and fortio's -1 for connection errors).
+// A gRPC result (RunType "gRPC", as danki's gRPC warm-up writes it) holds
+// gRPC status codes: every code but 0 (OK) is an error.
 func FortioSide(name, from string, res *fhttp.HTTPRunnerResults) Side {
+	grpc := strings.EqualFold(res.RunType, "gRPC")
 	side := Side{
 		Name:        name,
 		LatencyFrom: from,
@@ -98,7 +101,7 @@ func FortioSide(name, from string, res *fhttp.HTTPRunnerResults) Side {
 	}
 	for code, n := range res.RetCodes {
 		side.Requests.Value += float64(n)
-		if code < 100 || code >= 500 {
+		if (grpc && code != 0) || (!grpc && (code < 100 || code >= 500)) {
 			side.Errors.Value += float64(n)
 		}
 	}

@@ -147,3 +147,19 @@ func TestFortioHistogramKeepsGapsEmpty(t *testing.T) {
 		t.Fatalf("p50 = %v ms, want in the lower bucket", p50)
 	}
 }
+
+// A gRPC warm-up's result holds gRPC status codes: 0 is OK, anything else
+// (even a code below 100, which means "no HTTP answer" in an HTTP result) is
+// an error.
+func TestFortioSideGRPCCodes(t *testing.T) {
+	res := &fhttp.HTTPRunnerResults{RetCodes: map[int]int64{0: 95, 5: 3, 14: 2}}
+	res.RunType = "gRPC"
+	side := FortioSide("canary", "f.json", res)
+	if side.Requests.Value != 100 || side.Errors.Value != 5 {
+		t.Errorf("gRPC result: %v requests, %v errors; want 100 and 5 (NotFound, Unavailable)", side.Requests.Value, side.Errors.Value)
+	}
+	res.RunType = "HTTP"
+	if side := FortioSide("canary", "f.json", res); side.Errors.Value != 100 {
+		t.Errorf("the same codes in an HTTP result: %v errors; want all 100 (no HTTP status)", side.Errors.Value)
+	}
+}
