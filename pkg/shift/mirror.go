@@ -39,7 +39,7 @@ type WarmupMirror struct {
 
 // MirrorState is what the warm-up mirror added, kept in MirrorAnnotation.
 type MirrorState struct {
-	Percent float64 `json:"percent"`
+	Percent float64  `json:"percent"`
 	Methods []string `json:"methods,omitempty"`
 	// Destination is the canary destination the mirror sends to.
 	Destination MirrorDestination `json:"destination"`
