@@ -29,6 +29,10 @@ type StepConfig struct {
 	// converged, at weight 0 (pkg/capacity.Check, docs/capacity.md); the
 	// step plugin decodes it.
 	Capacity json.RawMessage `json:"capacity,omitempty"`
+	// Mirror, if set, warms the canary on mirrored user traffic
+	// (pkg/mirror.Config, docs/warmup.md "Mirrored traffic"); the step
+	// plugin decodes it.
+	Mirror json.RawMessage `json:"mirror,omitempty"`
 }
 
 // ParseStepConfig decodes (strictly, JSON or YAML), defaults and validates

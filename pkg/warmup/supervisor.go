@@ -57,6 +57,12 @@ type Job struct {
 	// its progress in the status message, its summary is added to the
 	// converged message, and its error fails the run.
 	After func(ctx context.Context, canary []Target, report func(string)) (summary string, err error)
+	// Main, if set, replaces the synthetic load (e.g. the mirror source:
+	// warm-up on mirrored user traffic): it runs after the targets are
+	// found, reports its progress like After, its summary is the converged
+	// message and its error fails the run. After still runs once it
+	// succeeded.
+	Main func(ctx context.Context, canary []Target, report func(string)) (summary string, err error)
 }
 
 // Supervisor runs warm-ups in the background for callers that poll: the Argo
@@ -268,6 +274,10 @@ func (r *supervisedRun) execute(ctx context.Context, log *slog.Logger, cfg Confi
 		r.pods[t.String()] = &PodProgress{Name: t.String()}
 	}
 	r.mu.Unlock()
+	if job.Main != nil {
+		r.executeMain(ctx, log, canary, job)
+		return
+	}
 	r.set(PhaseHealth, fmt.Sprintf("waiting for %d pod(s) to answer %s", len(canary), run.healthCheck(canary)))
 	log.Info("warming pods", "pods", names, "stable", len(stable))
 	res, err := Run(ctx, run, canary, Options{Stable: stable, Logger: log, OnProgress: r.onProgress})
@@ -298,6 +308,30 @@ func (r *supervisedRun) execute(ctx context.Context, log *slog.Logger, cfg Confi
 		}
 		log.Warn("warm-up failed", "err", err)
 		r.set(PhaseFailed, msg)
+	}
+}
+
+// executeMain runs Job.Main (instead of the synthetic load), then
+// Job.After.
+func (r *supervisedRun) executeMain(ctx context.Context, log *slog.Logger, canary []Target, job Job) {
+	report := func(p string) { r.set(PhaseLoad, p) }
+	r.set(PhaseLoad, "starting")
+	summary, err := job.Main(ctx, canary, report)
+	if err == nil && job.After != nil {
+		var more string
+		r.set(PhaseChecking, summary)
+		more, err = job.After(ctx, canary, func(p string) { r.set(PhaseChecking, p) })
+		summary += "; " + more
+	}
+	switch {
+	case errors.Is(ctx.Err(), context.Canceled):
+		r.set(PhaseStopped, "warm-up stopped")
+	case err != nil:
+		log.Warn("warm-up failed", "err", err)
+		r.set(PhaseFailed, err.Error())
+	default:
+		log.Info("warm-up converged", "summary", summary)
+		r.set(PhaseConverged, summary)
 	}
 }
 
