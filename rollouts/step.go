@@ -13,6 +13,7 @@ import (
 	"github.com/argoproj/argo-rollouts/rollout/steps/plugin/rpc"
 	"github.com/argoproj/argo-rollouts/utils/plugin/types"
 	goplugin "github.com/hashicorp/go-plugin"
+	istioclient "istio.io/client-go/pkg/clientset/versioned"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8stypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -39,7 +40,8 @@ type warmupStep struct {
 
 	mu      sync.Mutex // guards kube, argo and kubeErr, set by InitPlugin
 	kube    kubernetes.Interface
-	argo    argoclient.Interface // records capacity knees on the Rollout
+	argo    argoclient.Interface  // records capacity knees on the Rollout
+	istio   istioclient.Interface // the mirror source's VirtualService (step_mirror.go)
 	kubeErr error
 }
 
@@ -64,6 +66,9 @@ func (s *warmupStep) InitPlugin() types.RpcError {
 	}
 	if err == nil {
 		s.argo, err = argoclient.NewForConfig(cfg)
+	}
+	if err == nil {
+		s.istio, err = istioclient.NewForConfig(cfg)
 	}
 	if err != nil {
 		s.kubeErr = err
@@ -111,7 +116,7 @@ func (s *warmupStep) Run(ro *v1alpha1.Rollout, sc *types.RpcStepContext) (types.
 			return summary + fmt.Sprintf("; recorded for revision %s in annotation %s", knee.Revision, capacity.HistoryAnnotation), nil
 		}
 	}
-	st := s.supervisor.Start(warmupRunKey(ro), warmup.ParseStatus(sc.Status), warmup.Job{
+	job := warmup.Job{
 		Config: cfg.Config,
 		After:  after,
 		FindTargets: func(ctx context.Context) ([]warmup.Target, []warmup.Target, error) {
@@ -123,25 +128,39 @@ func (s *warmupStep) Run(ro *v1alpha1.Rollout, sc *types.RpcStepContext) (types.
 			q.Timeout, q.Kube = cfg.HealthTimeout.D(), s.kubeClient
 			return warmup.FindTargets(ctx, q)
 		},
-	})
+	}
+	if len(cfg.Mirror) > 0 {
+		if err := s.withMirror(ro, cfg, &job); err != nil {
+			return types.RpcStepResult{Phase: types.PhaseFailed, Message: "invalid danki/warmup config: " + err.Error()}, types.RpcError{}
+		}
+	}
+	st := s.supervisor.Start(warmupRunKey(ro), warmup.ParseStatus(sc.Status), job)
+	if st.Phase.Final() {
+		s.removeMirror(ro, cfg) // a run that ended in another process
+	}
 	return warmupResult(st, cfg.PollInterval.D()), types.RpcError{}
 }
 
 // Terminate stops the load at once: the rollout moved on (e.g. promoted).
-func (s *warmupStep) Terminate(ro *v1alpha1.Rollout, _ *types.RpcStepContext) (types.RpcStepResult, types.RpcError) {
-	return s.stop(ro, "terminated"), types.RpcError{}
+func (s *warmupStep) Terminate(ro *v1alpha1.Rollout, sc *types.RpcStepContext) (types.RpcStepResult, types.RpcError) {
+	return s.stop(ro, sc, "terminated"), types.RpcError{}
 }
 
 // Abort stops the load at once: the rollout was aborted. Warm-up changes
-// nothing that needs reverting.
-func (s *warmupStep) Abort(ro *v1alpha1.Rollout, _ *types.RpcStepContext) (types.RpcStepResult, types.RpcError) {
-	return s.stop(ro, "aborted"), types.RpcError{}
+// nothing that needs reverting but a warm-up mirror, which is removed.
+func (s *warmupStep) Abort(ro *v1alpha1.Rollout, sc *types.RpcStepContext) (types.RpcStepResult, types.RpcError) {
+	return s.stop(ro, sc, "aborted"), types.RpcError{}
 }
 
 // stop returns once the Rollout's warm-up load has stopped (bounded by
-// warmup.StopWait).
-func (s *warmupStep) stop(ro *v1alpha1.Rollout, how string) types.RpcStepResult {
+// warmup.StopWait) and any warm-up mirror is gone.
+func (s *warmupStep) stop(ro *v1alpha1.Rollout, sc *types.RpcStepContext, how string) types.RpcStepResult {
 	n := s.supervisor.Stop(ro.Namespace + "/" + ro.Name)
+	if sc != nil {
+		if cfg, err := warmup.ParseStepConfig(sc.Config); err == nil {
+			s.removeMirror(ro, cfg)
+		}
+	}
 	return types.RpcStepResult{Phase: types.PhaseSuccessful, Message: fmt.Sprintf("warm-up %s (%d running warm-up(s) stopped)", how, n)}
 }
 

@@ -1,0 +1,82 @@
+package rollouts
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/argoproj/argo-rollouts/pkg/apis/rollouts/v1alpha1"
+	"github.com/argoproj/argo-rollouts/utils/plugin/types"
+	networking "istio.io/api/networking/v1"
+	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
+	"istio.io/client-go/pkg/clientset/versioned/fake"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/danki-dev/danki/pkg/shift"
+)
+
+// mirrorStepFixture is a Rollout routed by danki/istio on a fake Istio API
+// whose VirtualService carries a warm-up mirror (as a plugin process that
+// died mid-warm-up leaves it).
+func mirrorStepFixture(t *testing.T) (*warmupStep, *v1alpha1.Rollout, *fake.Clientset) {
+	t.Helper()
+	vs := &networkingv1.VirtualService{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "cart"},
+		Spec: networking.VirtualService{Hosts: []string{"cart"}, Http: []*networking.HTTPRoute{{Name: "primary",
+			Route: []*networking.HTTPRouteDestination{{Destination: &networking.Destination{Host: "cart-stable"}, Weight: 100},
+				{Destination: &networking.Destination{Host: "cart-canary"}, Weight: 0}}}}}}
+	cs := fake.NewSimpleClientset(vs)
+	ro := stepRollout("cart", "h2", 1)
+	ro.Spec.Strategy.Canary.StableService, ro.Spec.Strategy.Canary.CanaryService = "cart-stable", "cart-canary"
+	ro.Spec.Strategy.Canary.TrafficRouting = &v1alpha1.RolloutTrafficRouting{Plugins: map[string]json.RawMessage{
+		TrafficRouterName: json.RawMessage(`{"virtualService":{"name":"cart","routes":["primary"]}}`)}}
+	b, err := bind(ro)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := shift.New(cs, nil).SetWarmupMirror(context.Background(), b.Target, shift.WarmupMirror{Percent: 8}); err != nil {
+		t.Fatal(err)
+	}
+	s := newTestWarmupStep(t)
+	s.istio = cs
+	return s, ro, cs
+}
+
+func mirrorLeft(t *testing.T, cs *fake.Clientset) bool {
+	t.Helper()
+	vs, err := cs.NetworkingV1().VirtualServices("shop").Get(context.Background(), "cart", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, annotated := vs.Annotations[shift.MirrorAnnotation]
+	return annotated || len(vs.Spec.Http[0].Mirrors) > 0
+}
+
+const mirrorStepConfig = `{"urls":["http://127.0.0.1:1"],"mirror":{"allowSideEffects":true,"source":"envoy",
+  "prometheus":{"address":"http://127.0.0.1:1"},"envoy":{"canaryCluster":"outbound|8080||cart-canary.shop.svc.cluster.local"}}}`
+
+// Abort and Terminate after a plugin restart (no run in memory) still
+// remove the mirror the old process left.
+func TestStepAbortRemovesLeftoverMirror(t *testing.T) {
+	for _, op := range []string{"abort", "terminate"} {
+		s, ro, cs := mirrorStepFixture(t)
+		sc := &types.RpcStepContext{Config: json.RawMessage(mirrorStepConfig)}
+		if op == "abort" {
+			s.Abort(ro, sc)
+		} else {
+			s.Terminate(ro, sc)
+		}
+		if mirrorLeft(t, cs) {
+			t.Fatalf("%s left the warm-up mirror", op)
+		}
+	}
+}
+
+func TestStepRefusesMirrorWithoutSideEffectsOptIn(t *testing.T) {
+	s, ro, _ := mirrorStepFixture(t)
+	raw := strings.Replace(mirrorStepConfig, `"allowSideEffects":true,`, "", 1)
+	res, _ := s.Run(ro, &types.RpcStepContext{Config: json.RawMessage(raw)})
+	if res.Phase != types.PhaseFailed || !strings.Contains(res.Message, "mirror.allowSideEffects") {
+		t.Fatalf("Run = %s %q; want a failure naming mirror.allowSideEffects", res.Phase, res.Message)
+	}
+}
