@@ -21,7 +21,8 @@ import java.util.concurrent.Executors;
  *
  * <p>Endpoints: {@code GET /} (or {@code /api/quote}) the main work,
  * {@code POST /orders} a write that rolls back under the warm-up header
- * {@code X-Danki-Warmup}, {@code GET /orders/count}, {@code GET /healthz},
+ * {@code X-Danki-Warmup} and for mirrored requests (a Host ending in
+ * {@code -shadow}), {@code GET /orders/count}, {@code GET /healthz},
  * {@code GET /metrics} (Prometheus text).
  *
  * <p>Configuration (flag, else environment variable): {@code --version}/VERSION,
@@ -134,7 +135,7 @@ public final class Main {
             }
             slow(cfg);
             noise.spike();
-            boolean warmup = ex.getRequestHeaders().containsKey(WARMUP_HEADER);
+            boolean warmup = ex.getRequestHeaders().containsKey(WARMUP_HEADER) || mirrored(ex);
             OrderStore.Outcome o = orders.place(work, body, warmup);
             return new Reply(o.committed() ? 201 : 200, "application/json", "{\"version\":" + Json.quote(cfg.version)
                     + ",\"id\":" + Json.quote(o.id()) + ",\"total\":\"" + o.total() + "\",\"committed\":" + o.committed()
@@ -142,6 +143,28 @@ public final class Main {
         }
         drain(ex);
         return new Reply(405, "application/json", "{\"error\":\"use POST /orders or GET /orders/count\"}\n");
+    }
+
+    /**
+     * Whether the request is a mirrored copy: Envoy appends {@code -shadow}
+     * to the Host of every request it mirrors (danki's mirror warm-up, Istio
+     * mirrors), and drops the copy's answer, so the user's own request was
+     * served elsewhere and the copy must keep nothing.
+     */
+    static boolean mirrored(HttpExchange ex) {
+        return isShadowHost(ex.getRequestHeaders().getFirst("Host"));
+    }
+
+    /** A Host (with or without a port) ending in {@code -shadow}. */
+    static boolean isShadowHost(String host) {
+        if (host == null) {
+            return false;
+        }
+        int colon = host.lastIndexOf(':');
+        if (colon > 0 && host.indexOf(']') < colon && host.substring(colon + 1).chars().allMatch(Character::isDigit)) {
+            host = host.substring(0, colon);
+        }
+        return host.endsWith("-shadow");
     }
 
     /** The path as a metric label: known paths only, so labels stay few. */
