@@ -36,6 +36,7 @@ type warmupFlags struct {
 	rejectSlower, rejectSlowerSet bool
 	rejectFloor                   time.Duration
 	neighbourGuard                bool
+	acceptNearStable              bool
 	neighbourFloor                time.Duration
 	paths, headers                []string
 	method, body, requestFile     string
@@ -160,6 +161,7 @@ See docs/warmup.md.`,
 	fl.BoolVar(&f.rejectSlower, "reject-slower-version", true, "fail when a converged target stays above --reject-ratio × the stable pods' p99 (needs stable pods; on by default when they are given)")
 	fl.Float64Var(&f.cfg.RejectRatio, "reject-ratio", warmup.DefaultRejectRatio, "see --reject-slower-version")
 	fl.DurationVar(&f.rejectFloor, "reject-floor", warmup.DefaultRejectFloor, "a converged p99 at most this far above stable's is never rejected")
+	fl.BoolVar(&f.acceptNearStable, "accept-near-stable", true, "with stable pods: at --deadline or --max-requests, accept a target still improving whose p99 is within the rejection bar of stable's")
 	fl.BoolVar(&f.neighbourGuard, "neighbour-guard", true, "with stable pods: halve the pace while their latency rises above its baseline")
 	fl.Float64Var(&f.cfg.NeighbourRatio, "neighbour-ratio", warmup.DefaultNeighbourRatio, "see --neighbour-guard: back off when stable's p90 is above this × its baseline")
 	fl.DurationVar(&f.neighbourFloor, "neighbour-floor", warmup.DefaultNeighbourFloor, "see --neighbour-guard: a rise of stable's p90 this small never backs off")
@@ -210,8 +212,8 @@ func (f *warmupFlags) config() (warmup.Config, error) {
 	cfg.AbsoluteTolerance = config.Duration(f.absTolerance)
 	cfg.RejectFloor = config.Duration(f.rejectFloor)
 	cfg.NeighbourFloor = config.Duration(f.neighbourFloor)
-	guard := f.neighbourGuard
-	cfg.NeighbourGuard = &guard
+	guard, near := f.neighbourGuard, f.acceptNearStable
+	cfg.NeighbourGuard, cfg.AcceptNearStable = &guard, &near
 	if f.rejectSlowerSet {
 		reject := f.rejectSlower
 		cfg.RejectSlowerVersion = &reject

@@ -192,6 +192,16 @@ type Config struct {
 	// Default 3ms.
 	NeighbourFloor config.Duration `json:"neighbourFloor,omitempty"`
 
+	// AcceptNearStable: when the deadline or maxRequests ends the warm-up
+	// before a pod converged, the pod still counts as warm if its latest
+	// block of windows is as close to stable's p99 as a converged pod must
+	// be (StableRatio with CompareToStable, else RejectRatio and
+	// RejectFloor), its p50 no longer improves and its errors are within
+	// MaxErrorRatio: a tail that keeps improving slowly for thousands of
+	// requests then fails no good version. Needs stable windows; without
+	// them the bound fails the warm-up as before. Default true.
+	AcceptNearStable *bool `json:"acceptNearStable,omitempty"`
+
 	// Seed seeds the random fields of request templates; 0 picks a random
 	// seed. Fix it for reproducible request streams.
 	Seed int64 `json:"seed,omitempty"`
@@ -245,6 +255,10 @@ func (c Config) WithDefaults() Config {
 	setDefault(&c.RejectRatio, DefaultRejectRatio)
 	setDefault(&c.RejectFloor, config.Duration(DefaultRejectFloor))
 	setDefault(&c.StartQPS, min(c.QPS, max(1, c.QPS*DefaultStartQPSFraction)))
+	if c.AcceptNearStable == nil {
+		t := true
+		c.AcceptNearStable = &t
+	}
 	if c.NeighbourGuard == nil {
 		t := true
 		c.NeighbourGuard = &t

@@ -155,6 +155,10 @@ func (c *coordinator) run(parent, runCtx context.Context, targets []Target) erro
 				failure = fmt.Errorf("warm-up stopped: %w", parent.Err())
 				c.res.Reason = "stopped: " + parent.Err().Error()
 			case !stopping && c.cfg.Converging():
+				if accepted := c.acceptNearStable(); accepted != "" {
+					c.res.Reason = fmt.Sprintf("deadline %s passed; %s", c.cfg.Deadline, accepted)
+					break
+				}
 				c.res.Reason = fmt.Sprintf("deadline %s passed before every target converged: %s", c.cfg.Deadline, c.pendingTrends())
 				failure = fmt.Errorf("%w: %s", ErrNotConverged, c.res.Reason)
 			case !stopping:
@@ -200,10 +204,23 @@ func (c *coordinator) run(parent, runCtx context.Context, targets []Target) erro
 			st.res.fortio = ev.results
 			canaryRunning--
 			if !st.res.Converged && !stopping && c.cfg.Converging() {
-				c.res.Reason = fmt.Sprintf("%s reached maxRequests %d without converging (%s); %s",
-					st.res.Target, c.cfg.MaxRequests, st.waiting, trend(st.res.Windows, 6))
-				failure = fmt.Errorf("%w: %s", ErrNotConverged, c.res.Reason)
-				hardStop()
+				why, near := c.cfg.nearStable(st.res.Windows, c.stableP99())
+				if near {
+					last := st.res.Windows[len(st.res.Windows)-1]
+					st.res.Converged, st.res.NearStable = true, true
+					st.res.ConvergedAfter, st.res.ConvergedWindow = last.Requests, last.Index
+					st.waiting = "accepted near stable at maxRequests: " + why
+					if c.allConverged() {
+						stopping = true
+						c.res.Reason = fmt.Sprintf("all %d targets converged; %s accepted near stable at maxRequests %d: %s", len(c.canary), st.res.Target, c.cfg.MaxRequests, why)
+						abortAll()
+					}
+				} else {
+					c.res.Reason = fmt.Sprintf("%s reached maxRequests %d without converging (%s); %s",
+						st.res.Target, c.cfg.MaxRequests, st.waiting, trend(st.res.Windows, 6))
+					failure = fmt.Errorf("%w: %s", ErrNotConverged, c.res.Reason)
+					hardStop()
+				}
 			}
 			if canaryRunning == 0 {
 				for _, r := range c.sruns {

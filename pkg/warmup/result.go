@@ -48,10 +48,13 @@ type TargetResult struct {
 	Requests int64         `json:"requests"`
 	Errors   int64         `json:"errors"`
 	// Converged, and after how many requests (window ConvergedWindow).
-	Converged       bool          `json:"converged"`
-	ConvergedAfter  int64         `json:"convergedAfter,omitempty"`
-	ConvergedWindow int           `json:"convergedWindow,omitempty"`
-	RetCodes        map[int]int64 `json:"retCodes,omitempty"`
+	Converged       bool  `json:"converged"`
+	ConvergedAfter  int64 `json:"convergedAfter,omitempty"`
+	ConvergedWindow int   `json:"convergedWindow,omitempty"`
+	// NearStable: not converged when a bound ended the warm-up, but
+	// accepted as warm next to stable (Config.AcceptNearStable).
+	NearStable bool          `json:"nearStable,omitempty"`
+	RetCodes   map[int]int64 `json:"retCodes,omitempty"`
 	// LastError is the last transport error (e.g. connection refused), else
 	// the HTTP status of the last failed answer ("HTTP 503"), if any.
 	LastError string `json:"lastError,omitempty"`
