@@ -62,8 +62,10 @@ type GateBenchConfig struct {
 	// warms them). Steady: the measured steady state before each event.
 	// After: the measured stretch after each event.
 	Settle, Steady, After time.Duration
-	// GateLog is where the gate's log goes.
-	GateLog string
+	// GateLog is where the gate's log goes; GateMaxConcurrent, when > 0,
+	// its --max-concurrent (warm-ups at once).
+	GateLog           string
+	GateMaxConcurrent int
 	// Ways are the ways compared (default GateWays: all three); Events the
 	// events each goes through, in order (default EventScaleUp,
 	// EventPodKill). make demo's short version takes no warm-up and the
@@ -186,7 +188,7 @@ func GateBench(ctx context.Context, cfg GateBenchConfig) (res *GateBenchResult, 
 	log := cfg.Log
 
 	log.Info("starting danki gate out of cluster", "danki", cfg.Danki, "log", cfg.GateLog)
-	gp, err := StartGate(ctx, kube, GateOptions{Danki: cfg.Danki, Kubeconfig: cfg.Kubeconfig, Root: cfg.Root, LogPath: cfg.GateLog})
+	gp, err := StartGate(ctx, kube, GateOptions{Danki: cfg.Danki, Kubeconfig: cfg.Kubeconfig, Root: cfg.Root, LogPath: cfg.GateLog, MaxConcurrent: cfg.GateMaxConcurrent})
 	if err != nil {
 		return nil, err
 	}

@@ -23,6 +23,7 @@ func newGateBenchCmd() *cobra.Command {
 		root, cache, kubeconfig, danki, gateway, out string
 		qps                                          float64
 		settle, steady, after                        time.Duration
+		maxConcurrent                                int
 	)
 	cmd := &cobra.Command{
 		Use:   "gate-bench",
@@ -84,7 +85,7 @@ A lab it started is stopped again (test/lab/down.sh).`,
 			}
 			res, err := labdemo.GateBench(ctx, labdemo.GateBenchConfig{
 				Root: root, Kubeconfig: kubeconfig, Danki: danki, GatewayURL: gateway, QPS: qps,
-				Settle: settle, Steady: steady, After: after, GateLog: filepath.Join(out, "gate.log"), Log: log,
+				Settle: settle, Steady: steady, After: after, GateLog: filepath.Join(out, "gate.log"), GateMaxConcurrent: maxConcurrent, Log: log,
 			})
 			if err != nil {
 				return err
@@ -103,6 +104,7 @@ A lab it started is stopped again (test/lab/down.sh).`,
 	f.DurationVar(&settle, "settle", 45*time.Second, "users alone on the fresh pods before measuring (warms them)")
 	f.DurationVar(&steady, "steady", 30*time.Second, "measured steady state before each event")
 	f.DurationVar(&after, "after", time.Minute, "measured stretch after each event")
+	f.IntVar(&maxConcurrent, "gate-max-concurrent", 0, "danki gate's --max-concurrent: warm-ups at once (0: its default)")
 	return cmd
 }
 
