@@ -90,7 +90,9 @@ func WriteGateBenchReport(w io.Writer, r *GateBenchResult) error {
 			fmt.Fprintf(&b, "\n**Warmed more than once: %s** — each further warm-up set the condition False again, taking a warm pod out of load balancing.\n", strings.Join(again, ", "))
 		}
 	}
-	fmt.Fprintf(&b, "\nEnvoy's load balancing for the slow-start way: %s\n", r.Envoy)
+	if r.Envoy != "" {
+		fmt.Fprintf(&b, "\nEnvoy's load balancing for the slow-start way: %s\n", r.Envoy)
+	}
 	for _, w := range r.Ways {
 		fmt.Fprintf(&b, "\nUser traffic, %s: %d requests, %d not OK, %.1f of %.0f qps achieved.", w.Name, w.Traffic.Requests, w.Traffic.Errors, w.Traffic.AchievedQPS, w.Traffic.AskedQPS)
 	}
