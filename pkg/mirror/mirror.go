@@ -179,7 +179,9 @@ type Result struct {
 // Summary is one line for the step's message.
 func (r Result) Summary() string {
 	if r.Converged {
-		return fmt.Sprintf("converged on mirrored traffic after %d mirrored requests in %d windows (mirror at %g%%); %s", r.Requests, len(r.Windows), r.Percent, warmup.Trend(r.Windows, 6))
+		first, last := r.Windows[0], r.Windows[len(r.Windows)-1]
+		return fmt.Sprintf("converged on mirrored traffic after %d mirrored requests in %d windows (mirror at %g%%): p99 %s in window 1, %s in window %d; p50 %s → %s",
+			r.Requests, len(r.Windows), r.Percent, latency.Format(first.P99), latency.Format(last.P99), last.Index, latency.Format(first.P50), latency.Format(last.P50))
 	}
 	return fmt.Sprintf("not converged on mirrored traffic: %s (%d mirrored requests, %d windows, mirror at %g%%); %s", r.Reason, r.Requests, len(r.Windows), r.Percent, warmup.Trend(r.Windows, 6))
 }

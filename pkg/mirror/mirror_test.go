@@ -198,7 +198,7 @@ func TestMirrorWarmupConvergesRaisesAndRemoves(t *testing.T) {
 			t.Fatalf("mirror writes %v: rose above maxPercent 20", got)
 		}
 	}
-	if !strings.Contains(res.Summary(), "converged on mirrored traffic") || len(reports) == 0 {
+	if sum := res.Summary(); !strings.Contains(sum, "converged on mirrored traffic") || !strings.Contains(sum, "in window 1") || strings.Contains(sum, "still falling") || len(reports) == 0 {
 		t.Fatalf("summary %q, %d reports", res.Summary(), len(reports))
 	}
 	f.assertClean(t)
