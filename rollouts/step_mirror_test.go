@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/danki-dev/danki/pkg/shift"
+	"github.com/danki-dev/danki/pkg/warmup"
 )
 
 // mirrorStepFixture is a Rollout routed by danki/istio on a fake Istio API
@@ -78,5 +79,35 @@ func TestStepRefusesMirrorWithoutSideEffectsOptIn(t *testing.T) {
 	res, _ := s.Run(ro, &types.RpcStepContext{Config: json.RawMessage(raw)})
 	if res.Phase != types.PhaseFailed || !strings.Contains(res.Message, "mirror.allowSideEffects") {
 		t.Fatalf("Run = %s %q; want a failure naming mirror.allowSideEffects", res.Phase, res.Message)
+	}
+}
+
+// mode only replaces the synthetic load (Job.Main); afterSynthetic runs the
+// mirror after it, before the check that was already there (Job.After).
+func TestStepMirrorModes(t *testing.T) {
+	s, ro, _ := mirrorStepFixture(t)
+	for _, tc := range []struct {
+		mode      string
+		wantMain  bool
+		wantAfter bool
+	}{{"only", true, false}, {"afterSynthetic", false, true}} {
+		raw := strings.Replace(mirrorStepConfig, `"mirror":{`, `"mirror":{"mode":"`+tc.mode+`",`, 1)
+		cfg, err := warmup.ParseStepConfig([]byte(raw))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var job warmup.Job
+		if err := s.withMirror(ro, cfg, &job); err != nil {
+			t.Fatal(err)
+		}
+		if (job.Main != nil) != tc.wantMain || (job.After != nil) != tc.wantAfter {
+			t.Errorf("mode %s: Main set %v, After set %v", tc.mode, job.Main != nil, job.After != nil)
+		}
+	}
+	// Without the Rollout's danki/istio router there is no VirtualService to mirror on.
+	ro.Spec.Strategy.Canary.TrafficRouting = nil
+	cfg, _ := warmup.ParseStepConfig([]byte(mirrorStepConfig))
+	if err := s.withMirror(ro, cfg, &warmup.Job{}); err == nil || !strings.Contains(err.Error(), "danki/istio") {
+		t.Fatalf("withMirror without a traffic router: %v", err)
 	}
 }
