@@ -16,7 +16,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 # Integration tests start API servers, Prometheus and the lab: give them room
 # on a 2-core machine.
-TEST_TIMEOUT ?= 40m
+TEST_TIMEOUT ?= 60m
 
 .PHONY: all build build-lab release test unit lint demo bench aa lab-bins lab-up lab-down clean help
 
