@@ -20,6 +20,7 @@ type gateFlags struct {
 	certDir                 string
 	certHosts               []string
 	maxConcurrent           int
+	maxPerNode              int
 	metricsAddr, healthAddr string
 	leaderElect             bool
 	leaderElectionNamespace string
@@ -56,7 +57,7 @@ makes a self-managed CA and prints where its ca.crt (the webhook's caBundle) is.
 				f.leaderElectionNamespace, _ = f.kube.namespace()
 			}
 			return gate.Run(ctx, rc, gate.Options{
-				MaxConcurrent: f.maxConcurrent, WebhookHost: f.webhookHost, WebhookPort: f.webhookPort,
+				MaxConcurrent: f.maxConcurrent, MaxPerNode: f.maxPerNode, WebhookHost: f.webhookHost, WebhookPort: f.webhookPort,
 				CertDir: f.certDir, CertHosts: f.certHosts, MetricsAddr: f.metricsAddr, HealthAddr: f.healthAddr,
 				LeaderElection: f.leaderElect, LeaderElectionNamespace: f.leaderElectionNamespace, Log: log,
 				OnStarted: func(_ *gate.Reconciler, dir string) {
@@ -74,6 +75,7 @@ makes a self-managed CA and prints where its ca.crt (the webhook's caBundle) is.
 	fl.StringVar(&f.certDir, "cert-dir", "", "directory with tls.crt and tls.key (e.g. cert-manager's Secret); without them a self-managed CA writes them there (default: a temporary directory)")
 	fl.StringSliceVar(&f.certHosts, "cert-host", nil, "DNS names or IPs of the self-managed certificate (default: --webhook-host)")
 	fl.IntVar(&f.maxConcurrent, "max-concurrent", gate.DefaultMaxConcurrent, "warm-ups running at once, at most")
+	fl.IntVar(&f.maxPerNode, "max-per-node", gate.DefaultMaxPerNode, "warm-ups running at once on one node, at most (a cold JVM's JIT takes the node's cores from the pods serving users there); -1: no cap")
 	fl.StringVar(&f.metricsAddr, "metrics-bind-address", "0", "metrics endpoint address, e.g. :8080 (0: off)")
 	fl.StringVar(&f.healthAddr, "health-probe-bind-address", "0", "health endpoints /healthz and /readyz, e.g. :8081 (0: off)")
 	fl.BoolVar(&f.leaderElect, "leader-elect", false, "elect one active replica (Lease "+gate.LeaderElectionID+")")

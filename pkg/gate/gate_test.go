@@ -131,6 +131,52 @@ func TestGateOnAPIServer(t *testing.T) {
 		}
 	})
 
+	t.Run("one warm-up at a time per node: the second pod queued, warmed after", func(t *testing.T) {
+		servers := map[string]*testutil.ColdServer{}
+		for _, name := range []string{"node-a", "node-b"} {
+			srv := testutil.NewColdServer(t, testutil.Decaying(time.Millisecond, 20*time.Millisecond, 300))
+			srv.HealthPath = "/healthz"
+			servers[name] = srv
+			pod := createPod(t, ctx, kube, name, `{"qps": 400, "connections": 4, "healthPath": "/healthz"}`, serverPort(t, srv.URL))
+			// The scheduler's part: both pods on node n1.
+			if err := kube.CoreV1().Pods(ns).Bind(ctx, &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+				Target: corev1.ObjectReference{Kind: "Node", Name: "n1"}}, metav1.CreateOptions{}); err != nil {
+				t.Fatalf("bind %s to n1: %v", name, err)
+			}
+			markContainersReady(t, ctx, kube, pod)
+		}
+		var queued string
+		waitFor := func(name string) {
+			waitPod(t, ctx, kube, name, time.Minute, name+" warm", func(p *corev1.Pod) bool {
+				for other, first := range map[string]string{"node-a": "node-b", "node-b": "node-a"} {
+					c := warmCondition(getPod(t, ctx, kube, other))
+					if c == nil || c.Reason != gate.ReasonQueued {
+						continue
+					}
+					if !strings.Contains(c.Message, "on node n1") {
+						t.Fatalf("queued message %q does not name the node", c.Message)
+					}
+					queued = other
+					// The condition may still say Queued a moment after
+					// the slot freed: judge the load only while the first
+					// pod is not warm yet (read after the load, so it was
+					// not warm when the load was read either).
+					n := servers[other].Load()
+					if !gate.IsWarm(getPod(t, ctx, kube, first)) && n != 0 {
+						t.Fatalf("%s queued behind %s but its server had %d requests while %s was still warming", other, first, n, first)
+					}
+				}
+				return gate.IsWarm(p)
+			})
+		}
+		waitFor("node-a")
+		waitFor("node-b")
+		if queued == "" {
+			t.Fatal("neither pod was seen queued behind the other on node n1")
+		}
+		t.Logf("%s waited for the other's warm-up on n1; both warm (%d and %d requests)", queued, servers["node-a"].Load(), servers["node-b"].Load())
+	})
+
 	failing := func(t *testing.T, name, policy string, want corev1.ConditionStatus, reason string) {
 		srv := testutil.NewColdServer(t, nil)
 		srv.HealthPath, srv.FirstOnConnStatus = "/healthz", 0

@@ -33,8 +33,9 @@ const LeaderElectionID = "danki-gate"
 
 // Options configure Run.
 type Options struct {
-	// MaxConcurrent caps warm-ups at once (DefaultMaxConcurrent).
-	MaxConcurrent int
+	// MaxConcurrent caps warm-ups at once (DefaultMaxConcurrent);
+	// MaxPerNode those on one node (DefaultMaxPerNode; negative: no cap).
+	MaxConcurrent, MaxPerNode int
 	// WebhookHost and WebhookPort are where the mutating webhook listens;
 	// port 0 serves no webhook (pods must carry the readiness gate).
 	WebhookHost string
@@ -103,7 +104,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	if err != nil {
 		return fmt.Errorf("controller manager: %w", err)
 	}
-	r := &Reconciler{Client: mgr.GetClient(), Events: mgr.GetEventRecorder("danki-gate"), Log: log, MaxConcurrent: o.MaxConcurrent}
+	r := &Reconciler{Client: mgr.GetClient(), Events: mgr.GetEventRecorder("danki-gate"), Log: log, MaxConcurrent: o.MaxConcurrent, MaxPerNode: o.MaxPerNode}
 	err = builder.ControllerManagedBy(mgr).
 		Named("danki-gate").
 		For(&corev1.Pod{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(obj client.Object) bool {
