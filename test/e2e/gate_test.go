@@ -72,7 +72,7 @@ func TestLabWarmGate(t *testing.T) {
 
 	l.apply(t, filepath.Join(l.root, "examples", "lab", "20-gateway.yaml"), filepath.Join(l.root, "examples", "lab", "gate", "30-gated.yaml"))
 	pods := kube.CoreV1().Pods("default")
-	waitFor(t, ctx, 3*time.Minute, "app-gated: 2 pods warmed by the gate and Ready", func() (bool, string) {
+	waitFor(t, ctx, 4*time.Minute, "app-gated: 2 pods warmed by the gate and Ready", func() (bool, string) {
 		return gatedReady(ctx, l, 2)
 	})
 	initial := gatedPods(t, ctx, l)
@@ -130,7 +130,7 @@ func TestLabWarmGate(t *testing.T) {
 		t.Errorf("the gate stopped %s's warm-up for another reason: %s", victim.Name, stopping)
 	}
 
-	waitFor(t, ctx, 3*time.Minute, "app-gated: 4 pods warmed and Ready (the deleted one re-created)", func() (bool, string) {
+	waitFor(t, ctx, 5*time.Minute, "app-gated: 4 pods warmed and Ready (the deleted one re-created)", func() (bool, string) {
 		return gatedReady(ctx, l, 4)
 	})
 	var fresh []corev1.Pod
