@@ -247,3 +247,12 @@ func TestExactHistogramKeepsEveryValue(t *testing.T) {
 		t.Fatalf("empty: %+v", h)
 	}
 }
+
+// gRPC requests share the warm-up's request type but the load source does
+// not send them yet: refused, naming the entry and the way out.
+func TestLoadRefusesGRPCRequests(t *testing.T) {
+	_, err := ParseConfig([]byte(`{"source": "load", "load": {"urls": ["http://10.0.0.1:9090"], "requests": [{"grpc": {"method": "shop.Catalog/GetItem"}}]}, "slo": {"p99": "1s"}}`))
+	if err == nil || !strings.Contains(err.Error(), "load.requests[0].grpc") || !strings.Contains(err.Error(), "danki/warmup") {
+		t.Fatalf("err = %v; want a refusal naming load.requests[0].grpc and the danki/warmup step", err)
+	}
+}
