@@ -72,16 +72,16 @@ lint: $(TOOLS)/staticcheck ## gofmt, go vet, staticcheck, shellcheck
 $(TOOLS)/staticcheck:
 	GOBIN=$(TOOLS) go install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 
-bench: ## Go benchmarks, then (root) the lab bench: baseline, Istio slow start, a fixed 100-request warm-up and danki side by side (ratios ÷ danki) + oracle warm-up length, in bench-results/
+bench: ## Go benchmarks, then (root) the lab bench: baseline, Istio slow start, a fixed 100-request warm-up and danki side by side (ratios ÷ danki) + oracle warm-up length, the gate bench, the BlueGreen load test, the capacity knees; in bench-results/
 	test/lab/bench.sh
 
-demo: ## the main job (root): baseline vs danki rollout of a cold-starting JVM app under user traffic; table + chart in demo-results/
+demo: ## the main job (root): baseline vs danki rollout of a cold-starting JVM app under user traffic, then the warm gate's short bench; tables + charts in demo-results/
 	test/lab/demo.sh
 
 aa: ## (root) issue #14's lab A/A: the same version rolled out AA_RUNS times (default 20) with danki's defaults — is a good version ever rejected? aa-results/
 	test/lab/up.sh && { $(DANKI_CACHE)/lab/bin/danki-lab aa --root . --kubeconfig $(DANKI_CACHE)/lab/kubeconfig --runs $${AA_RUNS:-20} --out aa-results; rc=$$?; test/lab/down.sh; exit $$rc; }
 
-lab-bins: ## build the lab's other binaries (control plane, istiod, Argo, Envoy, Prometheus, sample app) into $(DANKI_CACHE)/lab/bin (cached; ~25 min cold on an idle 2-core machine)
+lab-bins: ## build the lab's other binaries (control plane, istiod, Argo, Envoy, Prometheus, sample apps HTTP and gRPC) into $(DANKI_CACHE)/lab/bin (cached; ~25 min cold on an idle 2-core machine)
 	test/lab/build.sh
 
 lab-up: ## build danki + danki-lab, start the lab (control plane, pod network, istiod + Envoy, Prometheus, Argo Rollouts); kubeconfig at $(DANKI_CACHE)/lab/kubeconfig
