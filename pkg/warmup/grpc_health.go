@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -40,23 +39,12 @@ func (c *Config) healthGRPC(targets []Target) bool {
 // grpc.health.v1.Health/Check for HealthService (with the marker metadata)
 // on every target until each has answered SERVING once, or ctx ends.
 func waitHealthyGRPC(ctx context.Context, cfg *Config, targets []Target, limit string) error {
-	var mu sync.Mutex
-	var failed []string
-	var wg sync.WaitGroup
-	for _, t := range targets {
-		wg.Go(func() {
-			if last := checkUntilServing(ctx, cfg, t); last != "" {
-				mu.Lock()
-				failed = append(failed, fmt.Sprintf("%s: grpc.health.v1.Health/Check %q: %s", t, cfg.HealthService, last))
-				mu.Unlock()
-			}
-		})
-	}
-	wg.Wait()
+	failed := failedTargets(targets, func(t Target) (string, string) {
+		return fmt.Sprintf("grpc.health.v1.Health/Check %q", cfg.HealthService), checkUntilServing(ctx, cfg, t)
+	})
 	if len(failed) == 0 {
 		return nil
 	}
-	slices.Sort(failed)
 	return fmt.Errorf("%w: %d of %d targets did not answer their gRPC health check with SERVING %s: %s",
 		ErrUnhealthy, len(failed), len(targets), limit, strings.Join(failed, "; "))
 }

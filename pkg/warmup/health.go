@@ -40,26 +40,36 @@ func waitHealthy(ctx context.Context, cfg *Config, targets []Target, limit strin
 		},
 	}
 	defer client.CloseIdleConnections()
+	failed := failedTargets(targets, func(t Target) (string, string) {
+		url := t.healthURL(cfg.HealthPath)
+		return "GET " + url, probeUntilOK(ctx, client, cfg, url)
+	})
+	if len(failed) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %d of %d targets did not answer their health check with 200 %s: %s",
+		ErrUnhealthy, len(failed), len(targets), limit, strings.Join(failed, "; "))
+}
+
+// failedTargets runs check on every target at once and returns, sorted,
+// "target: what: last outcome" for each whose check did not pass (an empty
+// last outcome is a pass).
+func failedTargets(targets []Target, check func(Target) (what, last string)) []string {
 	var mu sync.Mutex
 	var failed []string
 	var wg sync.WaitGroup
 	for _, t := range targets {
 		wg.Go(func() {
-			url := t.healthURL(cfg.HealthPath)
-			if last := probeUntilOK(ctx, client, cfg, url); last != "" {
+			if what, last := check(t); last != "" {
 				mu.Lock()
-				failed = append(failed, fmt.Sprintf("%s: GET %s: %s", t, url, last))
+				failed = append(failed, fmt.Sprintf("%s: %s: %s", t, what, last))
 				mu.Unlock()
 			}
 		})
 	}
 	wg.Wait()
-	if len(failed) == 0 {
-		return nil
-	}
 	slices.Sort(failed)
-	return fmt.Errorf("%w: %d of %d targets did not answer their health check with 200 %s: %s",
-		ErrUnhealthy, len(failed), len(targets), limit, strings.Join(failed, "; "))
+	return failed
 }
 
 // probeUntilOK returns "" once url answered 200, else the last outcome when
