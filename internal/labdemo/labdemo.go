@@ -49,6 +49,11 @@ type Config struct {
 	// the same users, what users would pick instead of danki (make bench):
 	// Istio's slow start and a fixed warm-up of 100 requests.
 	Contenders bool
+	// Mirror also rolls out, just before danki and under the same users,
+	// danki warming the canary on mirrored user traffic instead of synthetic
+	// load (examples/lab/mirror, make bench): the two warm-up sources side
+	// by side.
+	Mirror bool
 	// SkipBadVersion leaves out the bad version's rollout (make bench: it
 	// yields no ratio, and make demo measures it).
 	SkipBadVersion bool
@@ -86,8 +91,9 @@ func (c Config) withDefaults() Config {
 
 // Result is what the demo measured.
 type Result struct {
-	// Scenarios: baseline, the contenders (Config.Contenders), danki, danki
-	// with a bad version (unless Config.SkipBadVersion).
+	// Scenarios: baseline, the contenders (Config.Contenders), danki with
+	// mirrored traffic (Config.Mirror), danki, danki with a bad version
+	// (unless Config.SkipBadVersion).
 	Scenarios []demo.Scenario `json:"scenarios"`
 	// Runs has the per-rollout details behind each scenario.
 	Runs []Run `json:"runs"`
@@ -116,8 +122,16 @@ type Run struct {
 	Markers  []demo.Marker  `json:"markers"`
 	// Warmup is danki/warmup's summary (danki scenarios).
 	Warmup string `json:"warmup,omitempty"`
-	// WarmupRequests is how many warm-up requests each canary pod got.
+	// WarmupRequests is how many synthetic warm-up requests each canary pod
+	// got.
 	WarmupRequests int `json:"warmupRequests,omitempty"`
+	// WarmupMirrored is how many mirrored user requests warmed the canary
+	// (all its pods together: Envoy, not danki, spreads them over the pods).
+	WarmupMirrored int `json:"warmupMirrored,omitempty"`
+	// WarmupStart and WarmupEnd bound the danki/warmup step: from the step
+	// index reaching it to the index moving on (zero without the step).
+	WarmupStart time.Time `json:"warmupStart,omitzero"`
+	WarmupEnd   time.Time `json:"warmupEnd,omitzero"`
 	// WarmupQPS and WarmupConnections are the warm-up's pace per pod.
 	WarmupQPS         float64 `json:"warmupQPS,omitempty"`
 	WarmupConnections int     `json:"warmupConnections,omitempty"`
@@ -125,6 +139,15 @@ type Run struct {
 	// clusters as Envoy holds it (config_dump), for the slow-start scenario:
 	// proof that istiod turned the DestinationRule into slow start.
 	Envoy string `json:"envoy,omitempty"`
+}
+
+// WarmupDuration is how long the danki/warmup step ran; 0 when the rollout
+// had none (or it was not seen to end).
+func (r Run) WarmupDuration() time.Duration {
+	if r.WarmupStart.IsZero() || r.WarmupEnd.Before(r.WarmupStart) {
+		return 0
+	}
+	return r.WarmupEnd.Sub(r.WarmupStart)
 }
 
 // WeightChange is the canary weight on the VirtualService from At on.
@@ -192,7 +215,7 @@ func Demo(ctx context.Context, cfg Config) (*Result, error) {
 	}()
 	for i, sc := range cfg.scenarios() {
 		if i > 0 {
-			if err := l.install(ctx, filepath.Join(ex, sc.dir)); err != nil {
+			if err := l.install(ctx, filepath.Join(ex, sc.dir), sc.with...); err != nil {
 				return nil, err
 			}
 		}
@@ -268,25 +291,37 @@ const (
 	SlowStart = "Istio slow start"
 	Fixed100  = "fixed warm-up 100"
 	Danki     = "danki"
-	BadDanki  = "danki, bad version"
+	// DankiMirror is danki warming on mirrored user traffic; "danki" alone
+	// warms with synthetic load.
+	DankiMirror = "danki (mirror)"
+	BadDanki    = "danki, bad version"
 )
 
 // contenders are the scenarios besides danki that the ratios compare with
 // it (contender ÷ danki), in the order they are rolled out.
-var contenders = []string{Baseline, SlowStart, Fixed100}
+var contenders = []string{Baseline, SlowStart, Fixed100, DankiMirror}
 
-// scenario is one rollout of the good version: its name and its directory
-// under examples/lab.
-type scenario struct{ name, dir string }
+// scenario is one rollout of the good version: its name, its directory
+// under examples/lab, and other files there it needs (with).
+type scenario struct {
+	name, dir string
+	with      []string
+}
 
 // scenarios lists the good-version rollouts in order: the baseline, the
-// contenders when asked for, danki last (the bad version needs its Rollout).
+// contenders when asked for, danki with mirrored traffic when asked for
+// (next to danki, to compare the warm-up sources), danki last (the bad
+// version needs its Rollout).
 func (c Config) scenarios() []scenario {
-	s := []scenario{{Baseline, "baseline"}}
+	s := []scenario{{name: Baseline, dir: "baseline"}}
 	if c.Contenders {
-		s = append(s, scenario{SlowStart, "slowstart"}, scenario{Fixed100, "fixed100"})
+		s = append(s, scenario{name: SlowStart, dir: "slowstart"}, scenario{name: Fixed100, dir: "fixed100"})
 	}
-	return append(s, scenario{Danki, "danki"})
+	if c.Mirror {
+		// Its analysis step uses danki's AnalysisTemplate.
+		s = append(s, scenario{name: DankiMirror, dir: "mirror", with: []string{filepath.Join("danki", "40-analysis.yaml")}})
+	}
+	return append(s, scenario{name: Danki, dir: "danki"})
 }
 
 // run returns the rollout of the named scenario.
@@ -309,9 +344,10 @@ func (c Config) phases(run *Run) []demo.Phase {
 	}
 }
 
-// install replaces the Rollout with the one in dir (v1) and waits until it
-// is Healthy and the gateway answers.
-func (l *lab) install(ctx context.Context, dir string) error {
+// install replaces the Rollout with the one in dir (v1), with the files
+// with (relative to dir's parent) applied first, and waits until it is
+// Healthy and the gateway answers.
+func (l *lab) install(ctx context.Context, dir string, with ...string) error {
 	log := l.cfg.Log.With("rollout", filepath.Base(dir))
 	log.Info("installing examples/lab/" + filepath.Base(dir))
 	if err := l.kubectl(ctx, "delete", "rollout", "app", "--ignore-not-found", "--wait"); err != nil {
@@ -328,7 +364,11 @@ func (l *lab) install(ctx context.Context, dir string) error {
 	}); err != nil {
 		return err
 	}
-	if err := l.kubectl(ctx, "apply", "-f", dir); err != nil {
+	args := []string{"apply"}
+	for _, f := range with {
+		args = append(args, "-f", filepath.Join(filepath.Dir(dir), f))
+	}
+	if err := l.kubectl(ctx, append(args, "-f", dir)...); err != nil {
 		return err
 	}
 	return wait(ctx, 3*time.Minute, "Rollout app Healthy with 2 pods", func() (bool, error) {
@@ -388,8 +428,10 @@ func (l *lab) rollout(ctx context.Context, scenario, version string, env map[str
 			continue
 		}
 		if i := ro.Status.CurrentStepIndex; i != nil && *i != lastStep {
-			if int(*i) < len(ro.Spec.Strategy.Canary.Steps) {
-				step := ro.Spec.Strategy.Canary.Steps[*i]
+			steps := ro.Spec.Strategy.Canary.Steps
+			run.noteStep(steps, lastStep, *i, now)
+			if int(*i) < len(steps) {
+				step := steps[*i]
 				label := stepLabel(step)
 				// Weight steps show as weight changes; pauses need no line.
 				if step.Plugin != nil || step.Analysis != nil {
@@ -400,10 +442,10 @@ func (l *lab) rollout(ctx context.Context, scenario, version string, env map[str
 			lastStep = *i
 		}
 		if run.Warmup == "" {
-			if msg, n := warmupSummary(ro); msg != "" {
-				run.Warmup, run.WarmupRequests = msg, n
+			if w := warmupSummary(ro); w.message != "" {
+				run.Warmup, run.WarmupRequests, run.WarmupMirrored = w.message, w.perPod, w.mirrored
 				run.WarmupQPS, run.WarmupConnections = warmupConfigPace(ro)
-				log.Info("warm-up finished", "summary", msg)
+				log.Info("warm-up finished", "summary", w.message)
 			}
 		}
 		switch {
@@ -526,9 +568,43 @@ func stepLabel(s v1alpha1.CanaryStep) string {
 	return "step"
 }
 
-// warmupSummary returns danki/warmup's message and requests per pod once the
-// step succeeded for the current canary.
-func warmupSummary(ro *v1alpha1.Rollout) (string, int) {
+// noteStep notes the danki/warmup step's start and end as the rollout's
+// step index moves from one step to the next at now: the warm-up's length
+// runs from the index reaching its step to the index moving on (to the next
+// step, or past the last at promotion). Only the first warm-up step counts.
+func (r *Run) noteStep(steps []v1alpha1.CanaryStep, from, to int32, now time.Time) {
+	if isWarmupStep(steps, from) && !r.WarmupStart.IsZero() && r.WarmupEnd.IsZero() {
+		r.WarmupEnd = now
+	}
+	if isWarmupStep(steps, to) && r.WarmupStart.IsZero() {
+		r.WarmupStart = now
+	}
+}
+
+// isWarmupStep says whether step i of steps is danki/warmup.
+func isWarmupStep(steps []v1alpha1.CanaryStep, i int32) bool {
+	return i >= 0 && int(i) < len(steps) && steps[i].Plugin != nil && steps[i].Plugin.Name == "danki/warmup"
+}
+
+// warmupDone is what a finished danki/warmup step reports.
+type warmupDone struct {
+	message string
+	// perPod is the synthetic requests per canary pod; mirrored the
+	// mirrored user requests over all canary pods (either may be 0).
+	perPod, mirrored int
+}
+
+// mirroredRequests finds the mirror source's count in the step's message
+// ("converged on mirrored traffic after 1500 mirrored requests in …"),
+// wherever the message puts it (mode afterSynthetic appends it to the
+// synthetic summary).
+var mirroredRequests = regexp.MustCompile(`after (\d+) mirrored requests`)
+
+// warmupSummary returns danki/warmup's message and requests once the step
+// succeeded for the current canary: synthetic requests per pod from its
+// status, mirrored requests from its message (a mirror-only warm-up has no
+// per-pod counts).
+func warmupSummary(ro *v1alpha1.Rollout) warmupDone {
 	for _, s := range ro.Status.Canary.StepPluginStatuses {
 		if s.Name != "danki/warmup" || s.Operation != v1alpha1.StepPluginOperationRun || s.Phase != v1alpha1.StepPluginPhaseSuccessful {
 			continue
@@ -537,15 +613,21 @@ func warmupSummary(ro *v1alpha1.Rollout) (string, int) {
 		if json.Unmarshal(s.Status, &st) != nil || st.CanaryHash != ro.Status.CurrentPodHash {
 			continue
 		}
+		w := warmupDone{message: s.Message}
+		if m := mirroredRequests.FindStringSubmatch(s.Message); m != nil {
+			w.mirrored, _ = strconv.Atoi(m[1]) // \d+: only an absurd length fails
+		}
 		// A fixed count (untilConverged: false) succeeds with no pod
 		// converged: count the pods it warmed.
-		pods := max(len(st.Pods), st.Converged)
-		if pods == 0 {
+		if pods := max(len(st.Pods), st.Converged); pods > 0 {
+			w.perPod = int(st.Requests) / pods
+		}
+		if w.perPod == 0 && w.mirrored == 0 {
 			continue
 		}
-		return s.Message, int(st.Requests) / pods
+		return w
 	}
-	return "", 0
+	return warmupDone{}
 }
 
 // warmupConfigPace reads qps and connections from the danki/warmup step,

@@ -16,7 +16,6 @@ import (
 	"github.com/danki-dev/danki/pkg/latency"
 	"github.com/danki-dev/danki/pkg/warmup"
 	"k8s.io/apimachinery/pkg/api/equality"
-	"sigs.k8s.io/yaml"
 )
 
 // A pod whose latency decays from 200 ms to 4 ms over its first 1,500
@@ -125,7 +124,7 @@ func TestRatios(t *testing.T) {
 		t.Errorf("report has %d ratio lines bench.sh would pick up, want %d:\n%s", len(summary), len(want), strings.Join(summary, "\n"))
 	}
 	for _, line := range []string{
-		"| fixed warm-up 100 | 1m6s | 5.00ms | 0.000ms | 16.0ms | 100ms | 150ms | 0.000ms | 0.000ms | 15.0ms | 30.0ms |",
+		"| fixed warm-up 100 | 1m6s | – | 5.00ms | 0.000ms | 16.0ms | 100ms | 150ms | 0.000ms | 0.000ms | 15.0ms | 30.0ms |",
 		"Envoy's load balancing (config_dump): ROUND_ROBIN, round_robin_lb_config.slow_start_config",
 	} {
 		if !strings.Contains(report, line) {
@@ -172,13 +171,23 @@ func TestScenarios(t *testing.T) {
 	if got := names(Config{Contenders: true}); !slices.Equal(got, want) {
 		t.Errorf("bench scenarios %v, want %v", got, want)
 	}
+	// The mirror warm-up goes next to danki, after the other contenders.
+	if got, want := names(Config{Mirror: true}), []string{"baseline=baseline", "danki (mirror)=mirror", "danki=danki"}; !slices.Equal(got, want) {
+		t.Errorf("mirror scenarios %v, want %v", got, want)
+	}
+	want = []string{"baseline=baseline", "Istio slow start=slowstart", "fixed warm-up 100=fixed100", "danki (mirror)=mirror", "danki=danki"}
+	if got := names(Config{Contenders: true, Mirror: true}); !slices.Equal(got, want) {
+		t.Errorf("bench scenarios with the mirror %v, want %v", got, want)
+	}
 	root, err := filepath.Abs(filepath.Join("..", ".."))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range (Config{Contenders: true}).scenarios() {
-		if _, err := os.Stat(filepath.Join(root, "examples", "lab", s.dir, "30-rollout.yaml")); err != nil {
-			t.Errorf("scenario %s: %v", s.name, err)
+	for _, s := range (Config{Contenders: true, Mirror: true}).scenarios() {
+		for _, f := range append([]string{filepath.Join(s.dir, "30-rollout.yaml")}, s.with...) {
+			if _, err := os.Stat(filepath.Join(root, "examples", "lab", f)); err != nil {
+				t.Errorf("scenario %s: %v", s.name, err)
+			}
 		}
 	}
 }
@@ -202,7 +211,8 @@ func TestWarmupSummary(t *testing.T) {
 		{`{"runID":"r","canaryHash":"old","converged":2,"requests":3200}`, 0}, // the previous rollout's
 		{`{"runID":"r","canaryHash":"abc","requests":0}`, 0},
 	} {
-		msg, n := warmupSummary(ro(c.status))
+		w := warmupSummary(ro(c.status))
+		msg, n := w.message, w.perPod
 		if n != c.want || (c.want > 0) != (msg != "") {
 			t.Errorf("status %s: %q, %d requests per pod; want %d", c.status, msg, n, c.want)
 		}
@@ -216,18 +226,7 @@ func TestWarmupSummary(t *testing.T) {
 // stable comparison) of exactly 100 requests per pod, before the first
 // setWeight. This also keeps them in step with the baseline's resources.
 func TestContenderExamples(t *testing.T) {
-	read := func(dir string) v1alpha1.Rollout {
-		t.Helper()
-		raw, err := os.ReadFile(filepath.Join("..", "..", "examples", "lab", dir, "30-rollout.yaml"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var ro v1alpha1.Rollout
-		if err := yaml.UnmarshalStrict(raw, &ro); err != nil {
-			t.Fatalf("%s: %v", dir, err)
-		}
-		return ro
-	}
+	read := func(dir string) v1alpha1.Rollout { return readExample(t, dir) }
 	base := read("baseline")
 	if ro := read("slowstart"); !equality.Semantic.DeepEqual(ro.Spec, base.Spec) {
 		t.Errorf("slowstart's Rollout differs from the baseline's:\n%+v\n%+v", ro.Spec, base.Spec)

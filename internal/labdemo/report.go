@@ -81,7 +81,7 @@ func writeBadVersion(b *strings.Builder, bullet string, bad *BadVersion) {
 // baseline, danki and the bad version.
 func hasContenders(res *Result) bool {
 	for _, sc := range res.Scenarios {
-		if sc.Name == SlowStart || sc.Name == Fixed100 {
+		if sc.Name == SlowStart || sc.Name == Fixed100 || sc.Name == DankiMirror {
 			return true
 		}
 	}
@@ -90,12 +90,16 @@ func hasContenders(res *Result) bool {
 
 // writeContenderTable writes one row per rollout — the side-by-side view of
 // the bench's contenders, which the phase table spreads over too many
-// columns to read: rollout time, the steady p99 before, and what users saw
-// during and after.
+// columns to read: rollout time, the danki/warmup step's length, the steady
+// p99 before, and what users saw during and after.
 func writeContenderTable(b *strings.Builder, f demo.Format, res *Result) {
-	rows := [][]string{{"rollout", "time", "before p99", "during p50", "p99", "p99.9", "max", "after p50", "p99", "p99.9", "max"}}
+	rows := [][]string{{"rollout", "time", "warm-up", "before p99", "during p50", "p99", "p99.9", "max", "after p50", "p99", "p99.9", "max"}}
 	for _, sc := range res.Scenarios {
-		row := []string{sc.Name, fmtDuration(sc.RolloutDuration), cell(sc, "before", func(p *demo.PhaseStats) time.Duration { return p.P99 })}
+		warm := "–"
+		if r, ok := res.run(sc.Name); ok {
+			warm = warmupCell(r)
+		}
+		row := []string{sc.Name, fmtDuration(sc.RolloutDuration), warm, cell(sc, "before", func(p *demo.PhaseStats) time.Duration { return p.P99 })}
 		for _, ph := range []string{"during", "after"} {
 			for _, q := range []func(*demo.PhaseStats) time.Duration{
 				func(p *demo.PhaseStats) time.Duration { return p.P50 },
@@ -134,6 +138,24 @@ func writeContenderTable(b *strings.Builder, f demo.Format, res *Result) {
 		}
 		b.WriteString("\n")
 	}
+}
+
+// warmupCell formats a rollout's warm-up: the danki/warmup step's length
+// and what warmed the canary — synthetic requests per pod, mirrored user
+// requests over all its pods; "–" without a warm-up step.
+func warmupCell(r Run) string {
+	d := r.WarmupDuration()
+	if d <= 0 {
+		return "–"
+	}
+	parts := []string{fmtDuration(d)}
+	if r.WarmupRequests > 0 {
+		parts = append(parts, fmt.Sprintf("%d/pod", r.WarmupRequests))
+	}
+	if r.WarmupMirrored > 0 {
+		parts = append(parts, fmt.Sprintf("%d mirrored", r.WarmupMirrored))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // cell formats one statistic of a scenario's phase; "–" when the phase had
@@ -229,6 +251,14 @@ func ratios(res *Result) []Ratio {
 		if sc.RolloutDuration > 0 && dankiSc.RolloutDuration > 0 {
 			out = append(out, Ratio{Name: name + " ÷ danki, rollout time", Value: float64(sc.RolloutDuration) / float64(dankiSc.RolloutDuration),
 				Num: name + " " + fmtDuration(sc.RolloutDuration), Den: "danki " + fmtDuration(dankiSc.RolloutDuration)})
+		}
+		// Both warmed (danki/warmup): how long each warm-up held the
+		// rollout at weight 0.
+		c, _ := res.run(name)
+		d, _ := res.run(Danki)
+		if cw, dw := c.WarmupDuration(), d.WarmupDuration(); cw > 0 && dw > 0 {
+			out = append(out, Ratio{Name: name + " ÷ danki, warm-up time", Value: float64(cw) / float64(dw),
+				Num: name + " " + fmtDuration(cw), Den: "danki " + fmtDuration(dw)})
 		}
 	}
 	if o := res.Oracle; o != nil && o.WarmAfter > 0 {

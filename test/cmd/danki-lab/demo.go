@@ -20,7 +20,8 @@ func newDemoCmd() *cobra.Command {
 	var (
 		root, kubeconfig, gateway, out, danki string
 		qps                                   float64
-		oracle, contenders, skipBad, withGate bool
+		oracle, contenders, mirror, skipBad   bool
+		withGate                              bool
 		settle, before, after                 time.Duration
 	)
 	cmd := &cobra.Command{
@@ -39,6 +40,14 @@ Istio's slow start (examples/lab/slowstart: the baseline plus a DestinationRule
 with warmupDurationSecs 60s; Envoy's cluster config is read back to show it is
 there) and a fixed warm-up of 100 requests per pod (examples/lab/fixed100: the
 baseline plus danki/warmup with untilConverged: false, maxRequests: 100).
+
+With --mirror (make bench), one more rollout runs just before danki, under the
+same users: "danki (mirror)" (examples/lab/mirror: danki's Rollout whose
+warm-up is mirrored user traffic only, GETs mirrored at 10 % of the users'
+requests doubled every 10 s up to 100 %, instead of synthetic load), to compare
+the two warm-up sources and no warm-up side by side. The table gets each
+rollout's warm-up length (the danki/warmup step's start to end, with requests
+per pod or mirrored requests), and the ratios "danki (mirror) ÷ danki".
 
 Then, with --gate (the default), a short warm gate bench: "danki gate" runs
 out of cluster with its webhook, and examples/lab/gate's app-cold (no warm-up)
@@ -66,7 +75,7 @@ and stops the lab; "make bench" adds --oracle and reports ratios.`,
 			res, err := labdemo.Demo(ctx, labdemo.Config{
 				Root: root, Kubeconfig: kubeconfig, GatewayURL: gateway, QPS: qps,
 				Settle: settle, Before: before, After: after, Oracle: oracle,
-				Contenders: contenders, SkipBadVersion: skipBad,
+				Contenders: contenders, Mirror: mirror, SkipBadVersion: skipBad,
 				Log: slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil)),
 			})
 			if err != nil {
@@ -101,6 +110,7 @@ and stops the lab; "make bench" adds --oracle and reports ratios.`,
 	f.DurationVar(&after, "after", 30*time.Second, "measured steady state after each rollout")
 	f.BoolVar(&oracle, "oracle", false, "also load a fresh pod 5,000 times to find when it stops improving, and compare danki's warm-up length (make bench)")
 	f.BoolVar(&contenders, "contenders", false, "also roll out, between baseline and danki, Istio's slow start (examples/lab/slowstart) and a fixed warm-up of 100 requests (examples/lab/fixed100), with ratios contender ÷ danki (make bench)")
+	f.BoolVar(&mirror, "mirror", false, "also roll out, just before danki, danki warming on mirrored user traffic only (examples/lab/mirror), with ratios danki (mirror) ÷ danki (make bench)")
 	f.BoolVar(&skipBad, "skip-bad-version", false, "leave out the bad version's rollout (make bench: it yields no ratio)")
 	f.BoolVar(&withGate, "gate", true, "then the short warm gate bench: no warm-up vs danki gate, scale 2 → 4 (make bench runs the full one: gate-bench)")
 	f.StringVar(&danki, "danki", "", "the danki binary that runs `danki gate` for --gate (default $DANKI_CACHE/lab/bin/danki, else <root>/.cache/lab/bin/danki)")
