@@ -3,9 +3,11 @@
 # traffic generator achieved/asked QPS at 500 and 2,000 qps, plugin RPC per
 # call), then — as root — the lab bench: the demo's baseline and danki
 # rollouts, between them what users would pick instead (Istio's slow start,
-# examples/lab/slowstart; a fixed warm-up of 100 requests, examples/lab/fixed100),
-# plus an oracle warm-up curve, reporting ratios (contender ÷ danki) measured
-# side by side in one run, $BENCH_RUNS times (default 2). The demo's bad
+# examples/lab/slowstart; a fixed warm-up of 100 requests, examples/lab/fixed100)
+# and, next to danki, danki warming on mirrored user traffic instead of
+# synthetic load (examples/lab/mirror), plus an oracle warm-up curve,
+# reporting each rollout's warm-up length and ratios (contender ÷ danki)
+# measured side by side in one run, $BENCH_RUNS times (default 2). The demo's bad
 # version is left out (it yields no ratio; make demo shows it). Results:
 # $BENCH_OUT (default bench-results/). Then the warm gate's bench
 # (danki-lab gate-bench): new pods three ways side by side; then the lab's
@@ -34,11 +36,14 @@ if [ "$(id -u)" != 0 ]; then
 	log "bench: not root — the lab bench (rollouts in the lab) needs root; Go benchmarks only"
 	exit 0
 fi
-# The lab bench, repeated: each run puts baseline, the contenders and danki
-# side by side under the same load, so each run's ratios stand on their own;
-# the summary lists them run by run. One run takes ~15 min (15.4 measured,
-# lab already built, up and down included): with 2 runs and the Go
-# benchmarks, make bench takes ~35 min.
+# The lab bench, repeated: each run puts baseline, the contenders (Istio slow
+# start, fixed warm-up 100, danki (mirror)) and danki side by side under the
+# same load, so each run's ratios stand on their own; the summary lists them
+# run by run: the rollout table (time, warm-up length and source, users'
+# p99/p99.9/max before, during, after) and the ratio lines. One run took
+# ~15 min before the mirror scenario (15.4 measured, lab already built, up
+# and down included), which adds ~4 min: with 2 runs and the Go benchmarks,
+# make bench takes ~45 min.
 runs=${BENCH_RUNS:-2}
 summary=$out/summary.md
 {
@@ -48,7 +53,7 @@ summary=$out/summary.md
 } >"$summary"
 for i in $(seq 1 "$runs"); do
 	log "bench: lab run $i of $runs → $out/run-$i"
-	DEMO_OUT=$out/run-$i "$here/demo.sh" --oracle --contenders --skip-bad-version --gate=false
+	DEMO_OUT=$out/run-$i "$here/demo.sh" --oracle --contenders --mirror --skip-bad-version --gate=false
 	{
 		echo; echo "## run $i"; echo
 		sed -n '/^| rollout | time /,/^$/p' "$out/run-$i/results.md"
