@@ -12,6 +12,7 @@ package mirror
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -170,20 +171,45 @@ type Run struct {
 type Result struct {
 	Windows  []warmup.WindowStats
 	Requests int64
+	// Mirrored and FromUsers split Requests (the canary's requests counted
+	// at the proxy) by the canary's weight on the VirtualService, read at
+	// every poll: a window during which every look saw weight 0 holds only
+	// mirrored copies (Envoy routes no user to a weight-0 destination); a
+	// window during which a look saw a weight above 0 counts as users'.
+	Mirrored, FromUsers int64
+	// Unattributed are requests of windows during which the weight could
+	// not always be read and was never seen above 0.
+	Unattributed int64
+	// MaxWeight is the highest canary weight seen.
+	MaxWeight int
 	// Percent is the last mirror share.
 	Percent   float64
 	Converged bool
 	Reason    string
 }
 
+// traffic says where the canary's requests came from.
+func (r Result) traffic() string {
+	s := fmt.Sprintf("canary requests: %d mirrored, %d from users", r.Mirrored, r.FromUsers)
+	if r.FromUsers > 0 || r.MaxWeight > 0 {
+		s += fmt.Sprintf(" (routed to it at weight up to %d%%)", r.MaxWeight)
+	} else {
+		s += " (weight 0 at every look)"
+	}
+	if r.Unattributed > 0 {
+		s += fmt.Sprintf(", %d not told apart (the weight could not be read)", r.Unattributed)
+	}
+	return s
+}
+
 // Summary is one line for the step's message.
 func (r Result) Summary() string {
 	if r.Converged {
 		first, last := r.Windows[0], r.Windows[len(r.Windows)-1]
-		return fmt.Sprintf("converged on mirrored traffic after %d mirrored requests in %d windows (mirror at %g%%): p99 %s in window 1, %s in window %d; p50 %s → %s",
-			r.Requests, len(r.Windows), r.Percent, latency.Format(first.P99), latency.Format(last.P99), last.Index, latency.Format(first.P50), latency.Format(last.P50))
+		return fmt.Sprintf("converged on mirrored traffic after %d mirrored requests in %d windows (mirror at %g%%): p99 %s in window 1, %s in window %d; p50 %s → %s; %s",
+			r.Requests, len(r.Windows), r.Percent, latency.Format(first.P99), latency.Format(last.P99), last.Index, latency.Format(first.P50), latency.Format(last.P50), r.traffic())
 	}
-	return fmt.Sprintf("not converged on mirrored traffic: %s (%d mirrored requests, %d windows, mirror at %g%%); %s", r.Reason, r.Requests, len(r.Windows), r.Percent, warmup.Trend(r.Windows, 6))
+	return fmt.Sprintf("not converged on mirrored traffic: %s (%d mirrored requests, %d windows, mirror at %g%%); %s; %s", r.Reason, r.Requests, len(r.Windows), r.Percent, warmup.Trend(r.Windows, 6), r.traffic())
 }
 
 func (r *Run) now() time.Time {
@@ -248,19 +274,41 @@ func (r *Run) Execute(ctx context.Context, report func(string)) (res Result, err
 	}
 	raisedAt := r.now()
 	windowStart := raisedAt
+	// The open window's highest canary weight, and whether a look failed.
+	windowWeight, windowBlind := 0, false
+	look := func() {
+		if w, ok := r.canaryWeight(ctx, log); !ok {
+			windowBlind = true
+		} else {
+			windowWeight = max(windowWeight, w)
+			res.MaxWeight = max(res.MaxWeight, w)
+		}
+	}
+	look()
 	for {
 		if err := r.sleep(ctx, c.Poll.D()); err != nil {
 			res.Reason = fmt.Sprintf("stopped: %v", err)
 			return res, fmt.Errorf("mirror warm-up %s", res.Summary())
 		}
 		now := r.now()
+		look()
 		sample, ferr := r.Source.Fetch(ctx, now.Sub(windowStart))
 		if ferr != nil {
 			log.Warn("canary histogram not read; trying again", "err", ferr)
 		} else if win, ok := r.window(sample, len(res.Windows)+1, res.Requests); ok {
 			res.Windows = append(res.Windows, win)
+			switch n := win.Requests - res.Requests; {
+			case windowWeight > 0:
+				res.FromUsers += n
+			case windowBlind:
+				res.Unattributed += n
+			default:
+				res.Mirrored += n
+			}
 			res.Requests = win.Requests
 			windowStart = now
+			windowWeight, windowBlind = 0, false
+			look()
 			log.Info("mirror window", "index", win.Index, "requests", win.Count, "p50", latency.Format(win.P50), "p99", latency.Format(win.P99), "percent", res.Percent)
 			converged, why := w.JudgeWindows(res.Windows)
 			if converged {
@@ -282,6 +330,20 @@ func (r *Run) Execute(ctx context.Context, report func(string)) (res Result, err
 		}
 		report(fmt.Sprintf("mirroring %g%% of user requests to the canary: %d mirrored requests in %d windows; %s", res.Percent, res.Requests, len(res.Windows), cmp.Or(res.Reason, "waiting for the first window")))
 	}
+}
+
+// canaryWeight reads the canary's weight on the managed routes; false when
+// it cannot be read (logged: the run goes on, its report says so).
+func (r *Run) canaryWeight(ctx context.Context, log *slog.Logger) (int, bool) {
+	st, err := r.Shifter.Get(ctx, r.Target)
+	if err == nil && st.CanaryWeight < 0 {
+		err = errors.New(cmp.Or(st.Problem, "no managed route"))
+	}
+	if err != nil {
+		log.Warn("canary weight not read; mirrored and users' requests not told apart", "virtualService", r.Target.String(), "err", err)
+		return 0, false
+	}
+	return st.CanaryWeight, true
 }
 
 // window turns a sample into a window once it holds the warm-up's window

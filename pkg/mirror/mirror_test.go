@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -201,7 +202,39 @@ func TestMirrorWarmupConvergesRaisesAndRemoves(t *testing.T) {
 	if sum := res.Summary(); !strings.Contains(sum, "converged on mirrored traffic") || !strings.Contains(sum, "in window 1") || strings.Contains(sum, "still falling") || len(reports) == 0 {
 		t.Fatalf("summary %q, %d reports", res.Summary(), len(reports))
 	}
+	// At weight 0 every canary request is a mirrored copy.
+	if res.Mirrored != res.Requests || res.FromUsers != 0 || res.Unattributed != 0 || !strings.Contains(res.Summary(), "canary requests: "+strconv.FormatInt(res.Requests, 10)+" mirrored, 0 from users (weight 0 at every look)") {
+		t.Fatalf("mirrored %d, from users %d, unattributed %d of %d; summary %q", res.Mirrored, res.FromUsers, res.Unattributed, res.Requests, res.Summary())
+	}
 	f.assertClean(t)
+}
+
+// A canary weight raised mid-warm-up (someone else's setWeight): the
+// windows from then on count as users' requests, and the report says so.
+func TestMirrorWarmupCountsRequestsAtWeightAsUsers(t *testing.T) {
+	f := newFixture(t, func(i int) int { return 40 - 8*i })
+	r := f.run(t, nil)
+	sleeps := 0
+	inner := r.Sleep
+	r.Sleep = func(c context.Context, d time.Duration) error {
+		if sleeps++; sleeps == 4 {
+			if err := f.shifter.SetWeight(context.Background(), target(), 10); err != nil {
+				t.Errorf("set weight: %v", err)
+			}
+		}
+		return inner(c, d)
+	}
+	res, err := r.Execute(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Windows 1–3 closed at weight 0; the 4th poll saw 10 %.
+	if res.Mirrored != 300 || res.FromUsers != res.Requests-300 || res.MaxWeight != 10 {
+		t.Fatalf("mirrored %d, from users %d of %d, max weight %d: want 300 mirrored (3 windows at weight 0), the rest users'", res.Mirrored, res.FromUsers, res.Requests, res.MaxWeight)
+	}
+	if want := "(routed to it at weight up to 10%)"; !strings.Contains(res.Summary(), want) {
+		t.Fatalf("summary %q lacks %q", res.Summary(), want)
+	}
 }
 
 func TestMirrorWarmupFailureRemovesMirror(t *testing.T) {

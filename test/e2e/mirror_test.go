@@ -81,6 +81,10 @@ func TestLabMirrorWarmup(t *testing.T) {
 	if st.Phase != v1alpha1.StepPluginPhaseSuccessful || !strings.Contains(st.Message, "converged on mirrored traffic") {
 		t.Fatalf("mirror warm-up of %s: %s: %s", version, st.Phase, st.Message)
 	}
+	// The report counts mirrored requests apart from users' (none).
+	if !strings.Contains(st.Message, "mirrored, 0 from users (weight 0 at every look)") {
+		t.Fatalf("mirror warm-up of %s: the report does not count its mirrored requests apart from 0 users': %s", version, st.Message)
+	}
 	t.Logf("mirror warm-up of %s took %.0f s: %s", version, warmed.Sub(start).Seconds(), st.Message)
 
 	// The mirror is gone: from the VirtualService and from Envoy.
