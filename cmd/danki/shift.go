@@ -16,6 +16,7 @@ import (
 	"github.com/danki-dev/danki/pkg/analysis"
 	"github.com/danki-dev/danki/pkg/shift"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	istioclient "istio.io/client-go/pkg/clientset/versioned"
 )
 
@@ -48,20 +49,30 @@ every other route and field stays as it was, and weights always sum to 100.`,
   danki shift set  -n shop --virtual-service reviews --stable-host reviews-stable --canary-host reviews-canary --canary-weight 10
   danki shift ramp -n shop --virtual-service reviews --destination-rule reviews --canary-weight 60 --step 10 --interval 1m`,
 	}
-	f := cmd.PersistentFlags()
+	o.addFlags(cmd.PersistentFlags(), true)
+	cmd.AddCommand(newShiftGetCmd(o), newShiftSetCmd(o), newShiftRampCmd(o))
+	return cmd
+}
+
+// addFlags registers the VirtualService flags; l4 adds the TLS/TCP route
+// and managed-route selectors (weights only: the warm-up mirror works on
+// http routes).
+func (o *shiftOptions) addFlags(f *pflag.FlagSet, l4 bool) {
 	o.kube.addFlags(f, "namespace of the VirtualService")
 	f.StringVar(&o.virtualService, "virtual-service", "", "name of the VirtualService (required)")
 	f.StringArrayVar(&o.routes, "route", nil, "name of an http route to manage (repeatable; default: every route holding both destinations)")
-	f.StringArrayVar(&o.tlsRoutes, "tls-route", nil, "tls route to manage, by match: PORT or PORT:SNI[,SNI...] (repeatable)")
-	f.StringArrayVar(&o.tcpRoutes, "tcp-route", nil, "tcp route to manage, by match: PORT (repeatable)")
+	if l4 {
+		f.StringArrayVar(&o.tlsRoutes, "tls-route", nil, "tls route to manage, by match: PORT or PORT:SNI[,SNI...] (repeatable)")
+		f.StringArrayVar(&o.tcpRoutes, "tcp-route", nil, "tcp route to manage, by match: PORT (repeatable)")
+	}
 	f.StringVar(&o.stableHost, "stable-host", "", "stable destination host (host-level routing), e.g. the stable Service")
 	f.StringVar(&o.canaryHost, "canary-host", "", "canary destination host (host-level routing), e.g. the canary Service")
 	f.StringVar(&o.destinationRule, "destination-rule", "", "DestinationRule whose subsets split traffic (subset-level routing)")
 	f.StringVar(&o.stableSubset, "stable-subset", "stable", "stable subset name (with --destination-rule)")
 	f.StringVar(&o.canarySubset, "canary-subset", "canary", "canary subset name (with --destination-rule)")
-	f.StringArrayVar(&o.managedRoutes, "managed-route", nil, "name of a header/mirror route danki manages (repeatable, in precedence order); mirror routes follow the weights")
-	cmd.AddCommand(newShiftGetCmd(o), newShiftSetCmd(o), newShiftRampCmd(o))
-	return cmd
+	if l4 {
+		f.StringArrayVar(&o.managedRoutes, "managed-route", nil, "name of a header/mirror route danki manages (repeatable, in precedence order); mirror routes follow the weights")
+	}
 }
 
 // target builds the shift.Target; needRoles requires hosts or subsets.

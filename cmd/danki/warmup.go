@@ -100,6 +100,10 @@ With --until-converged=false every target gets exactly --max-requests requests
 (a fixed warm-up count, any number) and the table shows how latency fell (a
 measurement, not a gate).
 
+"danki warmup mirror" warms a canary on a mirrored share of the users' own
+requests instead (Istio mirroring on the VirtualService, judged from
+Prometheus histograms).
+
 See docs/warmup.md.`,
 		Example: `  danki warmup --url http://127.0.0.1:8080 --path /api/items --max-requests 2000
   danki warmup -n shop --service cart-canary --port http --request-file requests.yaml --json warmup.json
@@ -110,6 +114,7 @@ See docs/warmup.md.`,
 			return f.run(cmd)
 		},
 	}
+	cmd.AddCommand(newWarmupMirrorCmd(func() bool { return f.stderrIsTerminal() }))
 	fl := cmd.Flags()
 	fl.StringArrayVar(&f.urls, "url", nil, "target base URL http://host:port (repeatable)")
 	f.kube.addFlags(fl, "namespace of the pods")
@@ -425,12 +430,18 @@ func (p *warmupProgressLine) update(pr warmup.Progress) {
 			line += "  [" + pr.Waiting + "]"
 		}
 	}
+	p.show(line, pr.TargetConverged || pr.Phase == warmup.PhaseHealth)
+}
+
+// show rewrites the line on a terminal; elsewhere it prints it when forced
+// or at most every p.every.
+func (p *warmupProgressLine) show(line string, force bool) {
 	if p.terminal {
 		fmt.Fprintf(p.w, "\r\033[K%s", line)
 		p.shown = true
 		return
 	}
-	if now := time.Now(); pr.TargetConverged || pr.Phase == warmup.PhaseHealth || now.Sub(p.last) >= p.every {
+	if now := time.Now(); force || now.Sub(p.last) >= p.every {
 		p.last = now
 		fmt.Fprintln(p.w, line)
 	}

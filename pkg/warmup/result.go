@@ -169,6 +169,16 @@ func (r *Result) WriteTable(w io.Writer) error {
 	return err
 }
 
+// WriteWindows writes one table of windows (requests, p50, p90, p99, max,
+// errors), marking convergedWindow (0: none), as WriteTable does per
+// target: for window series measured elsewhere (the mirror source).
+func WriteWindows(w io.Writer, windows []WindowStats, convergedWindow int) error {
+	var b strings.Builder
+	writeWindows(&b, windows, convergedWindow)
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
 func writeWindows(b *strings.Builder, windows []WindowStats, convergedWindow int) {
 	rows := [][]string{{"window", "requests", "p50", "p90", "p99", "max", "errors", ""}}
 	for _, w := range windows {
@@ -179,8 +189,12 @@ func writeWindows(b *strings.Builder, windows []WindowStats, convergedWindow int
 		case w.Index == convergedWindow:
 			note = "converged"
 		}
+		maxCell := latency.Format(w.Max)
+		if w.Max == 0 {
+			maxCell = "-" // a histogram's window (the mirror source) has no max
+		}
 		rows = append(rows, []string{strconv.Itoa(w.Index), strconv.FormatInt(w.Requests, 10),
-			latency.Format(w.P50), latency.Format(w.P90), latency.Format(w.P99), latency.Format(w.Max), strconv.Itoa(w.Errors), note})
+			latency.Format(w.P50), latency.Format(w.P90), latency.Format(w.P99), maxCell, strconv.Itoa(w.Errors), note})
 	}
 	widths := make([]int, len(rows[0]))
 	for _, row := range rows {
