@@ -410,3 +410,38 @@ func (s staleWriter) RoundTrip(r *http.Request) (*http.Response, error) {
 	r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
 	return s.next.RoundTrip(r)
 }
+
+// The warm-up mirror as the real API server stores it: a methods-limited
+// copy of the primary route above it that mirrors to the canary subset,
+// its share raised, then everything removed, the weights untouched.
+func TestAPIServerWarmupMirror(t *testing.T) {
+	dr := destinationRule()
+	dr.Spec.Host = "reviews" // as the VirtualService's destinations name it, in any namespace
+	s, c, ns := apiServer(t, virtualService("reviews", subsetSpec()), dr)
+	tg := inNS(subsetTarget(), ns)
+	for _, pct := range []float64{0.5, 20} {
+		if err := s.SetWarmupMirror(ctx, tg, WarmupMirror{Percent: pct, Methods: []string{"GET", "HEAD"}}); err != nil {
+			t.Fatalf("set mirror %g%%: %v", pct, err)
+		}
+	}
+	got := apiVS(t, c, ns, "reviews")
+	if names := httpNames(&got.Spec); !slices.Equal(names, []string{"ratings", mirrorRouteName, "primary"}) {
+		t.Fatalf("routes %v: want the mirror copy right above primary", names)
+	}
+	added := got.Spec.Http[1]
+	if len(added.Mirrors) != 1 || added.Mirrors[0].GetPercentage().GetValue() != 20 ||
+		added.Mirrors[0].GetDestination().GetSubset() != "canary" || added.Match[0].GetMethod().GetRegex() == "" {
+		t.Fatalf("mirror route as stored: %v", added)
+	}
+	if st, err := s.WarmupMirrorState(ctx, tg); err != nil || st == nil || st.Percent != 20 {
+		t.Fatalf("mirror state %+v, %v", st, err)
+	}
+	if had, err := s.RemoveWarmupMirror(ctx, tg); err != nil || !had {
+		t.Fatalf("remove: %v, %v", had, err)
+	}
+	after := apiVS(t, c, ns, "reviews")
+	assertSpec(t, subsetSpec(), &after.Spec)
+	if _, ok := after.Annotations[MirrorAnnotation]; ok {
+		t.Fatalf("annotation left: %v", after.Annotations)
+	}
+}
