@@ -31,6 +31,12 @@ func shiftVS() *networkingv1.VirtualService {
 // runShift runs `danki shift ARGS` against a fake Istio clientset.
 func runShift(t *testing.T, client istioclient.Interface, args ...string) (stdout, stderr string, err error) {
 	t.Helper()
+	return runWithIstio(t, client, append([]string{"shift"}, args...)...)
+}
+
+// runWithIstio runs `danki ARGS` with client as the Istio API.
+func runWithIstio(t *testing.T, client istioclient.Interface, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
 	saved := newIstioClient
 	newIstioClient = func(*shiftOptions) (istioclient.Interface, error) { return client, nil }
 	t.Cleanup(func() { newIstioClient = saved })
@@ -38,7 +44,7 @@ func runShift(t *testing.T, client istioclient.Interface, args ...string) (stdou
 	root := newRootCmd()
 	root.SetOut(&out)
 	root.SetErr(&errOut)
-	root.SetArgs(append([]string{"shift"}, args...))
+	root.SetArgs(args)
 	err = root.Execute()
 	return out.String(), errOut.String(), err
 }

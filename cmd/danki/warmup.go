@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"golang.org/x/term"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
@@ -124,18 +125,11 @@ See docs/warmup.md.`,
 	fl.StringVar(&f.port, "port", "", "pod port, name or number (default: the pods' only port)")
 	fl.IntVar(&f.minPods, "min-pods", 1, "wait (up to --health-timeout) until this many pods are ready")
 
+	addStoppingRuleFlags(fl, &f.cfg, &f.absTolerance, &f.maxErrorRatio, &f.deadline, "requests per target")
 	fl.BoolVar(&f.untilConverged, "until-converged", true, "stop when latency converged; false: send exactly --max-requests per target (a fixed count) and only report")
-	fl.Int64Var(&f.cfg.MaxRequests, "max-requests", warmup.DefaultMaxRequests, "request cap per target")
-	fl.Int64Var(&f.cfg.MinRequests, "min-requests", warmup.DefaultMinRequests, "requests per target before it may count as converged")
 	fl.Float64Var(&f.cfg.QPS, "qps", warmup.DefaultQPS, "requests per second per target")
 	fl.Float64Var(&f.cfg.StartQPS, "start-qps", 0, "pace per target at the start, raised up to --qps while the pod keeps up (default --qps / 8, at least 1)")
 	fl.IntVarP(&f.cfg.Connections, "connections", "c", warmup.DefaultConnections, "concurrent connections per target")
-	fl.IntVar(&f.cfg.Window, "window", warmup.DefaultWindow, "requests per latency window")
-	fl.IntVar(&f.cfg.StableWindows, "stable-windows", warmup.DefaultStableWindows, "smallest block of windows the stopping rule compares")
-	fl.Float64Var(&f.cfg.Tolerance, "tolerance", warmup.DefaultTolerance, "still warming while the latest block is faster than the one before by more than this (p50, p99, share of slow requests)")
-	fl.DurationVar(&f.absTolerance, "abs-tolerance", warmup.DefaultAbsoluteTolerance, "an improvement this small counts as none")
-	fl.Float64Var(&f.maxErrorRatio, "max-error-ratio", warmup.DefaultMaxErrorRatio, "share of failed requests a converging window may have")
-	fl.DurationVar(&f.deadline, "deadline", warmup.DefaultDeadline, "give up after this long")
 	fl.DurationVar(&f.timeout, "timeout", warmup.DefaultTimeout, "per-request timeout")
 	fl.StringVar(&f.cfg.HealthPath, "health-path", "", "path that must answer 200 before load starts (default: each pod's httpGet readinessProbe, else /)")
 	fl.DurationVar(&f.healthTimeout, "health-timeout", warmup.DefaultHealthTimeout, "how long to wait for pods and health")
@@ -206,6 +200,19 @@ func (f *warmupFlags) run(cmd *cobra.Command) error {
 		}
 	}
 	return err
+}
+
+// addStoppingRuleFlags registers the stopping rule's flags (the same for
+// synthetic and mirrored warm-ups); what names the requests counted.
+func addStoppingRuleFlags(fl *pflag.FlagSet, c *warmup.Config, absTolerance *time.Duration, maxErrorRatio *float64, deadline *time.Duration, what string) {
+	fl.Int64Var(&c.MaxRequests, "max-requests", warmup.DefaultMaxRequests, "cap of "+what+": fail when they did not converge")
+	fl.Int64Var(&c.MinRequests, "min-requests", warmup.DefaultMinRequests, what+" before the latency may count as converged")
+	fl.IntVar(&c.Window, "window", warmup.DefaultWindow, "requests per latency window")
+	fl.IntVar(&c.StableWindows, "stable-windows", warmup.DefaultStableWindows, "smallest block of windows the stopping rule compares")
+	fl.Float64Var(&c.Tolerance, "tolerance", warmup.DefaultTolerance, "still warming while the latest block is faster than the one before by more than this (p50, p99, share of slow requests)")
+	fl.DurationVar(absTolerance, "abs-tolerance", warmup.DefaultAbsoluteTolerance, "an improvement this small counts as none")
+	fl.Float64Var(maxErrorRatio, "max-error-ratio", warmup.DefaultMaxErrorRatio, "share of failed requests a converging window may have")
+	fl.DurationVar(deadline, "deadline", warmup.DefaultDeadline, "give up after this long")
 }
 
 // config turns the flags into a warm-up config, validated.

@@ -81,14 +81,7 @@ stdout, progress to stderr; exit code 1 when the canary did not converge.`,
 	fl.StringVar(&f.prometheus, "prometheus", "", "Prometheus base URL")
 	fl.StringVar(&f.canaryCluster, "canary-cluster", "", "--source envoy: the canary's Envoy cluster, e.g. outbound|8080||app-canary.shop.svc.cluster.local")
 
-	fl.IntVar(&f.wc.Window, "window", warmup.DefaultWindow, "mirrored requests per latency window")
-	fl.IntVar(&f.wc.StableWindows, "stable-windows", warmup.DefaultStableWindows, "smallest block of windows the stopping rule compares")
-	fl.Int64Var(&f.wc.MinRequests, "min-requests", warmup.DefaultMinRequests, "mirrored requests before the canary may count as converged")
-	fl.Int64Var(&f.wc.MaxRequests, "max-requests", warmup.DefaultMaxRequests, "fail when this many mirrored requests did not converge")
-	fl.Float64Var(&f.wc.Tolerance, "tolerance", warmup.DefaultTolerance, "still warming while the latest block is faster than the one before by more than this")
-	fl.DurationVar(&f.absTolerance, "abs-tolerance", warmup.DefaultAbsoluteTolerance, "an improvement this small counts as none")
-	fl.Float64Var(&f.maxErrorRatio, "max-error-ratio", warmup.DefaultMaxErrorRatio, "share of failed requests a converging window may have")
-	fl.DurationVar(&f.deadline, "deadline", warmup.DefaultDeadline, "give up after this long")
+	addStoppingRuleFlags(fl, &f.wc, &f.absTolerance, &f.maxErrorRatio, &f.deadline, "mirrored requests")
 	return cmd
 }
 

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"math"
 	"os"
@@ -24,16 +23,7 @@ import (
 // clientset.
 func runWarmupMirror(t *testing.T, client istioclient.Interface, args ...string) (stdout, stderr string, err error) {
 	t.Helper()
-	saved := newIstioClient
-	newIstioClient = func(*shiftOptions) (istioclient.Interface, error) { return client, nil }
-	t.Cleanup(func() { newIstioClient = saved })
-	var out, errOut bytes.Buffer
-	root := newRootCmd()
-	root.SetOut(&out)
-	root.SetErr(&errOut)
-	root.SetArgs(append([]string{"warmup", "mirror"}, args...))
-	err = root.Execute()
-	return out.String(), errOut.String(), err
+	return runWithIstio(t, client, append([]string{"warmup", "mirror"}, args...)...)
 }
 
 // mirrorPrometheus serves the canary's Envoy histogram: 100 requests per
@@ -59,18 +49,7 @@ func mirrorPrometheus(t *testing.T, client istioclient.Interface) (*testutil.Pro
 				seen = append(seen, st.Percent)
 				mu.Unlock()
 			}
-			var out []string
-			for _, b := range bounds {
-				n := 0
-				if b >= 5 {
-					n += 100 - slow
-				}
-				if b >= 250 {
-					n += slow
-				}
-				out = append(out, testutil.SampleJSON(map[string]string{"le": testutil.FormatLe(b)}, float64(n)))
-			}
-			return 200, testutil.VectorJSON(out...)
+			return 200, testutil.FastSlowBucketsJSON(bounds, slow)
 		case strings.Contains(q, `response_code!=""`):
 			return 200, testutil.VectorJSON(testutil.SampleJSON(nil, 100))
 		default:

@@ -294,3 +294,22 @@ func SampleJSON(labels map[string]string, v float64) string {
 func VectorJSON(samples ...string) string {
 	return `{"status":"success","data":{"resultType":"vector","result":[` + strings.Join(samples, ",") + `]}}`
 }
+
+// FastSlowBucketsJSON answers a `sum by (le)` bucket query for one window
+// of 100 requests: slow of them in (100, 250] ms, the rest in (1, 5] ms,
+// cumulative over bounds (ms), as a cold pod's histogram reads.
+func FastSlowBucketsJSON(bounds []float64, slow int) string {
+	slow = min(100, max(0, slow))
+	out := make([]string, 0, len(bounds))
+	for _, b := range bounds {
+		n := 0
+		if b >= 5 {
+			n += 100 - slow
+		}
+		if b >= 250 {
+			n += slow
+		}
+		out = append(out, SampleJSON(map[string]string{"le": FormatLe(b)}, float64(n)))
+	}
+	return VectorJSON(out...)
+}

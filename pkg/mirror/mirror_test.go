@@ -93,19 +93,7 @@ func newFixture(t *testing.T, slow func(i int) int) *fixture {
 			i := f.fetches
 			f.fetches++
 			f.mu.Unlock()
-			s := min(100, max(0, slow(i)))
-			var out []string
-			for _, b := range bounds {
-				n := 0
-				if b >= 5 {
-					n += 100 - s
-				}
-				if b >= 250 {
-					n += s
-				}
-				out = append(out, testutil.SampleJSON(map[string]string{"le": testutil.FormatLe(b)}, float64(n)))
-			}
-			return 200, testutil.VectorJSON(out...)
+			return 200, testutil.FastSlowBucketsJSON(bounds, slow(i))
 		case strings.Contains(q, `response_code!=""`):
 			return 200, testutil.VectorJSON(testutil.SampleJSON(nil, 100))
 		default:
