@@ -18,6 +18,7 @@ import (
 	k8stypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/danki-dev/danki/pkg/analysis"
 	"github.com/danki-dev/danki/pkg/capacity"
 	"github.com/danki-dev/danki/pkg/warmup"
 )
@@ -129,6 +130,7 @@ func (s *warmupStep) Run(ro *v1alpha1.Rollout, sc *types.RpcStepContext) (types.
 			return warmup.FindTargets(ctx, q)
 		},
 	}
+	job.Neighbours = s.usersOnStable(ro, cfg.Config)
 	if len(cfg.Mirror) > 0 {
 		if err := s.withMirror(ro, cfg, &job); err != nil {
 			return types.RpcStepResult{Phase: types.PhaseFailed, Message: "invalid danki/warmup config: " + err.Error()}, types.RpcError{}
@@ -139,6 +141,33 @@ func (s *warmupStep) Run(ro *v1alpha1.Rollout, sc *types.RpcStepContext) (types.
 		s.removeMirror(ro, cfg) // a run that ended in another process
 	}
 	return warmupResult(st, cfg.PollInterval.D()), types.RpcError{}
+}
+
+// usersOnStable is the users' own latency on stable for the neighbour
+// guard: the Rollout's danki/istio gate, when it reads a stable latency
+// series from Prometheus. Nil (the stable probe alone) otherwise.
+func (s *warmupStep) usersOnStable(ro *v1alpha1.Rollout, cfg warmup.Config) warmup.NeighbourSignal {
+	if g := cfg.NeighbourGuard; g != nil && !*g {
+		return nil
+	}
+	b, err := bind(ro)
+	if err != nil || len(b.Gate) == 0 {
+		return nil
+	}
+	gate, err := analysis.ParseConfig(b.Gate)
+	if err != nil {
+		return nil // the router reports a bad gate
+	}
+	window := cfg.NeighbourWindow.D()
+	if window <= 0 {
+		window = warmup.DefaultNeighbourWindow
+	}
+	tail, err := analysis.NewStableTail(gate, window, s.log)
+	if err != nil {
+		s.log.Debug("neighbour guard: the gate's metrics are not watched", "rollout", ro.Namespace+"/"+ro.Name, "reason", err)
+		return nil
+	}
+	return tail
 }
 
 // Terminate stops the load at once: the rollout moved on (e.g. promoted).

@@ -40,6 +40,7 @@ const (
 	DefaultStartQPSFraction = 1.0 / 8
 	DefaultNeighbourRatio   = 1.5
 	DefaultNeighbourFloor   = 3 * time.Millisecond
+	DefaultNeighbourWindow  = 30 * time.Second
 )
 
 // Config is what to send and when to stop. The JSON (or YAML) form is the
@@ -182,8 +183,12 @@ type Config struct {
 	// NeighbourFloor above it, every target's
 	// pace is halved (not below StartQPS) and held; once stable is back
 	// under that line for two looks in a row, the cap doubles again. Each
-	// back-off is reported in the progress and the step's status. Default
-	// true; without stable pods it has nothing to watch.
+	// back-off is reported in the progress and the step's status. With a
+	// source of the users' own latency (the step: the Rollout's danki/istio
+	// gate, when it reads a stable series from Prometheus), that is watched
+	// too, every 2 s over the last NeighbourWindow, with its own baseline;
+	// either one backs off. Default true; without stable pods or such a
+	// source it has nothing to watch.
 	NeighbourGuard *bool `json:"neighbourGuard,omitempty"`
 	// NeighbourRatio: see NeighbourGuard. Default 1.5.
 	NeighbourRatio float64 `json:"neighbourRatio,omitempty"`
@@ -191,6 +196,10 @@ type Config struct {
 	// off, so scheduler noise on a fast service does not slow the warm-up.
 	// Default 3ms.
 	NeighbourFloor config.Duration `json:"neighbourFloor,omitempty"`
+	// NeighbourWindow is how far back the users' latency on stable is read
+	// from the gate's metrics (see NeighbourGuard): at least twice
+	// Prometheus' scrape interval; shorter reacts sooner. Default 30s.
+	NeighbourWindow config.Duration `json:"neighbourWindow,omitempty"`
 
 	// AcceptNearStable: when the deadline or maxRequests ends the warm-up
 	// before a pod converged, the pod still counts as warm if its latest
@@ -265,6 +274,7 @@ func (c Config) WithDefaults() Config {
 	}
 	setDefault(&c.NeighbourRatio, DefaultNeighbourRatio)
 	setDefault(&c.NeighbourFloor, config.Duration(DefaultNeighbourFloor))
+	setDefault(&c.NeighbourWindow, config.Duration(DefaultNeighbourWindow))
 	return c
 }
 
@@ -369,6 +379,9 @@ func (c Config) Validate() error {
 	}
 	if c.NeighbourRatio < 1 {
 		errs.Addf("neighbourRatio", "must be >= 1: a ratio of stable's latency to its baseline (got %g)", c.NeighbourRatio)
+	}
+	if c.NeighbourWindow < config.Duration(time.Second) {
+		errs.Addf("neighbourWindow", "must be at least 1s, e.g. \"30s\" (twice Prometheus' scrape interval; got %s)", c.NeighbourWindow)
 	}
 	if c.NeighbourFloor < 0 {
 		errs.Addf("neighbourFloor", "must not be negative (got %s)", c.NeighbourFloor)

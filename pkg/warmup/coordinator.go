@@ -1,8 +1,10 @@
 package warmup
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -23,6 +25,7 @@ type event struct {
 	failing  bool            // failFastStreak requests in a row failed
 	failCode int             // the last failed answer's HTTP status (0: transport errors)
 	look     []time.Duration // the neighbour guard's look at stable
+	users    bool            // the look is the users' metrics (Options.Neighbours)
 
 	done    *loadRunner // set when a runner's fortio run returned
 	results periodic.RunnerResults
@@ -60,7 +63,10 @@ type coordinator struct {
 	// stableLoad: the stable pods are loaded side by side (compareToStable,
 	// the rejection, or the neighbour guard with stable pods given).
 	stableLoad bool
-	guard      *neighbourGuard // nil: no neighbour guard
+	// guard watches the stable probe, usersGuard the users' own latency
+	// (Options.Neighbours); nil: not watched. Either one backs off: the
+	// pace's cap is the lower of their ceilings.
+	guard, usersGuard *neighbourGuard
 
 	events chan event
 	canary []*targetState
@@ -98,14 +104,17 @@ func (c *coordinator) run(parent, runCtx context.Context, targets []Target) erro
 		c.canary = append(c.canary, st)
 		runners = append(runners, r)
 	}
-	if *c.cfg.NeighbourGuard && (c.stableLoad || c.opts.Neighbours != nil) {
-		c.guard = newNeighbourGuard(c.cfg)
+	if *c.cfg.NeighbourGuard && c.stableLoad {
+		c.guard = newNeighbourGuard(c.cfg, false)
+	}
+	if *c.cfg.NeighbourGuard && c.opts.Neighbours != nil {
+		c.usersGuard = newNeighbourGuard(c.cfg, true)
 	}
 	if c.stableLoad {
 		c.stable = &TargetResult{Target: Target{Name: fmt.Sprintf("stable (%d pods)", len(c.opts.Stable))}}
 		c.res.Stable = c.stable
 		c.srec = newRecorder(c.cfg.Window, 0, c.events)
-		if c.guard != nil && c.opts.Neighbours == nil {
+		if c.guard != nil {
 			c.srec.look = guardLook
 		}
 		qps := c.cfg.StableQPS / float64(len(c.opts.Stable))
@@ -125,7 +134,7 @@ func (c *coordinator) run(parent, runCtx context.Context, targets []Target) erro
 			c.events <- event{done: r, results: results}
 		}()
 	}
-	if c.guard != nil && c.opts.Neighbours != nil {
+	if c.usersGuard != nil {
 		pollCtx, stopPolling := context.WithCancel(runCtx)
 		defer stopPolling()
 		go c.pollNeighbours(pollCtx)
@@ -176,7 +185,7 @@ func (c *coordinator) run(parent, runCtx context.Context, targets []Target) erro
 			}
 			if ev.look != nil {
 				if !stopping {
-					c.onLook(ev.look)
+					c.onLook(ev.look, ev.users)
 				}
 				continue
 			}
@@ -298,11 +307,9 @@ func (c *coordinator) onWindow(ev event) {
 		}
 	}
 	p.StableP99 = c.stableP99()
-	if c.guard != nil {
-		p.Backoffs = len(c.guard.backoffs)
-		if c.guard.ceiling < c.cfg.QPS {
-			p.PaceCap = c.guard.ceiling
-		}
+	p.Backoffs = c.backoffCount()
+	if cap := c.paceCap(); cap < c.cfg.QPS {
+		p.PaceCap = cap
 	}
 	c.emit(p)
 }
@@ -324,16 +331,43 @@ func (c *coordinator) pollNeighbours(ctx context.Context) {
 			continue
 		}
 		select {
-		case c.events <- event{look: []time.Duration{l}}:
+		case c.events <- event{look: []time.Duration{l}, users: true}:
 		case <-ctx.Done():
 			return
 		}
 	}
 }
 
-// onLook hands one look at stable to the neighbour guard and applies and
-// reports a change of the cap on the targets' pace.
-func (c *coordinator) onLook(look []time.Duration) {
+// paceCap is the cap on every target's pace: the lower of the guards'
+// ceilings (Config.QPS when none watches).
+func (c *coordinator) paceCap() float64 {
+	cap := c.cfg.QPS
+	for _, g := range []*neighbourGuard{c.guard, c.usersGuard} {
+		if g != nil {
+			cap = min(cap, g.ceiling)
+		}
+	}
+	return cap
+}
+
+func (c *coordinator) backoffCount() int {
+	n := 0
+	for _, g := range []*neighbourGuard{c.guard, c.usersGuard} {
+		if g != nil {
+			n += len(g.backoffs)
+		}
+	}
+	return n
+}
+
+// onLook hands one look at stable (the probe's, or the users' metrics) to
+// its neighbour guard and applies and reports a change of the cap on the
+// targets' pace.
+func (c *coordinator) onLook(look []time.Duration, users bool) {
+	g := c.guard
+	if users {
+		g = c.usersGuard
+	}
 	pace := 0.0
 	for _, st := range c.canary {
 		// A converged target's load stops, unless it is a fixed count.
@@ -344,16 +378,17 @@ func (c *coordinator) onLook(look []time.Duration) {
 	if pace == 0 {
 		return // no canary load left: nothing to back off
 	}
-	ceiling, changed, what := c.guard.look(p90(look), pace, time.Since(c.start))
+	_, changed, what := g.look(p90(look), pace, time.Since(c.start))
 	if !changed {
 		return
 	}
+	ceiling := c.paceCap()
 	for _, st := range c.canary {
 		st.pacer.setCeiling(ceiling)
 	}
 	c.opts.Logger.Info("warm-up neighbour guard", "action", what)
 	p := Progress{Phase: PhaseLoad, Target: "stable", Stable: true, TargetConverged: true,
-		Neighbours: what, Backoffs: len(c.guard.backoffs), PaceCap: ceiling, StableP99: c.stableP99()}
+		Neighbours: what, Backoffs: c.backoffCount(), PaceCap: ceiling, StableP99: c.stableP99()}
 	for _, st := range c.canary {
 		p.Requests += st.rec.total.Load()
 		if st.res.Converged {
@@ -427,9 +462,12 @@ func (c *coordinator) finish() {
 		tr.RetCodes = rec.codes
 		tr.hist, tr.errHist = rec.hist, rec.errHist
 	}
-	if c.guard != nil {
-		c.res.Backoffs = c.guard.backoffs
+	for _, g := range []*neighbourGuard{c.guard, c.usersGuard} {
+		if g != nil {
+			c.res.Backoffs = append(c.res.Backoffs, g.backoffs...)
+		}
 	}
+	slices.SortFunc(c.res.Backoffs, func(a, b Backoff) int { return cmp.Compare(a.After, b.After) })
 	for _, st := range c.canary {
 		collect(st.res, st.rec)
 		st.res.FullPaceAfter, st.res.PaceCuts = st.pacer.stats()

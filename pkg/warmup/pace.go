@@ -181,12 +181,10 @@ const (
 // variable for tests).
 var guardPoll = 2 * time.Second
 
-// NeighbourSignal is a source of the users' latency on stable other than
-// the stable probe, for the neighbour guard. The latency gate's metrics
-// source fits: a Prometheus query of stable's p90 over the last ~30 s
-// (histogram_quantile(0.9, sum by (le) (rate(<the gate's latency
-// histogram>{<stable's labels>}[30s])))) — not built yet; the stable probe
-// is the default.
+// NeighbourSignal is a source of the users' own latency on stable, for the
+// neighbour guard: the latency gate's metrics source (analysis.StableTail:
+// stable's p90 in Prometheus over the last seconds). It is watched beside
+// the stable probe, each with its own baseline; either one backs off.
 type NeighbourSignal interface {
 	// Latency returns the users' tail latency on stable now, over a short
 	// recent range.
@@ -204,12 +202,18 @@ type Backoff struct {
 	Baseline  time.Duration `json:"baseline"`
 	// PaceQPS is the cap on every target's pace after the back-off.
 	PaceQPS float64 `json:"paceQPS"`
+	// Users: the back-off came from the users' own latency
+	// (Options.Neighbours), not the stable probe.
+	Users bool `json:"users,omitempty"`
 }
 
 // neighbourGuard watches stable's latency while warming and lowers the
 // cap on the warm-up's pace when it rises above its baseline (see
 // Config.NeighbourGuard). Only the coordinator's goroutine uses it.
 type neighbourGuard struct {
+	// users: this guard watches Options.Neighbours (the users' metrics),
+	// not the stable probe.
+	users       bool
 	ratio       float64
 	floor       time.Duration
 	full, least float64 // Config.QPS, Config.StartQPS
@@ -221,8 +225,16 @@ type neighbourGuard struct {
 	backoffs []Backoff
 }
 
-func newNeighbourGuard(cfg *Config) *neighbourGuard {
-	return &neighbourGuard{ratio: cfg.NeighbourRatio, floor: cfg.NeighbourFloor.D(), full: cfg.QPS, least: cfg.StartQPS, ceiling: cfg.QPS}
+func newNeighbourGuard(cfg *Config, users bool) *neighbourGuard {
+	return &neighbourGuard{users: users, ratio: cfg.NeighbourRatio, floor: cfg.NeighbourFloor.D(), full: cfg.QPS, least: cfg.StartQPS, ceiling: cfg.QPS}
+}
+
+// subject names what the guard watches, in its messages.
+func (g *neighbourGuard) subject() string {
+	if g.users {
+		return "users' p90 on stable (metrics)"
+	}
+	return "stable p90"
 }
 
 // line is the p90 above which stable counts as harmed.
@@ -246,9 +258,9 @@ func (g *neighbourGuard) look(p90 time.Duration, pace float64, elapsed time.Dura
 			return g.ceiling, false, "" // held at startQPS: already reported
 		}
 		g.ceiling = next
-		g.backoffs = append(g.backoffs, Backoff{After: elapsed, StableP90: p90, Baseline: g.baseline, PaceQPS: next})
-		return g.ceiling, true, fmt.Sprintf("stable p90 %s above %s (its baseline %s × %g, + %s at least): warm-up pace halved to %s qps per pod (back-off %d)",
-			latency.Format(p90), latency.Format(line), latency.Format(g.baseline), g.ratio, latency.Format(g.floor), formatQPS(next), len(g.backoffs))
+		g.backoffs = append(g.backoffs, Backoff{After: elapsed, StableP90: p90, Baseline: g.baseline, PaceQPS: next, Users: g.users})
+		return g.ceiling, true, fmt.Sprintf("%s %s above %s (its baseline %s × %g, + %s at least): warm-up pace halved to %s qps per pod (back-off %d)",
+			g.subject(), latency.Format(p90), latency.Format(line), latency.Format(g.baseline), g.ratio, latency.Format(g.floor), formatQPS(next), len(g.backoffs))
 	}
 	if g.ceiling >= g.full {
 		return g.ceiling, false, ""
@@ -259,9 +271,9 @@ func (g *neighbourGuard) look(p90 time.Duration, pace float64, elapsed time.Dura
 	g.okLooks = 0
 	g.ceiling = min(g.full, 2*g.ceiling)
 	if g.ceiling >= g.full {
-		return g.ceiling, true, fmt.Sprintf("stable p90 %s back under %s: warm-up pace free to ramp up to %s qps per pod again", latency.Format(p90), latency.Format(line), formatQPS(g.full))
+		return g.ceiling, true, fmt.Sprintf("%s %s back under %s: warm-up pace free to ramp up to %s qps per pod again", g.subject(), latency.Format(p90), latency.Format(line), formatQPS(g.full))
 	}
-	return g.ceiling, true, fmt.Sprintf("stable p90 %s back under %s: warm-up pace cap raised to %s qps per pod", latency.Format(p90), latency.Format(line), formatQPS(g.ceiling))
+	return g.ceiling, true, fmt.Sprintf("%s %s back under %s: warm-up pace cap raised to %s qps per pod", g.subject(), latency.Format(p90), latency.Format(line), formatQPS(g.ceiling))
 }
 
 // remember keeps p90 if it is among the guardBaselineLooks quietest looks,

@@ -137,13 +137,13 @@ func TestPacerCeiling(t *testing.T) {
 func TestNeighbourGuard(t *testing.T) {
 	// From the second look on: the first look is already taken while
 	// warming, so the guard may not wait for more.
-	early := newNeighbourGuard(paceConfig(20, 2.5, 4))
+	early := newNeighbourGuard(paceConfig(20, 2.5, 4), false)
 	early.look(2*time.Millisecond, 20, 0)
 	if _, changed, _ := early.look(30*time.Millisecond, 20, 0); !changed {
 		t.Error("no back-off at the second look, 2 → 30 ms")
 	}
 
-	g := newNeighbourGuard(paceConfig(20, 2.5, 4))
+	g := newNeighbourGuard(paceConfig(20, 2.5, 4), false)
 	for _, p := range []time.Duration{4, 6, 5} { // baseline: median 5 ms of the three quietest
 		if _, changed, _ := g.look(p*time.Millisecond, 20, 0); changed {
 			t.Fatal("changed the cap while measuring the baseline")
@@ -484,5 +484,57 @@ func TestNeighbourGuardReadsANeighbourSignal(t *testing.T) {
 	res := <-done
 	if res.Stable != nil || len(res.Backoffs) == 0 || res.Backoffs[0].StableP90 != 30*time.Millisecond || res.Backoffs[0].Baseline != 2*time.Millisecond {
 		t.Errorf("stable probe %v, back-offs %+v; want none and a back-off at 30 ms over a 2 ms baseline", res.Stable, res.Backoffs)
+	}
+}
+
+// With stable pods and the users' metrics both watched, a rise the probe
+// does not see (the users' latency only) backs off, and says so.
+func TestNeighbourGuardWatchesUsersBesideTheProbe(t *testing.T) {
+	defer func(d time.Duration) { guardPoll = d }(guardPoll)
+	guardPoll = 50 * time.Millisecond
+	signal := &fakeSignal{}
+	signal.latency.Store(int64(2 * time.Millisecond))
+	canary := newTestServer(t, testutil.Flat(time.Millisecond))
+	stable := newTestServer(t, testutil.Flat(time.Millisecond))
+	cfg := fastConfig()
+	cfg.QPS, cfg.StartQPS = 200, 25
+	off := false
+	cfg.UntilConverged = &off
+	cfg.MaxRequests = 1_000_000
+	cfg.Deadline = config.Duration(30 * time.Second)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var message atomic.Value
+	done := make(chan *Result, 1)
+	go func() {
+		res, _ := Run(ctx, cfg, []Target{target(canary)}, Options{Stable: []Target{target(stable)}, Neighbours: signal, OnProgress: func(p Progress) {
+			if strings.Contains(p.Neighbours, "halved") {
+				message.Store(p.Neighbours)
+			}
+		}})
+		done <- res
+	}()
+	testutil.WaitFor(t, 10*time.Second, func() bool { return signal.reads.Load() >= 5 })
+	signal.latency.Store(int64(30 * time.Millisecond))
+	testutil.WaitFor(t, 10*time.Second, func() bool { return message.Load() != nil })
+	cancel()
+	res := <-done
+	if res.Stable == nil || res.Stable.Requests == 0 {
+		t.Fatalf("the stable probe did not run beside the users' metrics: %+v", res.Stable)
+	}
+	var users []Backoff
+	for _, b := range res.Backoffs {
+		if b.Users {
+			users = append(users, b)
+		}
+	}
+	if len(users) == 0 || users[0].StableP90 != 30*time.Millisecond || users[0].Baseline != 2*time.Millisecond {
+		t.Fatalf("back-offs %+v: want one on the users' 30 ms over their 2 ms baseline", res.Backoffs)
+	}
+	if msg := message.Load().(string); !strings.HasPrefix(msg, "users' p90 on stable (metrics) 30.0ms above") {
+		t.Fatalf("guard message %q", msg)
+	}
+	if !strings.Contains(res.Summary(), "on the users' own latency (metrics)") {
+		t.Fatalf("summary %q does not say the back-offs came from the users' metrics", res.Summary())
 	}
 }

@@ -41,9 +41,10 @@ type Options struct {
 	// Logger receives debug logs; nil means slog.Default().
 	Logger *slog.Logger
 	// Neighbours, if set, is where the neighbour guard
-	// (Config.NeighbourGuard) reads the users' latency on stable, every
-	// guardPoll, instead of the stable probe: e.g. the latency gate's
-	// metrics source.
+	// (Config.NeighbourGuard) reads the users' own latency on stable, every
+	// guardPoll: the latency gate's metrics source. It is watched beside
+	// the stable probe (when stable pods are given), each with its own
+	// baseline; either one backs off.
 	Neighbours NeighbourSignal
 }
 
@@ -228,8 +229,18 @@ func (r *Result) Summary() string {
 	}
 	if n := len(r.Backoffs); n > 0 {
 		worst := slices.MaxFunc(r.Backoffs, func(a, b Backoff) int { return cmp.Compare(a.StableP90, b.StableP90) })
-		fmt.Fprintf(&b, "; the neighbour guard backed off %d time(s) (stable p90 up to %s, baseline %s; pace down to %s qps per pod)",
-			n, latency.Format(worst.StableP90), latency.Format(worst.Baseline), formatQPS(slices.MinFunc(r.Backoffs, func(a, b Backoff) int { return cmp.Compare(a.PaceQPS, b.PaceQPS) }).PaceQPS))
+		users := 0
+		for _, bo := range r.Backoffs {
+			if bo.Users {
+				users++
+			}
+		}
+		of := ""
+		if users > 0 {
+			of = fmt.Sprintf(", %d on the users' own latency (metrics)", users)
+		}
+		fmt.Fprintf(&b, "; the neighbour guard backed off %d time(s)%s (stable p90 up to %s, baseline %s; pace down to %s qps per pod)",
+			n, of, latency.Format(worst.StableP90), latency.Format(worst.Baseline), formatQPS(slices.MinFunc(r.Backoffs, func(a, b Backoff) int { return cmp.Compare(a.PaceQPS, b.PaceQPS) }).PaceQPS))
 	}
 	return b.String()
 }

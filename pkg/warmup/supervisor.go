@@ -63,6 +63,9 @@ type Job struct {
 	// message and its error fails the run. After still runs once it
 	// succeeded.
 	Main func(ctx context.Context, canary []Target, report func(string)) (summary string, err error)
+	// Neighbours, if set, is the users' own latency on stable for the
+	// neighbour guard (Options.Neighbours).
+	Neighbours NeighbourSignal
 }
 
 // Supervisor runs warm-ups in the background for callers that poll: the Argo
@@ -280,7 +283,7 @@ func (r *supervisedRun) execute(ctx context.Context, log *slog.Logger, cfg Confi
 	}
 	r.set(PhaseHealth, fmt.Sprintf("waiting for %d pod(s) to answer %s", len(canary), run.healthCheck(canary)))
 	log.Info("warming pods", "pods", names, "stable", len(stable))
-	res, err := Run(ctx, run, canary, Options{Stable: stable, Logger: log, OnProgress: r.onProgress})
+	res, err := Run(ctx, run, canary, Options{Stable: stable, Logger: log, OnProgress: r.onProgress, Neighbours: job.Neighbours})
 	switch {
 	case err == nil && job.After != nil:
 		log.Info("warm-up converged; checking", "summary", res.Summary())
