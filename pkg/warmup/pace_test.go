@@ -451,51 +451,16 @@ func (f *fakeSignal) Latency(context.Context) (time.Duration, error) {
 	return time.Duration(f.latency.Load()), nil
 }
 
-// Given another source of stable's latency (Options.Neighbours), the guard
-// reads it instead of a stable probe: no stable pods needed.
-func TestNeighbourGuardReadsANeighbourSignal(t *testing.T) {
+// guardOnSignal warms a flat canary (with the stable pods given) while a
+// fake users' signal reads 2 ms, then 30 ms, until the guard halves the
+// pace; it returns the result and the first back-off's message.
+func guardOnSignal(t *testing.T, stable []Target) (*Result, string) {
+	t.Helper()
 	defer func(d time.Duration) { guardPoll = d }(guardPoll)
 	guardPoll = 50 * time.Millisecond
 	signal := &fakeSignal{}
 	signal.latency.Store(int64(2 * time.Millisecond))
 	canary := newTestServer(t, testutil.Flat(time.Millisecond))
-	cfg := fastConfig()
-	cfg.QPS, cfg.StartQPS = 200, 25
-	off := false
-	cfg.UntilConverged = &off
-	cfg.MaxRequests = 1_000_000
-	cfg.Deadline = config.Duration(30 * time.Second)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var backedOff atomic.Bool
-	done := make(chan *Result, 1)
-	go func() {
-		res, _ := Run(ctx, cfg, []Target{target(canary)}, Options{Neighbours: signal, OnProgress: func(p Progress) {
-			if strings.Contains(p.Neighbours, "halved") {
-				backedOff.Store(true)
-			}
-		}})
-		done <- res
-	}()
-	testutil.WaitFor(t, 10*time.Second, func() bool { return signal.reads.Load() >= 5 }) // the baseline: 2 ms
-	signal.latency.Store(int64(30 * time.Millisecond))
-	testutil.WaitFor(t, 10*time.Second, backedOff.Load)
-	cancel()
-	res := <-done
-	if res.Stable != nil || len(res.Backoffs) == 0 || res.Backoffs[0].StableP90 != 30*time.Millisecond || res.Backoffs[0].Baseline != 2*time.Millisecond {
-		t.Errorf("stable probe %v, back-offs %+v; want none and a back-off at 30 ms over a 2 ms baseline", res.Stable, res.Backoffs)
-	}
-}
-
-// With stable pods and the users' metrics both watched, a rise the probe
-// does not see (the users' latency only) backs off, and says so.
-func TestNeighbourGuardWatchesUsersBesideTheProbe(t *testing.T) {
-	defer func(d time.Duration) { guardPoll = d }(guardPoll)
-	guardPoll = 50 * time.Millisecond
-	signal := &fakeSignal{}
-	signal.latency.Store(int64(2 * time.Millisecond))
-	canary := newTestServer(t, testutil.Flat(time.Millisecond))
-	stable := newTestServer(t, testutil.Flat(time.Millisecond))
 	cfg := fastConfig()
 	cfg.QPS, cfg.StartQPS = 200, 25
 	off := false
@@ -507,18 +472,33 @@ func TestNeighbourGuardWatchesUsersBesideTheProbe(t *testing.T) {
 	var message atomic.Value
 	done := make(chan *Result, 1)
 	go func() {
-		res, _ := Run(ctx, cfg, []Target{target(canary)}, Options{Stable: []Target{target(stable)}, Neighbours: signal, OnProgress: func(p Progress) {
+		res, _ := Run(ctx, cfg, []Target{target(canary)}, Options{Stable: stable, Neighbours: signal, OnProgress: func(p Progress) {
 			if strings.Contains(p.Neighbours, "halved") {
-				message.Store(p.Neighbours)
+				message.CompareAndSwap(nil, p.Neighbours)
 			}
 		}})
 		done <- res
 	}()
-	testutil.WaitFor(t, 10*time.Second, func() bool { return signal.reads.Load() >= 5 })
+	testutil.WaitFor(t, 10*time.Second, func() bool { return signal.reads.Load() >= 5 }) // the baseline: 2 ms
 	signal.latency.Store(int64(30 * time.Millisecond))
 	testutil.WaitFor(t, 10*time.Second, func() bool { return message.Load() != nil })
 	cancel()
-	res := <-done
+	return <-done, message.Load().(string)
+}
+
+// Given the users' own latency (Options.Neighbours), the guard reads it:
+// no stable pods needed.
+func TestNeighbourGuardReadsANeighbourSignal(t *testing.T) {
+	res, _ := guardOnSignal(t, nil)
+	if res.Stable != nil || len(res.Backoffs) == 0 || res.Backoffs[0].StableP90 != 30*time.Millisecond || res.Backoffs[0].Baseline != 2*time.Millisecond {
+		t.Errorf("stable probe %v, back-offs %+v; want none and a back-off at 30 ms over a 2 ms baseline", res.Stable, res.Backoffs)
+	}
+}
+
+// With stable pods and the users' metrics both watched, a rise the probe
+// does not see (the users' latency only) backs off, and says so.
+func TestNeighbourGuardWatchesUsersBesideTheProbe(t *testing.T) {
+	res, msg := guardOnSignal(t, []Target{target(newTestServer(t, testutil.Flat(time.Millisecond)))})
 	if res.Stable == nil || res.Stable.Requests == 0 {
 		t.Fatalf("the stable probe did not run beside the users' metrics: %+v", res.Stable)
 	}
@@ -531,7 +511,7 @@ func TestNeighbourGuardWatchesUsersBesideTheProbe(t *testing.T) {
 	if len(users) == 0 || users[0].StableP90 != 30*time.Millisecond || users[0].Baseline != 2*time.Millisecond {
 		t.Fatalf("back-offs %+v: want one on the users' 30 ms over their 2 ms baseline", res.Backoffs)
 	}
-	if msg := message.Load().(string); !strings.HasPrefix(msg, "users' p90 on stable (metrics) 30.0ms above") {
+	if !strings.HasPrefix(msg, "users' p90 on stable (metrics) 30.0ms above") {
 		t.Fatalf("guard message %q", msg)
 	}
 	if !strings.Contains(res.Summary(), "on the users' own latency (metrics)") {
