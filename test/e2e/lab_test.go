@@ -156,7 +156,10 @@ func startLab(t *testing.T) *lab {
 	if pids := alivePIDs(t, filepath.Join(run, "pids")); len(pids) > 0 {
 		t.Skipf("a lab is already running (pids %v): run `make lab-down` first; this test brings its own up and down", pids)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	// One lab's whole life, every phase of its test: TestLabDankiRollout's
+	// thirteen rollouts take ~34 min (its warm-ups slow down, as they should,
+	// while the users on stable pay for them: the neighbour guard).
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Minute)
 	t.Cleanup(cancel)
 
 	// Lab up (first run builds istiod, the Argo controller, …: minutes).
