@@ -158,11 +158,8 @@ func (s *warmupStep) usersOnStable(ro *v1alpha1.Rollout, cfg warmup.Config) warm
 	if err != nil {
 		return nil // the router reports a bad gate
 	}
-	window := cfg.NeighbourWindow.D()
-	if window <= 0 {
-		window = warmup.DefaultNeighbourWindow
-	}
-	tail, err := analysis.NewStableTail(gate, window, s.log)
+	// cfg has its defaults (ParseStepConfig): neighbourWindow is set.
+	tail, err := analysis.NewStableTail(gate, cfg.NeighbourWindow.D(), s.log)
 	if err != nil {
 		s.log.Debug("neighbour guard: the gate's metrics are not watched", "rollout", ro.Namespace+"/"+ro.Name, "reason", err)
 		return nil

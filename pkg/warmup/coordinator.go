@@ -338,24 +338,31 @@ func (c *coordinator) pollNeighbours(ctx context.Context) {
 	}
 }
 
+// guards are the neighbour guards watching (none, one or both).
+func (c *coordinator) guards() []*neighbourGuard {
+	var gs []*neighbourGuard
+	for _, g := range []*neighbourGuard{c.guard, c.usersGuard} {
+		if g != nil {
+			gs = append(gs, g)
+		}
+	}
+	return gs
+}
+
 // paceCap is the cap on every target's pace: the lower of the guards'
 // ceilings (Config.QPS when none watches).
 func (c *coordinator) paceCap() float64 {
 	cap := c.cfg.QPS
-	for _, g := range []*neighbourGuard{c.guard, c.usersGuard} {
-		if g != nil {
-			cap = min(cap, g.ceiling)
-		}
+	for _, g := range c.guards() {
+		cap = min(cap, g.ceiling)
 	}
 	return cap
 }
 
 func (c *coordinator) backoffCount() int {
 	n := 0
-	for _, g := range []*neighbourGuard{c.guard, c.usersGuard} {
-		if g != nil {
-			n += len(g.backoffs)
-		}
+	for _, g := range c.guards() {
+		n += len(g.backoffs)
 	}
 	return n
 }
@@ -462,10 +469,8 @@ func (c *coordinator) finish() {
 		tr.RetCodes = rec.codes
 		tr.hist, tr.errHist = rec.hist, rec.errHist
 	}
-	for _, g := range []*neighbourGuard{c.guard, c.usersGuard} {
-		if g != nil {
-			c.res.Backoffs = append(c.res.Backoffs, g.backoffs...)
-		}
+	for _, g := range c.guards() {
+		c.res.Backoffs = append(c.res.Backoffs, g.backoffs...)
 	}
 	slices.SortFunc(c.res.Backoffs, func(a, b Backoff) int { return cmp.Compare(a.After, b.After) })
 	for _, st := range c.canary {
