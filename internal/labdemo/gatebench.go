@@ -27,6 +27,27 @@ type GateWay struct {
 	Name       string `json:"name"`
 	Deployment string `json:"deployment"`
 	Host       string `json:"host"`
+	// Scale is the Deployment the scale-up event grows, to ScaleTo pods
+	// (default: Deployment, to 4). The control grows another one.
+	Scale   string `json:"scale,omitempty"`
+	ScaleTo int32  `json:"scaleTo,omitempty"`
+	// Manifest (relative to the repository) is applied for this way on top
+	// of examples/lab/gate; Events are the events it goes through (default
+	// EventScaleUp and EventPodKill) when the run has them.
+	Manifest string   `json:"manifest,omitempty"`
+	Events   []string `json:"events,omitempty"`
+}
+
+// scaled is the Deployment the scale-up grows and to how many pods.
+func (w GateWay) scaled() (string, int32) {
+	name, n := w.Scale, w.ScaleTo
+	if name == "" {
+		name = w.Deployment
+	}
+	if n == 0 {
+		n = 4
+	}
+	return name, n
 }
 
 // The three ways, side by side in one run (examples/lab/gate).
@@ -36,17 +57,41 @@ var GateWays = []GateWay{
 	{Name: "danki warm gate", Deployment: "app-gated", Host: "gated.lab"},
 }
 
+// GateControl is the bench's control: the floor under any warm-up on the
+// node. Its users are served by 2 pods like the others', but its "scale-up"
+// starts two pods of the same template that no Service selects
+// (test/lab/gatebench/start-only.yaml): their JVMs start on the node and get
+// no request at all, neither users' nor a warm-up's. What its users feel in
+// the minute after is what starting two JVMs costs them; a warm-up only adds
+// to it.
+var GateControl = GateWay{
+	Name: "JVM start only (control)", Deployment: "app-startonly", Host: "startonly.lab",
+	Scale: "app-startonly-extra", ScaleTo: 2,
+	Manifest: "test/lab/gatebench/start-only.yaml", Events: []string{EventQuiet, EventScaleUp},
+}
+
+// events are the events the way goes through.
+func (w GateWay) events() []string {
+	if len(w.Events) > 0 {
+		return w.Events
+	}
+	return []string{EventScaleUp, EventPodKill}
+}
+
 // The bench's phases: a steady state before each event and the minute
 // after it.
 const (
-	PhaseSteady     = "steady"        // 2 pods, before the scale-up
-	PhaseScaleUp    = "scale-up"      // the minute after 2 → 4
-	PhaseSteady4    = "steady 4"      // 4 pods, before the pod kill
-	PhasePodKill    = "pod kill"      // the minute after one pod per way was deleted
-	EventScaleUp    = "scale 2 → 4"   // event (a)
-	EventPodKill    = "pod killed"    // event (b)
-	gateGoalRatio   = 1.2             // the issue's goal: gate, scale-up ÷ steady, p99 and p99.9
-	gateSettleReady = 2 * time.Second // after pods are Ready: Envoy has their endpoints
+	PhaseSteady     = "steady"                   // 2 pods, before the scale-up
+	PhaseScaleUp    = "scale-up"                 // the minute after 2 → 4
+	PhaseSteady4    = "steady 4"                 // 4 pods, before the pod kill
+	PhasePodKill    = "pod kill"                 // the minute after one pod per way was deleted
+	PhaseQuietPrev  = "quiet before"             // the control: a minute, then…
+	PhaseQuiet      = "quiet"                    // …the next, nothing happening in between
+	EventScaleUp    = "scale 2 → 4"              // event (a)
+	EventPodKill    = "pod killed"               // event (b)
+	EventQuiet      = "nothing (a quiet minute)" // the control's first: the lab's noise floor
+	gateGoalRatio   = 1.2                        // the issue's goal: gate, scale-up ÷ steady, p99 and p99.9
+	gateSettleReady = 2 * time.Second            // after pods are Ready: Envoy has their endpoints
 )
 
 // GateBenchConfig is one gate bench run.
@@ -59,16 +104,18 @@ type GateBenchConfig struct {
 	// QPS is the user traffic per way (each host gets this much).
 	QPS float64
 	// Settle: users alone on the fresh pods before anything is measured (it
-	// warms them). Steady: the measured steady state before each event.
+	// warms them). Steady: the measured steady state before each event
+	// (default After: the same number of requests on both sides, so a
+	// p99.9 or max is not compared with one from half the samples).
 	// After: the measured stretch after each event.
 	Settle, Steady, After time.Duration
 	// GateLog is where the gate's log goes; GateMaxConcurrent, when > 0,
 	// its --max-concurrent (warm-ups at once).
 	GateLog           string
 	GateMaxConcurrent int
-	// Ways are the ways compared (default GateWays: all three); Events the
-	// events each goes through, in order (default EventScaleUp,
-	// EventPodKill). make demo's short version takes no warm-up and the
+	// Ways are the ways compared (default GateWays and GateControl); Events the
+	// events run, in order, each by the ways that go through it (default
+	// EventQuiet, EventScaleUp, EventPodKill). make demo's short version takes no warm-up and the
 	// gate through a scale-up only.
 	Ways   []GateWay
 	Events []string
@@ -86,19 +133,19 @@ func (c GateBenchConfig) withDefaults() GateBenchConfig {
 		c.QPS = 40
 	}
 	if c.Settle == 0 {
-		c.Settle = 45 * time.Second
-	}
-	if c.Steady == 0 {
-		c.Steady = 30 * time.Second
+		c.Settle = 90 * time.Second
 	}
 	if c.After == 0 {
 		c.After = time.Minute
 	}
+	if c.Steady == 0 {
+		c.Steady = c.After
+	}
 	if len(c.Ways) == 0 {
-		c.Ways = GateWays
+		c.Ways = append(slices.Clone(GateWays), GateControl)
 	}
 	if len(c.Events) == 0 {
-		c.Events = []string{EventScaleUp, EventPodKill}
+		c.Events = []string{EventQuiet, EventScaleUp, EventPodKill}
 	}
 	if c.Log == nil {
 		c.Log = slog.Default()
@@ -170,6 +217,8 @@ type gateBench struct {
 	cfg  GateBenchConfig
 	lab  *lab
 	kube kubernetes.Interface
+	// want is each Deployment's replica count as the bench last set it.
+	want map[string]int32
 }
 
 // GateBench runs the warm gate bench in the running lab: `danki gate` with
@@ -184,7 +233,7 @@ func GateBench(ctx context.Context, cfg GateBenchConfig) (res *GateBenchResult, 
 		return nil, fmt.Errorf("lab kubeconfig %s (is the lab up? make lab-up): %w", cfg.Kubeconfig, err)
 	}
 	kube := kubernetes.NewForConfigOrDie(rc)
-	b := &gateBench{cfg: cfg, kube: kube, lab: &lab{cfg: Config{Kubeconfig: cfg.Kubeconfig, EnvoyAdminURL: cfg.EnvoyAdminURL, Log: cfg.Log}, kube: kube}}
+	b := &gateBench{cfg: cfg, kube: kube, lab: &lab{cfg: Config{Kubeconfig: cfg.Kubeconfig, EnvoyAdminURL: cfg.EnvoyAdminURL, Log: cfg.Log}, kube: kube}, want: map[string]int32{}}
 	log := cfg.Log
 
 	log.Info("starting danki gate out of cluster", "danki", cfg.Danki, "log", cfg.GateLog)
@@ -200,7 +249,17 @@ func GateBench(ctx context.Context, cfg GateBenchConfig) (res *GateBenchResult, 
 	log.Info("danki gate running, webhook registered", "port", gp.Port, "caBundle", filepath.Join(gp.CertDir, "ca.crt"))
 
 	ex := filepath.Join(cfg.Root, "examples", "lab")
-	if err := b.lab.kubectl(ctx, "apply", "-f", filepath.Join(ex, "20-gateway.yaml"), "-f", filepath.Join(ex, "gate")); err != nil {
+	manifests := []string{"-f", filepath.Join(ex, "gate")}
+	for _, w := range cfg.Ways {
+		b.want[w.Deployment] = 2
+		if name, _ := w.scaled(); name != w.Deployment {
+			b.want[name] = 0
+		}
+		if w.Manifest != "" {
+			manifests = append(manifests, "-f", filepath.Join(cfg.Root, w.Manifest))
+		}
+	}
+	if err := b.lab.kubectl(ctx, append([]string{"apply", "-f", filepath.Join(ex, "20-gateway.yaml")}, manifests...)...); err != nil {
 		return nil, err
 	}
 	defer func() {
@@ -208,11 +267,11 @@ func GateBench(ctx context.Context, cfg GateBenchConfig) (res *GateBenchResult, 
 		// stopped right after and could not warm their pods any more).
 		dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		if derr := b.lab.kubectl(dctx, "delete", "-f", filepath.Join(ex, "gate"), "--ignore-not-found", "--wait=false"); derr != nil {
-			log.Warn("could not remove examples/lab/gate", "err", derr)
+		if derr := b.lab.kubectl(dctx, append(append([]string{"delete"}, manifests...), "--ignore-not-found", "--wait=false")...); derr != nil {
+			log.Warn("could not remove the gate bench's Deployments", "err", derr)
 		}
 	}()
-	if err := b.awaitReady(ctx, cfg.Ways, 2, 4*time.Minute); err != nil {
+	if err := b.awaitReady(ctx, cfg.Ways, 4*time.Minute); err != nil {
 		return nil, err
 	}
 	for _, w := range cfg.Ways {
@@ -250,6 +309,9 @@ func GateBench(ctx context.Context, cfg GateBenchConfig) (res *GateBenchResult, 
 	// own new pods share the machine with its users as they would a node.
 	for _, kind := range cfg.Events {
 		for _, w := range cfg.Ways {
+			if !slices.Contains(w.events(), kind) {
+				continue
+			}
 			ev, err := b.event(ctx, kind, w)
 			if err != nil {
 				return nil, err
@@ -261,7 +323,7 @@ func GateBench(ctx context.Context, cfg GateBenchConfig) (res *GateBenchResult, 
 		tr := users[i].Stop()
 		users[i] = nil
 		events := wayEvents(res.Events, w.Name)
-		pods, err := b.newPods(ctx, w.Deployment, events)
+		pods, err := b.newPods(ctx, w, events)
 		if err != nil {
 			return nil, err
 		}
@@ -287,7 +349,7 @@ func GateBench(ctx context.Context, cfg GateBenchConfig) (res *GateBenchResult, 
 
 // event runs one way's event: its steady state, the event (a scale-up to
 // 4 or the deletion of its oldest pod), the measured minute, then waits for
-// its 4 pods Ready (the gated way's: warmed) so the next way's steady state
+// its pods Ready (the gated way's: warmed) so the next way's steady state
 // is not its warm-up.
 func (b *gateBench) event(ctx context.Context, kind string, w GateWay) (GateEvent, error) {
 	cfg := b.cfg
@@ -297,10 +359,12 @@ func (b *gateBench) event(ctx context.Context, kind string, w GateWay) (GateEven
 	ev := GateEvent{Name: kind, Way: w.Name, At: time.Now()}
 	switch kind {
 	case EventScaleUp:
-		cfg.Log.Info("event: scale 2 → 4", "way", w.Name, "deployment", w.Deployment)
-		if err := b.lab.kubectl(ctx, "scale", "deployment", w.Deployment, "--replicas", "4"); err != nil {
+		name, n := w.scaled()
+		cfg.Log.Info("event: scale up", "way", w.Name, "deployment", name, "replicas", n)
+		if err := b.lab.kubectl(ctx, "scale", "deployment", name, "--replicas", fmt.Sprint(n)); err != nil {
 			return ev, err
 		}
+		b.want[name] = n
 	case EventPodKill:
 		victim, err := b.oldestPod(ctx, w.Deployment) // warm, long in service
 		if err != nil {
@@ -310,13 +374,15 @@ func (b *gateBench) event(ctx context.Context, kind string, w GateWay) (GateEven
 		if err := b.kube.CoreV1().Pods("default").Delete(ctx, victim, metav1.DeleteOptions{}); err != nil {
 			return ev, fmt.Errorf("delete pod %s: %w", victim, err)
 		}
+	case EventQuiet:
+		cfg.Log.Info("event: nothing (the next minute ÷ the one before: the lab's noise)", "way", w.Name)
 	default:
-		return ev, fmt.Errorf("unknown gate bench event %q (want %q or %q)", kind, EventScaleUp, EventPodKill)
+		return ev, fmt.Errorf("unknown gate bench event %q (want %q, %q or %q)", kind, EventScaleUp, EventPodKill, EventQuiet)
 	}
 	if err := sleep(ctx, time.Until(ev.At.Add(cfg.After))); err != nil {
 		return ev, err
 	}
-	if err := b.awaitReady(ctx, []GateWay{w}, 4, 4*time.Minute); err != nil {
+	if err := b.awaitReady(ctx, []GateWay{w}, 4*time.Minute); err != nil {
 		return ev, err
 	}
 	return ev, sleep(ctx, gateSettleReady)
@@ -339,8 +405,11 @@ func gatePhases(events []GateEvent, steady, after time.Duration) []demo.Phase {
 	var out []demo.Phase
 	for _, e := range events {
 		before, during := PhaseSteady, PhaseScaleUp
-		if e.Name == EventPodKill {
+		switch e.Name {
+		case EventPodKill:
 			before, during = PhaseSteady4, PhasePodKill
+		case EventQuiet:
+			before, during = PhaseQuietPrev, PhaseQuiet
 		}
 		out = append(out, demo.Phase{Name: before, From: e.At.Add(-steady), To: e.At}, demo.Phase{Name: during, From: e.At, To: e.At.Add(after)})
 	}
@@ -365,7 +434,7 @@ func gateRatios(phases []demo.PhaseStats) []GateRatio {
 		return float64(a) / float64(b)
 	}
 	var out []GateRatio
-	for _, p := range [][3]string{{EventScaleUp, PhaseScaleUp, PhaseSteady}, {EventPodKill, PhasePodKill, PhaseSteady4}} {
+	for _, p := range [][3]string{{EventQuiet, PhaseQuiet, PhaseQuietPrev}, {EventScaleUp, PhaseScaleUp, PhaseSteady}, {EventPodKill, PhasePodKill, PhaseSteady4}} {
 		after, before := get(p[1]), get(p[2])
 		if after == nil || before == nil {
 			continue
@@ -376,41 +445,56 @@ func gateRatios(phases []demo.PhaseStats) []GateRatio {
 }
 
 // gateGoal judges the issue's goal: with the gate, the minute after a
-// scale-up within 1.2× the steady state at p99 and p99.9.
+// scale-up within 1.2× the steady state at p99 and p99.9. With the control
+// in the run it adds the control's ratios: the floor under any warm-up.
 func gateGoal(ways []GateWayResult) string {
-	for _, w := range ways {
-		if w.Deployment != "app-gated" {
-			continue
+	scaleUp := func(deployment string) (GateRatio, bool) {
+		for _, w := range ways {
+			if w.Deployment == deployment {
+				return findRatio(w.Ratios, EventScaleUp)
+			}
 		}
-		for _, r := range w.Ratios {
-			if r.Event != EventScaleUp {
-				continue
-			}
-			verdict := "met"
-			if r.P99 > gateGoalRatio || r.P999 > gateGoalRatio {
-				verdict = "NOT met"
-			}
-			return fmt.Sprintf("goal (gate, minute after the scale-up ≤ %.1f× steady at p99 and p99.9): %s — p99 %.2f×, p99.9 %.2f×", gateGoalRatio, verdict, r.P99, r.P999)
+		return GateRatio{}, false
+	}
+	r, ok := scaleUp("app-gated")
+	if !ok {
+		return "goal: not measured (no gated scale-up phase)"
+	}
+	verdict := "met"
+	if r.P99 > gateGoalRatio || r.P999 > gateGoalRatio {
+		verdict = "NOT met"
+	}
+	goal := fmt.Sprintf("goal (gate, minute after the scale-up ≤ %.1f× steady at p99 and p99.9): %s — p99 %.2f×, p99.9 %.2f×", gateGoalRatio, verdict, r.P99, r.P999)
+	if c, ok := scaleUp(GateControl.Deployment); ok {
+		goal += fmt.Sprintf("; the control (two JVMs starting, no request to them): p99 %.2f×, p99.9 %.2f×", c.P99, c.P999)
+	}
+	for _, w := range ways {
+		if q, ok := findRatio(w.Ratios, EventQuiet); ok {
+			goal += fmt.Sprintf("; a quiet minute ÷ the one before (nothing happening: the lab's noise): p99 %.2f×, p99.9 %.2f×", q.P99, q.P999)
 		}
 	}
-	return "goal: not measured (no gated scale-up phase)"
+	return goal
 }
 
-// awaitReady waits until each way's Deployment has n Ready replicas and no
-// other pods (a deleted pod gone).
-func (b *gateBench) awaitReady(ctx context.Context, ways []GateWay, n int32, limit time.Duration) error {
+// awaitReady waits until each way's Deployments have as many Ready
+// replicas as the bench last set and no other pods (a deleted pod gone).
+func (b *gateBench) awaitReady(ctx context.Context, ways []GateWay, limit time.Duration) error {
 	var names []string
 	for _, w := range ways {
 		names = append(names, w.Deployment)
+		if s, _ := w.scaled(); s != w.Deployment {
+			names = append(names, s)
+		}
 	}
-	return wait(ctx, limit, fmt.Sprintf("%s with %d Ready pods each", strings.Join(names, ", "), n), func() (bool, error) {
-		for _, w := range ways {
-			d, err := b.kube.AppsV1().Deployments("default").Get(ctx, w.Deployment, metav1.GetOptions{})
+	return wait(ctx, limit, strings.Join(names, ", ")+" with all pods Ready", func() (bool, error) {
+		for _, name := range names {
+			n := b.want[name]
+			d, err := b.kube.AppsV1().Deployments("default").Get(ctx, name, metav1.GetOptions{})
 			if err != nil {
 				return false, err
 			}
 			if d.Status.ReadyReplicas != n || d.Status.Replicas != n || d.Status.UpdatedReplicas != n {
-				return false, fmt.Errorf("%s: %d/%d ready", w.Deployment, d.Status.ReadyReplicas, d.Status.Replicas)
+				return false, fmt.Errorf("%s: %d/%d ready, want %d", name, d.Status.ReadyReplicas, d.Status.Replicas, n)
 			}
 		}
 		return true, nil
@@ -455,12 +539,19 @@ func (b *gateBench) oldestPod(ctx context.Context, deployment string) (string, e
 	return pods[0].Name, nil
 }
 
-// newPods lists the way's pods created by the events, with when each became
-// Ready after its event.
-func (b *gateBench) newPods(ctx context.Context, deployment string, events []GateEvent) ([]GatePod, error) {
-	pods, err := b.pods(ctx, deployment)
+// newPods lists the way's pods created by the events (the control's: its
+// extra Deployment's), with when each became Ready after its event.
+func (b *gateBench) newPods(ctx context.Context, w GateWay, events []GateEvent) ([]GatePod, error) {
+	pods, err := b.pods(ctx, w.Deployment)
 	if err != nil {
 		return nil, err
+	}
+	if s, _ := w.scaled(); s != w.Deployment {
+		extra, err := b.pods(ctx, s)
+		if err != nil {
+			return nil, err
+		}
+		pods = append(pods, extra...)
 	}
 	return gatePods(pods, events), nil
 }

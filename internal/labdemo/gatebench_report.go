@@ -21,7 +21,9 @@ func WriteGateBenchReport(w io.Writer, r *GateBenchResult) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Users: %.0f requests/s per way, through the lab gateway (Envoy) by Host, all ways' users at once for the whole run. "+
 		"The events happen one way at a time (a way's new pods share the lab's two cores with its users, as on a node, not with the other ways' cold starts); "+
-		"each way's minute after its event is divided by its own steady state right before it.\n\n", r.QPS)
+		"each way's minute after its event is divided by its own steady state right before it, measured as long. "+
+		"The control's scale-up starts two pods of the same app that get no request at all: what starting JVMs on the node costs its users, the floor under any warm-up; "+
+		"before it, its users' next minute ÷ the one before with nothing happening: the lab's noise.\n\n", r.QPS)
 	b.WriteString("## Users' tail in the minute after each event ÷ the steady state right before it\n\n")
 	var kinds []string // the events run, in order
 	for _, e := range r.Events {
@@ -49,16 +51,28 @@ func WriteGateBenchReport(w io.Writer, r *GateBenchResult) error {
 	}
 	b.WriteString("\n" + r.Goal + "\n\n")
 	b.WriteString("## Raw figures per phase (ms): p50 / p99 / p99.9 / max (requests, errors)\n\n")
-	if len(r.Ways) > 0 {
-		head := []string{"way"}
-		for _, p := range r.Ways[0].Phases {
-			head = append(head, phaseTitle[p.Name])
+	var phaseNames []string // every phase any way went through, in order
+	for _, name := range []string{PhaseQuietPrev, PhaseQuiet, PhaseSteady, PhaseScaleUp, PhaseSteady4, PhasePodKill} {
+		if slices.ContainsFunc(r.Ways, func(w GateWayResult) bool {
+			return slices.ContainsFunc(w.Phases, func(p demo.PhaseStats) bool { return p.Name == name })
+		}) {
+			phaseNames = append(phaseNames, name)
 		}
-		b.WriteString("| " + strings.Join(head, " | ") + " |\n|" + strings.Repeat("---|", len(head)) + "\n")
 	}
+	head = []string{"way"}
+	for _, name := range phaseNames {
+		head = append(head, phaseTitle[name])
+	}
+	b.WriteString("| " + strings.Join(head, " | ") + " |\n|" + strings.Repeat("---|", len(head)) + "\n")
 	for _, w := range r.Ways {
 		row := []string{w.Name}
-		for _, p := range w.Phases {
+		for _, name := range phaseNames {
+			i := slices.IndexFunc(w.Phases, func(p demo.PhaseStats) bool { return p.Name == name })
+			if i < 0 {
+				row = append(row, "–")
+				continue
+			}
+			p := w.Phases[i]
 			row = append(row, fmt.Sprintf("%s / %s / %s / %s (%d, %d)", ms(p.P50), ms(p.P99), ms(p.P999), ms(p.Max), p.Count, p.Errors))
 		}
 		b.WriteString("| " + strings.Join(row, " | ") + " |\n")
@@ -102,10 +116,12 @@ func WriteGateBenchReport(w io.Writer, r *GateBenchResult) error {
 }
 
 var phaseTitle = map[string]string{
-	PhaseSteady:  "steady (2 pods)",
-	PhaseScaleUp: "minute after scale 2 → 4",
-	PhaseSteady4: "steady (4 pods)",
-	PhasePodKill: "minute after a pod kill",
+	PhaseQuietPrev: "a quiet minute",
+	PhaseQuiet:     "the next quiet minute",
+	PhaseSteady:    "steady (2 pods)",
+	PhaseScaleUp:   "minute after scale 2 → 4",
+	PhaseSteady4:   "steady (4 pods)",
+	PhasePodKill:   "minute after a pod kill",
 }
 
 func findRatio(rs []GateRatio, event string) (GateRatio, bool) {

@@ -3,6 +3,7 @@ package labdemo
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -253,5 +254,103 @@ time=2026-11-25T20:55:46.561Z level=INFO msg="warming pod" pod=default/a target=
 	}
 	if !strings.Contains(b.String(), "warm-ups per pod: a 2, b 1") || !strings.Contains(b.String(), "Warmed more than once: a**") {
 		t.Errorf("report:\n%s", b.String())
+	}
+}
+
+// The full bench: the control goes through the scale-up only; its raw row
+// gets "–" under the pod-kill phases, not the others' columns shifted.
+func TestWriteGateBenchReportWithControl(t *testing.T) {
+	r := &GateBenchResult{QPS: 40, Events: []GateEvent{{Name: EventScaleUp}, {Name: EventPodKill}}}
+	r.Ways = append(r.Ways, GateWayResult{GateWay: GateWays[2],
+		Phases: []demo.PhaseStats{{Name: PhaseSteady}, {Name: PhaseScaleUp}, {Name: PhaseSteady4}, {Name: PhasePodKill}}})
+	steady := demo.PhaseStats{Name: PhaseSteady}
+	steady.Count, steady.P99 = 5, 10*time.Millisecond
+	after := demo.PhaseStats{Name: PhaseScaleUp}
+	after.Count = 6
+	r.Ways = append(r.Ways, GateWayResult{GateWay: GateControl, Phases: []demo.PhaseStats{steady, after}})
+	var b strings.Builder
+	if err := WriteGateBenchReport(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "| JVM start only (control) | 0.0 / 10.0 / 0.0 / 0.0 (5, 0) | 0.0 / 0.0 / 0.0 / 0.0 (6, 0) | – | – |") {
+		t.Errorf("report:\n%s", b.String())
+	}
+}
+
+func TestGateGoalNamesTheControl(t *testing.T) {
+	ways := []GateWayResult{
+		{GateWay: GateWays[2], Ratios: []GateRatio{{Event: EventScaleUp, P99: 1.5, P999: 1.4}}},
+		{GateWay: GateControl, Ratios: []GateRatio{{Event: EventQuiet, P99: 0.9, P999: 1.1}, {Event: EventScaleUp, P99: 1.3, P999: 1.25}}},
+	}
+	g := gateGoal(ways)
+	if !strings.Contains(g, "NOT met — p99 1.50×, p99.9 1.40×") || !strings.Contains(g, "the control (two JVMs starting, no request to them): p99 1.30×, p99.9 1.25×") ||
+		!strings.Contains(g, "nothing happening: the lab's noise): p99 0.90×, p99.9 1.10×") {
+		t.Errorf("goal %q", g)
+	}
+}
+
+// The control's manifest: the scaled Deployment has the serving one's pod
+// template under a label its Service does not select, and starts at 0.
+func TestGateControlManifest(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join("..", "..", GateControl.Manifest))
+	if err != nil {
+		t.Fatal(err)
+	}
+	deps := map[string]appsv1.Deployment{}
+	var svc corev1.Service
+	for _, doc := range strings.Split(string(raw), "\n---\n") {
+		var meta struct {
+			Kind string `json:"kind"`
+		}
+		if err := yaml.Unmarshal([]byte(doc), &meta); err != nil {
+			t.Fatal(err)
+		}
+		switch meta.Kind {
+		case "Deployment":
+			var d appsv1.Deployment
+			if err := yaml.UnmarshalStrict([]byte(doc), &d); err != nil {
+				t.Fatal(err)
+			}
+			deps[d.Name] = d
+		case "Service":
+			if err := yaml.UnmarshalStrict([]byte(doc), &svc); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	name, n := GateControl.scaled()
+	serving, extra := deps[GateControl.Deployment], deps[name]
+	if serving.Spec.Replicas == nil || *serving.Spec.Replicas != 2 || extra.Spec.Replicas == nil || *extra.Spec.Replicas != 0 || n != 2 {
+		t.Fatalf("deployments %v; want %s at 2 and %s at 0, scaled to 2", deps, GateControl.Deployment, name)
+	}
+	for k, v := range svc.Spec.Selector {
+		if extra.Spec.Template.Labels[k] == v {
+			t.Errorf("Service %s selects %s's pods (%s=%s): they would get users", svc.Name, name, k, v)
+		}
+	}
+	if svc.Spec.Selector["app"] != serving.Spec.Template.Labels["app"] {
+		t.Errorf("Service selector %v does not select %s", svc.Spec.Selector, serving.Name)
+	}
+	a, b := serving.Spec.Template.Spec.Containers[0], extra.Spec.Template.Spec.Containers[0]
+	if a.Image != b.Image || !a.Resources.Limits.Cpu().Equal(*b.Resources.Limits.Cpu()) || !a.Resources.Requests.Cpu().Equal(*b.Resources.Requests.Cpu()) {
+		t.Errorf("the extra pods differ from the serving ones: %+v vs %+v", b, a)
+	}
+}
+
+// The control's quiet minute: its own phases, and a ratio like any event's.
+func TestGateQuietMinute(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	at := t0.Add(time.Minute)
+	phases := gatePhases([]GateEvent{{Name: EventQuiet, At: at}}, time.Minute, time.Minute)
+	if len(phases) != 2 || phases[0].Name != PhaseQuietPrev || !phases[0].From.Equal(t0) || phases[1].Name != PhaseQuiet || !phases[1].To.Equal(at.Add(time.Minute)) {
+		t.Fatalf("phases %+v", phases)
+	}
+	s := append(samplesAt(t0, time.Minute, 10*time.Millisecond, 0), samplesAt(at, time.Minute, 20*time.Millisecond, 0)...)
+	r := gateRatios(demo.Summarize(s, phases))
+	if len(r) != 1 || r[0].Event != EventQuiet || r[0].P99 != 2 {
+		t.Errorf("ratios %+v; want the quiet minute at 2× (20 ms ÷ 10 ms)", r)
+	}
+	if !slices.Equal(GateControl.events(), []string{EventQuiet, EventScaleUp}) || !slices.Equal(GateWays[0].events(), []string{EventScaleUp, EventPodKill}) {
+		t.Errorf("events: control %v, no warm-up %v", GateControl.events(), GateWays[0].events())
 	}
 }

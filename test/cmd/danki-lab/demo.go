@@ -52,8 +52,10 @@ per pod or mirrored requests), and the ratios "danki (mirror) ÷ danki".
 Then, with --gate (the default), a short warm gate bench: "danki gate" runs
 out of cluster with its webhook, and examples/lab/gate's app-cold (no warm-up)
 and app-gated (the gate keeps each new pod un-Ready until warm) are scaled
-2 → 4 one after the other under steady user traffic; users' p99, p99.9 and
-max in the minute after each scale-up ÷ the steady state before it
+2 → 4 one after the other under steady user traffic, then the control starts
+two pods no request reaches (what starting JVMs costs the node's users);
+users' p99, p99.9 and max in the minute after each scale-up ÷ the minute
+before it
 (gate/gatebench.md in --out; the full bench, with Istio slow start and a pod
 kill, is danki-lab gate-bench in make bench).
 
@@ -112,13 +114,14 @@ and stops the lab; "make bench" adds --oracle and reports ratios.`,
 	f.BoolVar(&contenders, "contenders", false, "also roll out, between baseline and danki, Istio's slow start (examples/lab/slowstart) and a fixed warm-up of 100 requests (examples/lab/fixed100), with ratios contender ÷ danki (make bench)")
 	f.BoolVar(&mirror, "mirror", false, "also roll out, just before danki, danki warming on mirrored user traffic only (examples/lab/mirror), with ratios danki (mirror) ÷ danki (make bench)")
 	f.BoolVar(&skipBad, "skip-bad-version", false, "leave out the bad version's rollout (make bench: it yields no ratio)")
-	f.BoolVar(&withGate, "gate", true, "then the short warm gate bench: no warm-up vs danki gate, scale 2 → 4 (make bench runs the full one: gate-bench)")
+	f.BoolVar(&withGate, "gate", true, "then the short warm gate bench: no warm-up vs danki gate (and the control), scale 2 → 4 (make bench runs the full one: gate-bench)")
 	f.StringVar(&danki, "danki", "", "the danki binary that runs `danki gate` for --gate (default $DANKI_CACHE/lab/bin/danki, else <root>/.cache/lab/bin/danki)")
 	return cmd
 }
 
 // runShortGateBench is make demo's short version of the gate bench: no
-// warm-up and the warm gate, through a scale-up only, into dir.
+// warm-up, the warm gate and the control (two JVMs starting with no request
+// to them), through a scale-up only, into dir.
 func runShortGateBench(ctx context.Context, cmd *cobra.Command, root, kubeconfig, danki, gateway, dir string) error {
 	if danki == "" {
 		cache := os.Getenv("DANKI_CACHE")
@@ -135,7 +138,7 @@ func runShortGateBench(ctx context.Context, cmd *cobra.Command, root, kubeconfig
 	res, err := labdemo.GateBench(ctx, labdemo.GateBenchConfig{
 		Root: root, Kubeconfig: kubeconfig, Danki: danki, GatewayURL: gateway,
 		Settle: 30 * time.Second, GateLog: filepath.Join(dir, "gate.log"), Log: log,
-		Ways:   []labdemo.GateWay{labdemo.GateWays[0], labdemo.GateWays[2]},
+		Ways:   []labdemo.GateWay{labdemo.GateWays[0], labdemo.GateWays[2], labdemo.GateControl},
 		Events: []string{labdemo.EventScaleUp},
 	})
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -24,6 +25,8 @@ func newGateBenchCmd() *cobra.Command {
 		qps                                          float64
 		settle, steady, after                        time.Duration
 		maxConcurrent                                int
+		ways                                         []string
+		scaleUpOnly                                  bool
 	)
 	cmd := &cobra.Command{
 		Use:   "gate-bench",
@@ -35,11 +38,17 @@ three ways side by side, 2 pods each — app-cold (no warm-up), app-slowstart
 (Istio slow start, warmupDurationSecs 60s) and app-gated (annotated
 danki.dev/warm-up: the gate keeps each new pod un-Ready until warm).
 
-Under steady user traffic to all three hosts at once (cold.lab, slowstart.lab,
-gated.lab through the gateway), it (a) scales all three 2 → 4 and measures the
-minute after, then (b) deletes one pod of each (re-created) and measures the
-minute after. Reports users' p99, p99.9 and max in each minute ÷ the steady
-state right before it, per way, and when the new pods became Ready; writes
+Beside them, a control (test/lab/gatebench/start-only.yaml, app-startonly):
+its scale-up starts two pods of the same app that no Service selects, so they
+get no request at all — what starting two JVMs on the node costs its users,
+the floor under any warm-up.
+
+Under steady user traffic to every host at once (cold.lab, slowstart.lab,
+gated.lab, startonly.lab through the gateway), one way at a time: (a) each is
+scaled 2 → 4 and the minute after measured, then (b) one pod of each (not the
+control) is deleted (re-created) and the minute after measured. Reports
+users' p99, p99.9 and max in each minute ÷ the steady state right before it
+(as long, --steady), per way, and when the new pods became Ready; writes
 gatebench.md, gatebench.json, gatebench.svg/png and the gate's log into --out.
 A lab it started is stopped again (test/lab/down.sh).`,
 		Example: `  flock /tmp/danki/lab.lock danki-lab gate-bench --out gate-bench-results`,
@@ -83,9 +92,22 @@ A lab it started is stopped again (test/lab/down.sh).`,
 			if err := os.MkdirAll(out, 0o755); err != nil {
 				return err
 			}
+			var selected []labdemo.GateWay
+			for _, name := range ways {
+				i := slices.IndexFunc(allWays, func(w labdemo.GateWay) bool { return w.Deployment == name })
+				if i < 0 {
+					return fmt.Errorf("--ways: unknown way %q (want some of %s)", name, strings.Join(wayNames(), ", "))
+				}
+				selected = append(selected, allWays[i])
+			}
+			var events []string
+			if scaleUpOnly {
+				events = []string{labdemo.EventScaleUp}
+			}
 			res, err := labdemo.GateBench(ctx, labdemo.GateBenchConfig{
 				Root: root, Kubeconfig: kubeconfig, Danki: danki, GatewayURL: gateway, QPS: qps,
-				Settle: settle, Steady: steady, After: after, GateLog: filepath.Join(out, "gate.log"), GateMaxConcurrent: maxConcurrent, Log: log,
+				Settle: settle, Steady: steady, After: after, GateLog: filepath.Join(out, "gate.log"), GateMaxConcurrent: maxConcurrent,
+				Ways: selected, Events: events, Log: log,
 			})
 			if err != nil {
 				return err
@@ -101,11 +123,24 @@ A lab it started is stopped again (test/lab/down.sh).`,
 	f.StringVar(&gateway, "gateway", "http://127.0.0.1:18080/", "where user traffic enters")
 	f.StringVar(&out, "out", "gate-bench-results", "directory for gatebench.md, gatebench.json, gatebench.svg, gatebench.png and gate.log")
 	f.Float64Var(&qps, "qps", 40, "steady user traffic per way (per host), requests per second")
-	f.DurationVar(&settle, "settle", 45*time.Second, "users alone on the fresh pods before measuring (warms them)")
-	f.DurationVar(&steady, "steady", 30*time.Second, "measured steady state before each event")
+	f.DurationVar(&settle, "settle", 90*time.Second, "users alone on the fresh pods before measuring (warms them)")
+	f.DurationVar(&steady, "steady", 0, "measured steady state before each event (0: as long as --after)")
 	f.DurationVar(&after, "after", time.Minute, "measured stretch after each event")
 	f.IntVar(&maxConcurrent, "gate-max-concurrent", 0, "danki gate's --max-concurrent: warm-ups at once (0: its default)")
+	f.StringSliceVar(&ways, "ways", nil, "the ways to run, by Deployment (default all: "+strings.Join(wayNames(), ", ")+")")
+	f.BoolVar(&scaleUpOnly, "scale-up-only", false, "only the scale-up event (no pod kill)")
 	return cmd
+}
+
+// allWays are the gate bench's ways and its control.
+var allWays = append(slices.Clone(labdemo.GateWays), labdemo.GateControl)
+
+func wayNames() []string {
+	var names []string
+	for _, w := range allWays {
+		names = append(names, w.Deployment)
+	}
+	return names
 }
 
 // labRunning reports whether the lab's API server and Argo controller, as
