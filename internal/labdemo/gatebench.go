@@ -119,7 +119,11 @@ type GateBenchConfig struct {
 	// gate through a scale-up only.
 	Ways   []GateWay
 	Events []string
-	Log    *slog.Logger
+	// NoiseMinutes, when > 0: before the events, that many consecutive
+	// minutes with nothing happening, each ÷ the one before, per way (the
+	// lab's noise: GateNoise).
+	NoiseMinutes int
+	Log          *slog.Logger
 }
 
 func (c GateBenchConfig) withDefaults() GateBenchConfig {
@@ -144,7 +148,7 @@ func (c GateBenchConfig) withDefaults() GateBenchConfig {
 	if len(c.Ways) == 0 {
 		c.Ways = append(slices.Clone(GateWays), GateControl)
 	}
-	if len(c.Events) == 0 {
+	if c.Events == nil {
 		c.Events = []string{EventQuiet, EventScaleUp, EventPodKill}
 	}
 	if c.Log == nil {
@@ -203,6 +207,8 @@ type GateBenchResult struct {
 	Envoy string `json:"envoySlowStart"`
 	// Goal says whether the gate met the issue's goal after the scale-up.
 	Goal string `json:"goal"`
+	// Noise is each way's quiet minutes (GateBenchConfig.NoiseMinutes).
+	Noise []GateNoise `json:"noise,omitempty"`
 	// WarmUps counts the gate's warm-ups per pod (its log's "warming pod"
 	// lines). More than one for a pod that did not restart means the gate
 	// took a warm, serving pod out of load balancing again.
@@ -301,6 +307,14 @@ func GateBench(ctx context.Context, cfg GateBenchConfig) (res *GateBenchResult, 
 	if err := sleep(ctx, cfg.Settle); err != nil {
 		return nil, err
 	}
+	var quiet []demo.Phase
+	if cfg.NoiseMinutes > 0 {
+		log.Info("the lab's noise: quiet minutes, nothing happening but the users", "minutes", cfg.NoiseMinutes)
+		quiet = noisePhases(time.Now(), cfg.NoiseMinutes, time.Minute)
+		if err := sleep(ctx, time.Duration(cfg.NoiseMinutes)*time.Minute); err != nil {
+			return nil, err
+		}
+	}
 
 	// One way at a time: each way's event, its minute, its new pods Ready,
 	// then the next way's steady state and event. At once, six JVMs would
@@ -327,12 +341,17 @@ func GateBench(ctx context.Context, cfg GateBenchConfig) (res *GateBenchResult, 
 		if err != nil {
 			return nil, err
 		}
-		phases := gatePhases(events, cfg.Steady, cfg.After)
-		if res.From.IsZero() || phases[0].From.Before(res.From) {
-			res.From = phases[0].From
+		if len(quiet) > 0 {
+			res.Noise = append(res.Noise, gateNoise(w.Name, demo.Summarize(tr.Samples, quiet)))
 		}
-		if last := phases[len(phases)-1].To; last.After(res.To) {
-			res.To = last
+		phases := gatePhases(events, cfg.Steady, cfg.After)
+		if all := append(slices.Clone(quiet), phases...); len(all) > 0 {
+			if res.From.IsZero() || all[0].From.Before(res.From) {
+				res.From = all[0].From
+			}
+			if last := all[len(all)-1].To; last.After(res.To) {
+				res.To = last
+			}
 		}
 		stats := demo.Summarize(tr.Samples, phases)
 		res.Ways = append(res.Ways, GateWayResult{GateWay: w, Events: events, Phases: stats, Ratios: gateRatios(stats), Pods: pods, Traffic: tr})

@@ -24,6 +24,7 @@ func WriteGateBenchReport(w io.Writer, r *GateBenchResult) error {
 		"each way's minute after its event is divided by its own steady state right before it, measured as long. "+
 		"The control's scale-up starts two pods of the same app that get no request at all: what starting JVMs on the node costs its users, the floor under any warm-up; "+
 		"before it, its users' next minute ÷ the one before with nothing happening: the lab's noise.\n\n", r.QPS)
+	writeGateNoise(&b, r.Noise)
 	b.WriteString("## Users' tail in the minute after each event ÷ the steady state right before it\n\n")
 	var kinds []string // the events run, in order
 	for _, e := range r.Events {

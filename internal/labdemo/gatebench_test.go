@@ -354,3 +354,31 @@ func TestGateQuietMinute(t *testing.T) {
 		t.Errorf("events: control %v, no warm-up %v", GateControl.events(), GateWays[0].events())
 	}
 }
+
+// The noise mode: consecutive minutes, each ÷ the one before, summarised
+// as the median, the largest and how many pairs exceed the goal.
+func TestGateNoise(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	phases := noisePhases(t0, 4, time.Minute)
+	if len(phases) != 4 || !phases[3].From.Equal(t0.Add(3*time.Minute)) || !phases[3].To.Equal(t0.Add(4*time.Minute)) {
+		t.Fatalf("phases %+v", phases)
+	}
+	var s []demo.Sample
+	for i, lat := range []time.Duration{10, 15, 15, 30} { // ms: ratios 1.5, 1, 2
+		s = append(s, samplesAt(t0.Add(time.Duration(i)*time.Minute), time.Minute, lat*time.Millisecond, 0)...)
+	}
+	n := gateNoise("w", demo.Summarize(s, phases))
+	if len(n.Ratios) != 3 || n.Ratios[0].P99 != 1.5 || n.Ratios[1].P99 != 1 || n.Ratios[2].P999 != 2 {
+		t.Fatalf("ratios %+v", n.Ratios)
+	}
+	if g := n.Summary; g.Pairs != 3 || g.MedianP99 != 1.5 || g.MaxP99 != 2 || g.AboveGoalP99 != 2 {
+		t.Errorf("summary %+v; want 3 pairs, median 1.5, largest 2, 2 above 1.2", g)
+	}
+	var b strings.Builder
+	if err := WriteGateBenchReport(&b, &GateBenchResult{Noise: []GateNoise{n}}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "| w | 3 | 1.50× | 2.00× | 2 | 1.50× | 2.00× | 2 |") {
+		t.Errorf("report:\n%s", b.String())
+	}
+}

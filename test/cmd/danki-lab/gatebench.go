@@ -25,8 +25,8 @@ func newGateBenchCmd() *cobra.Command {
 		qps                                          float64
 		settle, steady, after                        time.Duration
 		maxConcurrent                                int
-		ways                                         []string
-		scaleUpOnly                                  bool
+		ways, events                                 []string
+		noiseMinutes                                 int
 	)
 	cmd := &cobra.Command{
 		Use:   "gate-bench",
@@ -100,14 +100,20 @@ A lab it started is stopped again (test/lab/down.sh).`,
 				}
 				selected = append(selected, allWays[i])
 			}
-			var events []string
-			if scaleUpOnly {
-				events = []string{labdemo.EventScaleUp}
+			run := []string{}
+			for _, e := range events {
+				name, ok := eventNames[e]
+				if !ok && e != "none" {
+					return fmt.Errorf("--events: unknown event %q (want some of quiet, scale-up, pod-kill, or none)", e)
+				}
+				if ok {
+					run = append(run, name)
+				}
 			}
 			res, err := labdemo.GateBench(ctx, labdemo.GateBenchConfig{
 				Root: root, Kubeconfig: kubeconfig, Danki: danki, GatewayURL: gateway, QPS: qps,
 				Settle: settle, Steady: steady, After: after, GateLog: filepath.Join(out, "gate.log"), GateMaxConcurrent: maxConcurrent,
-				Ways: selected, Events: events, Log: log,
+				Ways: selected, Events: run, NoiseMinutes: noiseMinutes, Log: log,
 			})
 			if err != nil {
 				return err
@@ -128,9 +134,12 @@ A lab it started is stopped again (test/lab/down.sh).`,
 	f.DurationVar(&after, "after", time.Minute, "measured stretch after each event")
 	f.IntVar(&maxConcurrent, "gate-max-concurrent", 0, "danki gate's --max-concurrent: warm-ups at once (0: its default)")
 	f.StringSliceVar(&ways, "ways", nil, "the ways to run, by Deployment (default all: "+strings.Join(wayNames(), ", ")+")")
-	f.BoolVar(&scaleUpOnly, "scale-up-only", false, "only the scale-up event (no pod kill)")
+	f.StringSliceVar(&events, "events", []string{"quiet", "scale-up", "pod-kill"}, "the events, in order: quiet (the control's quiet minute), scale-up, pod-kill; none for --noise-minutes alone")
+	f.IntVar(&noiseMinutes, "noise-minutes", 0, "first measure this many consecutive quiet minutes, each ÷ the one before, per way: the lab's noise")
 	return cmd
 }
+
+var eventNames = map[string]string{"quiet": labdemo.EventQuiet, "scale-up": labdemo.EventScaleUp, "pod-kill": labdemo.EventPodKill}
 
 // allWays are the gate bench's ways and its control.
 var allWays = append(slices.Clone(labdemo.GateWays), labdemo.GateControl)
