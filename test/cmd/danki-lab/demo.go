@@ -139,7 +139,7 @@ func runShortGateBench(ctx context.Context, cmd *cobra.Command, root, kubeconfig
 		Root: root, Kubeconfig: kubeconfig, Danki: danki, GatewayURL: gateway,
 		Settle: 30 * time.Second, GateLog: filepath.Join(dir, "gate.log"), Log: log,
 		Ways:   []labdemo.GateWay{labdemo.GateWays[0], labdemo.GateWays[2], labdemo.GateControl},
-		Events: []string{labdemo.EventQuiet, labdemo.EventScaleUp},
+		Events: []string{labdemo.EventScaleUp},
 	})
 	if err != nil {
 		return fmt.Errorf("the warm gate's short bench: %w", err)
