@@ -113,10 +113,11 @@ type GateBenchConfig struct {
 	// its --max-concurrent (warm-ups at once).
 	GateLog           string
 	GateMaxConcurrent int
-	// Ways are the ways compared (default GateWays and GateControl); Events the
-	// events run, in order, each by the ways that go through it (default
-	// EventQuiet, EventScaleUp, EventPodKill). make demo's short version takes no warm-up and the
-	// gate through a scale-up only.
+	// Ways are the ways compared (default GateWays and GateControl); Events
+	// the events run, in order, each by the ways that go through it
+	// (default EventQuiet, EventScaleUp, EventPodKill; empty: none). make
+	// demo's short version takes no warm-up, the gate and the control
+	// through a scale-up only.
 	Ways   []GateWay
 	Events []string
 	// NoiseMinutes, when > 0: before the events, that many consecutive
