@@ -54,6 +54,10 @@ A lab it started is stopped again (test/lab/down.sh).`,
 		Example: `  flock /tmp/danki/lab.lock danki-lab gate-bench --out gate-bench-results`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) (err error) {
+			selected, run, err := parseGateBenchSelection(ways, events)
+			if err != nil {
+				return err // before anything starts
+			}
 			root, err = filepath.Abs(root)
 			if err != nil {
 				return err
@@ -92,24 +96,6 @@ A lab it started is stopped again (test/lab/down.sh).`,
 			if err := os.MkdirAll(out, 0o755); err != nil {
 				return err
 			}
-			var selected []labdemo.GateWay
-			for _, name := range ways {
-				i := slices.IndexFunc(allWays, func(w labdemo.GateWay) bool { return w.Deployment == name })
-				if i < 0 {
-					return fmt.Errorf("--ways: unknown way %q (want some of %s)", name, strings.Join(wayNames(), ", "))
-				}
-				selected = append(selected, allWays[i])
-			}
-			run := []string{}
-			for _, e := range events {
-				name, ok := eventNames[e]
-				if !ok && e != "none" {
-					return fmt.Errorf("--events: unknown event %q (want some of quiet, scale-up, pod-kill, or none)", e)
-				}
-				if ok {
-					run = append(run, name)
-				}
-			}
 			res, err := labdemo.GateBench(ctx, labdemo.GateBenchConfig{
 				Root: root, Kubeconfig: kubeconfig, Danki: danki, GatewayURL: gateway, QPS: qps,
 				Settle: settle, Steady: steady, After: after, GateLog: filepath.Join(out, "gate.log"), GateMaxConcurrent: maxConcurrent,
@@ -137,6 +123,30 @@ A lab it started is stopped again (test/lab/down.sh).`,
 	f.StringSliceVar(&events, "events", []string{"quiet", "scale-up", "pod-kill"}, "the events, in order: quiet (the control's quiet minute), scale-up, pod-kill; none for --noise-minutes alone")
 	f.IntVar(&noiseMinutes, "noise-minutes", 0, "first measure this many consecutive quiet minutes, each ÷ the one before, per way: the lab's noise")
 	return cmd
+}
+
+// parseGateBenchSelection turns --ways and --events into the bench's ways
+// (nil: all) and events (empty: none).
+func parseGateBenchSelection(ways, events []string) ([]labdemo.GateWay, []string, error) {
+	var selected []labdemo.GateWay
+	for _, name := range ways {
+		i := slices.IndexFunc(allWays, func(w labdemo.GateWay) bool { return w.Deployment == name })
+		if i < 0 {
+			return nil, nil, fmt.Errorf("--ways: unknown way %q (want some of %s)", name, strings.Join(wayNames(), ", "))
+		}
+		selected = append(selected, allWays[i])
+	}
+	run := []string{}
+	for _, e := range events {
+		name, ok := eventNames[e]
+		if !ok && e != "none" {
+			return nil, nil, fmt.Errorf("--events: unknown event %q (want some of quiet, scale-up, pod-kill, or none)", e)
+		}
+		if ok {
+			run = append(run, name)
+		}
+	}
+	return selected, run, nil
 }
 
 var eventNames = map[string]string{"quiet": labdemo.EventQuiet, "scale-up": labdemo.EventScaleUp, "pod-kill": labdemo.EventPodKill}

@@ -50,3 +50,32 @@ func TestLabCommands(t *testing.T) {
 		t.Errorf("danki-lab runner without --log-dir: err = %v, want the required flag named", err)
 	}
 }
+
+// gate-bench refuses an unknown way or event by its flag, before it looks
+// for a lab (the --root given here does not exist: that error would come
+// later).
+func TestGateBenchSelection(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--ways", "app-gated,app-nope"}, `--ways: unknown way "app-nope"`},
+		{[]string{"--events", "scale-up,explode"}, `--events: unknown event "explode"`},
+	} {
+		root := newRootCmd()
+		root.SetArgs(append([]string{"gate-bench", "--root", "/nonexistent"}, c.args...))
+		root.SetOut(new(strings.Builder))
+		root.SetErr(new(strings.Builder))
+		if err := root.Execute(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: err = %v, want %q", c.args, err, c.want)
+		}
+	}
+	ways, events, err := parseGateBenchSelection([]string{"app-gated", "app-startonly"}, []string{"none"})
+	if err != nil || len(ways) != 2 || ways[1].Deployment != "app-startonly" || events == nil || len(events) != 0 {
+		t.Errorf("ways %v, events %v, err %v; want the gate and the control, no events (not the default)", ways, events, err)
+	}
+	ways, events, err = parseGateBenchSelection(nil, []string{"quiet", "scale-up", "pod-kill"})
+	if err != nil || ways != nil || len(events) != 3 {
+		t.Errorf("defaults: ways %v, events %v, err %v", ways, events, err)
+	}
+}
