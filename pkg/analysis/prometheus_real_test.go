@@ -276,8 +276,10 @@ func TestRealPrometheus(t *testing.T) {
 					t.Errorf("canary error rate %v, want 0.002 (2 of every 1,000 answered 503; each request counted once although Envoy exports it twice)", v.Canary.ErrorRate)
 				}
 				// increase() extrapolates to the window's end: counts are
-				// close to, not exactly, what was sent.
-				if n := v.Canary.Count; n < 1000 || n > 1150 {
+				// close to, not exactly, what was sent — by up to about one
+				// scrape interval (1 s) over the few seconds the series has
+				// samples, more on a slow machine (1,154 seen on a busy one).
+				if n := v.Canary.Count; n < 1000 || n > 1250 {
 					t.Errorf("canary count %v, want ~1000", n)
 				}
 			})
