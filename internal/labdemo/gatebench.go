@@ -70,6 +70,18 @@ var GateControl = GateWay{
 	Manifest: "test/lab/gatebench/start-only.yaml", Events: []string{EventQuiet, EventScaleUp},
 }
 
+// deployments are the way's Deployments: the one serving its users, and the
+// one its scale-up grows when that is another (the control's).
+func (w GateWay) deployments() []string {
+	if s, _ := w.scaled(); s != w.Deployment {
+		return []string{w.Deployment, s}
+	}
+	return []string{w.Deployment}
+}
+
+// AllGateWays are the three ways and the control: the full bench.
+func AllGateWays() []GateWay { return append(slices.Clone(GateWays), GateControl) }
+
 // events are the events the way goes through.
 func (w GateWay) events() []string {
 	if len(w.Events) > 0 {
@@ -147,7 +159,7 @@ func (c GateBenchConfig) withDefaults() GateBenchConfig {
 		c.Steady = c.After
 	}
 	if len(c.Ways) == 0 {
-		c.Ways = append(slices.Clone(GateWays), GateControl)
+		c.Ways = AllGateWays()
 	}
 	if c.Events == nil {
 		c.Events = []string{EventQuiet, EventScaleUp, EventPodKill}
@@ -258,9 +270,11 @@ func GateBench(ctx context.Context, cfg GateBenchConfig) (res *GateBenchResult, 
 	ex := filepath.Join(cfg.Root, "examples", "lab")
 	manifests := []string{"-f", filepath.Join(ex, "gate")}
 	for _, w := range cfg.Ways {
-		b.want[w.Deployment] = 2
-		if name, _ := w.scaled(); name != w.Deployment {
-			b.want[name] = 0
+		for i, name := range w.deployments() {
+			b.want[name] = 2 // serving
+			if i > 0 {
+				b.want[name] = 0 // the control's extra pods, until its scale-up
+			}
 		}
 		if w.Manifest != "" {
 			manifests = append(manifests, "-f", filepath.Join(cfg.Root, w.Manifest))
@@ -447,21 +461,27 @@ func gateRatios(phases []demo.PhaseStats) []GateRatio {
 		}
 		return nil
 	}
-	div := func(a, b time.Duration) float64 {
-		if b <= 0 {
-			return 0
-		}
-		return float64(a) / float64(b)
-	}
 	var out []GateRatio
 	for _, p := range [][3]string{{EventQuiet, PhaseQuiet, PhaseQuietPrev}, {EventScaleUp, PhaseScaleUp, PhaseSteady}, {EventPodKill, PhasePodKill, PhaseSteady4}} {
 		after, before := get(p[1]), get(p[2])
 		if after == nil || before == nil {
 			continue
 		}
-		out = append(out, GateRatio{Event: p[0], P99: div(after.P99, before.P99), P999: div(after.P999, before.P999), Max: div(after.Max, before.Max)})
+		out = append(out, phaseRatio(p[0], *after, *before))
 	}
 	return out
+}
+
+// phaseRatio divides after's p99, p99.9 and max by before's; a ratio whose
+// before is 0 is left 0.
+func phaseRatio(event string, after, before demo.PhaseStats) GateRatio {
+	div := func(a, b time.Duration) float64 {
+		if b <= 0 {
+			return 0
+		}
+		return float64(a) / float64(b)
+	}
+	return GateRatio{Event: event, P99: div(after.P99, before.P99), P999: div(after.P999, before.P999), Max: div(after.Max, before.Max)}
 }
 
 // gateGoal judges the goal: with the gate, the minute after a
@@ -501,10 +521,7 @@ func gateGoal(ways []GateWayResult) string {
 func (b *gateBench) awaitReady(ctx context.Context, ways []GateWay, limit time.Duration) error {
 	var names []string
 	for _, w := range ways {
-		names = append(names, w.Deployment)
-		if s, _ := w.scaled(); s != w.Deployment {
-			names = append(names, s)
-		}
+		names = append(names, w.deployments()...)
 	}
 	return wait(ctx, limit, strings.Join(names, ", ")+" with all pods Ready", func() (bool, error) {
 		for _, name := range names {
@@ -562,16 +579,13 @@ func (b *gateBench) oldestPod(ctx context.Context, deployment string) (string, e
 // newPods lists the way's pods created by the events (the control's: its
 // extra Deployment's), with when each became Ready after its event.
 func (b *gateBench) newPods(ctx context.Context, w GateWay, events []GateEvent) ([]GatePod, error) {
-	pods, err := b.pods(ctx, w.Deployment)
-	if err != nil {
-		return nil, err
-	}
-	if s, _ := w.scaled(); s != w.Deployment {
-		extra, err := b.pods(ctx, s)
+	var pods []corev1.Pod
+	for _, name := range w.deployments() {
+		p, err := b.pods(ctx, name)
 		if err != nil {
 			return nil, err
 		}
-		pods = append(pods, extra...)
+		pods = append(pods, p...)
 	}
 	return gatePods(pods, events), nil
 }

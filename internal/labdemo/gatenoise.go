@@ -2,7 +2,6 @@ package labdemo
 
 import (
 	"fmt"
-	"io"
 	"slices"
 	"strings"
 	"time"
@@ -49,10 +48,7 @@ func gateNoise(way string, minutes []demo.PhaseStats) GateNoise {
 		if a.Count == 0 || b.Count == 0 || b.P99 <= 0 || b.P999 <= 0 {
 			continue
 		}
-		r := GateRatio{Event: a.Name, P99: float64(a.P99) / float64(b.P99), P999: float64(a.P999) / float64(b.P999)}
-		if b.Max > 0 {
-			r.Max = float64(a.Max) / float64(b.Max)
-		}
+		r := phaseRatio(a.Name, a, b)
 		n.Ratios = append(n.Ratios, r)
 		p99, p999 = append(p99, r.P99), append(p999, r.P999)
 	}
@@ -64,21 +60,17 @@ func gateNoise(way string, minutes []demo.PhaseStats) GateNoise {
 }
 
 // spread is the median, the largest value and how many are above the goal.
-func spread(xs []float64) (median, largest float64, above int) {
+func spread(xs []float64) (mid, largest float64, above int) {
 	if len(xs) == 0 {
 		return 0, 0, 0
 	}
 	s := slices.Sorted(slices.Values(xs))
-	median = s[len(s)/2]
-	if len(s)%2 == 0 {
-		median = (s[len(s)/2-1] + s[len(s)/2]) / 2
-	}
 	for _, x := range s {
 		if x > gateGoalRatio {
 			above++
 		}
 	}
-	return median, s[len(s)-1], above
+	return median(s), s[len(s)-1], above
 }
 
 // writeGateNoise writes the noise table.
@@ -93,18 +85,4 @@ func writeGateNoise(b *strings.Builder, noise []GateNoise) {
 		fmt.Fprintf(b, "| %s | %d | %s | %s | %d | %s | %s | %d |\n", n.Way, s.Pairs, fmtRatio(s.MedianP99), fmtRatio(s.MaxP99), s.AboveGoalP99, fmtRatio(s.MedianP999), fmtRatio(s.MaxP999), s.AboveGoalP999)
 	}
 	b.WriteString("\n")
-}
-
-// WriteGateNoiseRaw writes every way's minutes (ms): p50 / p99 / p99.9 / max.
-func WriteGateNoiseRaw(w io.Writer, noise []GateNoise) error {
-	var b strings.Builder
-	for _, n := range noise {
-		fmt.Fprintf(&b, "- %s:", n.Way)
-		for _, m := range n.Minutes {
-			fmt.Fprintf(&b, " %s/%s/%s/%s", ms(m.P50), ms(m.P99), ms(m.P999), ms(m.Max))
-		}
-		b.WriteString("\n")
-	}
-	_, err := io.WriteString(w, b.String())
-	return err
 }

@@ -152,7 +152,7 @@ func parseGateBenchSelection(ways, events []string) ([]labdemo.GateWay, []string
 var eventNames = map[string]string{"quiet": labdemo.EventQuiet, "scale-up": labdemo.EventScaleUp, "pod-kill": labdemo.EventPodKill}
 
 // allWays are the gate bench's ways and its control.
-var allWays = append(slices.Clone(labdemo.GateWays), labdemo.GateControl)
+var allWays = labdemo.AllGateWays()
 
 func wayNames() []string {
 	var names []string
