@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/danki-dev/danki/internal/demo"
+	"github.com/danki-dev/danki/pkg/latency"
 )
 
 // GateWay is one of the three ways a new pod meets its users in the gate
@@ -136,7 +137,15 @@ type GateBenchConfig struct {
 	// minutes with nothing happening, each ÷ the one before, per way (the
 	// lab's noise: GateNoise).
 	NoiseMinutes int
-	Log          *slog.Logger
+	// Repeat runs each event that many times per way (default 1), the ways
+	// taking turns, so the machine's drift hits them alike. A scale-up is
+	// undone (and its pods gone) before the next. A way's ratios pool its
+	// repeats — every minute after ÷ every steady state before, as one
+	// sample each — and EachRepeat lists the repeats' own: one event's
+	// minute is a few thousand requests, too few for a p99.9 on a noisy
+	// machine.
+	Repeat int
+	Log    *slog.Logger
 }
 
 func (c GateBenchConfig) withDefaults() GateBenchConfig {
@@ -164,6 +173,9 @@ func (c GateBenchConfig) withDefaults() GateBenchConfig {
 	if c.Events == nil {
 		c.Events = []string{EventQuiet, EventScaleUp, EventPodKill}
 	}
+	if c.Repeat < 1 {
+		c.Repeat = 1
+	}
 	if c.Log == nil {
 		c.Log = slog.Default()
 	}
@@ -190,6 +202,8 @@ type GateRatio struct {
 type GatePod struct {
 	Name  string `json:"name"`
 	Event string `json:"event"`
+	// EventAt is when that event happened (repeats share its name).
+	EventAt time.Time `json:"eventAt"`
 	// Ready: the pod became Ready; ReadyAfter is from the event to its Ready
 	// condition (API server time, 1 s resolution).
 	Ready      bool          `json:"ready"`
@@ -201,10 +215,17 @@ type GatePod struct {
 // GateWayResult is what users of one way saw.
 type GateWayResult struct {
 	GateWay
-	Events []GateEvent       `json:"events"`
+	Events []GateEvent `json:"events"`
+	// Phases are the way's steady states and minutes after, one per name:
+	// with repeats, all of that name pooled. Ratios divide them.
 	Phases []demo.PhaseStats `json:"phases"`
 	Ratios []GateRatio       `json:"ratios"`
-	Pods   []GatePod         `json:"pods"`
+	// EachRepeat is every event's own ratio, in order (only with repeats).
+	EachRepeat []GateRatio `json:"eachRepeat,omitempty"`
+	// CPU is the machine's mean CPU busy share per phase name (0..1), when
+	// sampled.
+	CPU  map[string]float64 `json:"machineCPUBusy,omitempty"`
+	Pods []GatePod          `json:"pods"`
 	// Traffic is the way's user traffic as a whole (samples not in JSON).
 	Traffic demo.Result `json:"traffic"`
 }
@@ -300,6 +321,10 @@ func GateBench(ctx context.Context, cfg GateBenchConfig) (res *GateBenchResult, 
 			return nil, err
 		}
 	}
+	cpu, err := StartCPUSampler(ctx)
+	if err != nil {
+		log.Warn("no machine CPU figures in the report", "err", err)
+	}
 	res = &GateBenchResult{QPS: cfg.QPS}
 	if slices.ContainsFunc(cfg.Ways, func(w GateWay) bool { return w.Deployment == "app-slowstart" }) {
 		res.Envoy = b.envoyCluster(ctx, "outbound|8080||app-slowstart.default.svc.cluster.local")
@@ -337,15 +362,25 @@ func GateBench(ctx context.Context, cfg GateBenchConfig) (res *GateBenchResult, 
 	// others' cold starts — a node no real scheduler would build; a way's
 	// own new pods share the machine with its users as they would a node.
 	for _, kind := range cfg.Events {
-		for _, w := range cfg.Ways {
-			if !slices.Contains(w.events(), kind) {
-				continue
+		for rep := 1; rep <= cfg.Repeat; rep++ {
+			for _, w := range cfg.Ways {
+				if !slices.Contains(w.events(), kind) {
+					continue
+				}
+				if rep > 1 && kind == EventScaleUp {
+					if err := b.scaleBack(ctx, w); err != nil {
+						return nil, err
+					}
+				}
+				ev, err := b.event(ctx, kind, w)
+				if err != nil {
+					return nil, err
+				}
+				if cfg.Repeat > 1 {
+					log.Info("event done", "event", kind, "way", w.Name, "repeat", rep, "of", cfg.Repeat)
+				}
+				res.Events = append(res.Events, ev)
 			}
-			ev, err := b.event(ctx, kind, w)
-			if err != nil {
-				return nil, err
-			}
-			res.Events = append(res.Events, ev)
 		}
 	}
 	for i, w := range cfg.Ways {
@@ -368,8 +403,15 @@ func GateBench(ctx context.Context, cfg GateBenchConfig) (res *GateBenchResult, 
 				res.To = last
 			}
 		}
-		stats := demo.Summarize(tr.Samples, phases)
-		res.Ways = append(res.Ways, GateWayResult{GateWay: w, Events: events, Phases: stats, Ratios: gateRatios(stats), Pods: pods, Traffic: tr})
+		pooled := pooledSummary(tr.Samples, phases)
+		wr := GateWayResult{GateWay: w, Events: events, Phases: pooled, Ratios: gateRatios(pooled), Pods: pods, Traffic: tr}
+		if cfg.Repeat > 1 {
+			wr.EachRepeat = eachRatio(events, demo.Summarize(tr.Samples, phases))
+		}
+		if cpu != nil {
+			wr.CPU = cpu.Busy(phases)
+		}
+		res.Ways = append(res.Ways, wr)
 	}
 	res.Goal = gateGoal(res.Ways)
 	if raw, rerr := os.ReadFile(cfg.GateLog); rerr == nil {
@@ -422,6 +464,22 @@ func (b *gateBench) event(ctx context.Context, kind string, w GateWay) (GateEven
 	return ev, sleep(ctx, gateSettleReady)
 }
 
+// scaleBack undoes a way's scale-up before it is repeated: the scaled
+// Deployment back to its start (the control's extra to 0), its pods gone.
+func (b *gateBench) scaleBack(ctx context.Context, w GateWay) error {
+	name, _ := w.scaled()
+	n := int32(2)
+	if name != w.Deployment {
+		n = 0
+	}
+	b.cfg.Log.Info("undo the scale-up before the next repeat", "way", w.Name, "deployment", name, "replicas", n)
+	if err := b.lab.kubectl(ctx, "scale", "deployment", name, "--replicas", fmt.Sprint(n)); err != nil {
+		return err
+	}
+	b.want[name] = n
+	return b.awaitReady(ctx, []GateWay{w}, 4*time.Minute)
+}
+
 // wayEvents are one way's events.
 func wayEvents(events []GateEvent, way string) []GateEvent {
 	var out []GateEvent
@@ -468,6 +526,57 @@ func gateRatios(phases []demo.PhaseStats) []GateRatio {
 			continue
 		}
 		out = append(out, phaseRatio(p[0], *after, *before))
+	}
+	return out
+}
+
+// pooledSummary is one PhaseStats per phase name, in first-seen order, over
+// the samples in any phase of that name: repeats of an event pooled. From
+// and To span the first to the last.
+func pooledSummary(samples []demo.Sample, phases []demo.Phase) []demo.PhaseStats {
+	var out []demo.PhaseStats
+	for _, p := range phases {
+		if slices.ContainsFunc(out, func(s demo.PhaseStats) bool { return s.Name == p.Name }) {
+			continue
+		}
+		var same []demo.Phase
+		st := demo.PhaseStats{Name: p.Name, From: p.From, To: p.To}
+		for _, q := range phases {
+			if q.Name == p.Name {
+				same = append(same, q)
+				st.To = q.To
+			}
+		}
+		var lat []time.Duration
+		errs := 0
+		for _, s := range samples {
+			if !slices.ContainsFunc(same, func(q demo.Phase) bool { return !s.Start.Before(q.From) && s.Start.Before(q.To) }) {
+				continue
+			}
+			lat = append(lat, s.Latency)
+			if !s.OK() {
+				errs++
+			}
+		}
+		st.Summary = latency.Summarize(lat, errs)
+		out = append(out, st)
+	}
+	return out
+}
+
+// eachRatio is every event's own ratio: gatePhases' stats come in pairs,
+// the steady state before and the minute after each event.
+func eachRatio(events []GateEvent, stats []demo.PhaseStats) []GateRatio {
+	var out []GateRatio
+	for i, e := range events {
+		if 2*i+1 >= len(stats) {
+			break
+		}
+		before, after := stats[2*i], stats[2*i+1]
+		if before.Count == 0 || after.Count == 0 {
+			continue
+		}
+		out = append(out, phaseRatio(e.Name, after, before))
 	}
 	return out
 }
@@ -606,7 +715,7 @@ func gatePods(pods []corev1.Pod, events []GateEvent) []GatePod {
 		if ev < 0 {
 			continue
 		}
-		gp := GatePod{Name: p.Name, Event: events[ev].Name}
+		gp := GatePod{Name: p.Name, Event: events[ev].Name, EventAt: events[ev].At}
 		for _, c := range p.Status.Conditions {
 			switch {
 			case c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue:
@@ -618,16 +727,12 @@ func gatePods(pods []corev1.Pod, events []GateEvent) []GatePod {
 		out = append(out, gp)
 	}
 	sort.Slice(out, func(i, j int) bool {
-		if out[i].Event != out[j].Event {
-			return eventIndex(events, out[i].Event) < eventIndex(events, out[j].Event)
+		if !out[i].EventAt.Equal(out[j].EventAt) {
+			return out[i].EventAt.Before(out[j].EventAt)
 		}
 		return out[i].Name < out[j].Name
 	})
 	return out
-}
-
-func eventIndex(events []GateEvent, name string) int {
-	return slices.IndexFunc(events, func(e GateEvent) bool { return e.Name == name })
 }
 
 // envoyCluster describes a cluster's load balancing in Envoy's config (see

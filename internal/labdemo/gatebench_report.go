@@ -51,6 +51,7 @@ func WriteGateBenchReport(w io.Writer, r *GateBenchResult) error {
 		b.WriteString("| " + strings.Join(row, " | ") + " |\n")
 	}
 	b.WriteString("\n" + r.Goal + "\n\n")
+	writeGateRepeats(&b, r.Ways, kinds)
 	b.WriteString("## Raw figures per phase (ms): p50 / p99 / p99.9 / max (requests, errors)\n\n")
 	var phaseNames []string // every phase any way went through, in order
 	for _, name := range []string{PhaseQuietPrev, PhaseQuiet, PhaseSteady, PhaseScaleUp, PhaseSteady4, PhasePodKill} {
@@ -78,6 +79,7 @@ func WriteGateBenchReport(w io.Writer, r *GateBenchResult) error {
 		}
 		b.WriteString("| " + strings.Join(row, " | ") + " |\n")
 	}
+	writeGateCPU(&b, r.Ways, phaseNames)
 	b.WriteString("\n## New pods\n\n")
 	for _, w := range r.Ways {
 		for _, p := range w.Pods {
@@ -198,7 +200,7 @@ func gateChartPanels(r *GateBenchResult) []demo.ChartPanel {
 		for _, e := range w.Events {
 			markers = append(markers, demo.Marker{At: e.At, Label: e.Name})
 			for _, p := range w.Pods {
-				if p.Event == e.Name && p.Ready {
+				if p.EventAt.Equal(e.At) && p.Ready {
 					markers = append(markers, demo.Marker{At: e.At.Add(p.ReadyAfter), Label: "Ready"})
 				}
 			}
@@ -206,4 +208,63 @@ func gateChartPanels(r *GateBenchResult) []demo.ChartPanel {
 		panels = append(panels, demo.ChartPanel{Name: w.Name + " (" + w.Host + ")", Samples: samples, Markers: markers, Start: r.From})
 	}
 	return panels
+}
+
+// writeGateRepeats lists every repeat's own ratios per way and event (the
+// table above pools them), with their median.
+func writeGateRepeats(b *strings.Builder, ways []GateWayResult, kinds []string) {
+	if !slices.ContainsFunc(ways, func(w GateWayResult) bool { return len(w.EachRepeat) > 0 }) {
+		return
+	}
+	b.WriteString("## Each repeat on its own: p99 and p99.9 ratios in order, (median)\n\n")
+	b.WriteString("The table above pools the repeats: all minutes after ÷ all steady states before.\n\n")
+	b.WriteString("| way | event | p99 | p99.9 |\n|---|---|---|---|\n")
+	for _, w := range ways {
+		for _, ev := range kinds {
+			var p99, p999 []float64
+			for _, r := range w.EachRepeat {
+				if r.Event == ev {
+					p99, p999 = append(p99, r.P99), append(p999, r.P999)
+				}
+			}
+			if len(p99) == 0 {
+				continue
+			}
+			fmt.Fprintf(b, "| %s | %s | %s | %s |\n", w.Name, ev, ratioList(p99), ratioList(p999))
+		}
+	}
+	b.WriteString("\n")
+}
+
+// ratioList renders ratios and their median: "1.10×, 1.31×, 0.95× (1.10×)".
+func ratioList(xs []float64) string {
+	parts := make([]string, len(xs))
+	for i, x := range xs {
+		parts[i] = fmtRatio(x)
+	}
+	return strings.Join(parts, ", ") + " (" + fmtRatio(median(slices.Sorted(slices.Values(xs)))) + ")"
+}
+
+// writeGateCPU is the machine's CPU busy share in each phase of each way.
+func writeGateCPU(b *strings.Builder, ways []GateWayResult, phaseNames []string) {
+	if !slices.ContainsFunc(ways, func(w GateWayResult) bool { return len(w.CPU) > 0 }) {
+		return
+	}
+	b.WriteString("\n## The machine's CPUs in each phase: mean busy share, all cores (the lab's pods, Envoys and control plane share them)\n\n")
+	head := []string{"way"}
+	for _, name := range phaseNames {
+		head = append(head, phaseTitle[name])
+	}
+	b.WriteString("| " + strings.Join(head, " | ") + " |\n|" + strings.Repeat("---|", len(head)) + "\n")
+	for _, w := range ways {
+		row := []string{w.Name}
+		for _, name := range phaseNames {
+			if v, ok := w.CPU[name]; ok {
+				row = append(row, fmt.Sprintf("%.0f %%", 100*v))
+			} else {
+				row = append(row, "–")
+			}
+		}
+		b.WriteString("| " + strings.Join(row, " | ") + " |\n")
+	}
 }

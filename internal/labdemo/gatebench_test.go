@@ -382,3 +382,119 @@ func TestGateNoise(t *testing.T) {
 		t.Errorf("report:\n%s", b.String())
 	}
 }
+
+// Repeats of an event pool into one phase per name: a slow request in
+// either repeat's minute is one of the pooled sample, and each repeat's own
+// ratio is listed in event order.
+func TestGateRepeatsPooled(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	events := []GateEvent{{Name: EventScaleUp, At: t0.Add(time.Minute)}, {Name: EventScaleUp, At: t0.Add(5 * time.Minute)}}
+	phases := gatePhases(events, time.Minute, time.Minute)
+	var s []demo.Sample
+	s = append(s, samplesAt(t0, time.Minute, 10*time.Millisecond, 0)...)                      // steady 1
+	s = append(s, samplesAt(t0.Add(time.Minute), time.Minute, 10*time.Millisecond, 0)...)     // after 1: as steady
+	s = append(s, samplesAt(t0.Add(2*time.Minute), 2*time.Minute, 50*time.Millisecond, 0)...) // between: not measured
+	s = append(s, samplesAt(t0.Add(4*time.Minute), time.Minute, 10*time.Millisecond, 0)...)   // steady 2
+	s = append(s, samplesAt(t0.Add(5*time.Minute), time.Minute, 20*time.Millisecond, 0)...)   // after 2: twice
+	pooled := pooledSummary(s, phases)
+	if len(pooled) != 2 || pooled[0].Name != PhaseSteady || pooled[1].Name != PhaseScaleUp {
+		t.Fatalf("pooled %+v; want steady, scale-up", pooled)
+	}
+	if pooled[0].Count != 12000 || pooled[1].Count != 12000 || !pooled[1].From.Equal(t0.Add(time.Minute)) || !pooled[1].To.Equal(t0.Add(6*time.Minute)) {
+		t.Errorf("pooled counts %d, %d, span %v–%v; want 12000 each, the after-minutes spanning 12:01–12:06", pooled[0].Count, pooled[1].Count, pooled[1].From, pooled[1].To)
+	}
+	if pooled[0].P99 != 10*time.Millisecond || pooled[1].P99 != 20*time.Millisecond || pooled[1].P50 != 10*time.Millisecond {
+		t.Errorf("pooled p99 %v / %v, after p50 %v; want 10 ms / 20 ms (half the after samples slow), 10 ms", pooled[0].P99, pooled[1].P99, pooled[1].P50)
+	}
+	r := gateRatios(pooled)
+	if len(r) != 1 || r[0].P99 != 2 {
+		t.Errorf("pooled ratios %+v; want one scale-up ratio, p99 2×", r)
+	}
+	each := eachRatio(events, demo.Summarize(s, phases))
+	if len(each) != 2 || each[0].P99 != 1 || each[1].P99 != 2 || each[1].Event != EventScaleUp {
+		t.Errorf("each repeat %+v; want 1×, then 2×", each)
+	}
+	if got := ratioList([]float64{1, 2, 1.5}); got != "1.00×, 2.00×, 1.50× (1.50×)" {
+		t.Errorf("ratioList = %q", got)
+	}
+}
+
+// With repeats the chart marks each new pod's Ready after its own event,
+// not after every event of that name.
+func TestGateChartMarksReadyPerRepeat(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	e1, e2 := t0.Add(time.Minute), t0.Add(5*time.Minute)
+	events := []GateEvent{{Name: EventScaleUp, Way: "w", At: e1}, {Name: EventScaleUp, Way: "w", At: e2}}
+	pods := gatePods([]corev1.Pod{
+		{ObjectMeta: metav1.ObjectMeta{Name: "b", CreationTimestamp: metav1.NewTime(e2.Add(time.Second))}, Status: corev1.PodStatus{Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(e2.Add(30 * time.Second))}}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "a", CreationTimestamp: metav1.NewTime(e1.Add(time.Second))}, Status: corev1.PodStatus{Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(e1.Add(40 * time.Second))}}}},
+	}, events)
+	if len(pods) != 2 || pods[0].Name != "a" || !pods[0].EventAt.Equal(e1) || pods[1].ReadyAfter != 30*time.Second {
+		t.Fatalf("pods %+v; want a after the first event (40 s), b after the second (30 s)", pods)
+	}
+	r := &GateBenchResult{From: t0, To: t0.Add(7 * time.Minute), Ways: []GateWayResult{{GateWay: GateWay{Name: "w"}, Events: events, Pods: pods}}}
+	var ready []time.Time
+	for _, m := range gateChartPanels(r)[0].Markers {
+		if m.Label == "Ready" {
+			ready = append(ready, m.At)
+		}
+	}
+	if len(ready) != 2 || !ready[0].Equal(e1.Add(40*time.Second)) || !ready[1].Equal(e2.Add(30*time.Second)) {
+		t.Errorf("Ready markers %v; want %v and %v", ready, e1.Add(40*time.Second), e2.Add(30*time.Second))
+	}
+}
+
+// The report lists each repeat and the machine's CPU per phase when the run
+// has them, and neither when it has not.
+func TestWriteGateBenchReportRepeatsAndCPU(t *testing.T) {
+	r := &GateBenchResult{QPS: 40, Events: []GateEvent{{Name: EventScaleUp, Way: "w"}, {Name: EventScaleUp, Way: "w"}}, Ways: []GateWayResult{{
+		GateWay:    GateWay{Name: "w"},
+		Phases:     []demo.PhaseStats{{Name: PhaseSteady}, {Name: PhaseScaleUp}},
+		Ratios:     []GateRatio{{Event: EventScaleUp, P99: 1.5, P999: 2}},
+		EachRepeat: []GateRatio{{Event: EventScaleUp, P99: 1, P999: 3}, {Event: EventScaleUp, P99: 2, P999: 1}},
+		CPU:        map[string]float64{PhaseSteady: 0.41, PhaseScaleUp: 0.93},
+	}}}
+	var b strings.Builder
+	if err := WriteGateBenchReport(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"| w | scale 2 → 4 | 1.00×, 2.00× (1.50×) | 3.00×, 1.00× (2.00×) |", "| w | 41 % | 93 % |"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, b.String())
+		}
+	}
+	r.Ways[0].EachRepeat, r.Ways[0].CPU = nil, nil
+	b.Reset()
+	if err := WriteGateBenchReport(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(b.String(), "Each repeat") || strings.Contains(b.String(), "machine's CPUs") {
+		t.Errorf("no repeats or CPU figures, yet the report has their sections:\n%s", b.String())
+	}
+}
+
+func TestMachineCPU(t *testing.T) {
+	a, err := parseCPUTimes("cpu  100 0 50 800 50 0 0 0 0 0\ncpu0 1 2 3 4 5\n")
+	if err != nil || a.total != 1000 || a.idle != 850 {
+		t.Fatalf("parse = %+v, %v; want total 1000, idle 850 (idle + iowait)", a, err)
+	}
+	b := cpuTimes{total: 1200, idle: 900}
+	if busy, ok := busyShare(a, b); !ok || busy != 0.75 {
+		t.Errorf("busy = %v, %v; want 0.75 (50 idle of 200)", busy, ok)
+	}
+	if _, ok := busyShare(b, b); ok {
+		t.Error("no time passed, yet a busy share")
+	}
+	if _, err := parseCPUTimes("intr 1 2 3\n"); err == nil || !strings.Contains(err.Error(), "want the cpu line") {
+		t.Errorf("err = %v", err)
+	}
+	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	c := &CPUSampler{samples: []cpuSample{{t0, 0.2}, {t0.Add(time.Second), 0.4}, {t0.Add(time.Minute), 1}, {t0.Add(2 * time.Minute), 0.5}}}
+	got := c.Busy([]demo.Phase{{Name: "a", From: t0, To: t0.Add(time.Minute)}, {Name: "b", From: t0.Add(time.Minute), To: t0.Add(90 * time.Second)}, {Name: "a", From: t0.Add(2 * time.Minute), To: t0.Add(3 * time.Minute)}, {Name: "none", From: t0.Add(time.Hour), To: t0.Add(2 * time.Hour)}})
+	if len(got) != 2 || got["b"] != 1 || got["a"] < 0.3666 || got["a"] > 0.3667 {
+		t.Errorf("busy per phase %v; want a: mean of 0.2, 0.4, 0.5 (repeats pooled), b: 1, none left out", got)
+	}
+	if _, err := StartCPUSampler(t.Context()); err != nil {
+		t.Errorf("this machine's /proc/stat: %v", err)
+	}
+}

@@ -26,7 +26,7 @@ func newGateBenchCmd() *cobra.Command {
 		settle, steady, after                        time.Duration
 		maxConcurrent                                int
 		ways, events                                 []string
-		noiseMinutes                                 int
+		noiseMinutes, repeat                         int
 	)
 	cmd := &cobra.Command{
 		Use:   "gate-bench",
@@ -48,7 +48,11 @@ gated.lab, startonly.lab through the gateway), one way at a time: (a) each is
 scaled 2 → 4 and the minute after measured, then (b) one pod of each (not the
 control) is deleted (re-created) and the minute after measured. Reports
 users' p99, p99.9 and max in each minute ÷ the steady state right before it
-(as long, --steady), per way, and when the new pods became Ready; writes
+(as long, --steady), per way, and when the new pods became Ready, with the
+machine's CPU busy share in each phase. --repeat N runs each event N times
+per way, the ways taking turns (a scale-up undone in between), and pools the
+repeats' minutes (each repeat's own ratios listed too): one minute's p99.9 is
+a handful of requests. Writes
 gatebench.md, gatebench.json, gatebench.svg/png and the gate's log into --out.
 A lab it started is stopped again (test/lab/down.sh).`,
 		Example: `  flock /tmp/danki/lab.lock danki-lab gate-bench --out gate-bench-results`,
@@ -57,6 +61,9 @@ A lab it started is stopped again (test/lab/down.sh).`,
 			selected, run, err := parseGateBenchSelection(ways, events)
 			if err != nil {
 				return err // before anything starts
+			}
+			if repeat < 1 {
+				return fmt.Errorf("--repeat %d: want 1 or more (each event's runs per way)", repeat)
 			}
 			root, err = filepath.Abs(root)
 			if err != nil {
@@ -99,7 +106,7 @@ A lab it started is stopped again (test/lab/down.sh).`,
 			res, err := labdemo.GateBench(ctx, labdemo.GateBenchConfig{
 				Root: root, Kubeconfig: kubeconfig, Danki: danki, GatewayURL: gateway, QPS: qps,
 				Settle: settle, Steady: steady, After: after, GateLog: filepath.Join(out, "gate.log"), GateMaxConcurrent: maxConcurrent,
-				Ways: selected, Events: run, NoiseMinutes: noiseMinutes, Log: log,
+				Ways: selected, Events: run, NoiseMinutes: noiseMinutes, Repeat: repeat, Log: log,
 			})
 			if err != nil {
 				return err
@@ -121,6 +128,7 @@ A lab it started is stopped again (test/lab/down.sh).`,
 	f.IntVar(&maxConcurrent, "gate-max-concurrent", 0, "danki gate's --max-concurrent: warm-ups at once (0: its default)")
 	f.StringSliceVar(&ways, "ways", nil, "the ways to run, by Deployment (default all: "+strings.Join(wayNames(), ", ")+")")
 	f.StringSliceVar(&events, "events", []string{"quiet", "scale-up", "pod-kill"}, "the events, in order: quiet (the control's quiet minute), scale-up, pod-kill; none for --noise-minutes alone")
+	f.IntVar(&repeat, "repeat", 1, "run each event this many times per way, the ways taking turns (a scale-up undone in between); ratios pool the repeats, each repeat's own listed too")
 	f.IntVar(&noiseMinutes, "noise-minutes", 0, "first measure this many consecutive quiet minutes, each ÷ the one before, per way: the lab's noise")
 	return cmd
 }

@@ -61,6 +61,7 @@ func TestGateBenchSelection(t *testing.T) {
 	}{
 		{[]string{"--ways", "app-gated,app-nope"}, `--ways: unknown way "app-nope"`},
 		{[]string{"--events", "scale-up,explode"}, `--events: unknown event "explode"`},
+		{[]string{"--repeat", "0"}, `--repeat 0: want 1 or more`},
 	} {
 		root := newRootCmd()
 		root.SetArgs(append([]string{"gate-bench", "--root", "/nonexistent"}, c.args...))
