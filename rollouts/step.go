@@ -88,6 +88,12 @@ func (s *warmupStep) Run(ro *v1alpha1.Rollout, sc *types.RpcStepContext) (types.
 	if err != nil {
 		return types.RpcStepResult{Phase: types.PhaseFailed, Message: "invalid danki/warmup config: " + err.Error()}, types.RpcError{}
 	}
+	// A warm-up this process runs already: its progress, without building
+	// its job again (Prometheus clients for the neighbour guard and the
+	// mirror, the Rollout's capacity history) on every poll.
+	if st, ok := s.supervisor.Status(warmupRunKey(ro)); ok && !st.Phase.Final() {
+		return warmupResult(st, cfg.PollInterval.D()), types.RpcError{}
+	}
 	ro = ro.DeepCopy()
 	var after func(context.Context, []warmup.Target, func(string)) (string, error)
 	if len(cfg.Capacity) > 0 {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/danki-dev/danki/internal/testutil"
 	"github.com/danki-dev/danki/pkg/capacity"
+	"github.com/danki-dev/danki/pkg/warmup"
 )
 
 // The step's capacity block runs on a warm canary pod after the warm-up: a
@@ -125,4 +126,30 @@ func slotURL(t *testing.T, slots int, service time.Duration) string {
 	go func() { _ = srv.Serve(l) }()
 	t.Cleanup(func() { _ = srv.Close() })
 	return "http://" + l.Addr().String()
+}
+
+// A poll of a running warm-up reports its progress without building its job
+// again: the Rollout's capacity history, read when the run started, is not
+// parsed on every poll (nor are the guard's and mirror's sources built).
+func TestStepPollDoesNotRebuildTheRunningJob(t *testing.T) {
+	srv := newStepLoadServer(t, testutil.NeverSettling)
+	p := warmupStepClient(t, newTestWarmupStep(t))
+	ro := stepRollout("app", "h1", 1)
+	cfg := warmupConfigJSON(t, []string{srv.URL}, map[string]any{"qps": 50, "deadline": "30s", "capacity": map[string]any{
+		"minQPS": 10, "startQPS": 20, "hold": "1s", "healthPath": "/healthz"}})
+	first, rerr := p.Run(ro, &types.RpcStepContext{PluginName: WarmupPluginName, Config: cfg})
+	if rerr.HasError() || first.Phase != types.PhaseRunning {
+		t.Fatalf("first Run: %s %q", first.Phase, first.Message)
+	}
+	defer p.Terminate(ro, &types.RpcStepContext{PluginName: WarmupPluginName, Config: cfg})
+	ro.Annotations = map[string]string{capacity.HistoryAnnotation: "not json"}
+	again, rerr := p.Run(ro, &types.RpcStepContext{PluginName: WarmupPluginName, Config: cfg, Status: first.Status})
+	if rerr.HasError() || again.Phase != types.PhaseRunning || warmup.ParseStatus(again.Status).StartedAt != warmup.ParseStatus(first.Status).StartedAt {
+		t.Fatalf("poll of the running warm-up: %s %q; want the same run, Running", again.Phase, again.Message)
+	}
+	// A new run (another revision) does read the history, and refuses it.
+	ro.Status.CurrentPodHash = "h2"
+	if res, _ := p.Run(ro, &types.RpcStepContext{PluginName: WarmupPluginName, Config: cfg}); res.Phase != types.PhaseFailed || !strings.Contains(res.Message, "shop/app") {
+		t.Errorf("new run with a bad history: %s %q; want Failed naming the Rollout", res.Phase, res.Message)
+	}
 }
