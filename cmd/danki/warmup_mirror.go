@@ -114,11 +114,14 @@ func (f *mirrorFlags) config(fl *pflag.FlagSet) (mirror.Config, error) {
 	if set("method") {
 		c.Methods = f.mc.Methods
 	}
-	for name, dst := range map[string]*float64{"start-percent": &c.StartPercent, "max-percent": &c.MaxPercent, "factor": &c.Factor} {
-		if set(name) {
-			v, _ := fl.GetFloat64(name)
-			*dst = v
-		}
+	if set("start-percent") {
+		c.StartPercent = f.mc.StartPercent
+	}
+	if set("max-percent") {
+		c.MaxPercent = f.mc.MaxPercent
+	}
+	if set("factor") {
+		c.Factor = f.mc.Factor
 	}
 	if set("interval") {
 		c.Interval = config.Duration(f.interval)
