@@ -105,6 +105,11 @@ const (
 	EventQuiet      = "nothing (a quiet minute)" // the control's first: the lab's noise floor
 	gateGoalRatio   = 1.2                        // the goal: gate, scale-up ÷ steady, p99 and p99.9
 	gateSettleReady = 2 * time.Second            // after pods are Ready: Envoy has their endpoints
+	// gateReadyWithin bounds the wait for a way's pods Ready: the gate warms
+	// one pod per node at a time, each within its annotation's deadline (3m
+	// in examples/lab/gate; longer in a gentler config), so two new pods may
+	// take twice that.
+	gateReadyWithin = 10 * time.Minute
 )
 
 // GateBenchConfig is one gate bench run.
@@ -313,7 +318,7 @@ func GateBench(ctx context.Context, cfg GateBenchConfig) (res *GateBenchResult, 
 			log.Warn("could not remove the gate bench's Deployments", "err", derr)
 		}
 	}()
-	if err := b.awaitReady(ctx, cfg.Ways, 4*time.Minute); err != nil {
+	if err := b.awaitReady(ctx, cfg.Ways, gateReadyWithin); err != nil {
 		return nil, err
 	}
 	for _, w := range cfg.Ways {
@@ -458,7 +463,7 @@ func (b *gateBench) event(ctx context.Context, kind string, w GateWay) (GateEven
 	if err := sleep(ctx, time.Until(ev.At.Add(cfg.After))); err != nil {
 		return ev, err
 	}
-	if err := b.awaitReady(ctx, []GateWay{w}, 4*time.Minute); err != nil {
+	if err := b.awaitReady(ctx, []GateWay{w}, gateReadyWithin); err != nil {
 		return ev, err
 	}
 	return ev, sleep(ctx, gateSettleReady)
@@ -477,7 +482,7 @@ func (b *gateBench) scaleBack(ctx context.Context, w GateWay) error {
 		return err
 	}
 	b.want[name] = n
-	return b.awaitReady(ctx, []GateWay{w}, 4*time.Minute)
+	return b.awaitReady(ctx, []GateWay{w}, gateReadyWithin)
 }
 
 // wayEvents are one way's events.
