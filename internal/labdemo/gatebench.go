@@ -647,6 +647,15 @@ func (b *gateBench) awaitReady(ctx context.Context, ways []GateWay, limit time.D
 			if d.Status.ReadyReplicas != n || d.Status.Replicas != n || d.Status.UpdatedReplicas != n {
 				return false, fmt.Errorf("%s: %d/%d ready, want %d", name, d.Status.ReadyReplicas, d.Status.Replicas, n)
 			}
+			// The Deployment's counts leave terminating pods out: wait
+			// until they are gone too (their JVMs stopped).
+			pods, err := b.pods(ctx, name)
+			if err != nil {
+				return false, err
+			}
+			if len(pods) != int(n) {
+				return false, fmt.Errorf("%s: %d pods, want %d (a deleted pod still terminating)", name, len(pods), n)
+			}
 		}
 		return true, nil
 	})
