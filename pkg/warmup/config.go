@@ -178,7 +178,8 @@ type Config struct {
 	// compareToStable, or any stable pods given) — and lower the warm-up's
 	// pace when it rises: when the p90 of the latest 20 stable requests is
 	// above NeighbourRatio × its baseline (the median of the three lowest
-	// such p90s so far: the probe starts with the warm-up, so its quietest
+	// such p90s among its first ten looks, then held: the probe starts with
+	// the warm-up, so its quietest
 	// moments are the closest to the users' steady state) and more than
 	// NeighbourFloor above it, every target's
 	// pace is halved (not below StartQPS) and held; once stable is back

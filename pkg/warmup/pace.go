@@ -172,6 +172,14 @@ const (
 	// quietest are the closest to the users' steady state, and a median of
 	// three keeps one unusually quick look from setting the bar.
 	guardBaselineLooks = 3
+	// guardBaselineSpan: the baseline is taken from the first this many
+	// looks (20 s at the default stableQPS) and then held. Over a long
+	// warm-up the quietest looks ever seen are the noise's own low
+	// extremes: a baseline from all of them sinks as the warm-up goes on
+	// until the line is inside the noise (measured in the lab: 9.5 → 8.5 ms
+	// over six minutes, then six back-offs in a minute on noise alone, the
+	// pace held at its floor and the deadline missed).
+	guardBaselineSpan = 10
 	// guardRecoverLooks: looks in a row under the line before the cap is
 	// raised again.
 	guardRecoverLooks = 2
@@ -219,6 +227,7 @@ type neighbourGuard struct {
 	full, least float64 // Config.QPS, Config.StartQPS
 
 	quiet    []time.Duration // the quietest looks' p90s so far, ascending
+	looks    int             // looks remembered (the baseline holds after guardBaselineSpan)
 	baseline time.Duration
 	ceiling  float64
 	okLooks  int
@@ -277,8 +286,12 @@ func (g *neighbourGuard) look(p90 time.Duration, pace float64, elapsed time.Dura
 }
 
 // remember keeps p90 if it is among the guardBaselineLooks quietest looks,
-// and updates the baseline: their median.
+// and updates the baseline: their median. After guardBaselineSpan looks
+// the baseline holds.
 func (g *neighbourGuard) remember(p90 time.Duration) {
+	if g.looks++; g.looks > guardBaselineSpan {
+		return
+	}
 	i, _ := slices.BinarySearch(g.quiet, p90)
 	g.quiet = slices.Insert(g.quiet, i, p90)
 	if len(g.quiet) > guardBaselineLooks {

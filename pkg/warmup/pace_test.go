@@ -518,3 +518,29 @@ func TestNeighbourGuardWatchesUsersBesideTheProbe(t *testing.T) {
 		t.Fatalf("summary %q does not say the back-offs came from the users' metrics", res.Summary())
 	}
 }
+
+// The baseline comes from the first guardBaselineSpan looks and then holds:
+// a quieter look later (the noise's low extreme) does not lower the line
+// into the noise.
+func TestNeighbourGuardBaselineHolds(t *testing.T) {
+	g := newNeighbourGuard(paceConfig(20, 2.5, 4), false)
+	for i := range guardBaselineSpan {
+		g.look(time.Duration(10+i%3)*time.Millisecond, 20, 0) // 10, 11, 12 ms …
+	}
+	if g.baseline != 10*time.Millisecond {
+		t.Fatalf("baseline %s after the first %d looks, want 10ms (the median of 10, 10, 10)", g.baseline, guardBaselineSpan)
+	}
+	line := g.line()
+	for range 50 {
+		g.look(5*time.Millisecond, 20, time.Minute) // quieter than ever, long after
+	}
+	if g.baseline != 10*time.Millisecond || g.line() != line {
+		t.Errorf("baseline %s, line %s after later quiet looks; want held at 10ms, %s", g.baseline, g.line(), line)
+	}
+	if _, changed, _ := g.look(14*time.Millisecond, 20, time.Minute); changed {
+		t.Errorf("backed off at 14 ms under the held line %s", line)
+	}
+	if _, changed, _ := g.look(30*time.Millisecond, 20, time.Minute); !changed {
+		t.Errorf("no back-off at 30 ms above the held line %s", line)
+	}
+}
