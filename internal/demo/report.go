@@ -1,6 +1,7 @@
 package demo
 
 import (
+	"slices"
 	"time"
 
 	"github.com/danki-dev/danki/pkg/latency"
@@ -15,7 +16,8 @@ type Phase struct {
 	From, To time.Time
 }
 
-func (p Phase) contains(t time.Time) bool {
+// Contains reports whether a sample started at t belongs to the phase.
+func (p Phase) Contains(t time.Time) bool {
 	return (p.From.IsZero() || !t.Before(p.From)) && (p.To.IsZero() || t.Before(p.To))
 }
 
@@ -52,20 +54,50 @@ func Summarize(samples []Sample, phases []Phase) []PhaseStats {
 	out := make([]PhaseStats, len(phases))
 	lat := make([]time.Duration, 0, len(samples)) // reused across phases
 	for i, p := range phases {
-		lat = lat[:0]
-		errs := 0
-		st := PhaseStats{Name: p.Name, From: p.From, To: p.To}
-		for _, s := range samples {
-			if !p.contains(s.Start) {
-				continue
-			}
-			lat = append(lat, s.Latency)
-			if !s.OK() {
-				errs++
-			}
-		}
-		st.Summary = latency.Summarize(lat, errs)
-		out[i] = st
+		out[i] = PhaseStats{Name: p.Name, From: p.From, To: p.To, Summary: summarizeIn(samples, &lat, p.Contains)}
 	}
 	return out
+}
+
+// SummarizeByName pools the phases that share a name (an event repeated):
+// one PhaseStats per name, in first-seen order, over the samples in any
+// phase of that name; From is the first one's, To the last one's.
+func SummarizeByName(samples []Sample, phases []Phase) []PhaseStats {
+	var out []PhaseStats
+	lat := make([]time.Duration, 0, len(samples))
+	for _, p := range phases {
+		if slices.ContainsFunc(out, func(s PhaseStats) bool { return s.Name == p.Name }) {
+			continue
+		}
+		st := PhaseStats{Name: p.Name, From: p.From, To: p.To}
+		var same []Phase
+		for _, q := range phases {
+			if q.Name == p.Name {
+				same = append(same, q)
+				st.To = q.To
+			}
+		}
+		st.Summary = summarizeIn(samples, &lat, func(t time.Time) bool {
+			return slices.ContainsFunc(same, func(q Phase) bool { return q.Contains(t) })
+		})
+		out = append(out, st)
+	}
+	return out
+}
+
+// summarizeIn summarises the samples that started where in says; lat is
+// scratch space, reused between calls.
+func summarizeIn(samples []Sample, lat *[]time.Duration, in func(time.Time) bool) latency.Summary {
+	*lat = (*lat)[:0]
+	errs := 0
+	for _, s := range samples {
+		if !in(s.Start) {
+			continue
+		}
+		*lat = append(*lat, s.Latency)
+		if !s.OK() {
+			errs++
+		}
+	}
+	return latency.Summarize(*lat, errs)
 }

@@ -65,7 +65,7 @@ func (c *CPUSampler) Busy(phases []demo.Phase) map[string]float64 {
 	sum, n := map[string]float64{}, map[string]int{}
 	for _, s := range c.samples {
 		for _, p := range phases {
-			if !s.at.Before(p.From) && s.at.Before(p.To) {
+			if p.Contains(s.at) {
 				sum[p.Name] += s.busy
 				n[p.Name]++
 			}

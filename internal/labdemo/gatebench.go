@@ -18,7 +18,6 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/danki-dev/danki/internal/demo"
-	"github.com/danki-dev/danki/pkg/latency"
 )
 
 // GateWay is one of the three ways a new pod meets its users in the gate
@@ -78,6 +77,15 @@ func (w GateWay) deployments() []string {
 		return []string{w.Deployment, s}
 	}
 	return []string{w.Deployment}
+}
+
+// startReplicas is a Deployment of the way before any event: 2 serving its
+// users, 0 for the control's extra one (until its scale-up).
+func (w GateWay) startReplicas(deployment string) int32 {
+	if deployment != w.Deployment {
+		return 0
+	}
+	return 2
 }
 
 // AllGateWays are the three ways and the control: the full bench.
@@ -296,11 +304,8 @@ func GateBench(ctx context.Context, cfg GateBenchConfig) (res *GateBenchResult, 
 	ex := filepath.Join(cfg.Root, "examples", "lab")
 	manifests := []string{"-f", filepath.Join(ex, "gate")}
 	for _, w := range cfg.Ways {
-		for i, name := range w.deployments() {
-			b.want[name] = 2 // serving
-			if i > 0 {
-				b.want[name] = 0 // the control's extra pods, until its scale-up
-			}
+		for _, name := range w.deployments() {
+			b.want[name] = w.startReplicas(name)
 		}
 		if w.Manifest != "" {
 			manifests = append(manifests, "-f", filepath.Join(cfg.Root, w.Manifest))
@@ -408,7 +413,7 @@ func GateBench(ctx context.Context, cfg GateBenchConfig) (res *GateBenchResult, 
 				res.To = last
 			}
 		}
-		pooled := pooledSummary(tr.Samples, phases)
+		pooled := demo.SummarizeByName(tr.Samples, phases)
 		wr := GateWayResult{GateWay: w, Events: events, Phases: pooled, Ratios: gateRatios(pooled), Pods: pods, Traffic: tr}
 		if cfg.Repeat > 1 {
 			wr.EachRepeat = eachRatio(events, demo.Summarize(tr.Samples, phases))
@@ -473,10 +478,7 @@ func (b *gateBench) event(ctx context.Context, kind string, w GateWay) (GateEven
 // Deployment back to its start (the control's extra to 0), its pods gone.
 func (b *gateBench) scaleBack(ctx context.Context, w GateWay) error {
 	name, _ := w.scaled()
-	n := int32(2)
-	if name != w.Deployment {
-		n = 0
-	}
+	n := w.startReplicas(name)
 	b.cfg.Log.Info("undo the scale-up before the next repeat", "way", w.Name, "deployment", name, "replicas", n)
 	if err := b.lab.kubectl(ctx, "scale", "deployment", name, "--replicas", fmt.Sprint(n)); err != nil {
 		return err
@@ -531,40 +533,6 @@ func gateRatios(phases []demo.PhaseStats) []GateRatio {
 			continue
 		}
 		out = append(out, phaseRatio(p[0], *after, *before))
-	}
-	return out
-}
-
-// pooledSummary is one PhaseStats per phase name, in first-seen order, over
-// the samples in any phase of that name: repeats of an event pooled. From
-// and To span the first to the last.
-func pooledSummary(samples []demo.Sample, phases []demo.Phase) []demo.PhaseStats {
-	var out []demo.PhaseStats
-	for _, p := range phases {
-		if slices.ContainsFunc(out, func(s demo.PhaseStats) bool { return s.Name == p.Name }) {
-			continue
-		}
-		var same []demo.Phase
-		st := demo.PhaseStats{Name: p.Name, From: p.From, To: p.To}
-		for _, q := range phases {
-			if q.Name == p.Name {
-				same = append(same, q)
-				st.To = q.To
-			}
-		}
-		var lat []time.Duration
-		errs := 0
-		for _, s := range samples {
-			if !slices.ContainsFunc(same, func(q demo.Phase) bool { return !s.Start.Before(q.From) && s.Start.Before(q.To) }) {
-				continue
-			}
-			lat = append(lat, s.Latency)
-			if !s.OK() {
-				errs++
-			}
-		}
-		st.Summary = latency.Summarize(lat, errs)
-		out = append(out, st)
 	}
 	return out
 }

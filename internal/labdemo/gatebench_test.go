@@ -396,7 +396,7 @@ func TestGateRepeatsPooled(t *testing.T) {
 	s = append(s, samplesAt(t0.Add(2*time.Minute), 2*time.Minute, 50*time.Millisecond, 0)...) // between: not measured
 	s = append(s, samplesAt(t0.Add(4*time.Minute), time.Minute, 10*time.Millisecond, 0)...)   // steady 2
 	s = append(s, samplesAt(t0.Add(5*time.Minute), time.Minute, 20*time.Millisecond, 0)...)   // after 2: twice
-	pooled := pooledSummary(s, phases)
+	pooled := demo.SummarizeByName(s, phases)
 	if len(pooled) != 2 || pooled[0].Name != PhaseSteady || pooled[1].Name != PhaseScaleUp {
 		t.Fatalf("pooled %+v; want steady, scale-up", pooled)
 	}
