@@ -108,6 +108,8 @@ func typeName(t reflect.Type) string {
 		return "a duration"
 	case reflect.TypeFor[Number]():
 		return "a number"
+	case reflect.TypeFor[Cores]():
+		return "cores"
 	}
 	switch t.Kind() {
 	case reflect.String:

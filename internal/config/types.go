@@ -107,3 +107,39 @@ func abbreviate(b []byte) string {
 	}
 	return string(b)
 }
+
+// Cores is an amount of CPU in cores, written as in a pod's resources: a
+// quantity string ("250m", "0.5", "2") or a JSON number (0.5).
+type Cores float64
+
+// MarshalJSON writes a JSON number of cores.
+func (c Cores) MarshalJSON() ([]byte, error) { return json.Marshal(float64(c)) }
+
+// UnmarshalJSON reads a number of cores or a CPU quantity string; null
+// leaves the zero value.
+func (c *Cores) UnmarshalJSON(b []byte) error {
+	b = bytes.TrimSpace(b)
+	if bytes.Equal(b, []byte("null")) {
+		return nil
+	}
+	var f float64
+	if err := json.Unmarshal(b, &f); err == nil {
+		*c = Cores(f)
+		return nil
+	}
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return typeError[Cores](fmt.Sprintf("%s %s (write cores like \"250m\" or 0.5)", describeJSON(b), abbreviate(b)))
+	}
+	s = strings.TrimSpace(s)
+	milli := strings.HasSuffix(s, "m")
+	f, err := strconv.ParseFloat(strings.TrimSuffix(s, "m"), 64)
+	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+		return typeError[Cores](strconv.Quote(s) + ` (write cores like "250m", "0.5" or "2")`)
+	}
+	if milli {
+		f /= 1000
+	}
+	*c = Cores(f)
+	return nil
+}

@@ -173,6 +173,20 @@ type Config struct {
 	// holds. Never below StartQPS. Set it to QPS to start at full pace.
 	// Default: QPS / 8, at least 1 (at most QPS).
 	StartQPS float64 `json:"startQPS,omitempty"`
+	// CPUBudget bounds the cores a target's warm-up requests keep busy: at
+	// every step of the pace ramp, rate × mean latency (Little's law: the
+	// requests in flight) stays within it, so the pace comes down while
+	// the pod is cold and slow and goes up as it gets fast — even below
+	// StartQPS (not below one request per 10 s) and at full pace. A cold
+	// JVM's requests (interpreted code, class loading) keep a core busy
+	// for about their latency, and its JIT compiles in proportion to the
+	// requests it serves: without a budget a warm-up runs the pod at its
+	// CPU limit, and the pod's neighbours on the node (the users' pods)
+	// wait for CPU. A quantity in cores, as in a pod's resources ("250m",
+	// "0.5", 1); "0" for none. Default: the CPU request of the pod's
+	// container that serves the port, where the target is a pod the gate
+	// warms; none otherwise.
+	CPUBudget *config.Cores `json:"cpuBudget,omitempty"`
 	// NeighbourGuard: while warming, watch the users' latency on stable —
 	// the stable pods loaded side by side (rejectSlowerVersion,
 	// compareToStable, or any stable pods given) — and lower the warm-up's
@@ -345,6 +359,9 @@ func (c Config) Validate() error {
 	if c.Connections < 1 {
 		errs.Addf("connections", "must be at least 1 (got %d)", c.Connections)
 	}
+	if c.CPUBudget != nil && *c.CPUBudget < 0 {
+		errs.Addf("cpuBudget", "must not be negative: cores like \"250m\" or 0.5, 0 for none (got %g)", float64(*c.CPUBudget))
+	}
 	if c.Window < 10 {
 		errs.Addf("window", "must be at least 10 requests so percentiles mean something (got %d)", c.Window)
 	}
@@ -396,4 +413,13 @@ func (c Config) Validate() error {
 		}
 	}
 	return errs.Err()
+}
+
+// cpuBudget is a target's CPU budget in cores (CPUBudget; by default the
+// target pod's CPU request), 0 for none.
+func (c *Config) cpuBudget(t Target) float64 {
+	if c.CPUBudget != nil {
+		return float64(*c.CPUBudget)
+	}
+	return t.CPURequest
 }

@@ -92,7 +92,8 @@ func (c *coordinator) run(parent, runCtx context.Context, targets []Target) erro
 	for i, t := range targets {
 		st := &targetState{res: &c.res.Targets[i], waiting: "no complete window yet"}
 		st.rec = newRecorder(c.cfg.Window, c.cfg.MaxRequests, c.events)
-		st.pacer = newPacer(c.cfg)
+		st.res.CPUBudget = c.cfg.cpuBudget(t)
+		st.pacer = newPacer(c.cfg, st.res.CPUBudget)
 		st.rec.pacer = st.pacer
 		r, err := newLoadRunner(reqCtx, t, 0, st.pacer.pace, c.cfg.Connections, c.cfg, c.set, c.seed, uint64(i), st.rec)
 		if err != nil {
@@ -475,7 +476,7 @@ func (c *coordinator) finish() {
 	slices.SortFunc(c.res.Backoffs, func(a, b Backoff) int { return cmp.Compare(a.After, b.After) })
 	for _, st := range c.canary {
 		collect(st.res, st.rec)
-		st.res.FullPaceAfter, st.res.PaceCuts = st.pacer.stats()
+		st.res.FullPaceAfter, st.res.PaceCuts, st.res.BudgetCuts = st.pacer.stats()
 		if err := st.runner.lastErr.get(); err != nil {
 			st.res.LastError = err.Error()
 		} else if st.rec.lastFailCode > 0 {

@@ -278,7 +278,24 @@ func PodTarget(p *corev1.Pod, port intstr.IntOrString) (Target, error) {
 		return Target{}, err
 	}
 	return Target{Name: p.Name, URL: "http://" + net.JoinHostPort(p.Status.PodIP, strconv.Itoa(int(n))),
-		HealthURL: readinessURL(p, p.Status.PodIP, n), Warmed: gateWarmed(p), GRPC: podGRPCPort(p, n)}, nil
+		HealthURL: readinessURL(p, p.Status.PodIP, n), Warmed: gateWarmed(p), GRPC: podGRPCPort(p, n),
+		CPURequest: servingCPURequest(p, n)}, nil
+}
+
+// servingCPURequest is the CPU request, in cores, of the container of p
+// that declares the container port n (0 when none does or it requests no
+// CPU): the share of the node the pod is promised, which its warm-up
+// stays within by default (Config.CPUBudget). A sidecar's request is not
+// the app's to spend.
+func servingCPURequest(p *corev1.Pod, n int32) float64 {
+	for _, c := range p.Spec.Containers {
+		for _, cp := range c.Ports {
+			if cp.ContainerPort == n {
+				return c.Resources.Requests.Cpu().AsApproximateFloat64()
+			}
+		}
+	}
+	return 0
 }
 
 func podReady(p *corev1.Pod) bool {

@@ -33,6 +33,10 @@ const (
 	// requests would wait for a free connection, so a faster pace would
 	// not be sent anyway and only press on a pod that does not keep up.
 	paceHeadroom = 0.8
+	// paceBudgetFloor is the slowest pace the CPU budget may set: one
+	// request every 10 s still warms a pod whose cold requests take
+	// seconds, and the deadline judges one that never gets faster.
+	paceBudgetFloor = 0.1
 )
 
 // pacer ramps the pace of one target's warm-up: it starts at StartQPS and,
@@ -40,14 +44,18 @@ const (
 // (its median latency is not rising, and the requests in flight at the
 // next pace would fit in the connections), holds it when latency creeps
 // up, and halves it when the median jumps to twice the best recent step's.
-// The neighbour guard caps it (setCeiling). Requests are counted, not
-// timed: the ramp moves as fast as the pod answers.
+// The neighbour guard caps it (setCeiling), and so does the pod's CPU
+// budget (Config.CPUBudget): rate × mean latency, the cores the warm-up's
+// requests keep busy, stays within it at every step, even below StartQPS
+// and at full pace. Requests are counted, not timed: the ramp moves as
+// fast as the pod answers.
 type pacer struct {
-	pace  *load.Pace
-	conns int
-	full  float64 // Config.QPS
-	floor float64 // Config.StartQPS
-	step  int     // requests per step
+	pace   *load.Pace
+	conns  int
+	full   float64 // Config.QPS
+	floor  float64 // Config.StartQPS
+	budget float64 // cores; 0: no CPU budget
+	step   int     // requests per step
 
 	mu       sync.Mutex
 	rate     float64         // the pace now, ≤ ceiling
@@ -59,13 +67,18 @@ type pacer struct {
 	// (0: not yet); cuts counts halvings for a latency jump.
 	fullAfter int64
 	cuts      int
+	// budgetCuts counts the steps at which the CPU budget lowered the pace.
+	budgetCuts int
 }
 
-func newPacer(cfg *Config) *pacer {
+// newPacer ramps one target's pace; budget is its CPU budget in cores (0:
+// none).
+func newPacer(cfg *Config, budget float64) *pacer {
 	p := &pacer{
 		conns:   cfg.Connections,
 		full:    cfg.QPS,
 		floor:   cfg.StartQPS,
+		budget:  budget,
 		step:    max(paceStepRequests, 2*cfg.Connections),
 		rate:    cfg.StartQPS,
 		ceiling: cfg.QPS,
@@ -107,6 +120,13 @@ func (p *pacer) decide(step []time.Duration) {
 	if len(p.medians) > paceRefSteps {
 		p.medians = p.medians[1:]
 	}
+	if limit := p.budgetLimit(mean); p.rate > limit {
+		// The warm-up's requests keep more cores busy than the pod's
+		// budget: whatever its latency does, the pace comes down to it.
+		p.budgetCuts++
+		p.set(limit)
+		return
+	}
 	if p.rate >= p.full {
 		return
 	}
@@ -118,7 +138,7 @@ func (p *pacer) decide(step []time.Duration) {
 	case ref > 0 && med > ref*5/4 && med-ref > paceJumpFloor:
 		// Getting worse: hold.
 	default:
-		next := min(p.ceiling, 2*p.rate)
+		next := min(p.ceiling, 2*p.rate, p.budgetLimit(mean))
 		if mean > 0 {
 			next = min(next, paceHeadroom*float64(p.conns)/mean.Seconds())
 		}
@@ -126,6 +146,18 @@ func (p *pacer) decide(step []time.Duration) {
 			p.set(next)
 		}
 	}
+}
+
+// budgetLimit is the fastest pace whose requests keep at most the CPU
+// budget's cores busy (Little's law: rate × mean latency is the requests
+// in flight; a cold request, interpreted code and class loading, keeps a
+// core busy for about its latency, so this errs on the gentle side for a
+// pod that waits on I/O). +Inf without a budget or a latency.
+func (p *pacer) budgetLimit(mean time.Duration) float64 {
+	if p.budget <= 0 || mean <= 0 {
+		return math.Inf(1)
+	}
+	return max(paceBudgetFloor, p.budget/mean.Seconds())
 }
 
 func (p *pacer) set(rate float64) {
@@ -154,10 +186,10 @@ func (p *pacer) current() float64 {
 	return p.rate
 }
 
-func (p *pacer) stats() (fullAfter int64, cuts int) {
+func (p *pacer) stats() (fullAfter int64, cuts, budgetCuts int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.fullAfter, p.cuts
+	return p.fullAfter, p.cuts, p.budgetCuts
 }
 
 // The neighbour guard (Config.NeighbourGuard).

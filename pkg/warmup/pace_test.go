@@ -28,7 +28,7 @@ func feed(p *pacer, n int, l time.Duration) {
 }
 
 func TestPacerDoublesWhileThePodKeepsUp(t *testing.T) {
-	p := newPacer(paceConfig(20, 0, 4)) // default start: 20 / 8
+	p := newPacer(paceConfig(20, 0, 4), 0) // default start: 20 / 8
 	if p.current() != 2.5 || p.pace.QPS() != 2.5 {
 		t.Fatalf("starts at %g (load pace %g), want qps/8 = 2.5", p.current(), p.pace.QPS())
 	}
@@ -40,13 +40,13 @@ func TestPacerDoublesWhileThePodKeepsUp(t *testing.T) {
 	if want := []float64{5, 10, 20, 20, 20}; !slices.Equal(rates, want) {
 		t.Errorf("pace after each step of a pod at 5 ms: %v, want %v", rates, want)
 	}
-	if full, cuts := p.stats(); full != 3*paceStepRequests || cuts != 0 {
+	if full, cuts, _ := p.stats(); full != 3*paceStepRequests || cuts != 0 {
 		t.Errorf("full pace after %d requests (%d cuts), want after %d", full, cuts, 3*paceStepRequests)
 	}
 	// At full pace the ramp holds, even through a jump in latency: windows
 	// at one pace are comparable; stable's harm is the guard's to judge.
 	feed(p, 3*paceStepRequests, 50*time.Millisecond)
-	if _, cuts := p.stats(); p.current() != 20 || cuts != 0 {
+	if _, cuts, _ := p.stats(); p.current() != 20 || cuts != 0 {
 		t.Errorf("pace %g (%d cuts) after a jump at full pace, want held at 20", p.current(), cuts)
 	}
 }
@@ -54,7 +54,7 @@ func TestPacerDoublesWhileThePodKeepsUp(t *testing.T) {
 func TestPacerHoldsWhenRequestsWouldQueue(t *testing.T) {
 	// A cold pod answering in 400 ms: 4 connections carry at most 10 qps,
 	// 8 with headroom. The ramp climbs to that, not to qps.
-	p := newPacer(paceConfig(20, 2, 4))
+	p := newPacer(paceConfig(20, 2, 4), 0)
 	for range 5 {
 		feed(p, paceStepRequests, 400*time.Millisecond)
 	}
@@ -69,7 +69,7 @@ func TestPacerHoldsWhenRequestsWouldQueue(t *testing.T) {
 }
 
 func TestPacerHalvesOnALatencyJump(t *testing.T) {
-	p := newPacer(paceConfig(400, 50, 4))
+	p := newPacer(paceConfig(400, 50, 4), 0)
 	feed(p, paceStepRequests, time.Millisecond) // 50 → 100
 	feed(p, paceStepRequests, time.Millisecond) // 100 → 200
 	if p.current() != 200 {
@@ -84,7 +84,7 @@ func TestPacerHalvesOnALatencyJump(t *testing.T) {
 	if got := p.current(); got != 50 {
 		t.Errorf("pace %g after more slow steps, want the floor startQPS 50", got)
 	}
-	if _, cuts := p.stats(); cuts != 3 {
+	if _, cuts, _ := p.stats(); cuts != 3 {
 		t.Errorf("%d cuts, want 3", cuts)
 	}
 	// Slower for good: after paceRefSteps slow steps, 10 ms is the level
@@ -94,14 +94,14 @@ func TestPacerHalvesOnALatencyJump(t *testing.T) {
 		t.Errorf("pace %g once 10 ms was the pod's level for %d steps, want raised to 100", got, paceRefSteps)
 	}
 	// Latency creeping up (1.25–2× the best) holds the pace.
-	q := newPacer(paceConfig(400, 50, 4))
+	q := newPacer(paceConfig(400, 50, 4), 0)
 	feed(q, paceStepRequests, 10*time.Millisecond) // 50 → 100
 	feed(q, paceStepRequests, 15*time.Millisecond)
 	if got := q.current(); got != 100 {
 		t.Errorf("pace %g after the median rose 10 → 15 ms, want held at 100", got)
 	}
 	// A rise under paceJumpFloor is noise, not a jump.
-	r := newPacer(paceConfig(400, 50, 4))
+	r := newPacer(paceConfig(400, 50, 4), 0)
 	feed(r, paceStepRequests, 200*time.Microsecond)
 	feed(r, paceStepRequests, time.Millisecond)
 	if got := r.current(); got != 200 {
@@ -110,7 +110,7 @@ func TestPacerHalvesOnALatencyJump(t *testing.T) {
 }
 
 func TestPacerCeiling(t *testing.T) {
-	p := newPacer(paceConfig(100, 10, 4))
+	p := newPacer(paceConfig(100, 10, 4), 0)
 	feed(p, 4*paceStepRequests, time.Millisecond)
 	if p.current() != 100 {
 		t.Fatalf("pace %g, want 100", p.current())
@@ -542,5 +542,48 @@ func TestNeighbourGuardBaselineHolds(t *testing.T) {
 	}
 	if _, changed, _ := g.look(30*time.Millisecond, 20, time.Minute); !changed {
 		t.Errorf("no back-off at 30 ms above the held line %s", line)
+	}
+}
+
+// The CPU budget keeps rate × mean latency within its cores: a cold pod
+// is paced down to it (below startQPS too), a warm one climbs back as its
+// latency falls, and at full pace a slowdown still brings the pace down.
+func TestPacerStaysWithinTheCPUBudget(t *testing.T) {
+	p := newPacer(paceConfig(100, 20, 4), 0.25)
+	feed(p, paceStepRequests, 100*time.Millisecond) // 20 qps × 0.1 s = 2 cores
+	if got := p.current(); got != 2.5 {
+		t.Fatalf("pace %g after a step at 100 ms, want 0.25 cores / 0.1 s = 2.5 (below startQPS 20)", got)
+	}
+	feed(p, paceStepRequests, 100*time.Millisecond)
+	if got := p.current(); got != 2.5 {
+		t.Errorf("pace %g at the budget's limit, want held at 2.5", got)
+	}
+	var rates []float64
+	for _, l := range []time.Duration{50, 20, 5, 2, 2} {
+		feed(p, paceStepRequests, l*time.Millisecond)
+		rates = append(rates, p.current())
+	}
+	// Doubling, capped by 0.25 / latency: 5 (≤ 5), 10 (≤ 12.5), 20 (≤ 50),
+	// 40 (≤ 125), 80.
+	if want := []float64{5, 10, 20, 40, 80}; !slices.Equal(rates, want) {
+		t.Errorf("paces as the pod warms (50, 20, 5, 2, 2 ms): %v, want %v", rates, want)
+	}
+	feed(p, paceStepRequests, 2*time.Millisecond)
+	if p.current() != 100 {
+		t.Fatalf("pace %g, want full (100 qps × 2 ms = 0.2 cores)", p.current())
+	}
+	feed(p, paceStepRequests, 10*time.Millisecond) // 1 core at full pace
+	if _, _, budgetCuts := p.stats(); p.current() != 25 || budgetCuts != 2 {
+		t.Errorf("pace %g (%d budget cuts) after a slowdown to 10 ms at full pace, want 25 (2 cuts)", p.current(), budgetCuts)
+	}
+	feed(p, paceStepRequests, 30*time.Second)
+	if got := p.current(); got != paceBudgetFloor {
+		t.Errorf("pace %g for 30 s requests, want the floor %g", got, paceBudgetFloor)
+	}
+
+	none := newPacer(paceConfig(100, 20, 4), 0)
+	feed(none, paceStepRequests, 100*time.Millisecond)
+	if got := none.current(); got != 32 {
+		t.Errorf("pace %g without a budget after a step at 100 ms, want 32 (4 connections at 80 %%: 2.6 cores)", got)
 	}
 }

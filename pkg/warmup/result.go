@@ -60,9 +60,13 @@ type TargetResult struct {
 	LastError string `json:"lastError,omitempty"`
 	// FullPaceAfter is the request count at which the pace ramp first
 	// reached qps (0: never; 1: no ramp, startQPS = qps); PaceCuts counts
-	// the times the ramp halved the pace because latency jumped.
-	FullPaceAfter int64 `json:"fullPaceAfter,omitempty"`
-	PaceCuts      int   `json:"paceCuts,omitempty"`
+	// the times the ramp halved the pace because latency jumped;
+	// BudgetCuts the steps at which the CPU budget lowered it
+	// (Config.CPUBudget), and CPUBudget is that budget in cores (0: none).
+	FullPaceAfter int64   `json:"fullPaceAfter,omitempty"`
+	PaceCuts      int     `json:"paceCuts,omitempty"`
+	BudgetCuts    int     `json:"budgetCuts,omitempty"`
+	CPUBudget     float64 `json:"cpuBudget,omitempty"`
 
 	fortio        periodic.RunnerResults
 	hist, errHist *stats.Histogram

@@ -32,6 +32,10 @@ type Target struct {
 	// appProtocol grpc), so the health wait defaults to the gRPC health
 	// protocol (Config.HealthProtocol).
 	GRPC bool `json:"grpc,omitempty"`
+	// CPURequest is the CPU request, in cores, of the pod's container
+	// that serves the port (0: unknown or none): the warm-up's default
+	// CPU budget (Config.CPUBudget).
+	CPURequest float64 `json:"cpuRequest,omitempty"`
 }
 
 // GateCondition is the pod condition (and readiness gate) the danki warm
