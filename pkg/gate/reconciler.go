@@ -286,7 +286,7 @@ func (r *Reconciler) warm(ctx context.Context, pod *corev1.Pod, cfg Config, targ
 
 	var first time.Duration
 	var lastPatch time.Time
-	log.Info("warming pod", "target", target.URL, "neighbours", len(neighbours))
+	log.Info("warming pod", "target", target.URL, "neighbours", len(neighbours), "cpuRequest", target.CPURequest)
 	// The neighbours are for the guard only: a new pod is not judged
 	// against its siblings (no rejection), just kept from hurting them.
 	run := cfg.Config

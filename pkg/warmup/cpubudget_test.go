@@ -2,6 +2,7 @@ package warmup
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -117,6 +118,9 @@ func TestRunStaysWithinTheCPUBudget(t *testing.T) {
 	within, res := run("500m")
 	if tr := res.Targets[0]; tr.CPUBudget != 0.5 || tr.BudgetCuts == 0 {
 		t.Errorf("result: budget %g, %d budget cuts; want 0.5 and cuts while cold", tr.CPUBudget, tr.BudgetCuts)
+	}
+	if !strings.Contains(res.Summary(), "CPU budget 0.5 cores per pod (lowered the pace") {
+		t.Errorf("summary does not name the budget: %s", res.Summary())
 	}
 	unbounded, _ := run("0")
 	// The first step runs at startQPS before any latency is known (50 qps

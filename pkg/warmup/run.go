@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -226,6 +227,13 @@ func (r *Result) Summary() string {
 		if w, ok := lastComplete(r.Stable.Windows); ok {
 			fmt.Fprintf(&b, " (stable p99 %s)", latency.Format(w.P99))
 		}
+	}
+	budget, cuts := 0.0, 0
+	for _, t := range r.Targets {
+		budget, cuts = max(budget, t.CPUBudget), cuts+t.BudgetCuts
+	}
+	if budget > 0 {
+		fmt.Fprintf(&b, "; CPU budget %s cores per pod (lowered the pace %d time(s))", strconv.FormatFloat(budget, 'f', -1, 64), cuts)
 	}
 	if n := len(r.Backoffs); n > 0 {
 		worst := slices.MaxFunc(r.Backoffs, func(a, b Backoff) int { return cmp.Compare(a.StableP90, b.StableP90) })
