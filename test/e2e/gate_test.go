@@ -72,7 +72,7 @@ func TestLabWarmGate(t *testing.T) {
 
 	l.apply(t, filepath.Join(l.root, "examples", "lab", "20-gateway.yaml"), filepath.Join(l.root, "examples", "lab", "gate", "30-gated.yaml"))
 	pods := kube.CoreV1().Pods("default")
-	waitFor(t, ctx, 4*time.Minute, "app-gated: 2 pods warmed by the gate and Ready", func() (bool, string) {
+	waitFor(t, ctx, 8*time.Minute, "app-gated: 2 pods warmed by the gate and Ready", func() (bool, string) {
 		return gatedReady(ctx, l, 2)
 	})
 	initial := gatedPods(t, ctx, l)
@@ -82,6 +82,11 @@ func TestLabWarmGate(t *testing.T) {
 		}
 		c := podCondition(&p, condWarm)
 		t.Logf("pod %s: %s %s %q", p.Name, c.Status, c.Reason, c.Message)
+		// The pod requests 250m of CPU (30-gated.yaml) and its annotation
+		// sets no cpuBudget: the gate's warm-up stays within the request.
+		if !strings.Contains(c.Message, "CPU budget 0.25 cores per pod") {
+			t.Errorf("pod %s: the warm condition does not name the CPU budget from its request (250m): %q", p.Name, c.Message)
+		}
 	}
 	waitFor(t, ctx, time.Minute, "the gateway routes "+gatedHost, func() (bool, string) {
 		code, err := getHost(ctx, gatedHost)
@@ -130,7 +135,7 @@ func TestLabWarmGate(t *testing.T) {
 		t.Errorf("the gate stopped %s's warm-up for another reason: %s", victim.Name, stopping)
 	}
 
-	waitFor(t, ctx, 5*time.Minute, "app-gated: 4 pods warmed and Ready (the deleted one re-created)", func() (bool, string) {
+	waitFor(t, ctx, 10*time.Minute, "app-gated: 4 pods warmed and Ready (the deleted one re-created)", func() (bool, string) {
 		return gatedReady(ctx, l, 4)
 	})
 	var fresh []corev1.Pod
