@@ -39,6 +39,7 @@ type warmupFlags struct {
 	neighbourGuard                bool
 	acceptNearStable              bool
 	neighbourFloor                time.Duration
+	cpuBudget                     float64
 	paths, headers                []string
 	method, body, requestFile     string
 	grpcMethods, grpcMetadata     []string
@@ -74,7 +75,7 @@ With stable pods (--stable-url, --stable-service or --stable-hash) they are
 loaded side by side and a target whose p99 settles above --reject-ratio ×
 theirs (and --reject-floor above it) is rejected: a slower version, exit code 1.
 Each target's pace starts at --start-qps (default --qps / 8) and doubles while
-the pod keeps up, up to --qps; with stable pods, the pace is halved while
+the pod keeps up, up to --qps, within --cpu-budget cores if set; with stable pods, the pace is halved while
 their latency rises (--neighbour-guard), and each back-off is printed.
 Every request carries the marker header X-Danki-Warmup: 1; only GET, HEAD and
 OPTIONS are sent unless --allow-side-effects.
@@ -130,6 +131,7 @@ See docs/warmup.md.`,
 	fl.Float64Var(&f.cfg.QPS, "qps", warmup.DefaultQPS, "requests per second per target")
 	fl.Float64Var(&f.cfg.StartQPS, "start-qps", 0, "pace per target at the start, raised up to --qps while the pod keeps up (default --qps / 8, at least 1)")
 	fl.IntVarP(&f.cfg.Connections, "connections", "c", warmup.DefaultConnections, "concurrent connections per target")
+	fl.Float64Var(&f.cpuBudget, "cpu-budget", 0, "cores the warm-up's requests may keep busy per target (rate × mean latency, e.g. 0.25: the pod's CPU request); 0: none")
 	fl.DurationVar(&f.timeout, "timeout", warmup.DefaultTimeout, "per-request timeout")
 	fl.StringVar(&f.cfg.HealthPath, "health-path", "", "path that must answer 200 before load starts (default: each pod's httpGet readinessProbe, else /)")
 	fl.DurationVar(&f.healthTimeout, "health-timeout", warmup.DefaultHealthTimeout, "how long to wait for pods and health")
@@ -224,6 +226,10 @@ func (f *warmupFlags) config() (warmup.Config, error) {
 	cfg.AbsoluteTolerance = config.Duration(f.absTolerance)
 	cfg.RejectFloor = config.Duration(f.rejectFloor)
 	cfg.NeighbourFloor = config.Duration(f.neighbourFloor)
+	if f.cpuBudget != 0 {
+		budget := config.Cores(f.cpuBudget)
+		cfg.CPUBudget = &budget
+	}
 	guard, near := f.neighbourGuard, f.acceptNearStable
 	cfg.NeighbourGuard, cfg.AcceptNearStable = &guard, &near
 	if f.rejectSlowerSet {

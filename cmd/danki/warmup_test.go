@@ -70,6 +70,18 @@ func TestWarmupCommandConverges(t *testing.T) {
 	}
 }
 
+// --cpu-budget bounds the pace by rate × latency, and the summary says so.
+func TestWarmupCommandCPUBudget(t *testing.T) {
+	srv := warmupServer(t)
+	stdout, stderr, err := runWarmupCmd(append([]string{"--url", srv.URL, "--max-requests", "3000", "--cpu-budget", "0.5"}, quickWarmup...)...)
+	if err != nil {
+		t.Fatalf("danki warmup --cpu-budget 0.5: %v\nstdout:\n%s\nstderr:\n%s", err, stdout, stderr)
+	}
+	if !strings.Contains(stdout, "CPU budget 0.5 cores per pod (lowered the pace") {
+		t.Errorf("stdout does not name the CPU budget:\n%s", stdout)
+	}
+}
+
 func TestWarmupCommandMeasureMode(t *testing.T) {
 	srv := warmupServer(t)
 	stdout, _, err := runWarmupCmd("--url", srv.URL, "--health-path", "/healthz", "--until-converged=false", "--max-requests", "100", "-c", "1", "--qps", "500", "--window", "20")
@@ -139,6 +151,7 @@ func TestWarmupCommandRequestFileAndErrors(t *testing.T) {
 		"--request-file and --path":                {"--url", srv.URL, "--path", "/", "--request-file", file},
 		"startQPS: must be > 0 and at most qps 10": {"--url", srv.URL, "--qps", "10", "--start-qps", "20"},
 		"neighbourRatio":                           {"--url", srv.URL, "--neighbour-ratio", "0.5"},
+		"cpuBudget: must not be negative":          {"--url", srv.URL, "--cpu-budget", "-1"},
 	}
 	for want, args := range cases {
 		if _, _, err := runWarmupCmd(args...); err == nil || !strings.Contains(err.Error(), want) {
