@@ -98,3 +98,22 @@ func TestDurationRoundTrip(t *testing.T) {
 		t.Errorf("MarshalJSON = %s", b)
 	}
 }
+
+// Cores reads what a pod's resources.requests.cpu takes: millicores,
+// decimals, numbers; anything else names the field.
+func TestCoresReadsCPUQuantities(t *testing.T) {
+	var v struct {
+		CPU Cores `json:"cpu"`
+	}
+	for in, want := range map[string]Cores{`"250m"`: 0.25, `"2"`: 2, `"0.5"`: 0.5, `0.5`: 0.5, `"1500m"`: 1.5, `null`: 0} {
+		v.CPU = 0
+		if err := Decode([]byte(`{"cpu": `+in+`}`), &v); err != nil || v.CPU != want {
+			t.Errorf("cpu %s: %g, %v; want %g", in, v.CPU, err, want)
+		}
+	}
+	for _, in := range []string{`"lots"`, `"250 m"`, `true`} {
+		if err := Decode([]byte(`{"cpu": `+in+`}`), &v); err == nil || !strings.Contains(err.Error(), "cpu: want cores") {
+			t.Errorf("cpu %s: %v; want an error naming cpu", in, err)
+		}
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/common/model"
+	"k8s.io/apimachinery/pkg/api/resource"
 )
 
 // Duration is a time.Duration written as a string with a unit: Go's form
@@ -109,7 +110,8 @@ func abbreviate(b []byte) string {
 }
 
 // Cores is an amount of CPU in cores, written as in a pod's resources: a
-// quantity string ("250m", "0.5", "2") or a JSON number (0.5).
+// quantity string ("250m", "0.5", "2"; resource.Quantity syntax) or a JSON
+// number (0.5).
 type Cores float64
 
 // MarshalJSON writes a JSON number of cores.
@@ -131,15 +133,12 @@ func (c *Cores) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &s); err != nil {
 		return typeError[Cores](fmt.Sprintf("%s %s (write cores like \"250m\" or 0.5)", describeJSON(b), abbreviate(b)))
 	}
-	s = strings.TrimSpace(s)
-	milli := strings.HasSuffix(s, "m")
-	f, err := strconv.ParseFloat(strings.TrimSuffix(s, "m"), 64)
-	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+	// Kubernetes' own quantity parser: the same strings a pod's
+	// resources.requests.cpu takes mean the same here.
+	q, err := resource.ParseQuantity(strings.TrimSpace(s))
+	if err != nil {
 		return typeError[Cores](strconv.Quote(s) + ` (write cores like "250m", "0.5" or "2")`)
 	}
-	if milli {
-		f /= 1000
-	}
-	*c = Cores(f)
+	*c = Cores(q.AsApproximateFloat64())
 	return nil
 }
