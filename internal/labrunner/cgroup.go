@@ -373,8 +373,9 @@ func (pc *podCgroup) remove() error {
 }
 
 // removeGroup removes dir and the groups below it, deepest first, killing
-// the processes in each (SIGKILL) and waiting up to 5 s for them to leave:
-// a v1 group with members cannot be removed. A missing dir is not an error.
+// the processes in each (SIGKILL) and waiting up to 15 s for them to leave:
+// a v1 group with members cannot be removed, and a KILLed process held to
+// its CPU quota takes a while to exit. A missing dir is not an error.
 func removeGroup(dir string) error {
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, os.ErrNotExist) {
@@ -390,7 +391,7 @@ func removeGroup(dir string) error {
 			}
 		}
 	}
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(15 * time.Second)
 	for {
 		pids, err := cgroupProcs(dir)
 		if err != nil {

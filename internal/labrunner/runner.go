@@ -191,10 +191,13 @@ func (r *Runner) Run(ctx context.Context) error {
 	}()
 
 	<-ctx.Done()
+	stopping := time.Now()
 	r.queue.ShutDownWithDrain()
 	wg.Wait()
 	factory.Shutdown()
 	r.stopAll()
+	// The lab's teardown waits for this process; say what its stop took.
+	r.log.Info("pods stopped", "took", time.Since(stopping).Round(time.Millisecond))
 	if err := r.writeFileSD(); err != nil {
 		r.log.Warn("Prometheus targets", "err", err)
 	}

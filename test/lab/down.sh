@@ -34,6 +34,8 @@ if [ -n "$cgroups" ]; then
 	log "ERROR: the lab runner's cgroups still exist after lab down (its teardown removes them):"
 	mapfile -t cgroup_dirs <<<"$cgroups"
 	printf '  %s\n' "${cgroup_dirs[@]}" >&2
+	# Why: the runner logs its failed removals (and how long its stop took).
+	grep -hE 'level=(WARN|ERROR)|pods stopped' "$logs/lab-runner.log" 2>/dev/null | tail -n 5 | sed 's/^/  runner: /' >&2 || true
 	remove_cgroups "${cgroup_dirs[@]}"
 	die "lab down left ${#cgroup_dirs[@]} cgroup(s) behind (removed now, see above)"
 fi

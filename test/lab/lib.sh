@@ -103,12 +103,13 @@ session_members() {
 	done
 }
 
-# terminate WHAT PID...: TERM, then KILL what is still running after 10 s
-# (kube-apiserver sometimes ignores TERM). Fails if a process survives KILL.
+# terminate WHAT PID...: TERM, then KILL what is still running after
+# $TERM_WAIT seconds (default 10: kube-apiserver sometimes ignores TERM).
+# Fails if a process survives KILL.
 terminate() {
 	local what=$1 pid left=() still=(); shift
 	kill -TERM "$@" 2>/dev/null || true
-	for _ in $(seq 1 40); do
+	for _ in $(seq 1 $((${TERM_WAIT:-10} * 4))); do
 		left=()
 		for pid in "$@"; do running "$pid" && left+=("$pid"); done
 		[ ${#left[@]} -gt 0 ] || return 0
@@ -150,11 +151,13 @@ wait_for() {
 	log "$what: ready"
 }
 
-# stop NAME: stops the process the lab started under NAME and everything
-# else in its session that runs one of the lab's binaries (the Argo
-# controller's plugin processes): TERM, then KILL after a grace period.
+# stop NAME [SECONDS]: stops the process the lab started under NAME and
+# everything else in its session that runs one of the lab's binaries (the
+# Argo controller's plugin processes): TERM, then KILL after SECONDS
+# (default 10).
 stop() {
 	local name=$1 pid procs=() stopped=() p ok=1
+	local TERM_WAIT=${2:-10}
 	pid=$(cat "$pids/$name.pid" 2>/dev/null) || return 0
 	if [ -n "$pid" ]; then
 		# The leader first: a controller still running starts again the

@@ -278,9 +278,14 @@ up() {
 down() {
 	# Clients first; the runner stops its pod processes on TERM.
 	local name
-	for name in argo-rollouts prometheus envoy istiod lab-runner; do
+	for name in argo-rollouts prometheus envoy istiod; do
 		stop "$name"
 	done
+	# The runner's TERM takes a while: each pod gets --stop-grace (5 s) to
+	# exit, a JVM KILLed under its CPU quota exits slowly, and each cgroup
+	# may stay busy up to 15 s more. Killing the runner early leaves its
+	# cgroups behind (down.sh then fails), so it gets a minute.
+	stop lab-runner 60
 	netns_down
 	rm -rf "$run/prometheus/data" "$run/argo/plugin-bin"
 }
