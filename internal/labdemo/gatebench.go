@@ -257,9 +257,13 @@ type GateBenchResult struct {
 	// Noise is each way's quiet minutes (GateBenchConfig.NoiseMinutes).
 	Noise []GateNoise `json:"noise,omitempty"`
 	// WarmUps counts the gate's warm-ups per pod (its log's "warming pod"
-	// lines). More than one for a pod that did not restart means the gate
-	// took a warm, serving pod out of load balancing again.
+	// lines): more than one is a retry after a failed warm-up, or a warm-up
+	// of a pod that was already warm (Rewarmed).
 	WarmUps map[string]int `json:"gateWarmUpsPerPod"`
+	// Rewarmed are the pods warmed again after the gate had found them warm
+	// ("pod warm"): for a pod that did not restart, the gate took a warm,
+	// serving pod out of load balancing.
+	Rewarmed []string `json:"gateRewarmedPods,omitempty"`
 	// From and To bound the chart.
 	From time.Time `json:"from"`
 	To   time.Time `json:"to"`
@@ -425,7 +429,7 @@ func GateBench(ctx context.Context, cfg GateBenchConfig) (res *GateBenchResult, 
 	}
 	res.Goal = gateGoal(res.Ways)
 	if raw, rerr := os.ReadFile(cfg.GateLog); rerr == nil {
-		res.WarmUps = gateWarmUps(string(raw))
+		res.WarmUps, res.Rewarmed = gateWarmUps(string(raw))
 	}
 	if exited, xerr := gp.Exited(); exited {
 		return res, fmt.Errorf("danki gate exited during the bench: %v (log %s)", xerr, cfg.GateLog)
@@ -758,18 +762,34 @@ func readyAfterList(pods []GatePod, event string) string {
 }
 
 // gateWarmUps counts the warm-ups the gate started per pod, from its log
-// (slog text: msg="warming pod" pod=NAMESPACE/NAME).
-func gateWarmUps(log string) map[string]int {
-	n := map[string]int{}
+// (slog text: msg="warming pod" pod=NAMESPACE/NAME), and lists the pods it
+// warmed again after it had found them warm (msg="pod warm"), in the order
+// seen. A warm-up after a failed one is a retry: counted, not listed.
+func gateWarmUps(log string) (started map[string]int, rewarmed []string) {
+	started = map[string]int{}
+	warm := map[string]bool{}
 	for _, line := range strings.Split(log, "\n") {
-		if !strings.Contains(line, `msg="warming pod"`) {
+		starting := strings.Contains(line, `msg="warming pod"`)
+		if !starting && !strings.Contains(line, `msg="pod warm"`) {
 			continue
 		}
+		pod := ""
 		for _, f := range strings.Fields(line) {
-			if pod, ok := strings.CutPrefix(f, "pod="); ok {
-				n[strings.TrimPrefix(pod, "default/")]++
+			if v, ok := strings.CutPrefix(f, "pod="); ok {
+				pod = strings.TrimPrefix(v, "default/")
+				break
+			}
+		}
+		switch {
+		case pod == "":
+		case !starting:
+			warm[pod] = true
+		default:
+			started[pod]++
+			if warm[pod] && !slices.Contains(rewarmed, pod) {
+				rewarmed = append(rewarmed, pod)
 			}
 		}
 	}
-	return n
+	return started, rewarmed
 }

@@ -95,16 +95,19 @@ func WriteGateBenchReport(w io.Writer, r *GateBenchResult) error {
 		}
 	}
 	if len(r.WarmUps) > 0 {
-		var parts, again []string
+		var parts, retried []string
 		for _, pod := range slices.Sorted(maps.Keys(r.WarmUps)) {
 			parts = append(parts, fmt.Sprintf("%s %d", pod, r.WarmUps[pod]))
-			if r.WarmUps[pod] > 1 {
-				again = append(again, pod)
+			if r.WarmUps[pod] > 1 && !slices.Contains(r.Rewarmed, pod) {
+				retried = append(retried, pod)
 			}
 		}
 		fmt.Fprintf(&b, "\ndanki gate's warm-ups per pod: %s.\n", strings.Join(parts, ", "))
-		if len(again) > 0 {
-			fmt.Fprintf(&b, "\n**Warmed more than once: %s** — each further warm-up set the condition False again, taking a warm pod out of load balancing.\n", strings.Join(again, ", "))
+		if len(retried) > 0 {
+			fmt.Fprintf(&b, "\nRetried after a failed warm-up (the pod stayed out of load balancing until one converged): %s.\n", strings.Join(retried, ", "))
+		}
+		if len(r.Rewarmed) > 0 {
+			fmt.Fprintf(&b, "\n**Warmed again after it was warm: %s** — the further warm-up set the condition False again, taking a warm pod out of load balancing.\n", strings.Join(r.Rewarmed, ", "))
 		}
 	}
 	if r.Envoy != "" {

@@ -239,21 +239,32 @@ func TestWriteGateBenchReportScaleUpOnly(t *testing.T) {
 }
 
 func TestGateWarmUpsFromTheGateLog(t *testing.T) {
-	log := `time=2026-11-25T20:55:27.947Z level=INFO msg="pod warm" pod=default/a summary="converged"
-time=2026-11-25T20:55:27.957Z level=INFO msg="warming pod" pod=default/a target=http://10.244.0.7:8080
+	// a: warm, then warmed again (taken out of load balancing); b: one
+	// warm-up; c: a failed warm-up, retried, warm.
+	log := `time=2026-11-25T20:54:20.000Z level=INFO msg="warming pod" pod=default/a target=http://10.244.0.7:8080
+time=2026-11-25T20:55:27.947Z level=INFO msg="pod warm" pod=default/a summary="converged"
 time=2026-11-25T20:54:33.744Z level=INFO msg="warming pod" pod=default/b target=http://10.244.0.8:8080
+time=2026-11-25T20:54:40.000Z level=INFO msg="warming pod" pod=default/c target=http://10.244.0.9:8080
+time=2026-11-25T20:57:40.000Z level=WARN msg="warm-up failed" pod=default/c attempt=1 of=3 error="deadline"
 time=2026-11-25T20:55:46.561Z level=INFO msg="warming pod" pod=default/a target=http://10.244.0.7:8080
+time=2026-11-25T20:58:10.000Z level=INFO msg="warming pod" pod=default/c target=http://10.244.0.9:8080
+time=2026-11-25T20:59:10.000Z level=INFO msg="pod warm" pod=default/c summary="converged"
 `
-	got := gateWarmUps(log)
-	if len(got) != 2 || got["a"] != 2 || got["b"] != 1 {
-		t.Errorf("warm-ups %v; want a 2, b 1", got)
+	got, rewarmed := gateWarmUps(log)
+	if len(got) != 3 || got["a"] != 2 || got["b"] != 1 || got["c"] != 2 {
+		t.Errorf("warm-ups %v; want a 2, b 1, c 2", got)
+	}
+	if !slices.Equal(rewarmed, []string{"a"}) {
+		t.Errorf("rewarmed %v; want [a] (c's second warm-up is a retry after a failure)", rewarmed)
 	}
 	var b strings.Builder
-	if err := WriteGateBenchReport(&b, &GateBenchResult{WarmUps: got}); err != nil {
+	if err := WriteGateBenchReport(&b, &GateBenchResult{WarmUps: got, Rewarmed: rewarmed}); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(b.String(), "warm-ups per pod: a 2, b 1") || !strings.Contains(b.String(), "Warmed more than once: a**") {
-		t.Errorf("report:\n%s", b.String())
+	for _, want := range []string{"warm-ups per pod: a 2, b 1, c 2", "Retried after a failed warm-up (the pod stayed out of load balancing until one converged): c.", "Warmed again after it was warm: a**"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, b.String())
+		}
 	}
 }
 
