@@ -113,6 +113,11 @@ const (
 	EventQuiet      = "nothing (a quiet minute)" // the control's first: the lab's noise floor
 	gateGoalRatio   = 1.2                        // the goal: gate, scale-up ÷ steady, p99 and p99.9
 	gateSettleReady = 2 * time.Second            // after pods are Ready: Envoy has their endpoints
+	// gateSettleUndo follows the undoing of a scale-up, before the next
+	// repeat's steady state: the deleted pods' last requests (the sample
+	// app has no preStop drain: up to a 3 s timeout) and Envoy's endpoint
+	// update must not fall into the minute the next event is divided by.
+	gateSettleUndo = 15 * time.Second
 	// gateReadyWithin bounds the wait for a way's pods Ready: the gate warms
 	// one pod per node at a time, each within its annotation's deadline (3m
 	// in examples/lab/gate; longer in a gentler config), so two new pods may
@@ -488,7 +493,10 @@ func (b *gateBench) scaleBack(ctx context.Context, w GateWay) error {
 		return err
 	}
 	b.want[name] = n
-	return b.awaitReady(ctx, []GateWay{w}, gateReadyWithin)
+	if err := b.awaitReady(ctx, []GateWay{w}, gateReadyWithin); err != nil {
+		return err
+	}
+	return sleep(ctx, gateSettleUndo)
 }
 
 // wayEvents are one way's events.
