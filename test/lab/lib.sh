@@ -157,7 +157,7 @@ wait_for() {
 # (default 10).
 stop() {
 	local name=$1 pid procs=() stopped=() p ok=1
-	local TERM_WAIT=${2:-10}
+	local TERM_WAIT=${2:-} # terminate's; empty: its default
 	pid=$(cat "$pids/$name.pid" 2>/dev/null) || return 0
 	if [ -n "$pid" ]; then
 		# The leader first: a controller still running starts again the
