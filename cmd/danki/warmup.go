@@ -227,8 +227,7 @@ func (f *warmupFlags) config() (warmup.Config, error) {
 	cfg.RejectFloor = config.Duration(f.rejectFloor)
 	cfg.NeighbourFloor = config.Duration(f.neighbourFloor)
 	if f.cpuBudget != 0 {
-		budget := config.Cores(f.cpuBudget)
-		cfg.CPUBudget = &budget
+		cfg.CPUBudget = &config.CPUBudget{Cores: f.cpuBudget}
 	}
 	guard, near := f.neighbourGuard, f.acceptNearStable
 	cfg.NeighbourGuard, cfg.AcceptNearStable = &guard, &near

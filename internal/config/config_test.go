@@ -1,6 +1,7 @@
 package config
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -114,6 +115,39 @@ func TestCoresReadsCPUQuantities(t *testing.T) {
 	for _, in := range []string{`"lots"`, `"250 m"`, `true`} {
 		if err := Decode([]byte(`{"cpu": `+in+`}`), &v); err == nil || !strings.Contains(err.Error(), "cpu: want cores") {
 			t.Errorf("cpu %s: %v; want an error naming cpu", in, err)
+		}
+	}
+}
+
+// CPUBudget reads cores as Cores does, or a share of the pod's CPU request;
+// it scales a share by the request and writes both back as read.
+func TestCPUBudgetReadsCoresOrAShareOfTheRequest(t *testing.T) {
+	var v struct {
+		Budget CPUBudget `json:"cpuBudget"`
+	}
+	for in, want := range map[string]CPUBudget{`"250m"`: {Cores: 0.25}, `0.5`: {Cores: 0.5}, `"50%"`: {Share: 0.5}, `" 25 %"`: {Share: 0.25}, `"0%"`: {}, `null`: {}} {
+		v.Budget = CPUBudget{}
+		if err := Decode([]byte(`{"cpuBudget": `+in+`}`), &v); err != nil || v.Budget != want {
+			t.Errorf("cpuBudget %s: %+v, %v; want %+v", in, v.Budget, err, want)
+		}
+	}
+	if got := (CPUBudget{Share: 0.5}).Of(0.25); got != 0.125 {
+		t.Errorf("50%% of a 250m request: %g cores, want 0.125", got)
+	}
+	if got := (CPUBudget{Share: 0.5}).Of(0); got != 0 {
+		t.Errorf("50%% of no request: %g cores, want 0 (no budget)", got)
+	}
+	if got := (CPUBudget{Cores: 0.3}).Of(2); got != 0.3 {
+		t.Errorf("0.3 cores of a 2-core request: %g, want 0.3 (cores ignore the request)", got)
+	}
+	for b, want := range map[CPUBudget]string{{Share: 0.5}: `"50%"`, {Cores: 0.25}: `0.25`} {
+		if out, err := json.Marshal(b); err != nil || string(out) != want {
+			t.Errorf("marshal %+v: %s, %v; want %s", b, out, err, want)
+		}
+	}
+	for _, in := range []string{`"lots"`, `"half%"`, `true`, `"%"`} {
+		if err := Decode([]byte(`{"cpuBudget": `+in+`}`), &v); err == nil || !strings.Contains(err.Error(), "cpuBudget: want cores or a share of the CPU request") {
+			t.Errorf("cpuBudget %s: %v; want an error naming cpuBudget", in, err)
 		}
 	}
 }

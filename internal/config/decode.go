@@ -110,6 +110,8 @@ func typeName(t reflect.Type) string {
 		return "a number"
 	case reflect.TypeFor[Cores]():
 		return "cores"
+	case reflect.TypeFor[CPUBudget]():
+		return "cores or a share of the CPU request"
 	}
 	switch t.Kind() {
 	case reflect.String:

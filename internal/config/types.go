@@ -142,3 +142,60 @@ func (c *Cores) UnmarshalJSON(b []byte) error {
 	*c = Cores(q.AsApproximateFloat64())
 	return nil
 }
+
+// CPUBudget is an amount of CPU for a pod's warm-up: cores, written as Cores
+// ("250m", "0.5", 2), or a share of the pod's CPU request ("50%"), so one
+// pod-template annotation keeps meaning the same as the request changes.
+type CPUBudget struct {
+	// Cores is the budget in cores when Share is 0.
+	Cores float64
+	// Share of the pod's CPU request (0.5 for "50%"); 0: Cores applies.
+	Share float64
+}
+
+// Of is the budget in cores for a pod that requests request cores (0 when
+// it is a share and the pod requests no CPU: no budget).
+func (b CPUBudget) Of(request float64) float64 {
+	if b.Share != 0 {
+		return b.Share * request
+	}
+	return b.Cores
+}
+
+// String writes the budget as it is read: "50%" or the cores ("0.25").
+func (b CPUBudget) String() string {
+	if b.Share != 0 {
+		return strconv.FormatFloat(b.Share*100, 'f', -1, 64) + "%"
+	}
+	return strconv.FormatFloat(b.Cores, 'f', -1, 64)
+}
+
+// MarshalJSON writes a share as "50%", cores as a JSON number.
+func (b CPUBudget) MarshalJSON() ([]byte, error) {
+	if b.Share != 0 {
+		return json.Marshal(b.String())
+	}
+	return json.Marshal(b.Cores)
+}
+
+// UnmarshalJSON reads cores (as Cores does) or a share of the request
+// ("50%"); null leaves the zero value.
+func (b *CPUBudget) UnmarshalJSON(raw []byte) error {
+	var s string
+	if json.Unmarshal(bytes.TrimSpace(raw), &s) == nil {
+		if rest, ok := strings.CutSuffix(strings.TrimSpace(s), "%"); ok {
+			v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
+			if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
+				return typeError[CPUBudget](strconv.Quote(s) + ` (write a share of the pod's CPU request like "50%", or cores like "250m")`)
+			}
+			*b = CPUBudget{Share: v / 100}
+			return nil
+		}
+	}
+	var c Cores
+	if err := c.UnmarshalJSON(raw); err != nil {
+		return typeError[CPUBudget](fmt.Sprintf("%s (write cores like \"250m\" or 0.5, or a share of the pod's CPU request like \"50%%\")", abbreviate(bytes.TrimSpace(raw))))
+	}
+	*b = CPUBudget{Cores: float64(c)}
+	return nil
+}

@@ -30,14 +30,18 @@ func TestParseConfig(t *testing.T) {
 		`{"compareToStable": true}`: "compareToStable: the gate warms one pod on its own",
 		`{"requests": [{"method": "POST", "path": "/x"}]}`: "requests[0].method",
 		`{"cpuBudget": "-250m"}`:                           "cpuBudget: must not be negative",
-		`{"cpuBudget": "lots"}`:                            `cpuBudget: want cores, got "lots"`,
+		`{"cpuBudget": "lots"}`:                            `cpuBudget: want cores or a share of the CPU request, got "lots"`,
+		`{"cpuBudget": "-50%"}`:                            "cpuBudget: must not be negative",
 	} {
 		if _, err := ParseConfig(cfg); err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), AnnotationWarmUp) {
 			t.Errorf("%s: %v; want an error naming the annotation and %q", cfg, err, want)
 		}
 	}
-	if c, err = ParseConfig("cpuBudget: 250m"); err != nil || c.CPUBudget == nil || *c.CPUBudget != 0.25 {
+	if c, err = ParseConfig("cpuBudget: 250m"); err != nil || c.CPUBudget == nil || c.CPUBudget.Of(1) != 0.25 {
 		t.Errorf("cpuBudget 250m: %v, %v", c.CPUBudget, err)
+	}
+	if c, err = ParseConfig("cpuBudget: 50%"); err != nil || c.CPUBudget == nil || c.CPUBudget.Of(0.25) != 0.125 {
+		t.Errorf("cpuBudget 50%%: %v, %v; want half the request", c.CPUBudget, err)
 	}
 	if !OptedIn(map[string]string{AnnotationWarmUp: "true"}) || OptedIn(map[string]string{AnnotationWarmUp: "false"}) || OptedIn(nil) {
 		t.Error("OptedIn: true opts in, false and no annotation do not")

@@ -183,10 +183,14 @@ type Config struct {
 	// requests it serves: without a budget a warm-up runs the pod at its
 	// CPU limit, and the pod's neighbours on the node (the users' pods)
 	// wait for CPU. A quantity in cores, as in a pod's resources ("250m",
-	// "0.5", 1); "0" for none. Default: the CPU request of the pod's
-	// container that serves the port, where the target is a pod the gate
-	// warms; none otherwise.
-	CPUBudget *config.Cores `json:"cpuBudget,omitempty"`
+	// "0.5", 1), or a share of the CPU request of the pod's container that
+	// serves the port ("50%": half of it; none for a container with no
+	// request); "0" for none. Default: that CPU request ("100%"), where the
+	// target is a pod the gate warms; none otherwise. The request is what the scheduler
+	// promised the pod; on a small node it is a large share of the cores
+	// the users' pods run on, and a lower share trades time to Ready for
+	// the users' tail (docs/gate.md has the figures).
+	CPUBudget *config.CPUBudget `json:"cpuBudget,omitempty"`
 	// NeighbourGuard: while warming, watch the users' latency on stable —
 	// the stable pods loaded side by side (rejectSlowerVersion,
 	// compareToStable, or any stable pods given) — and lower the warm-up's
@@ -359,8 +363,8 @@ func (c Config) Validate() error {
 	if c.Connections < 1 {
 		errs.Addf("connections", "must be at least 1 (got %d)", c.Connections)
 	}
-	if c.CPUBudget != nil && *c.CPUBudget < 0 {
-		errs.Addf("cpuBudget", "must not be negative: cores like \"250m\" or 0.5, 0 for none (got %g)", float64(*c.CPUBudget))
+	if c.CPUBudget != nil && (c.CPUBudget.Cores < 0 || c.CPUBudget.Share < 0) {
+		errs.Addf("cpuBudget", "must not be negative: cores like \"250m\" or 0.5, a share of the pod's CPU request like \"50%%\", 0 for none (got %s)", c.CPUBudget)
 	}
 	if c.Window < 10 {
 		errs.Addf("window", "must be at least 10 requests so percentiles mean something (got %d)", c.Window)
@@ -415,11 +419,11 @@ func (c Config) Validate() error {
 	return errs.Err()
 }
 
-// cpuBudget is a target's CPU budget in cores (CPUBudget; by default the
-// target pod's CPU request), 0 for none.
+// cpuBudget is a target's CPU budget in cores (CPUBudget, a share of the
+// target pod's CPU request or cores; by default the request), 0 for none.
 func (c *Config) cpuBudget(t Target) float64 {
 	if c.CPUBudget != nil {
-		return float64(*c.CPUBudget)
+		return c.CPUBudget.Of(t.CPURequest)
 	}
 	return t.CPURequest
 }

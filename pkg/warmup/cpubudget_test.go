@@ -18,7 +18,8 @@ import (
 
 // A pod's warm-up budget defaults to the CPU request of the container
 // that serves the warmed port, not the pod's sum (a sidecar's request is
-// not the app's); cpuBudget overrides it, "0" turns it off.
+// not the app's); cpuBudget overrides it (cores, or a share of the
+// request: "50%"), "0" turns it off.
 func TestCPUBudgetDefaultsToTheServingContainersRequest(t *testing.T) {
 	container := func(name string, port int32, cpu string) corev1.Container {
 		c := corev1.Container{Name: name, Ports: []corev1.ContainerPort{{Name: name, ContainerPort: port}}}
@@ -43,7 +44,7 @@ func TestCPUBudgetDefaultsToTheServingContainersRequest(t *testing.T) {
 	if got := cfg.cpuBudget(target); got != 0.5 {
 		t.Errorf("default budget %g, want the request 0.5", got)
 	}
-	for value, want := range map[string]float64{`"250m"`: 0.25, `"2"`: 2, `0.5`: 0.5, `0`: 0} {
+	for value, want := range map[string]float64{`"250m"`: 0.25, `"2"`: 2, `0.5`: 0.5, `0`: 0, `"50%"`: 0.25, `"200%"`: 1} {
 		var c Config
 		if err := config.Decode([]byte(`{"cpuBudget": `+value+`}`), &c); err != nil {
 			t.Fatalf("cpuBudget %s: %v", value, err)

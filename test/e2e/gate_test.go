@@ -83,9 +83,10 @@ func TestLabWarmGate(t *testing.T) {
 		c := podCondition(&p, condWarm)
 		t.Logf("pod %s: %s %s %q", p.Name, c.Status, c.Reason, c.Message)
 		// The pod requests 250m of CPU (30-gated.yaml) and its annotation
-		// sets no cpuBudget: the gate's warm-up stays within the request.
-		if !strings.Contains(c.Message, "CPU budget 0.25 cores per pod") {
-			t.Errorf("pod %s: the warm condition does not name the CPU budget from its request (250m): %q", p.Name, c.Message)
+		// sets cpuBudget "50%": the gate's warm-up stays within half the
+		// request, read from the pod.
+		if !strings.Contains(c.Message, "CPU budget 0.125 cores per pod") {
+			t.Errorf("pod %s: the warm condition does not name the CPU budget of 50%% of its request (250m): %q", p.Name, c.Message)
 		}
 	}
 	waitFor(t, ctx, time.Minute, "the gateway routes "+gatedHost, func() (bool, string) {
