@@ -182,15 +182,13 @@ func (b CPUBudget) MarshalJSON() ([]byte, error) {
 // ("50%"); null leaves the zero value.
 func (b *CPUBudget) UnmarshalJSON(raw []byte) error {
 	var s string
-	if json.Unmarshal(bytes.TrimSpace(raw), &s) == nil {
-		if rest, ok := strings.CutSuffix(strings.TrimSpace(s), "%"); ok {
-			v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
-			if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
-				return typeError[CPUBudget](strconv.Quote(s) + ` (write a share of the pod's CPU request like "50%", or cores like "250m")`)
-			}
-			*b = CPUBudget{Share: v / 100}
-			return nil
+	if json.Unmarshal(bytes.TrimSpace(raw), &s) == nil && strings.HasSuffix(strings.TrimSpace(s), "%") {
+		var share Number // reads "50%" as 0.5
+		if err := share.UnmarshalJSON(raw); err != nil {
+			return typeError[CPUBudget](strconv.Quote(s) + ` (write a share of the pod's CPU request like "50%", or cores like "250m")`)
 		}
+		*b = CPUBudget{Share: float64(share)}
+		return nil
 	}
 	var c Cores
 	if err := c.UnmarshalJSON(raw); err != nil {
