@@ -39,7 +39,7 @@ type warmupFlags struct {
 	neighbourGuard                bool
 	acceptNearStable              bool
 	neighbourFloor                time.Duration
-	cpuBudget                     float64
+	cpuBudget                     cpuBudgetFlag
 	paths, headers                []string
 	method, body, requestFile     string
 	grpcMethods, grpcMetadata     []string
@@ -55,6 +55,12 @@ type warmupFlags struct {
 }
 
 func newWarmupCmd() *cobra.Command {
+	cmd, _ := warmupCmd()
+	return cmd
+}
+
+// warmupCmd is `danki warmup` and the flags it parses into.
+func warmupCmd() (*cobra.Command, *warmupFlags) {
 	f := &warmupFlags{
 		progressEvery: time.Second,
 		stderrIsTerminal: func() bool {
@@ -131,7 +137,7 @@ See docs/warmup.md.`,
 	fl.Float64Var(&f.cfg.QPS, "qps", warmup.DefaultQPS, "requests per second per target")
 	fl.Float64Var(&f.cfg.StartQPS, "start-qps", 0, "pace per target at the start, raised up to --qps while the pod keeps up (default --qps / 8, at least 1)")
 	fl.IntVarP(&f.cfg.Connections, "connections", "c", warmup.DefaultConnections, "concurrent connections per target")
-	fl.Float64Var(&f.cpuBudget, "cpu-budget", 0, "cores the warm-up's requests may keep busy per target (rate × mean latency, e.g. 0.25: the pod's CPU request); 0: none")
+	fl.Var(&f.cpuBudget, "cpu-budget", "cores the warm-up's requests may keep busy per target (rate × mean latency): cores as in a pod's resources (0.25, 250m), or a share of each pod's CPU request (50%: half of it; pods only); 0: none")
 	fl.DurationVar(&f.timeout, "timeout", warmup.DefaultTimeout, "per-request timeout")
 	fl.StringVar(&f.cfg.HealthPath, "health-path", "", "path that must answer 200 before load starts (default: each pod's httpGet readinessProbe, else /)")
 	fl.DurationVar(&f.healthTimeout, "health-timeout", warmup.DefaultHealthTimeout, "how long to wait for pods and health")
@@ -168,7 +174,7 @@ See docs/warmup.md.`,
 	fl.DurationVar(&f.neighbourFloor, "neighbour-floor", warmup.DefaultNeighbourFloor, "see --neighbour-guard: a rise of stable's p90 this small never backs off")
 
 	fl.StringVar(&f.jsonOut, "json", "", "write fortio's result JSON (all targets merged) to this file")
-	return cmd
+	return cmd, f
 }
 
 func (f *warmupFlags) run(cmd *cobra.Command) error {
@@ -226,8 +232,11 @@ func (f *warmupFlags) config() (warmup.Config, error) {
 	cfg.AbsoluteTolerance = config.Duration(f.absTolerance)
 	cfg.RejectFloor = config.Duration(f.rejectFloor)
 	cfg.NeighbourFloor = config.Duration(f.neighbourFloor)
-	if f.cpuBudget != 0 {
-		cfg.CPUBudget = &config.CPUBudget{Cores: f.cpuBudget}
+	if b := f.cpuBudget.CPUBudget; b != (config.CPUBudget{}) {
+		if b.Share != 0 && len(f.urls) > 0 {
+			return cfg, fmt.Errorf("--cpu-budget %s: a share of the CPU request needs pods (--service, --selector, --hash) to read it from; with --url give cores, e.g. --cpu-budget 0.25", b)
+		}
+		cfg.CPUBudget = &b
 	}
 	guard, near := f.neighbourGuard, f.acceptNearStable
 	cfg.NeighbourGuard, cfg.AcceptNearStable = &guard, &near
@@ -464,3 +473,18 @@ func (p *warmupProgressLine) end() {
 		fmt.Fprintln(p.w)
 	}
 }
+
+// cpuBudgetFlag is --cpu-budget: the cpuBudget field's forms, cores ("0.25",
+// "250m") or a share of each pod's CPU request ("50%").
+type cpuBudgetFlag struct{ config.CPUBudget }
+
+func (f *cpuBudgetFlag) Set(s string) error {
+	var b config.CPUBudget
+	if err := b.UnmarshalJSON([]byte(strconv.Quote(s))); err != nil {
+		return errors.New("want cores as in a pod's resources (0.25, 250m) or a share of each pod's CPU request (50%)")
+	}
+	f.CPUBudget = b
+	return nil
+}
+
+func (f *cpuBudgetFlag) Type() string { return "cores|share" }

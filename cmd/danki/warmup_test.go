@@ -12,6 +12,7 @@ import (
 
 	"fortio.org/fortio/fhttp"
 
+	"github.com/danki-dev/danki/internal/config"
 	"github.com/danki-dev/danki/internal/testutil"
 )
 
@@ -82,6 +83,26 @@ func TestWarmupCommandCPUBudget(t *testing.T) {
 	}
 }
 
+// --cpu-budget takes the cpuBudget field's forms: cores as in a pod's
+// resources, or a share of each pod's CPU request.
+func TestWarmupFlagsCPUBudgetForms(t *testing.T) {
+	for arg, want := range map[string]config.CPUBudget{
+		"0.25": {Cores: 0.25}, "250m": {Cores: 0.25}, "2": {Cores: 2}, "50%": {Share: 0.5},
+	} {
+		cmd, f := warmupCmd()
+		if err := cmd.Flags().Parse([]string{"--selector", "app=cart", "--cpu-budget", arg}); err != nil {
+			t.Fatalf("--cpu-budget %s: %v", arg, err)
+		}
+		cfg, err := f.config()
+		if err != nil {
+			t.Fatalf("--cpu-budget %s: config: %v", arg, err)
+		}
+		if cfg.CPUBudget == nil || *cfg.CPUBudget != want {
+			t.Errorf("--cpu-budget %s: cpuBudget = %v, want %v", arg, cfg.CPUBudget, want)
+		}
+	}
+}
+
 func TestWarmupCommandMeasureMode(t *testing.T) {
 	srv := warmupServer(t)
 	stdout, _, err := runWarmupCmd("--url", srv.URL, "--health-path", "/healthz", "--until-converged=false", "--max-requests", "100", "-c", "1", "--qps", "500", "--window", "20")
@@ -140,18 +161,20 @@ func TestWarmupCommandRequestFileAndErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	cases := map[string][]string{
-		"requests[0].method":                       {"--url", srv.URL, "--method", "POST", "--path", "/orders"},
-		"requests[0].pth: unknown field":           {"--url", srv.URL, "--request-file", bad},
-		"--url[0]":                                 {"--url", srv.URL + "/api"},
-		"nothing to warm":                          {},
-		"either --url or pods":                     {"--url", srv.URL, "--service", "cart"},
-		"--compare-to-stable":                      {"--url", srv.URL, "--compare-to-stable"},
-		`--header "oops"`:                          {"--url", srv.URL, "--header", "oops"},
-		"maxRequests":                              {"--url", srv.URL, "--max-requests", "10"},
-		"--request-file and --path":                {"--url", srv.URL, "--path", "/", "--request-file", file},
-		"startQPS: must be > 0 and at most qps 10": {"--url", srv.URL, "--qps", "10", "--start-qps", "20"},
-		"neighbourRatio":                           {"--url", srv.URL, "--neighbour-ratio", "0.5"},
-		"cpuBudget: must not be negative":          {"--url", srv.URL, "--cpu-budget", "-1"},
+		"requests[0].method":                         {"--url", srv.URL, "--method", "POST", "--path", "/orders"},
+		"requests[0].pth: unknown field":             {"--url", srv.URL, "--request-file", bad},
+		"--url[0]":                                   {"--url", srv.URL + "/api"},
+		"nothing to warm":                            {},
+		"either --url or pods":                       {"--url", srv.URL, "--service", "cart"},
+		"--compare-to-stable":                        {"--url", srv.URL, "--compare-to-stable"},
+		`--header "oops"`:                            {"--url", srv.URL, "--header", "oops"},
+		"maxRequests":                                {"--url", srv.URL, "--max-requests", "10"},
+		"--request-file and --path":                  {"--url", srv.URL, "--path", "/", "--request-file", file},
+		"startQPS: must be > 0 and at most qps 10":   {"--url", srv.URL, "--qps", "10", "--start-qps", "20"},
+		"neighbourRatio":                             {"--url", srv.URL, "--neighbour-ratio", "0.5"},
+		"cpuBudget: must not be negative":            {"--url", srv.URL, "--cpu-budget", "-1"},
+		`invalid argument "lots" for "--cpu-budget"`: {"--url", srv.URL, "--cpu-budget", "lots"},
+		"--cpu-budget 50%: a share of the CPU request needs pods": {"--url", srv.URL, "--cpu-budget", "50%"},
 	}
 	for want, args := range cases {
 		if _, _, err := runWarmupCmd(args...); err == nil || !strings.Contains(err.Error(), want) {
