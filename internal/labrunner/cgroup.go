@@ -345,6 +345,46 @@ func (t *cgroupTree) apply(rel string, v cgroupValues) error {
 	return writeCgroupFile(mem, "memory.limit_in_bytes", v.MemoryBytes)
 }
 
+// resize applies new values to the pod's groups in place, as kubelet
+// actuates an in-place resize (pods/resize): the group that grows first,
+// so a child's CFS quota never exceeds its parent's at any moment. The QoS
+// class cannot change (the API server refuses such a resize).
+func (pc *podCgroup) resize(v podCgroupValues) error {
+	if v.QoS != pc.values.QoS {
+		return fmt.Errorf("resize pod cgroup %s: QoS class %s → %s cannot change in place", pc.rel, pc.values.QoS, v.QoS)
+	}
+	names := make([]string, 0, len(v.Containers))
+	for n := range v.Containers {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	containers := func() error {
+		for _, n := range names {
+			if err := pc.tree.apply(filepath.Join(pc.rel, n), v.Containers[n]); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	pod := func() error { return pc.tree.apply(pc.rel, v.Pod) }
+	steps := []func() error{containers, pod}
+	if grows(pc.values.Pod.QuotaUs, v.Pod.QuotaUs) || grows(pc.values.Pod.MemoryBytes, v.Pod.MemoryBytes) {
+		steps = []func() error{pod, containers}
+	}
+	for _, step := range steps {
+		if err := step(); err != nil {
+			return fmt.Errorf("resize pod cgroup %s: %w", pc.rel, err)
+		}
+	}
+	pc.values = v
+	return nil
+}
+
+// grows reports whether a limit (-1: none) is larger in to than in from.
+func grows(from, to int64) bool {
+	return to != from && (to < 0 || from >= 0 && to > from)
+}
+
 // procsFiles are the cgroup.procs files of a container's groups, one per
 // hierarchy: writing a PID there moves that process (all its threads).
 func (pc *podCgroup) procsFiles(container string) []string {

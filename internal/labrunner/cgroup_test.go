@@ -408,6 +408,44 @@ func TestRunnerAppliesResourcesThroughCgroups(t *testing.T) {
 		t.Errorf("pod used %.3f CPUs with limits.cpu 200m, want 0.05–0.3", cpus)
 	}
 
+	// An in-place resize (pods/resize on a real API server; an update of
+	// the spec here): the groups take the new values while the process
+	// runs on, and the status reports them.
+	cur, err := client.CoreV1().Pods("default").Get(ctx, "burn", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur.Spec.Containers[0].Resources = corev1.ResourceRequirements{Requests: res(t, "cpu=1m,memory=64Mi"), Limits: res(t, "cpu=400m,memory=128Mi")}
+	if _, err := client.CoreV1().Pods("default").Update(ctx, cur, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 10*time.Second, "the resize applied to the pod's groups", func() bool {
+		for _, f := range []struct {
+			dir, file string
+			want      int64
+		}{
+			{filepath.Join(cpu, "burstable"), "cpu.shares", 2},
+			{filepath.Join(cpu, podRel), "cpu.shares", 2},
+			{filepath.Join(cpu, podRel), "cpu.cfs_quota_us", 40000},
+			{filepath.Join(cpu, podRel, "app"), "cpu.shares", 2},
+			{filepath.Join(cpu, podRel, "app"), "cpu.cfs_quota_us", 40000},
+		} {
+			if got, err := readCgroupInt(f.dir, f.file); err != nil || got != f.want {
+				return false
+			}
+		}
+		return true
+	})
+	waitUntil(t, 10*time.Second, "the status reports the resized resources", func() bool {
+		p, err := client.CoreV1().Pods("default").Get(ctx, "burn", metav1.GetOptions{})
+		if err != nil || len(p.Status.ContainerStatuses) != 1 || p.Status.ContainerStatuses[0].Resources == nil {
+			return false
+		}
+		s := p.Status.ContainerStatuses[0]
+		return s.Resources.Requests.Cpu().String() == "1m" && s.Resources.Limits.Cpu().String() == "400m" &&
+			s.ContainerID == ready.Status.ContainerStatuses[0].ContainerID // not restarted
+	})
+
 	if err := client.CoreV1().Pods("default").Delete(ctx, "burn", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}

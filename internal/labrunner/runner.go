@@ -93,6 +93,9 @@ type containerState struct {
 	ready    bool
 	nextProb time.Time
 	oomKills int64 // the container group's OOM kills when the process started
+	// applied is the resources in effect (reported in the container's
+	// status): the spec's at start, then each in-place resize's.
+	applied corev1.ResourceRequirements
 }
 
 // New checks cfg and returns a Runner.
@@ -255,6 +258,7 @@ func (r *Runner) sync(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
+	r.actuateResize(key, pod, st)
 	return r.writeStatus(ctx, pod, st)
 }
 
@@ -289,7 +293,7 @@ func (r *Runner) ensure(ctx context.Context, key string, pod *corev1.Pod) (*podS
 			}
 		}
 		for _, c := range pod.Spec.Containers {
-			cs := &containerState{spec: c}
+			cs := &containerState{spec: c, applied: appliedResources(c)}
 			argv, tag, ok, err := r.cfg.Images.lookup(c.Image)
 			switch {
 			case err != nil:
@@ -438,6 +442,66 @@ func (r *Runner) stopPod(ctx context.Context, key string, st *podState) {
 	r.log.Info("pod stopped", "pod", key, "ip", st.ip)
 }
 
+// actuateResize applies an in-place resize (pods/resize changed the
+// containers' resources in the spec) as kubelet does: the pod's and its
+// containers' cgroups and the burstable group's summed requests take the
+// new values, and the container statuses report them (resources,
+// allocatedResources). The running processes are not restarted. The lab has
+// one node that the scheduler already fits pods onto, so a resize is never
+// deferred here.
+func (r *Runner) actuateResize(key string, pod *corev1.Pod, st *podState) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	changed := false
+	for _, c := range pod.Spec.Containers {
+		for _, cs := range st.containers {
+			if cs.spec.Name == c.Name && !equality.Semantic.DeepEqual(cs.applied, appliedResources(c)) {
+				changed = true
+			}
+		}
+	}
+	if !changed {
+		return
+	}
+	if st.cgroup != nil {
+		v := cgroupValuesFor(pod)
+		old := st.cgroup.values.CPURequestMilli
+		if err := st.cgroup.resize(v); err != nil {
+			r.log.Warn("resize pod", "pod", key, "err", err)
+			return
+		}
+		if v.QoS == corev1.PodQOSBurstable {
+			if err := r.cg.setBurstableShares(v.CPURequestMilli - old); err != nil {
+				r.log.Warn("burstable QoS group's cpu.shares", "err", err)
+			}
+		}
+		r.log.Info("pod resized", "pod", key, "cpu.shares", v.Pod.Shares, "cpu.cfs_quota_us", v.Pod.QuotaUs,
+			"memory.limit_in_bytes", v.Pod.MemoryBytes)
+	}
+	for _, c := range pod.Spec.Containers {
+		for _, cs := range st.containers {
+			if cs.spec.Name == c.Name {
+				cs.spec.Resources = c.Resources
+				cs.applied = appliedResources(c)
+			}
+		}
+	}
+}
+
+// appliedResources is what a container runs with: its requests (defaulted
+// from limits, as the API server does) and limits.
+func appliedResources(c corev1.Container) corev1.ResourceRequirements {
+	requests, limits := effectiveResources(c)
+	out := corev1.ResourceRequirements{}
+	if len(requests) > 0 {
+		out.Requests = requests
+	}
+	if len(limits) > 0 {
+		out.Limits = limits.DeepCopy()
+	}
+	return out
+}
+
 // createPodCgroup creates the pod's groups with the values kubelet would
 // give it, before any of its processes starts.
 func (r *Runner) createPodCgroup(key string, pod *corev1.Pod) (*podCgroup, error) {
@@ -553,6 +617,12 @@ func (r *Runner) status(pod *corev1.Pod, st *podState) corev1.PodStatus {
 				}
 			}
 			cstat.ContainerID = id
+		}
+		if cs.applied.Requests != nil || cs.applied.Limits != nil {
+			res := *cs.applied.DeepCopy()
+			// As kubelet reports them (allocatedResources is behind an
+			// alpha feature gate the API server drops it without).
+			cstat.Resources = &res
 		}
 		ready := running && (cs.argv == nil || cs.ready)
 		cstat.Ready = ready

@@ -34,6 +34,13 @@ const (
 	ReasonInvalidConfig = "InvalidConfig"        // the annotation does not parse
 )
 
+// Event reasons of the CPU request's resize (Config.YieldCPU).
+const (
+	ReasonYieldRefused   = "CPUYieldRefused"       // the request could not be lowered: warming at full weight
+	ReasonRestoreFailed  = "CPURestoreFailed"      // the request could not be put back
+	ReasonRestorePending = "CPURestoreNotActuated" // put back in the spec, not yet applied by the kubelet
+)
+
 // Failure policies (Config.OnFailure).
 const (
 	StayUnready = "stayUnready" // fail closed (default)
@@ -62,7 +69,18 @@ type Config struct {
 	// RetryBackoff is the wait before the second attempt, doubled before
 	// each further one. Default 30s.
 	RetryBackoff config.Duration `json:"retryBackoff,omitempty"`
+	// YieldCPU lowers a Burstable pod's CPU request in place (pods/resize,
+	// Kubernetes ≥ 1.33) to YieldCPURequest while it warms and puts it back
+	// before the pod becomes Ready: its CPU weight drops to the kernel's
+	// least, so the warming JVM runs on the node's idle CPU and the users'
+	// pods beside it keep theirs. Default true; false warms at the pod's
+	// own weight.
+	YieldCPU *bool `json:"yieldCPU,omitempty"`
 }
+
+// Yields reports whether the pod's CPU request is lowered while it warms
+// (YieldCPU, default true).
+func (c Config) Yields() bool { return c.YieldCPU == nil || *c.YieldCPU }
 
 // OptedIn reports whether the annotation asks for the gate.
 func OptedIn(annotations map[string]string) bool {

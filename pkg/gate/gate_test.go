@@ -16,6 +16,7 @@ import (
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
@@ -260,6 +261,59 @@ func TestGateOnAPIServer(t *testing.T) {
 		t.Logf("sibling probed %d times while the newcomer warmed (%d requests)", sibling.Load(), fresh.Load())
 	})
 
+	t.Run("a Burstable pod warms at the least CPU weight and gets its request back before Ready", func(t *testing.T) {
+		srv := testutil.NewColdServer(t, testutil.Decaying(time.Millisecond, 20*time.Millisecond, 300))
+		srv.HealthPath = "/healthz"
+		p := newPod("burstable", `{"qps": 400, "healthPath": "/healthz"}`, serverPort(t, srv.URL))
+		p.Spec.Containers[0].Resources.Requests = corev1.ResourceList{
+			corev1.ResourceCPU: resource.MustParse("500m"), corev1.ResourceMemory: resource.MustParse("256Mi")}
+		p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2")}
+		pod, err := kube.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := pod.Annotations[gate.AnnotationCPURequests]; got != `{"app":"500m"}` {
+			t.Fatalf("webhook recorded %s=%q; want {\"app\":\"500m\"}", gate.AnnotationCPURequests, got)
+		}
+		markContainersReady(t, ctx, kube, pod)
+		cpu := func(p *corev1.Pod) string { return p.Spec.Containers[0].Resources.Requests.Cpu().String() }
+		var lowered bool
+		waitPod(t, ctx, kube, "burstable", time.Minute, "warm", func(p *corev1.Pod) bool {
+			if c := warmCondition(p); c != nil && c.Reason == gate.ReasonWarming && cpu(p) == gate.YieldCPURequest {
+				lowered = true
+			}
+			if gate.IsWarm(p) && cpu(p) != "500m" {
+				t.Fatalf("condition True with the CPU request at %s; want it back at 500m first", cpu(p))
+			}
+			return gate.IsWarm(p)
+		})
+		if !lowered {
+			t.Fatalf("never saw the CPU request at %s while warming", gate.YieldCPURequest)
+		}
+		final := getPod(t, ctx, kube, "burstable")
+		if lim := final.Spec.Containers[0].Resources.Limits.Cpu().String(); lim != "2" || final.Status.QOSClass != corev1.PodQOSBurstable {
+			t.Fatalf("after the warm-up: CPU limit %s, QoS %s; want the limit untouched (2) and Burstable", lim, final.Status.QOSClass)
+		}
+	})
+
+	t.Run("a pod that opted out of yieldCPU keeps its CPU request", func(t *testing.T) {
+		srv := testutil.NewColdServer(t, testutil.Flat(time.Millisecond))
+		srv.HealthPath = "/healthz"
+		p := newPod("no-yield", `{"qps": 400, "healthPath": "/healthz", "yieldCPU": false}`, serverPort(t, srv.URL))
+		p.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m")}
+		pod, err := kube.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		markContainersReady(t, ctx, kube, pod)
+		waitPod(t, ctx, kube, "no-yield", time.Minute, "warm", func(p *corev1.Pod) bool {
+			if got := p.Spec.Containers[0].Resources.Requests.Cpu().String(); got != "500m" {
+				t.Fatalf("CPU request changed to %s with yieldCPU false", got)
+			}
+			return gate.IsWarm(p)
+		})
+	})
+
 	t.Run("deleted pod stops its load at once", func(t *testing.T) {
 		srv := testutil.NewColdServer(t, testutil.NeverSettling)
 		srv.HealthPath = "/healthz"
@@ -379,6 +433,15 @@ func registerWebhook(t *testing.T, ctx context.Context, kube kubernetes.Interfac
 
 func createPod(t *testing.T, ctx context.Context, kube kubernetes.Interface, name, annotation string, port int) *corev1.Pod {
 	t.Helper()
+	created, err := kube.CoreV1().Pods(ns).Create(ctx, newPod(name, annotation, port), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create pod %s: %v", name, err)
+	}
+	return created
+}
+
+// newPod is a pod serving port, with the gate's annotation when given.
+func newPod(name, annotation string, port int) *corev1.Pod {
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app:v1",
@@ -390,11 +453,7 @@ func createPod(t *testing.T, ctx context.Context, kube kubernetes.Interface, nam
 	if annotation != "" {
 		p.Annotations = map[string]string{gate.AnnotationWarmUp: annotation}
 	}
-	created, err := kube.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("create pod %s: %v", name, err)
-	}
-	return created
+	return p
 }
 
 // markContainersReady plays the kubelet: the pod runs at 127.0.0.1 with

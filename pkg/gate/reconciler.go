@@ -171,7 +171,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	cfg, err := ParseConfig(pod.Annotations[AnnotationWarmUp])
 	var target warmup.Target
 	if err == nil {
-		target, err = warmup.PodTarget(&pod, cfg.Port)
+		// The budget is a share of the request the pod was created with,
+		// even while the gate has it lowered.
+		target, err = warmup.PodTarget(withRecordedRequests(&pod), cfg.Port)
 	}
 	if err != nil {
 		if c := condition(&pod); c == nil || c.Reason != ReasonInvalidConfig {
@@ -284,6 +286,10 @@ func (r *Reconciler) warm(ctx context.Context, pod *corev1.Pod, cfg Config, targ
 	}
 	defer func() { <-r.slots }()
 
+	restore := func(context.Context) {}
+	if cfg.Yields() {
+		restore = r.yieldCPU(ctx, log, pod)
+	}
 	var first time.Duration
 	var lastPatch time.Time
 	log.Info("warming pod", "target", target.URL, "neighbours", len(neighbours), "cpuRequest", target.CPURequest)
@@ -309,14 +315,16 @@ func (r *Reconciler) warm(ctx context.Context, pod *corev1.Pod, cfg Config, targ
 		}
 		_ = r.setCondition(ctx, pod, corev1.ConditionFalse, ReasonWarming, msg)
 	}})
+	// The request goes back before the outcome is written (a pod never
+	// becomes Ready at the lowered weight), with a fresh context: ctx may
+	// have ended. A pod deleted meanwhile needs nothing back.
+	wctx, done := context.WithTimeout(context.Background(), 30*time.Second)
+	defer done()
+	restore(wctx)
 	if ctx.Err() != nil {
 		log.Info("warm-up stopped", "reason", context.Cause(ctx))
 		return
 	}
-	// The outcome is written even if the pod changed meanwhile: a fresh
-	// context, since ctx may end right after.
-	wctx, done := context.WithTimeout(context.Background(), 30*time.Second)
-	defer done()
 	if err == nil {
 		msg := fmt.Sprintf("warm: %s", res.Summary())
 		log.Info("pod warm", "summary", res.Summary())

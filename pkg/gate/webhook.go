@@ -14,7 +14,8 @@ const WebhookPath = "/mutate-pods"
 
 // Injector is the mutating admission webhook: it adds the readiness gate
 // ConditionWarm to pods created with AnnotationWarmUp, so users never edit
-// readinessGates by hand. Other pods, and pods that carry the gate already,
+// readinessGates by hand, and records their containers' CPU requests
+// (AnnotationCPURequests) for the gate to restore. Other pods, and pods that carry the gate already,
 // pass unchanged. It never denies a pod: a bad warm-up configuration shows
 // on the pod's condition and in an Event, where the Reconciler finds it.
 type Injector struct {
@@ -34,6 +35,14 @@ func (i *Injector) Handle(_ context.Context, req admission.Request) admission.Re
 		return admission.Allowed("")
 	}
 	pod.Spec.ReadinessGates = append(pod.Spec.ReadinessGates, corev1.PodReadinessGate{ConditionType: ConditionWarm})
+	// The CPU requests as created, for the gate to put back after it
+	// lowered them while warming (Config.YieldCPU).
+	if rec := recordCPURequests(&pod); rec != "" {
+		if pod.Annotations == nil {
+			pod.Annotations = map[string]string{}
+		}
+		pod.Annotations[AnnotationCPURequests] = rec
+	}
 	mutated, err := json.Marshal(&pod)
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err)
