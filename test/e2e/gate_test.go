@@ -188,6 +188,21 @@ func TestLabWarmGate(t *testing.T) {
 			t.Errorf("pod %s got %d user requests through Envoy before its %s condition was True", p.Name, s.usersBeforeWarm, condWarm)
 		}
 	}
+	// yieldCPU: each new pod warmed with its CPU request lowered in place
+	// (by the gate, through pods/resize) and applied (by the lab's runner,
+	// to the pod's cgroups), and none was warm without its request back.
+	for _, p := range fresh {
+		if s := w.pods[p.Name]; s != nil && s.yieldedLooks == 0 {
+			t.Errorf("pod %s was never seen warming at CPU request 1m (yieldCPU): the gate did not lower it, or the runner did not apply it", p.Name)
+		} else if s != nil {
+			t.Logf("pod %s: seen %d times warming at CPU request 1m", p.Name, s.yieldedLooks)
+		}
+	}
+	for name, s := range w.pods {
+		if s.warmLow > 0 {
+			t.Errorf("pod %s was warm in %d looks without its CPU request back at %s (%s)", name, s.warmLow, gatedCPURequest, s.warmLowSeen)
+		}
+	}
 	// A warm pod stays warm: its condition never goes back to False while
 	// its containers run (that would take a warm, serving pod out of every
 	// load balancer and warm it again).
@@ -219,6 +234,12 @@ type gatePodSeen struct {
 	// unwarmed counts looks where a pod seen warm before was not: the
 	// gate took a warm pod out of load balancing again.
 	unwarmed int
+	// yieldedLooks counts looks at the pod warming with its CPU request
+	// lowered (yieldCPU) in the spec and applied by the lab's runner (the
+	// container status); warmLow looks at it warm with any other request
+	// than its own in either.
+	yieldedLooks, warmLow int
+	warmLowSeen           string
 }
 
 func watchGate(t *testing.T, ctx context.Context, l *lab) *gateWatch {
@@ -254,6 +275,14 @@ func watchGate(t *testing.T, ctx context.Context, l *lab) *gateWatch {
 				}
 				c := podCondition(p, condWarm)
 				warm := c != nil && c.Status == corev1.ConditionTrue
+				spec, applied := cpuRequests(p)
+				switch {
+				case !warm && c != nil && c.Reason == "Warming" && spec == "1m" && applied == "1m":
+					s.yieldedLooks++
+				case warm && (spec != gatedCPURequest || applied != gatedCPURequest):
+					s.warmLow++
+					s.warmLowSeen = fmt.Sprintf("spec %s, applied %s", spec, applied)
+				}
 				switch {
 				case !warm && !s.warmAt.IsZero():
 					s.unwarmed++
@@ -272,6 +301,21 @@ func watchGate(t *testing.T, ctx context.Context, l *lab) *gateWatch {
 	}()
 	t.Cleanup(func() { cancel(); <-done })
 	return w
+}
+
+// gatedCPURequest is the CPU request of examples/lab/gate/30-gated.yaml.
+const gatedCPURequest = "250m"
+
+// cpuRequests are the pod's first container's CPU request in its spec and
+// as applied (its container status's resources; "" until reported).
+func cpuRequests(p *corev1.Pod) (spec, applied string) {
+	if len(p.Spec.Containers) > 0 {
+		spec = p.Spec.Containers[0].Resources.Requests.Cpu().String()
+	}
+	if len(p.Status.ContainerStatuses) > 0 && p.Status.ContainerStatuses[0].Resources != nil {
+		applied = p.Status.ContainerStatuses[0].Resources.Requests.Cpu().String()
+	}
+	return spec, applied
 }
 
 // gatedRequests reads Envoy's rq_total per endpoint IP of the gated cluster.
