@@ -36,6 +36,10 @@ type GateWay struct {
 	// EventScaleUp and EventPodKill) when the run has them.
 	Manifest string   `json:"manifest,omitempty"`
 	Events   []string `json:"events,omitempty"`
+	// HeldBack: the scaled Deployment's pods carry a readiness gate nobody
+	// sets, so they are never Ready; the bench waits for their containers
+	// instead (the control's).
+	HeldBack bool `json:"heldBack,omitempty"`
 }
 
 // scaled is the Deployment the scale-up grows and to how many pods.
@@ -59,14 +63,16 @@ var GateWays = []GateWay{
 
 // GateControl is the bench's control: the floor under any warm-up on the
 // node. Its users are served by 2 pods like the others', but its "scale-up"
-// starts two pods of the same template that no Service selects
-// (test/lab/gatebench/start-only.yaml): their JVMs start on the node and get
-// no request at all, neither users' nor a warm-up's. What its users feel in
-// the minute after is what starting two JVMs costs them; a warm-up only adds
-// to it.
+// starts two pods of the same template that the users' Service selects but
+// a readiness gate nobody sets holds out of load balancing
+// (test/lab/gatebench/start-only.yaml): the EndpointSlice gains two
+// not-ready endpoints, as in a gated scale-up, and their JVMs start on the
+// node and get no request at all, neither users' nor a warm-up's. What its
+// users feel in the minute after is what a served scale-up's pod start
+// costs them; a warm-up only adds to it.
 var GateControl = GateWay{
 	Name: "JVM start only (control)", Deployment: "app-startonly", Host: "startonly.lab",
-	Scale: "app-startonly-extra", ScaleTo: 2,
+	Scale: "app-startonly-extra", ScaleTo: 2, HeldBack: true,
 	Manifest: "test/lab/gatebench/start-only.yaml", Events: []string{EventQuiet, EventScaleUp},
 }
 
@@ -611,11 +617,17 @@ func gateGoal(ways []GateWayResult) string {
 }
 
 // awaitReady waits until each way's Deployments have as many Ready
-// replicas as the bench last set and no other pods (a deleted pod gone).
+// replicas as the bench last set and no other pods (a deleted pod gone); a
+// held-back Deployment's pods (GateWay.HeldBack) as many with their
+// containers ready.
 func (b *gateBench) awaitReady(ctx context.Context, ways []GateWay, limit time.Duration) error {
+	held := map[string]bool{}
 	var names []string
 	for _, w := range ways {
 		names = append(names, w.deployments()...)
+		if s, _ := w.scaled(); w.HeldBack {
+			held[s] = true
+		}
 	}
 	return wait(ctx, limit, strings.Join(names, ", ")+" with all pods Ready", func() (bool, error) {
 		for _, name := range names {
@@ -624,14 +636,20 @@ func (b *gateBench) awaitReady(ctx context.Context, ways []GateWay, limit time.D
 			if err != nil {
 				return false, err
 			}
-			if d.Status.ReadyReplicas != n || d.Status.Replicas != n || d.Status.UpdatedReplicas != n {
-				return false, fmt.Errorf("%s: %d/%d ready, want %d", name, d.Status.ReadyReplicas, d.Status.Replicas, n)
-			}
+			ready := d.Status.ReadyReplicas
 			// The Deployment's counts leave terminating pods out: wait
 			// until they are gone too (their JVMs stopped).
 			pods, err := b.pods(ctx, name)
 			if err != nil {
 				return false, err
+			}
+			if held[name] {
+				ready = int32(len(slices.DeleteFunc(slices.Clone(pods), func(p corev1.Pod) bool {
+					return p.DeletionTimestamp != nil || !podConditionTrue(&p, corev1.ContainersReady)
+				})))
+			}
+			if ready != n || d.Status.Replicas != n || d.Status.UpdatedReplicas != n {
+				return false, fmt.Errorf("%s: %d/%d ready, want %d", name, ready, d.Status.Replicas, n)
 			}
 			if len(pods) != int(n) {
 				return false, fmt.Errorf("%s: %d pods, want %d (a deleted pod still terminating)", name, len(pods), n)
@@ -639,6 +657,15 @@ func (b *gateBench) awaitReady(ctx context.Context, ways []GateWay, limit time.D
 		}
 		return true, nil
 	})
+}
+
+func podConditionTrue(p *corev1.Pod, t corev1.PodConditionType) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == t {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }
 
 // awaitHost waits until the gateway routes Host to a pod that answers 200.

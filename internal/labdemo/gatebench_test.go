@@ -301,7 +301,8 @@ func TestGateGoalNamesTheControl(t *testing.T) {
 }
 
 // The control's manifest: the scaled Deployment has the serving one's pod
-// template under a label its Service does not select, and starts at 0.
+// template, is selected by the same Service but held out of load balancing
+// by a readiness gate (one the warm gate does not set), and starts at 0.
 func TestGateControlManifest(t *testing.T) {
 	raw, err := os.ReadFile(filepath.Join("..", "..", GateControl.Manifest))
 	if err != nil {
@@ -334,13 +335,20 @@ func TestGateControlManifest(t *testing.T) {
 	if serving.Spec.Replicas == nil || *serving.Spec.Replicas != 2 || extra.Spec.Replicas == nil || *extra.Spec.Replicas != 0 || n != 2 {
 		t.Fatalf("deployments %v; want %s at 2 and %s at 0, scaled to 2", deps, GateControl.Deployment, name)
 	}
-	for k, v := range svc.Spec.Selector {
-		if extra.Spec.Template.Labels[k] == v {
-			t.Errorf("Service %s selects %s's pods (%s=%s): they would get users", svc.Name, name, k, v)
+	selects := func(labels map[string]string) bool {
+		for k, v := range svc.Spec.Selector {
+			if labels[k] != v {
+				return false
+			}
 		}
+		return len(svc.Spec.Selector) > 0
 	}
-	if svc.Spec.Selector["app"] != serving.Spec.Template.Labels["app"] {
-		t.Errorf("Service selector %v does not select %s", svc.Spec.Selector, serving.Name)
+	if !selects(serving.Spec.Template.Labels) || !selects(extra.Spec.Template.Labels) {
+		t.Errorf("Service selector %v must select both %s and %s (the extra pods' endpoints churn as a served scale-up's)", svc.Spec.Selector, serving.Name, name)
+	}
+	gates := extra.Spec.Template.Spec.ReadinessGates
+	if len(gates) != 1 || gates[0].ConditionType == "danki.dev/warm" || extra.Spec.Template.Annotations["danki.dev/warm-up"] != "" || !GateControl.HeldBack {
+		t.Errorf("%s: readiness gates %v, annotations %v; want one gate nobody sets, so its pods are never Ready (and HeldBack)", name, gates, extra.Spec.Template.Annotations)
 	}
 	a, b := serving.Spec.Template.Spec.Containers[0], extra.Spec.Template.Spec.Containers[0]
 	if a.Image != b.Image || !a.Resources.Limits.Cpu().Equal(*b.Resources.Limits.Cpu()) || !a.Resources.Requests.Cpu().Equal(*b.Resources.Requests.Cpu()) {

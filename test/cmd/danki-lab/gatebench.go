@@ -39,9 +39,11 @@ three ways side by side, 2 pods each — app-cold (no warm-up), app-slowstart
 danki.dev/warm-up: the gate keeps each new pod un-Ready until warm).
 
 Beside them, a control (test/lab/gatebench/start-only.yaml, app-startonly):
-its scale-up starts two pods of the same app that no Service selects, so they
-get no request at all — what starting two JVMs on the node costs its users,
-the floor under any warm-up.
+its scale-up starts two pods of the same app that its users' Service selects
+but a readiness gate nobody sets keeps un-Ready, so they join the
+EndpointSlice (not ready) as a gated scale-up's pods do and get no request at
+all — what a served scale-up's pod start costs its users, the floor under
+any warm-up.
 
 Under steady user traffic to every host at once (cold.lab, slowstart.lab,
 gated.lab, startonly.lab through the gateway), one way at a time: (a) each is
