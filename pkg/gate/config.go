@@ -2,6 +2,7 @@ package gate
 
 import (
 	"cmp"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -70,17 +71,42 @@ type Config struct {
 	// each further one. Default 30s.
 	RetryBackoff config.Duration `json:"retryBackoff,omitempty"`
 	// YieldCPU lowers a Burstable pod's CPU request in place (pods/resize,
-	// Kubernetes ≥ 1.33) to YieldCPURequest while it warms and puts it back
-	// before the pod becomes Ready: its CPU weight drops to the kernel's
-	// least, so the warming JVM runs on the node's idle CPU and the users'
-	// pods beside it keep theirs. Default true; false warms at the pod's
-	// own weight.
-	YieldCPU *bool `json:"yieldCPU,omitempty"`
+	// Kubernetes ≥ 1.33) to YieldCPURequest and puts it back before the pod
+	// becomes Ready: its CPU weight drops to the kernel's least, so the cold
+	// JVM runs on the node's idle CPU and the users' pods beside it keep
+	// theirs. YieldWarmUp (default; true) while the gate warms it,
+	// YieldFromStart from the moment it is scheduled (its JVM's start too),
+	// YieldOff (false) never.
+	YieldCPU YieldMode `json:"yieldCPU,omitempty"`
 }
 
-// Yields reports whether the pod's CPU request is lowered while it warms
-// (YieldCPU, default true).
-func (c Config) Yields() bool { return c.YieldCPU == nil || *c.YieldCPU }
+// YieldMode is when a pod's CPU request is lowered (Config.YieldCPU).
+type YieldMode string
+
+// The YieldMode values.
+const (
+	YieldWarmUp    YieldMode = "warmUp"
+	YieldFromStart YieldMode = "fromStart"
+	YieldOff       YieldMode = "off"
+)
+
+// UnmarshalJSON takes a mode's name, or true (YieldWarmUp) and false
+// (YieldOff).
+func (m *YieldMode) UnmarshalJSON(b []byte) error {
+	switch string(b) {
+	case "true":
+		*m = YieldWarmUp
+	case "false":
+		*m = YieldOff
+	default:
+		var s string
+		if err := json.Unmarshal(b, &s); err != nil {
+			return fmt.Errorf("yieldCPU: want %q, %q, %q, true or false (got %s)", YieldWarmUp, YieldFromStart, YieldOff, b)
+		}
+		*m = YieldMode(s)
+	}
+	return nil
+}
 
 // OptedIn reports whether the annotation asks for the gate.
 func OptedIn(annotations map[string]string) bool {
@@ -101,6 +127,7 @@ func ParseConfig(annotation string) (Config, error) {
 	c.OnFailure = cmp.Or(c.OnFailure, StayUnready)
 	c.Retries = cmp.Or(c.Retries, DefaultRetries)
 	c.RetryBackoff = cmp.Or(c.RetryBackoff, config.Duration(DefaultRetryBackoff))
+	c.YieldCPU = cmp.Or(c.YieldCPU, YieldWarmUp)
 	var errs config.Errors
 	errs.Add("", c.Config.Validate())
 	if c.OnFailure != StayUnready && c.OnFailure != BecomeReady {
@@ -108,6 +135,9 @@ func ParseConfig(annotation string) (Config, error) {
 	}
 	if c.Retries < 1 {
 		errs.Addf("retries", "must be at least 1 (got %d)", c.Retries)
+	}
+	if c.YieldCPU != YieldWarmUp && c.YieldCPU != YieldFromStart && c.YieldCPU != YieldOff {
+		errs.Addf("yieldCPU", "%q is not a mode; use %s (while it warms, the default), %s (from its start) or %s", c.YieldCPU, YieldWarmUp, YieldFromStart, YieldOff)
 	}
 	if c.RetryBackoff < 0 {
 		errs.Addf("retryBackoff", "must not be negative (got %s)", c.RetryBackoff)

@@ -296,6 +296,31 @@ func TestGateOnAPIServer(t *testing.T) {
 		}
 	})
 
+	t.Run("yieldCPU fromStart: lowered once scheduled, before its containers are ready", func(t *testing.T) {
+		srv := testutil.NewColdServer(t, testutil.Flat(time.Millisecond))
+		srv.HealthPath = "/healthz"
+		p := newPod("from-start", `{"qps": 400, "healthPath": "/healthz", "yieldCPU": "fromStart"}`, serverPort(t, srv.URL))
+		p.Spec.NodeName = "node-a"
+		p.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m")}
+		if _, err := kube.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		cpu := func(p *corev1.Pod) string { return p.Spec.Containers[0].Resources.Requests.Cpu().String() }
+		waitPod(t, ctx, kube, "from-start", 30*time.Second, "CPU request 1m while the containers start", func(p *corev1.Pod) bool {
+			return cpu(p) == gate.YieldCPURequest
+		})
+		if srv.Load() != 0 {
+			t.Fatalf("%d warm-up requests before the containers were ready", srv.Load())
+		}
+		markContainersReady(t, ctx, kube, getPod(t, ctx, kube, "from-start"))
+		waitPod(t, ctx, kube, "from-start", time.Minute, "warm with its request back", func(p *corev1.Pod) bool {
+			if gate.IsWarm(p) && cpu(p) != "500m" {
+				t.Fatalf("condition True with the CPU request at %s; want it back at 500m first", cpu(p))
+			}
+			return gate.IsWarm(p)
+		})
+	})
+
 	t.Run("a pod that opted out of yieldCPU keeps its CPU request", func(t *testing.T) {
 		srv := testutil.NewColdServer(t, testutil.Flat(time.Millisecond))
 		srv.HealthPath = "/healthz"

@@ -150,6 +150,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		// load stops, old failures are forgotten.
 		r.stop(pod.UID, "containers not ready")
 		r.forget(pod.UID)
+		// yieldCPU fromStart: the JVM starts at the least CPU weight too.
+		if cfg, err := ParseConfig(pod.Annotations[AnnotationWarmUp]); err == nil && cfg.YieldCPU == YieldFromStart && pod.Spec.NodeName != "" {
+			r.lowerCPU(ctx, r.Log.With("pod", pod.Namespace+"/"+pod.Name), &pod, "starting")
+		}
 		if c := condition(&pod); c != nil && c.Status == corev1.ConditionFalse && c.Reason == ReasonWaiting {
 			return reconcile.Result{}, nil // said so already (keep why: start or restart)
 		}
@@ -286,9 +290,8 @@ func (r *Reconciler) warm(ctx context.Context, pod *corev1.Pod, cfg Config, targ
 	}
 	defer func() { <-r.slots }()
 
-	restore := func(context.Context) {}
-	if cfg.Yields() {
-		restore = r.yieldCPU(ctx, log, pod)
+	if cfg.YieldCPU != YieldOff {
+		r.lowerCPU(ctx, log, pod, "warming")
 	}
 	var first time.Duration
 	var lastPatch time.Time
@@ -315,16 +318,18 @@ func (r *Reconciler) warm(ctx context.Context, pod *corev1.Pod, cfg Config, targ
 		}
 		_ = r.setCondition(ctx, pod, corev1.ConditionFalse, ReasonWarming, msg)
 	}})
-	// The request goes back before the outcome is written (a pod never
-	// becomes Ready at the lowered weight), with a fresh context: ctx may
-	// have ended. A pod deleted meanwhile needs nothing back.
-	wctx, done := context.WithTimeout(context.Background(), 30*time.Second)
-	defer done()
-	restore(wctx)
 	if ctx.Err() != nil {
+		// Deleted, or a container restarted: the latter is warmed again,
+		// and its CPU request goes back after that warm-up.
 		log.Info("warm-up stopped", "reason", context.Cause(ctx))
 		return
 	}
+	// The outcome is written even if the pod changed meanwhile: a fresh
+	// context, since ctx may end right after. The CPU request goes back
+	// first: a pod never becomes Ready at the lowered weight.
+	wctx, done := context.WithTimeout(context.Background(), 30*time.Second)
+	defer done()
+	r.restoreCPU(wctx, log, pod)
 	if err == nil {
 		msg := fmt.Sprintf("warm: %s", res.Summary())
 		log.Info("pod warm", "summary", res.Summary())

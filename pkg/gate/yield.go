@@ -120,52 +120,96 @@ func yieldPlan(pod *corev1.Pod) (map[string]resource.Quantity, string) {
 	return rec, ""
 }
 
-// yieldCPU lowers the warming pod's CPU request to YieldCPURequest through
-// the pods/resize subresource and returns the function that restores it.
-// When the pod cannot yield (see yieldPlan) or the resize is refused (an
-// API server before Kubernetes 1.33, RBAC without pods/resize, a
-// LimitRange's minimum), the pod warms at its full weight: said in the log
-// and, for a refusal, in an Event.
-func (r *Reconciler) yieldCPU(ctx context.Context, log *slog.Logger, pod *corev1.Pod) (restore func(context.Context)) {
-	rec, why := yieldPlan(pod)
+// lowerCPU lowers the pod's recorded containers' CPU request to
+// YieldCPURequest through the pods/resize subresource (nothing to do when
+// it is lowered already) and reports whether it is low. When the pod
+// cannot yield (see yieldPlan) or the resize is refused (an API server
+// before Kubernetes 1.33, RBAC without pods/resize, a LimitRange's
+// minimum), it keeps its full weight: said in the log and, for a refusal,
+// in an Event.
+func (r *Reconciler) lowerCPU(ctx context.Context, log *slog.Logger, pod *corev1.Pod, why string) bool {
+	rec, not := yieldPlan(pod)
 	if rec == nil {
-		log.Info("warming at the pod's full CPU weight", "why", why)
-		return func(context.Context) {}
+		log.Info("the pod keeps its full CPU weight", "while", why, "why", not)
+		return false
 	}
 	low := resource.MustParse(YieldCPURequest)
 	lowered := map[string]resource.Quantity{}
 	for name := range rec {
 		lowered[name] = low
 	}
+	if hasCPURequests(pod, lowered) {
+		return true
+	}
 	if err := r.resizeCPU(ctx, pod, lowered); err != nil {
-		log.Warn("lower the CPU request while warming; warming at full weight", "error", err)
+		log.Warn("lower the CPU request; the pod keeps its full weight", "while", why, "error", err)
 		r.Events.Eventf(pod, nil, corev1.EventTypeWarning, ReasonYieldRefused, eventAction,
-			"could not lower the CPU request to %s while warming (warming at full weight): %v", YieldCPURequest, err)
-		return func(context.Context) {}
+			"could not lower the CPU request to %s while %s (full weight): %v", YieldCPURequest, why, err)
+		return false
 	}
-	log.Info("CPU request lowered while warming", "to", YieldCPURequest, "from", formatRequests(rec))
-	return func(ctx context.Context) {
-		var cur corev1.Pod
-		err := r.Client.Get(ctx, client.ObjectKeyFromObject(pod), &cur)
-		if apierrors.IsNotFound(err) || err == nil && (cur.UID != pod.UID || cur.DeletionTimestamp != nil) {
-			return // gone or going: nothing to put back
-		}
-		if err := r.resizeCPU(ctx, pod, rec); err != nil {
-			log.Error("restore the CPU request", "to", formatRequests(rec), "error", err)
-			r.Events.Eventf(pod, nil, corev1.EventTypeWarning, ReasonRestoreFailed, eventAction,
-				"could not restore the CPU request to %s: %v", formatRequests(rec), err)
-			return
-		}
-		if err := r.awaitActuated(ctx, pod, rec); err != nil {
-			// Deferred (the node filled meanwhile) or slow: the kubelet
-			// applies it when it can; the pod is warm either way.
-			log.Warn("CPU request restored in the spec, not yet applied by the kubelet", "error", err)
-			r.Events.Eventf(pod, nil, corev1.EventTypeWarning, ReasonRestorePending, eventAction,
-				"CPU request restored to %s; the kubelet has not applied it yet: %v", formatRequests(rec), err)
-			return
-		}
-		log.Info("CPU request restored", "to", formatRequests(rec))
+	log.Info("CPU request lowered", "while", why, "to", YieldCPURequest, "from", formatRequests(rec))
+	return true
+}
+
+// restoreCPU puts back the recorded CPU request of each container the gate
+// lowered (its request is YieldCPURequest: another value is someone else's
+// resize, left alone) and waits for the kubelet to apply it. A pod gone or
+// going needs nothing back.
+func (r *Reconciler) restoreCPU(ctx context.Context, log *slog.Logger, pod *corev1.Pod) {
+	var cur corev1.Pod
+	err := r.Client.Get(ctx, client.ObjectKeyFromObject(pod), &cur)
+	if apierrors.IsNotFound(err) || err == nil && (cur.UID != pod.UID || cur.DeletionTimestamp != nil) {
+		return
 	}
+	if err != nil {
+		log.Error("read the pod to restore its CPU request", "error", err)
+		return
+	}
+	rec, err := recordedCPURequests(&cur)
+	if err != nil || len(rec) == 0 {
+		return
+	}
+	back := map[string]resource.Quantity{}
+	low := resource.MustParse(YieldCPURequest)
+	for _, c := range cur.Spec.Containers {
+		q, ok := rec[c.Name]
+		if got, has := c.Resources.Requests[corev1.ResourceCPU]; ok && has && got.Cmp(low) == 0 && q.Cmp(low) != 0 {
+			back[c.Name] = q
+		}
+	}
+	if len(back) == 0 {
+		return
+	}
+	if err := r.resizeCPU(ctx, &cur, back); err != nil {
+		log.Error("restore the CPU request", "to", formatRequests(back), "error", err)
+		r.Events.Eventf(&cur, nil, corev1.EventTypeWarning, ReasonRestoreFailed, eventAction,
+			"could not restore the CPU request to %s: %v", formatRequests(back), err)
+		return
+	}
+	if err := r.awaitActuated(ctx, &cur, back); err != nil {
+		// Deferred (the node filled meanwhile) or slow: the kubelet
+		// applies it when it can; the pod is warm either way.
+		log.Warn("CPU request restored in the spec, not yet applied by the kubelet", "error", err)
+		r.Events.Eventf(&cur, nil, corev1.EventTypeWarning, ReasonRestorePending, eventAction,
+			"CPU request restored to %s; the kubelet has not applied it yet: %v", formatRequests(back), err)
+		return
+	}
+	log.Info("CPU request restored", "to", formatRequests(back))
+}
+
+// hasCPURequests reports whether the pod's spec requests exactly these
+// CPU quantities for the named containers.
+func hasCPURequests(pod *corev1.Pod, want map[string]resource.Quantity) bool {
+	for _, c := range pod.Spec.Containers {
+		q, ok := want[c.Name]
+		if !ok {
+			continue
+		}
+		if got, has := c.Resources.Requests[corev1.ResourceCPU]; !has || got.Cmp(q) != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // resizeCPU sets the CPU requests of the named containers through the

@@ -62,3 +62,24 @@ func TestWithRecordedRequests(t *testing.T) {
 		t.Fatalf("the pod itself changed to %s", q)
 	}
 }
+
+func TestYieldModeParsing(t *testing.T) {
+	for in, want := range map[string]YieldMode{
+		`{}`:                        YieldWarmUp,
+		`{"yieldCPU": true}`:        YieldWarmUp,
+		`{"yieldCPU": false}`:       YieldOff,
+		`{"yieldCPU": "fromStart"}`: YieldFromStart,
+		`{"yieldCPU": "off"}`:       YieldOff,
+		"yieldCPU: fromStart":       YieldFromStart,
+	} {
+		c, err := ParseConfig(in)
+		if err != nil || c.YieldCPU != want {
+			t.Errorf("%s: %q, %v; want %q", in, c.YieldCPU, err, want)
+		}
+	}
+	for _, in := range []string{`{"yieldCPU": "always"}`, `{"yieldCPU": 3}`} {
+		if _, err := ParseConfig(in); err == nil || !strings.Contains(err.Error(), "yieldCPU") {
+			t.Errorf("%s: %v; want an error naming yieldCPU", in, err)
+		}
+	}
+}
