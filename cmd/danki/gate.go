@@ -33,11 +33,13 @@ func newGateCmd() *cobra.Command {
 		Short: "Run the warm gate: keep pods annotated danki.dev/warm-up out of load balancing until they are warm",
 		Long: `Run danki's warm gate, a Kubernetes controller (docs/gate.md). Pods opt in with the
 annotation danki.dev/warm-up ("true", or a warm-up config in the danki/warmup
-step's schema plus onFailure, retries, retryBackoff and port). The gate's
-mutating webhook adds the readiness gate danki.dev/warm to them; the controller
-warms each at its pod IP once its containers are ready and sets the condition
-True when its latency converged. Until then the pod is not Ready: no Service
-endpoint, no user request.
+step's schema plus onFailure, retries, retryBackoff, port and yieldCPU). The
+gate's mutating webhook adds the readiness gate danki.dev/warm to them; the
+controller warms each at its pod IP once its containers are ready and sets the
+condition True when its latency converged. Until then the pod is not Ready: no
+Service endpoint, no user request. While a Burstable pod warms, its CPU request
+is lowered in place to 1m (pods/resize, Kubernetes >= 1.33) and put back before
+the condition is set, so the users' pods on its node run first (yieldCPU).
 
 In a cluster it runs from deploy/gate. Out of cluster (--kubeconfig) it serves
 the webhook on --webhook-host:--webhook-port; without tls.crt in --cert-dir it

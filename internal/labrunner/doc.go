@@ -34,6 +34,9 @@
 // cgroup.procs, then execs the command), so every thread and child the
 // program starts is limited from its first instruction. Groups are removed
 // when the pod stops (killing what is still in them) and when the Runner
-// stops. Without cgroup v1 cpu and memory controllers, or without root,
+// stops. An in-place resize (pods/resize changes a running pod's resources)
+// is applied to the pod's groups and the burstable sum without restarting
+// its processes, and reported in the container statuses' resources, as
+// kubelet does. Without cgroup v1 cpu and memory controllers, or without root,
 // the Runner warns once and runs pods without limits.
 package labrunner

@@ -3,7 +3,7 @@
 //
 // A pod opts in with the annotation danki.dev/warm-up (AnnotationWarmUp):
 // "true" for the defaults, or a warm-up configuration, the danki/warmup
-// step's schema (docs/warmup.md) plus onFailure, retries and port. The
+// step's schema (docs/warmup.md) plus onFailure, retries, port and yieldCPU. The
 // mutating webhook (Injector) adds the readiness gate danki.dev/warm
 // (ConditionWarm) to such pods as they are created; a pod that carries the
 // gate already needs no webhook. Kubernetes counts a pod with a readiness
@@ -15,7 +15,11 @@
 // ready and its condition is not True, it warms the pod at its pod IP with
 // pkg/warmup (the same engine, stopping rule and configuration as the
 // danki/warmup step), showing the progress in the condition's message, and
-// sets the condition True once the latency converged. A warm-up that fails
+// sets the condition True once the latency converged. While a Burstable pod
+// warms, its CPU request is lowered in place to YieldCPURequest (pods/resize)
+// and put back before the condition is set (Config.YieldCPU): the cold JVM
+// gets the kernel's least CPU weight, so the users' pods on its node run
+// first. A warm-up that fails
 // is retried with back-off; after the last attempt the pod stays un-ready
 // (onFailure: stayUnready, the default: fail closed) or becomes Ready anyway
 // (becomeReady: fail open), with an Event either way. A pod deleted, or
