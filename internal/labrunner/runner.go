@@ -445,8 +445,8 @@ func (r *Runner) stopPod(ctx context.Context, key string, st *podState) {
 // actuateResize applies an in-place resize (pods/resize changed the
 // containers' resources in the spec) as kubelet does: the pod's and its
 // containers' cgroups and the burstable group's summed requests take the
-// new values, and the container statuses report them (resources,
-// allocatedResources). The running processes are not restarted. The lab has
+// new values, and the container statuses report them (resources). The
+// running processes are not restarted. The lab has
 // one node that the scheduler already fits pods onto, so a resize is never
 // deferred here.
 func (r *Runner) actuateResize(key string, pod *corev1.Pod, st *podState) {
