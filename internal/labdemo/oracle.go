@@ -70,11 +70,9 @@ func MeasureOracle(ctx context.Context, kubeconfig string, n int, qps float64, c
 		if err != nil {
 			return false, err
 		}
-		for _, c := range p.Status.Conditions {
-			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
-				ip = p.Status.PodIP
-				return true, nil
-			}
+		if podConditionTrue(p, corev1.PodReady) {
+			ip = p.Status.PodIP
+			return true, nil
 		}
 		return false, nil
 	}); err != nil {

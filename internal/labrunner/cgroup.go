@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -289,11 +290,7 @@ type podCgroup struct {
 // then each container's.
 func (t *cgroupTree) createPod(uid types.UID, v podCgroupValues) (*podCgroup, error) {
 	pc := &podCgroup{tree: t, rel: filepath.Join(qosDir(v.QoS), "pod"+string(uid)), values: v}
-	names := make([]string, 0, len(v.Containers))
-	for n := range v.Containers {
-		names = append(names, n)
-	}
-	slices.Sort(names)
+	names := slices.Sorted(maps.Keys(v.Containers))
 	err := func() error {
 		if err := t.ensureQoS(); err != nil {
 			return err
@@ -353,11 +350,7 @@ func (pc *podCgroup) resize(v podCgroupValues) error {
 	if v.QoS != pc.values.QoS {
 		return fmt.Errorf("resize pod cgroup %s: QoS class %s → %s cannot change in place", pc.rel, pc.values.QoS, v.QoS)
 	}
-	names := make([]string, 0, len(v.Containers))
-	for n := range v.Containers {
-		names = append(names, n)
-	}
-	slices.Sort(names)
+	names := slices.Sorted(maps.Keys(v.Containers))
 	containers := func() error {
 		for _, n := range names {
 			if err := pc.tree.apply(filepath.Join(pc.rel, n), v.Containers[n]); err != nil {

@@ -5,7 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -227,7 +228,7 @@ func (r *Reconciler) resizeCPU(ctx context.Context, pod *corev1.Pod, requests ma
 			Containers []ctr `json:"containers"`
 		} `json:"spec"`
 	}
-	for _, name := range sortedNames(requests) {
+	for _, name := range slices.Sorted(maps.Keys(requests)) {
 		c := ctr{Name: name}
 		q := requests[name]
 		c.Resources.Requests = map[string]string{string(corev1.ResourceCPU): q.String()}
@@ -306,18 +307,9 @@ func resizeCondition(pod *corev1.Pod) *corev1.PodCondition {
 	return nil
 }
 
-func sortedNames(m map[string]resource.Quantity) []string {
-	names := make([]string, 0, len(m))
-	for n := range m {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
-}
-
 func formatRequests(m map[string]resource.Quantity) string {
 	var parts []string
-	for _, n := range sortedNames(m) {
+	for _, n := range slices.Sorted(maps.Keys(m)) {
 		q := m[n]
 		parts = append(parts, n+"="+q.String())
 	}
