@@ -232,6 +232,11 @@ type GatePod struct {
 	// condition (API server time, 1 s resolution).
 	Ready      bool          `json:"ready"`
 	ReadyAfter time.Duration `json:"readyAfter"`
+	// Started: its containers' readiness probes passed (ContainersReady),
+	// StartedAfter from the event (1 s resolution): the JVM started; a
+	// gated pod warms from there to ReadyAfter.
+	Started      bool          `json:"started"`
+	StartedAfter time.Duration `json:"startedAfter"`
 	// Warm is the danki.dev/warm condition's message (gated pods).
 	Warm string `json:"warm,omitempty"`
 }
@@ -246,6 +251,10 @@ type GateWayResult struct {
 	Ratios []GateRatio       `json:"ratios"`
 	// EachRepeat is every event's own ratio, in order (only with repeats).
 	EachRepeat []GateRatio `json:"eachRepeat,omitempty"`
+	// Tails and Slowest say when in the minutes after the slow requests
+	// came: counts per 10 s over the steady p99.9, and each event's slowest.
+	Tails   []GateTail        `json:"tails,omitempty"`
+	Slowest []GateSlowRequest `json:"slowest,omitempty"`
 	// CPU is the machine's mean CPU busy share per phase name (0..1), when
 	// sampled.
 	CPU  map[string]float64 `json:"machineCPUBusy,omitempty"`
@@ -429,7 +438,8 @@ func GateBench(ctx context.Context, cfg GateBenchConfig) (res *GateBenchResult, 
 			}
 		}
 		pooled := demo.SummarizeByName(tr.Samples, phases)
-		wr := GateWayResult{GateWay: w, Events: events, Phases: pooled, Ratios: gateRatios(pooled), Pods: pods, Traffic: tr}
+		wr := GateWayResult{GateWay: w, Events: events, Phases: pooled, Ratios: gateRatios(pooled), Pods: pods, Traffic: tr,
+			Tails: gateTails(events, tr.Samples, pooled, cfg.After), Slowest: slowestAfter(events, tr.Samples, cfg.After)}
 		if cfg.Repeat > 1 {
 			wr.EachRepeat = eachRatio(events, demo.Summarize(tr.Samples, phases))
 		}
@@ -741,6 +751,8 @@ func gatePods(pods []corev1.Pod, events []GateEvent) []GatePod {
 			switch {
 			case c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue:
 				gp.Ready, gp.ReadyAfter = true, max(c.LastTransitionTime.Sub(events[ev].At), 0)
+			case c.Type == corev1.ContainersReady && c.Status == corev1.ConditionTrue:
+				gp.Started, gp.StartedAfter = true, max(c.LastTransitionTime.Sub(events[ev].At), 0)
 			case string(c.Type) == "danki.dev/warm":
 				gp.Warm = c.Message
 			}

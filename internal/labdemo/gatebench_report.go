@@ -52,6 +52,7 @@ func WriteGateBenchReport(w io.Writer, r *GateBenchResult) error {
 	}
 	b.WriteString("\n" + r.Goal + "\n\n")
 	writeGateRepeats(&b, r.Ways, kinds)
+	writeGateTails(&b, r.Ways)
 	b.WriteString("## Raw figures per phase (ms): p50 / p99 / p99.9 / max (requests, errors)\n\n")
 	var phaseNames []string // every phase any way went through, in order
 	for _, name := range []string{PhaseQuietPrev, PhaseQuiet, PhaseSteady, PhaseScaleUp, PhaseSteady4, PhasePodKill} {
@@ -86,6 +87,9 @@ func WriteGateBenchReport(w io.Writer, r *GateBenchResult) error {
 			ready := "not Ready"
 			if p.Ready {
 				ready = fmt.Sprintf("Ready %.0f s after", p.ReadyAfter.Seconds())
+				if p.Started && p.StartedAfter < p.ReadyAfter {
+					ready = fmt.Sprintf("containers ready %.0f s, %s", p.StartedAfter.Seconds(), ready)
+				}
 			}
 			line := fmt.Sprintf("- %s: %s (%s): %s", w.Name, p.Name, p.Event, ready)
 			if p.Warm != "" {
