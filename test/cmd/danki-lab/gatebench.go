@@ -51,7 +51,8 @@ scaled 2 → 4 and the minute after measured, then (b) one pod of each (not the
 control) is deleted (re-created) and the minute after measured. Reports
 users' p99, p99.9 and max in each minute ÷ the steady state right before it
 (as long, --steady), per way, and when the new pods became Ready, with the
-machine's CPU busy share in each phase. --repeat N runs each event N times
+machine's CPU busy share in each phase and when in the minute the slow
+requests came (per 10 s, those slower than the steady p99.9). --repeat N runs each event N times
 per way, the ways taking turns (a scale-up undone in between), and pools the
 repeats' minutes (each repeat's own ratios listed too): one minute's p99.9 is
 a handful of requests. Writes
