@@ -102,16 +102,23 @@ func writeGateTails(b *strings.Builder, ways []GateWayResult) {
 	}
 	b.WriteString("## When the slow requests came: requests slower than the steady p99.9, per 10 s after the event (repeats pooled)\n\n")
 	b.WriteString("Without any effect about 1 in 1,000 requests of each column is; read them against when the new pods became Ready.\n\n")
+	bins := 0 // as many columns as the longest --after has bins
+	for _, w := range ways {
+		for _, t := range w.Tails {
+			bins = max(bins, len(t.Slower))
+		}
+	}
 	head, align := []string{"way", "event", "steady p99.9"}, "|---|---|---:|"
-	for i := range 6 {
-		head = append(head, fmt.Sprintf("%d–%d s", 10*i, 10*(i+1)))
+	for i := range bins {
+		from := time.Duration(i) * tailBin
+		head = append(head, fmt.Sprintf("%.0f–%.0f s", from.Seconds(), (from+tailBin).Seconds()))
 		align += "---:|"
 	}
 	b.WriteString("| " + strings.Join(head, " | ") + " | new pods Ready after |\n" + align + "---|\n")
 	for _, w := range ways {
 		for _, t := range w.Tails {
 			row := []string{w.Name, t.Event, ms(t.Threshold)}
-			for i := range 6 {
+			for i := range bins {
 				if i < len(t.Slower) {
 					row = append(row, fmt.Sprintf("%d / %d", t.Slower[i], t.Requests[i]))
 				} else {

@@ -68,6 +68,7 @@ func TestWriteGateTails(t *testing.T) {
 	for _, want := range []string{
 		"| danki warm gate | " + EventScaleUp + " | 12.6 | 15 / 1199 | 2 / 1200 | 4 / 1201 | 0 / 1200 | 2 / 1200 | 4 / 1200 | 73 s |",
 		"p (" + EventScaleUp + "): containers ready 1 s, Ready 73 s after",
+		"| way | event | steady p99.9 | 0–10 s | 10–20 s | 20–30 s | 30–40 s | 40–50 s | 50–60 s | new pods Ready after |",
 	} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, b.String())
