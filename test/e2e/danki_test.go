@@ -386,11 +386,22 @@ func (d *dankiLab) slowerRejected(t *testing.T) {
 	// it: the version settles far above stable and the warm-up rejects it
 	// before any user request reaches it (counted at Envoy: the canary
 	// Service's cluster; the warm-up goes to pod IPs directly).
+	// The count starts once Envoy has the weight-0 route too: the
+	// VirtualService shows 0 up to half a second before istiod's push
+	// reaches Envoy, and the previous rollout's last requests to the canary
+	// cluster (its pods, now stable) must not count against this version.
 	var before trafficPoint
-	waitFor(t, d.ctx, 30*time.Second, "canary weight 0 before the rollout", func() (bool, string) {
+	waitFor(t, d.ctx, 30*time.Second, "canary weight 0 before the rollout, Envoy's canary counter still for "+settleTime.String(), func() (bool, string) {
 		p, err := lookAtTraffic(d.ctx, d.istio)
-		before = p
-		return err == nil && p.canaryWeight == 0, fmt.Sprintf("canary weight %d %v", p.canaryWeight, err)
+		if err != nil || p.canaryWeight != 0 {
+			before = trafficPoint{}
+			return false, fmt.Sprintf("canary weight %d %v", p.canaryWeight, err)
+		}
+		if before.at.IsZero() || p.canary != before.canary {
+			before = p
+			return false, fmt.Sprintf("canary weight 0, Envoy's canary counter at %d", p.canary)
+		}
+		return p.at.Sub(before.at) >= settleTime, fmt.Sprintf("canary weight 0, Envoy's canary counter at %d for %s", p.canary, p.at.Sub(before.at).Round(100*time.Millisecond))
 	})
 	_, start := d.deploy(t, map[string]string{"SLOW_MS": "1000", "SLOW_PERCENT": "5"}, nil)
 	st := d.awaitWarmup(t, 6*time.Minute)
