@@ -242,13 +242,8 @@ func AA(ctx context.Context, cfg AAConfig) (*AAResult, error) {
 func countUsers(runs []AARun, samples []demo.Sample) {
 	for i := range runs {
 		r := &runs[i]
-		from, to := r.Start, r.Start.Add(r.Elapsed)
-		lo, _ := slices.BinarySearchFunc(samples, from, func(s demo.Sample, t time.Time) int { return s.Start.Compare(t) })
 		r.UserRequests, r.UserErrors = 0, 0
-		for _, s := range samples[lo:] {
-			if !s.Start.Before(to) {
-				break
-			}
+		for _, s := range samplesIn(samples, r.Start, r.Start.Add(r.Elapsed)) {
 			r.UserRequests++
 			if !s.OK() {
 				r.UserErrors++
