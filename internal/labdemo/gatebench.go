@@ -531,14 +531,8 @@ func wayEvents(events []GateEvent, way string) []GateEvent {
 func gatePhases(events []GateEvent, steady, after time.Duration) []demo.Phase {
 	var out []demo.Phase
 	for _, e := range events {
-		before, during := PhaseSteady, PhaseScaleUp
-		switch e.Name {
-		case EventPodKill:
-			before, during = PhaseSteady4, PhasePodKill
-		case EventQuiet:
-			before, during = PhaseQuietPrev, PhaseQuiet
-		}
-		out = append(out, demo.Phase{Name: before, From: e.At.Add(-steady), To: e.At}, demo.Phase{Name: during, From: e.At, To: e.At.Add(after)})
+		p := phasesOf(e.Name)
+		out = append(out, demo.Phase{Name: p.before, From: e.At.Add(-steady), To: e.At}, demo.Phase{Name: p.after, From: e.At, To: e.At.Add(after)})
 	}
 	return out
 }
@@ -555,14 +549,35 @@ func gateRatios(phases []demo.PhaseStats) []GateRatio {
 		return nil
 	}
 	var out []GateRatio
-	for _, p := range [][3]string{{EventQuiet, PhaseQuiet, PhaseQuietPrev}, {EventScaleUp, PhaseScaleUp, PhaseSteady}, {EventPodKill, PhasePodKill, PhaseSteady4}} {
-		after, before := get(p[1]), get(p[2])
+	for _, p := range eventPhases {
+		after, before := get(p.after), get(p.before)
 		if after == nil || before == nil {
 			continue
 		}
-		out = append(out, phaseRatio(p[0], *after, *before))
+		out = append(out, phaseRatio(p.event, *after, *before))
 	}
 	return out
+}
+
+// eventPhase names an event's phases: the steady state measured before it
+// and the minute after it.
+type eventPhase struct{ event, before, after string }
+
+// eventPhases are the events' phases.
+var eventPhases = []eventPhase{
+	{EventQuiet, PhaseQuietPrev, PhaseQuiet},
+	{EventScaleUp, PhaseSteady, PhaseScaleUp},
+	{EventPodKill, PhaseSteady4, PhasePodKill},
+}
+
+// phasesOf is an event's phases; an event of no other kind is measured as
+// a scale-up.
+func phasesOf(event string) eventPhase {
+	i := slices.IndexFunc(eventPhases, func(p eventPhase) bool { return p.event == event })
+	if i < 0 {
+		i = slices.IndexFunc(eventPhases, func(p eventPhase) bool { return p.event == EventScaleUp })
+	}
+	return eventPhases[i]
 }
 
 // eachRatio is every event's own ratio: gatePhases' stats come in pairs,

@@ -47,15 +47,15 @@ type GateSlowRequest struct {
 // state before them (phases as SummarizeByName returns them).
 func gateTails(events []GateEvent, samples []demo.Sample, pooled []demo.PhaseStats, after time.Duration) []GateTail {
 	var out []GateTail
-	for _, p := range [][2]string{{EventQuiet, PhaseQuietPrev}, {EventScaleUp, PhaseSteady}, {EventPodKill, PhaseSteady4}} {
-		i := slices.IndexFunc(pooled, func(s demo.PhaseStats) bool { return s.Name == p[1] && s.Count > 0 })
-		if i < 0 || !slices.ContainsFunc(events, func(e GateEvent) bool { return e.Name == p[0] }) {
+	for _, p := range eventPhases {
+		i := slices.IndexFunc(pooled, func(s demo.PhaseStats) bool { return s.Name == p.before && s.Count > 0 })
+		if i < 0 || !slices.ContainsFunc(events, func(e GateEvent) bool { return e.Name == p.event }) {
 			continue
 		}
 		bins := int((after + tailBin - 1) / tailBin)
-		t := GateTail{Event: p[0], Threshold: pooled[i].P999, Slower: make([]int, bins), Requests: make([]int, bins)}
+		t := GateTail{Event: p.event, Threshold: pooled[i].P999, Slower: make([]int, bins), Requests: make([]int, bins)}
 		for _, e := range events {
-			if e.Name != p[0] {
+			if e.Name != p.event {
 				continue
 			}
 			for _, s := range samplesIn(samples, e.At, e.At.Add(after)) {
