@@ -161,6 +161,11 @@ func TestLabWarmGate(t *testing.T) {
 		}
 		return all, strings.Join(state, ", ")
 	})
+	// The watch looks every 200 ms: give it the look that sees the last
+	// pod warm (the Ready check above reads the Deployment, not the watch).
+	waitFor(t, ctx, 15*time.Second, "the watch seeing every new pod warm", func() (bool, string) {
+		return w.sawWarm(fresh)
+	})
 	res := users.Stop()
 	w.stop()
 	if gateLogHas(logPath, "pod warm", ref) != "" {
@@ -168,7 +173,7 @@ func TestLabWarmGate(t *testing.T) {
 	}
 
 	// The invariant, over every look at every gated pod since the users came.
-	t.Logf("%d looks at Envoy and the pods; user requests %d, not OK %d", w.looks, res.Requests, res.Errors)
+	t.Logf("%d looks at Envoy and the pods (%d failed, last: %v); user requests %d, not OK %d", w.looks, w.failed, w.lastErr, res.Requests, res.Errors)
 	if w.looks < 100 {
 		t.Errorf("only %d looks at Envoy and the pods: too few to judge", w.looks)
 	}
@@ -223,8 +228,25 @@ func TestLabWarmGate(t *testing.T) {
 type gateWatch struct {
 	mu    sync.Mutex
 	looks int
-	pods  map[string]*gatePodSeen
-	stop  func()
+	// failed counts looks that could not read Envoy or the pods (skipped).
+	failed  int
+	lastErr error
+	pods    map[string]*gatePodSeen
+	stop    func()
+}
+
+// sawWarm reports whether the watch has seen each of pods warm, and which
+// it has not.
+func (w *gateWatch) sawWarm(pods []corev1.Pod) (bool, string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var not []string
+	for _, p := range pods {
+		if s := w.pods[p.Name]; s == nil || s.warmAt.IsZero() {
+			not = append(not, p.Name)
+		}
+	}
+	return len(not) == 0, fmt.Sprintf("%d looks (%d failed, last: %v); not seen warm yet: %s", w.looks, w.failed, w.lastErr, strings.Join(not, ", "))
 }
 
 type gatePodSeen struct {
@@ -252,11 +274,18 @@ func watchGate(t *testing.T, ctx context.Context, l *lab) *gateWatch {
 		for ctx.Err() == nil {
 			time.Sleep(200 * time.Millisecond)
 			rq, err := gatedRequests()
-			if err != nil {
-				continue
+			var list *corev1.PodList
+			if err == nil {
+				list, err = l.kube.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=" + gatedApp})
 			}
-			list, err := l.kube.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=" + gatedApp})
 			if err != nil {
+				if ctx.Err() != nil {
+					return // stopped
+				}
+				w.mu.Lock()
+				w.failed++
+				w.lastErr = err
+				w.mu.Unlock()
 				continue
 			}
 			now := time.Now()
