@@ -13,7 +13,11 @@ import (
 // kubectl does: $KUBECONFIG or ~/.kube/config, else the in-cluster service
 // account. Plugin processes inherit the controller's environment, not its
 // --kubeconfig flag.
-func restConfigFromEnvironment() (*rest.Config, error) {
+func restConfigFromEnvironment() (*rest.Config, error) { return RestConfig() }
+
+// RestConfig is the client configuration the plugins use: $KUBECONFIG or
+// ~/.kube/config, else the in-cluster service account.
+func RestConfig() (*rest.Config, error) {
 	return clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
 		clientcmd.NewDefaultClientConfigLoadingRules(), &clientcmd.ConfigOverrides{}).ClientConfig()
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/argoproj/argo-rollouts/pkg/apis/rollouts/v1alpha1"
 	"github.com/argoproj/argo-rollouts/utils/plugin/types"
 	"github.com/danki-dev/danki/pkg/analysis"
+	"github.com/danki-dev/danki/pkg/policy"
 	goplugin "github.com/hashicorp/go-plugin"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -21,8 +22,8 @@ import (
 const LatencyPluginName = "danki/latency"
 
 func init() {
-	register(KindMetricProvider, "RpcMetricProviderPlugin", func(l *slog.Logger) goplugin.Plugin {
-		return &rpc.RpcMetricProviderPlugin{Impl: newLatencyProvider(l)}
+	register(KindMetricProvider, "RpcMetricProviderPlugin", func(l *slog.Logger, pol policy.Policy) goplugin.Plugin {
+		return &rpc.RpcMetricProviderPlugin{Impl: newLatencyProvider(l, pol)}
 	})
 }
 
@@ -35,7 +36,10 @@ func init() {
 // Terminate and GarbageCollect stop it.
 type latencyProvider struct {
 	log *slog.Logger
-	now func() time.Time
+	// policy is the operator's (the plugin's args): what tenant metric
+	// configs may ask for.
+	policy policy.Policy
+	now    func() time.Time
 	// analyzers are kept by raw plugin config; tests replace it (a clock).
 	analyzers *analysis.Analyzers
 	loads     *loadRuns
@@ -52,13 +56,13 @@ const terminateWait = time.Second
 
 var _ rpc.MetricProviderPlugin = (*latencyProvider)(nil)
 
-func newLatencyProvider(l *slog.Logger) *latencyProvider {
+func newLatencyProvider(l *slog.Logger, pol policy.Policy) *latencyProvider {
 	if l == nil {
 		l = slog.Default()
 	}
 	kube := &lazyKube{}
 	analyzers := analysis.NewAnalyzers(analysis.WithLogger(l), analysis.WithKube(kube.get), analysis.WithWarmedPods(analysis.NewWarmedPods()))
-	return &latencyProvider{log: l, now: time.Now, analyzers: analyzers, loads: newLoadRuns(), loadPoll: loadPollInterval}
+	return &latencyProvider{log: l, policy: pol, now: time.Now, analyzers: analyzers, loads: newLoadRuns(), loadPoll: loadPollInterval}
 }
 
 // InitPlugin has nothing to set up: clients are built per configuration.

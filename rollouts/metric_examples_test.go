@@ -11,6 +11,7 @@ import (
 	"github.com/argoproj/argo-rollouts/pkg/apis/rollouts/v1alpha1"
 	templateutil "github.com/argoproj/argo-rollouts/utils/template"
 	"github.com/danki-dev/danki/pkg/analysis"
+	"github.com/danki-dev/danki/pkg/policy"
 	"github.com/danki-dev/danki/test/testenv"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
@@ -58,7 +59,7 @@ func loadExampleTemplates(t *testing.T) map[string]*v1alpha1.AnalysisTemplate {
 // Argo Rollouts controller does (utils/template.ResolveQuotedArgs over the
 // marshalled metric) and checks danki accepts the resulting plugin config.
 func TestExampleAnalysisTemplates(t *testing.T) {
-	provider := newLatencyProvider(quietLog)
+	provider := newLatencyProvider(quietLog, policy.Local())
 	seen := map[string]bool{}
 	for name, at := range loadExampleTemplates(t) {
 		var args []v1alpha1.Argument

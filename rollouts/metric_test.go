@@ -15,6 +15,7 @@ import (
 	"github.com/argoproj/argo-rollouts/pkg/apis/rollouts/v1alpha1"
 	"github.com/danki-dev/danki/internal/testutil"
 	"github.com/danki-dev/danki/pkg/analysis"
+	"github.com/danki-dev/danki/pkg/policy"
 	goplugin "github.com/hashicorp/go-plugin"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -82,7 +83,7 @@ func dispenseLatency(t *testing.T, now time.Time) (rpc.MetricProviderPlugin, *la
 	if !ok || f.mapKey != "RpcMetricProviderPlugin" {
 		t.Fatalf("metric provider registered as %+v, want kind %q with map key RpcMetricProviderPlugin", f, KindMetricProvider)
 	}
-	plugin := f.build(quietLog)
+	plugin := f.build(quietLog, policy.Local())
 	impl := plugin.(*rpc.RpcMetricProviderPlugin).Impl.(*latencyProvider)
 	impl.now = func() time.Time { return now }
 	impl.analyzers = analysis.NewAnalyzers(analysis.WithLogger(quietLog), analysis.WithClock(func() time.Time { return now }))

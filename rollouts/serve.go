@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	goplugin "github.com/hashicorp/go-plugin"
+
+	"github.com/danki-dev/danki/pkg/policy"
 )
 
 // Handshake values shared with the Argo Rollouts controller
@@ -25,13 +27,13 @@ type pluginFactory struct {
 	// mapKey is the name the controller dispenses the plugin by,
 	// e.g. "RpcStepPlugin".
 	mapKey string
-	build  func(*slog.Logger) goplugin.Plugin
+	build  func(*slog.Logger, policy.Policy) goplugin.Plugin
 }
 
 var factories = map[string]pluginFactory{}
 
 // register makes a plugin kind servable. Adapters call it from init.
-func register(kind, mapKey string, build func(*slog.Logger) goplugin.Plugin) {
+func register(kind, mapKey string, build func(*slog.Logger, policy.Policy) goplugin.Plugin) {
 	if _, dup := factories[kind]; dup {
 		panic("rollouts: plugin kind registered twice: " + kind)
 	}
@@ -50,7 +52,9 @@ func Kinds() []string {
 
 // Serve serves the plugin kind the controller asked for through the
 // ARGO_ROLLOUTS_RPC_PLUGIN handshake variable, until the controller ends it.
-func Serve(logger *slog.Logger) error {
+// pol is the operator's policy (the plugin's args in argo-rollouts-config):
+// every tenant config the plugin is given is checked against it.
+func Serve(logger *slog.Logger, pol policy.Policy) error {
 	kind := os.Getenv(MagicCookieKey)
 	f, ok := factories[kind]
 	if !ok {
@@ -65,7 +69,7 @@ func Serve(logger *slog.Logger) error {
 			MagicCookieKey:   MagicCookieKey,
 			MagicCookieValue: kind,
 		},
-		Plugins: map[string]goplugin.Plugin{f.mapKey: f.build(logger)},
+		Plugins: map[string]goplugin.Plugin{f.mapKey: f.build(logger, pol)},
 	})
 	return nil
 }

@@ -20,12 +20,13 @@ import (
 
 	"github.com/danki-dev/danki/pkg/analysis"
 	"github.com/danki-dev/danki/pkg/capacity"
+	"github.com/danki-dev/danki/pkg/policy"
 	"github.com/danki-dev/danki/pkg/warmup"
 )
 
 func init() {
-	register(KindStep, "RpcStepPlugin", func(l *slog.Logger) goplugin.Plugin {
-		return &rpc.RpcStepPlugin{Impl: newWarmupStep(l)}
+	register(KindStep, "RpcStepPlugin", func(l *slog.Logger, pol policy.Policy) goplugin.Plugin {
+		return &rpc.RpcStepPlugin{Impl: newWarmupStep(l, pol)}
 	})
 }
 
@@ -38,6 +39,9 @@ const WarmupPluginName = "danki/warmup"
 type warmupStep struct {
 	log        *slog.Logger
 	supervisor *warmup.Supervisor
+	// policy is the operator's (the plugin's args): what tenant step
+	// configs may ask for.
+	policy policy.Policy
 
 	mu      sync.Mutex // guards kube, argo and kubeErr, set by InitPlugin
 	kube    kubernetes.Interface
@@ -46,9 +50,9 @@ type warmupStep struct {
 	kubeErr error
 }
 
-func newWarmupStep(l *slog.Logger) *warmupStep {
+func newWarmupStep(l *slog.Logger, pol policy.Policy) *warmupStep {
 	l = l.With("step", WarmupPluginName)
-	return &warmupStep{log: l, supervisor: warmup.NewSupervisor(l)}
+	return &warmupStep{log: l, supervisor: warmup.NewSupervisor(l), policy: pol}
 }
 
 var _ rpc.StepPlugin = (*warmupStep)(nil)

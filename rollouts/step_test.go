@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/danki-dev/danki/internal/testutil"
+	"github.com/danki-dev/danki/pkg/policy"
 	"github.com/danki-dev/danki/pkg/warmup"
 )
 
@@ -55,7 +56,7 @@ func warmupStepClient(t *testing.T, impl *warmupStep) rpc.StepPlugin {
 }
 
 func newTestWarmupStep(*testing.T) *warmupStep {
-	return newWarmupStep(slog.New(slog.NewTextHandler(io.Discard, nil)))
+	return newWarmupStep(slog.New(slog.NewTextHandler(io.Discard, nil)), policy.Local())
 }
 
 func stepRollout(name, hash string, step int32) *v1alpha1.Rollout {

@@ -10,6 +10,7 @@ import (
 	argoclient "github.com/argoproj/argo-rollouts/pkg/client/clientset/versioned"
 	"github.com/argoproj/argo-rollouts/rollout/trafficrouting/plugin/rpc"
 	"github.com/argoproj/argo-rollouts/utils/plugin/types"
+	"github.com/danki-dev/danki/pkg/policy"
 	"github.com/danki-dev/danki/pkg/shift"
 	goplugin "github.com/hashicorp/go-plugin"
 	istioclient "istio.io/client-go/pkg/clientset/versioned"
@@ -24,8 +25,8 @@ import (
 const TrafficRouterName = "danki/istio"
 
 func init() {
-	register(KindTrafficRouter, "RpcTrafficRouterPlugin", func(l *slog.Logger) goplugin.Plugin {
-		return &rpc.RpcTrafficRouterPlugin{Impl: newTrafficRouter(l)}
+	register(KindTrafficRouter, "RpcTrafficRouterPlugin", func(l *slog.Logger, pol policy.Policy) goplugin.Plugin {
+		return &rpc.RpcTrafficRouterPlugin{Impl: newTrafficRouter(l, pol)}
 	})
 }
 
@@ -34,6 +35,9 @@ func init() {
 // state in memory: that lives on the VirtualService).
 type trafficRouter struct {
 	log *slog.Logger
+	// policy is the operator's (the plugin's args): what a tenant's gate
+	// config may ask for.
+	policy policy.Policy
 	// newClients builds the clients in InitPlugin; tests replace it.
 	newClients func() (routerClients, error)
 	router     *shift.Router
@@ -42,8 +46,8 @@ type trafficRouter struct {
 
 var _ rpc.TrafficRouterPlugin = (*trafficRouter)(nil)
 
-func newTrafficRouter(l *slog.Logger) *trafficRouter {
-	return &trafficRouter{log: l, newClients: clientsFromEnvironment, router: shift.NewRouter(TrafficRouterName, l)}
+func newTrafficRouter(l *slog.Logger, pol policy.Policy) *trafficRouter {
+	return &trafficRouter{log: l, policy: pol, newClients: clientsFromEnvironment, router: shift.NewRouter(TrafficRouterName, l)}
 }
 
 // routerClients are what danki/istio talks to: Istio for the

@@ -15,6 +15,7 @@ import (
 	"github.com/argoproj/argo-rollouts/pkg/apis/rollouts/v1alpha1"
 	"github.com/argoproj/argo-rollouts/rollout/trafficrouting/plugin/rpc"
 	"github.com/argoproj/argo-rollouts/utils/plugin/types"
+	"github.com/danki-dev/danki/pkg/policy"
 	"github.com/danki-dev/danki/pkg/shift"
 	"github.com/danki-dev/danki/test/testenv"
 	goplugin "github.com/hashicorp/go-plugin"
@@ -117,7 +118,7 @@ func ensureNamespace(t *testing.T, e *testenv.Env, name string) {
 // go-plugin RPC against the real API server.
 func rpcAgainst(t *testing.T, e *testenv.Env, clock *trClock, gate ...shift.Gate) rpc.TrafficRouterPlugin {
 	t.Helper()
-	impl := newTrafficRouter(slog.New(slog.DiscardHandler))
+	impl := newTrafficRouter(slog.New(slog.DiscardHandler), policy.Local())
 	impl.newClients = func() (routerClients, error) { return routerClients{istio: e.Istio, argo: e.Argo, kube: e.Kube}, nil }
 	impl.router.Now = clock.Now
 	if len(gate) > 0 {

@@ -15,6 +15,7 @@ import (
 	argofake "github.com/argoproj/argo-rollouts/pkg/client/clientset/versioned/fake"
 	"github.com/argoproj/argo-rollouts/rollout/trafficrouting/plugin/rpc"
 	"github.com/argoproj/argo-rollouts/utils/plugin/types"
+	"github.com/danki-dev/danki/pkg/policy"
 	"github.com/danki-dev/danki/pkg/shift"
 	goplugin "github.com/hashicorp/go-plugin"
 	networking "istio.io/api/networking/v1"
@@ -60,7 +61,7 @@ type trFixture struct {
 func newTRFixture(t testing.TB, objs ...runtime.Object) *trFixture {
 	t.Helper()
 	f := &trFixture{istio: fake.NewSimpleClientset(objs...), argo: argofake.NewSimpleClientset(), kube: kubefake.NewClientset(), clock: &trClock{now: time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)}}
-	f.impl = newTrafficRouter(slog.New(slog.DiscardHandler))
+	f.impl = newTrafficRouter(slog.New(slog.DiscardHandler), policy.Local())
 	f.impl.newClients = f.clients
 	f.impl.router.Now = f.clock.Now
 	client, _ := goplugin.TestPluginRPCConn(t, map[string]goplugin.Plugin{
@@ -150,7 +151,7 @@ func TestRegisteredAsTrafficRouter(t *testing.T) {
 	if !ok || f.mapKey != "RpcTrafficRouterPlugin" {
 		t.Fatalf("traffic router registration = %+v, %v", f, ok)
 	}
-	if _, ok := f.build(slog.New(slog.DiscardHandler)).(*rpc.RpcTrafficRouterPlugin); !ok {
+	if _, ok := f.build(slog.New(slog.DiscardHandler), policy.Local()).(*rpc.RpcTrafficRouterPlugin); !ok {
 		t.Fatal("registered factory does not build an RpcTrafficRouterPlugin")
 	}
 }
@@ -475,7 +476,7 @@ func TestRPCConfigurationErrorsNameTheField(t *testing.T) {
 }
 
 func TestRPCNotInitialised(t *testing.T) {
-	r := newTrafficRouter(slog.New(slog.DiscardHandler))
+	r := newTrafficRouter(slog.New(slog.DiscardHandler), policy.Local())
 	if err := r.SetWeight(trRollout(hostConfig), 10, nil); !strings.Contains(err.Error(), "not initialised") {
 		t.Fatalf("SetWeight before InitPlugin: %q", err)
 	}

@@ -11,7 +11,8 @@ import (
 )
 
 func newPluginCmd() *cobra.Command {
-	return &cobra.Command{
+	var pf policyFlags
+	cmd := &cobra.Command{
 		Use:   "plugin",
 		Short: "Serve an Argo Rollouts plugin (started by the Argo Rollouts controller)",
 		Long: `Serve one of danki's Argo Rollouts plugins over go-plugin RPC.
@@ -24,6 +25,11 @@ read from the ARGO_ROLLOUTS_RPC_PLUGIN handshake variable:
   trafficrouter  danki/istio    raise the canary weight gradually, gated on tail latency
   metricprovider danki/latency  tail-latency SLOs for AnalysisTemplates
 
+The flags are the operator's policy, given as the plugin's args in
+argo-rollouts-config (args: ["plugin", "--prometheus", "http://…"]): what
+the Rollouts and AnalysisTemplates of every namespace may ask danki to do.
+Tenant configs can only narrow it; docs/security.md has the threat model.
+
 Logs go to stderr (they show in the controller log); stdout belongs to go-plugin.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -33,7 +39,17 @@ Logs go to stderr (they show in the controller log); stdout belongs to go-plugin
 			// that stops the controller TERMs its plugins too).
 			signal.Reset(syscall.SIGTERM)
 			logger := slog.New(slog.NewJSONHandler(os.Stderr, nil))
-			return rollouts.Serve(logger)
+			var apiServer string
+			if cfg, err := rollouts.RestConfig(); err == nil {
+				apiServer = cfg.Host
+			}
+			pol, err := pf.policy(cmd.Context(), apiServer)
+			if err != nil {
+				return err
+			}
+			return rollouts.Serve(logger, pol)
 		},
 	}
+	pf.addFlags(cmd.Flags())
+	return cmd
 }

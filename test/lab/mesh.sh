@@ -215,7 +215,10 @@ start_prometheus() {
 
 start_argo() {
 	kubectl_lab create namespace argo-rollouts --dry-run=client -o yaml | kubectl_lab apply -f - >/dev/null
-	# danki's one binary serves the three plugin kinds (`danki plugin`).
+	# danki's one binary serves the three plugin kinds (`danki plugin`). Its
+	# args are the operator's policy (docs/security.md): the lab's Prometheus
+	# is the one tenant configs may query.
+	local args='["plugin", "--prometheus", "http://127.0.0.1:'"$PROMETHEUS_PORT"'"]'
 	kubectl_lab apply -f - >/dev/null <<CONFIG
 apiVersion: v1
 kind: ConfigMap
@@ -224,15 +227,15 @@ data:
   metricProviderPlugins: |
     - name: danki/latency
       location: file://$bin/danki
-      args: ["plugin"]
+      args: $args
   trafficRouterPlugins: |
     - name: danki/istio
       location: file://$bin/danki
-      args: ["plugin"]
+      args: $args
   stepPlugins: |
     - name: danki/warmup
       location: file://$bin/danki
-      args: ["plugin"]
+      args: $args
 CONFIG
 	mkdir -p "$run/argo"
 	# The controller copies plugins into ./plugin-bin: run it in its own dir.
