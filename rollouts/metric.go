@@ -2,7 +2,6 @@ package rollouts
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -15,6 +14,7 @@ import (
 	"github.com/danki-dev/danki/pkg/policy"
 	goplugin "github.com/hashicorp/go-plugin"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 )
 
 // LatencyPluginName is the metric provider's name in AnalysisTemplates:
@@ -42,7 +42,10 @@ type latencyProvider struct {
 	now    func() time.Time
 	// analyzers are kept by raw plugin config; tests replace it (a clock).
 	analyzers *analysis.Analyzers
-	loads     *loadRuns
+	// kube is the plugin's Kubernetes client (built on first use); tests
+	// replace it.
+	kube  func() (kubernetes.Interface, error)
+	loads *loadRuns
 	// loadPoll is how soon Argo is asked to resume a running load test.
 	loadPoll time.Duration
 }
@@ -60,9 +63,10 @@ func newLatencyProvider(l *slog.Logger, pol policy.Policy) *latencyProvider {
 	if l == nil {
 		l = slog.Default()
 	}
-	kube := &lazyKube{}
-	analyzers := analysis.NewAnalyzers(analysis.WithLogger(l), analysis.WithKube(kube.get), analysis.WithWarmedPods(analysis.NewWarmedPods()))
-	return &latencyProvider{log: l, policy: pol, now: time.Now, analyzers: analyzers, loads: newLoadRuns(), loadPoll: loadPollInterval}
+	p := &latencyProvider{log: l, policy: pol, now: time.Now, kube: (&lazyKube{}).get, loads: newLoadRuns(), loadPoll: loadPollInterval}
+	p.analyzers = analysis.NewAnalyzers(analysis.WithLogger(l), analysis.WithPolicy(pol),
+		analysis.WithKube(func() (kubernetes.Interface, error) { return p.kube() }), analysis.WithWarmedPods(analysis.NewWarmedPods()))
+	return p
 }
 
 // InitPlugin has nothing to set up: clients are built per configuration.
@@ -81,8 +85,13 @@ func (p *latencyProvider) Run(run *v1alpha1.AnalysisRun, metric v1alpha1.Metric)
 	if a.Source() != analysis.SourceLoad {
 		return p.measure(run, metric, a, m)
 	}
-	since := analysisStart(run)
-	p.loads.start(loadID(run, metric), func(ctx context.Context) analysis.Verdict { return a.Analyze(ctx, since) })
+	if err := a.CheckNamespace(runNamespace(run)); err != nil {
+		return p.finish(m, v1alpha1.AnalysisPhaseError, fmt.Sprintf("metric %q: %s", metric.Name, oneLineError(err)), nil)
+	}
+	since, ns := analysisStart(run), runNamespace(run)
+	p.loads.start(loadID(run, metric), func(ctx context.Context) analysis.Verdict {
+		return a.Analyze(analysis.ForNamespace(ctx, ns), since)
+	})
 	p.logFor(run, metric).Info("danki/latency load test started", "load", strings.Join(a.Queries(), "; "))
 	m.Phase = v1alpha1.AnalysisPhaseRunning
 	m.Message = "load test started: " + strings.Join(a.Queries(), "; ")
@@ -188,7 +197,7 @@ func (p *latencyProvider) GetMetadata(metric v1alpha1.Metric) map[string]string 
 }
 
 func (p *latencyProvider) measure(run *v1alpha1.AnalysisRun, metric v1alpha1.Metric, a *analysis.Analyzer, m v1alpha1.Measurement) v1alpha1.Measurement {
-	v := a.Analyze(context.Background(), analysisStart(run))
+	v := a.Analyze(analysis.ForNamespace(context.Background(), runNamespace(run)), analysisStart(run))
 	p.logFor(run, metric).Info("danki/latency measurement", "phase", v.Phase, "summary", v.Summary)
 	return p.finish(m, phaseOf(v.Phase), v.Summary, &v)
 }
@@ -254,28 +263,20 @@ func (p *latencyProvider) analyzer(metric v1alpha1.Metric) (*analysis.Analyzer, 
 	return a, nil
 }
 
-// analyzerFor is analyzer with the AnalysisRun's namespace filled in as
-// load.namespace when source: load leaves it out.
-func (p *latencyProvider) analyzerFor(run *v1alpha1.AnalysisRun, metric v1alpha1.Metric) (*analysis.Analyzer, error) {
-	a, err := p.analyzer(metric)
-	if err != nil || a.Source() != analysis.SourceLoad || run == nil || run.Namespace == "" {
-		return a, err
+// analyzerFor is the analyzer of the metric's configuration, for a
+// measurement of run. One analyzer serves every AnalysisRun with the same
+// configuration: what depends on the run's namespace (the pods source:
+// load finds, the Secret of prometheus.bearerTokenSecret) comes with each
+// measurement's context (analysis.ForNamespace).
+func (p *latencyProvider) analyzerFor(_ *v1alpha1.AnalysisRun, metric v1alpha1.Metric) (*analysis.Analyzer, error) {
+	return p.analyzer(metric)
+}
+
+// runNamespace is the namespace a measurement is made on behalf of: the
+// AnalysisRun's.
+func runNamespace(run *v1alpha1.AnalysisRun) string {
+	if run == nil {
+		return ""
 	}
-	var cfg map[string]any
-	if json.Unmarshal(metric.Provider.Plugin[LatencyPluginName], &cfg) != nil {
-		return a, nil // YAML: Argo always passes JSON; the namespace stays unset
-	}
-	load, _ := cfg["load"].(map[string]any)
-	if ns, _ := load["namespace"].(string); ns != "" || load == nil {
-		return a, nil
-	}
-	load["namespace"] = run.Namespace
-	raw, err := json.Marshal(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("metric %q: %w", metric.Name, err)
-	}
-	if a, err = p.analyzers.Get(raw); err != nil {
-		return nil, fmt.Errorf("metric %q: %w", metric.Name, err)
-	}
-	return a, nil
+	return run.Namespace
 }

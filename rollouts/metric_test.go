@@ -86,7 +86,7 @@ func dispenseLatency(t *testing.T, now time.Time) (rpc.MetricProviderPlugin, *la
 	plugin := f.build(quietLog, policy.Local())
 	impl := plugin.(*rpc.RpcMetricProviderPlugin).Impl.(*latencyProvider)
 	impl.now = func() time.Time { return now }
-	impl.analyzers = analysis.NewAnalyzers(analysis.WithLogger(quietLog), analysis.WithClock(func() time.Time { return now }))
+	impl.analyzers = analysis.NewAnalyzers(analysis.WithLogger(quietLog), analysis.WithPolicy(impl.policy), analysis.WithClock(func() time.Time { return now }))
 
 	client, _ := goplugin.TestPluginRPCConn(t, map[string]goplugin.Plugin{f.mapKey: plugin}, nil)
 	t.Cleanup(func() { _ = client.Close() })

@@ -169,11 +169,12 @@ func (s *warmupStep) usersOnStable(ro *v1alpha1.Rollout, cfg warmup.Config) warm
 		return nil // the router reports a bad gate
 	}
 	// cfg has its defaults (ParseStepConfig): neighbourWindow is set.
-	tail, err := analysis.NewStableTail(gate, cfg.NeighbourWindow.D(), s.log)
+	tail, err := analysis.NewStableTail(gate, cfg.NeighbourWindow.D(), s.log, analysis.WithPolicy(s.policy), analysis.WithKube(s.kubeClient))
 	if err != nil {
 		s.log.Debug("neighbour guard: the gate's metrics are not watched", "rollout", ro.Namespace+"/"+ro.Name, "reason", err)
 		return nil
 	}
+	tail.Namespace = ro.Namespace // its bearerTokenSecret is the Rollout's
 	return tail
 }
 

@@ -8,6 +8,7 @@ import (
 	"github.com/argoproj/argo-rollouts/pkg/apis/rollouts/v1alpha1"
 	istioclient "istio.io/client-go/pkg/clientset/versioned"
 
+	"github.com/danki-dev/danki/pkg/analysis"
 	"github.com/danki-dev/danki/pkg/mirror"
 	"github.com/danki-dev/danki/pkg/shift"
 	"github.com/danki-dev/danki/pkg/warmup"
@@ -35,12 +36,14 @@ func (s *warmupStep) withMirror(ro *v1alpha1.Rollout, cfg warmup.StepConfig, job
 	if err != nil {
 		return err
 	}
-	src, err := mc.NewSource(s.log)
+	src, err := mc.NewSource(s.log, analysis.WithPolicy(s.policy), analysis.WithKube(s.kubeClient))
 	if err != nil {
 		return fmt.Errorf("mirror: %w", err)
 	}
 	sh := shift.New(ist, s.log)
 	run := func(ctx context.Context, _ []warmup.Target, report func(string)) (string, error) {
+		// prometheus.bearerTokenSecret is read from the Rollout's namespace.
+		ctx = analysis.ForNamespace(ctx, ro.Namespace)
 		r := &mirror.Run{Config: mc, Warmup: cfg.Config, Shifter: sh, Target: b.Target, Source: src,
 			Log: s.log.With("rollout", ro.Namespace+"/"+ro.Name)}
 		res, err := r.Execute(ctx, report)

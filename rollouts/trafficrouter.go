@@ -2,14 +2,17 @@ package rollouts
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 
 	"github.com/argoproj/argo-rollouts/pkg/apis/rollouts/v1alpha1"
 	argoclient "github.com/argoproj/argo-rollouts/pkg/client/clientset/versioned"
 	"github.com/argoproj/argo-rollouts/rollout/trafficrouting/plugin/rpc"
 	"github.com/argoproj/argo-rollouts/utils/plugin/types"
+	"github.com/danki-dev/danki/pkg/analysis"
 	"github.com/danki-dev/danki/pkg/policy"
 	"github.com/danki-dev/danki/pkg/shift"
 	goplugin "github.com/hashicorp/go-plugin"
@@ -47,7 +50,38 @@ type trafficRouter struct {
 var _ rpc.TrafficRouterPlugin = (*trafficRouter)(nil)
 
 func newTrafficRouter(l *slog.Logger, pol policy.Policy) *trafficRouter {
-	return &trafficRouter{log: l, policy: pol, newClients: clientsFromEnvironment, router: shift.NewRouter(TrafficRouterName, l)}
+	r := &trafficRouter{log: l, policy: pol, newClients: clientsFromEnvironment, router: shift.NewRouter(TrafficRouterName, l)}
+	r.router.GateFor = r.gateFor
+	return r
+}
+
+// gateFor builds a rollout's gate (its config's "gate", a danki/latency
+// config) held to the operator's policy: shift.GateFromConfig builds it
+// under the strictest one, which allows no Prometheus. Its
+// prometheus.bearerTokenSecret is read from the Rollout's namespace, which
+// every call's context carries (call).
+func (r *trafficRouter) gateFor(raw json.RawMessage) (shift.Gate, error) {
+	if s := strings.TrimSpace(string(raw)); s == "" || s == "null" {
+		return nil, nil // no gate: the ramp moves on time alone
+	}
+	cfg, err := analysis.ParseConfig(raw)
+	if err != nil {
+		return nil, err
+	}
+	g, err := shift.NewLatencyGate(cfg, analysis.WithLogger(r.log), analysis.WithPolicy(r.policy), analysis.WithKube(r.kube))
+	if err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+// kube is the core Kubernetes client of InitPlugin.
+func (r *trafficRouter) kube() (kubernetes.Interface, error) {
+	c := r.clients.Load()
+	if c == nil || c.kube == nil {
+		return nil, fmt.Errorf("%s: plugin not initialised (InitPlugin was not called or failed)", TrafficRouterName)
+	}
+	return c.kube, nil
 }
 
 // routerClients are what danki/istio talks to: Istio for the
@@ -122,7 +156,10 @@ func (r *trafficRouter) call(op string, ro *v1alpha1.Rollout, fn func(ctx contex
 	b, err := bind(ro)
 	if err == nil {
 		on := &rolloutActions{ro: ro, clients: c}
-		err = fn(context.Background(), shift.Rollout{Key: ro.Namespace + "/" + ro.Name, Canary: ro.Status.CurrentPodHash,
+		// The gate reads its prometheus.bearerTokenSecret from the
+		// Rollout's own namespace, never another.
+		ctx := analysis.ForNamespace(context.Background(), ro.Namespace)
+		err = fn(ctx, shift.Rollout{Key: ro.Namespace + "/" + ro.Name, Canary: ro.Status.CurrentPodHash,
 			Aborted: ro.Status.Abort, Binding: b, Events: on, Aborter: on})
 	}
 	if err != nil {

@@ -60,8 +60,14 @@ type trFixture struct {
 
 func newTRFixture(t testing.TB, objs ...runtime.Object) *trFixture {
 	t.Helper()
+	return newTRFixtureWith(t, policy.Local(), objs...)
+}
+
+// newTRFixtureWith is newTRFixture under the operator's policy pol.
+func newTRFixtureWith(t testing.TB, pol policy.Policy, objs ...runtime.Object) *trFixture {
+	t.Helper()
 	f := &trFixture{istio: fake.NewSimpleClientset(objs...), argo: argofake.NewSimpleClientset(), kube: kubefake.NewClientset(), clock: &trClock{now: time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)}}
-	f.impl = newTrafficRouter(slog.New(slog.DiscardHandler), policy.Local())
+	f.impl = newTrafficRouter(slog.New(slog.DiscardHandler), pol)
 	f.impl.newClients = f.clients
 	f.impl.router.Now = f.clock.Now
 	client, _ := goplugin.TestPluginRPCConn(t, map[string]goplugin.Plugin{
@@ -721,6 +727,64 @@ func TestRPCGateWindowSurvivesAPluginRestart(t *testing.T) {
 	for i, since := range gate.sinces {
 		if !since.Equal(first) {
 			t.Fatalf("check %d judged the window from %s, want %s (the canary's first move), restart or not", i, since, first)
+		}
+	}
+}
+
+// TestRPCTenantGateHeldToThePolicy: a Rollout's gate is a tenant's
+// danki/latency config. Its prometheus.address must be one the operator
+// allows, it names no controller file, and its bearerTokenSecret is read
+// from the Rollout's namespace.
+func TestRPCTenantGateHeldToThePolicy(t *testing.T) {
+	evil, allowed := latencyProm(t), latencyProm(t)
+	token := controllerToken(t)
+	gate := func(address, extra string) string {
+		return `{"virtualService": {"name": "reviews"}, "ramp": {"step": 20, "interval": "1s"}, "gate": {"source": "istio",
+		  "prometheus": {"address": "` + address + `"` + extra + `},
+		  "istio": {"canary": {"service": "app-canary.default.svc.cluster.local"}, "stable": {"service": "app-stable.default.svc.cluster.local"}},
+		  "slo": {"p99": "250ms"}, "minSamples": 1}}`
+	}
+	pol := policy.Policy{Prometheus: []policy.Prometheus{{Address: allowed.URL}}}
+	for _, tc := range []struct{ name, config, want string }{
+		{"foreign address", gate(evil.URL, ""), "gate: prometheus.address"},
+		{"controller's token file", gate(allowed.URL, `, "bearerTokenFile": "`+token+`"`), "gate: prometheus.bearerTokenFile"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newTRFixtureWith(t, pol, hostVS())
+			ro := trRollout(tc.config)
+			err := f.plugin.SetWeight(ro, 20, nil)
+			if !err.HasError() || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("SetWeight = %q, want an error naming %s", err.Error(), tc.want)
+			}
+			if w := weights(f.vs(t), 1); w[1] != 0 {
+				t.Errorf("canary at %d, want 0: nothing moves without a gate the operator allows", w[1])
+			}
+		})
+	}
+	if n := len(evil.Queries()); n != 0 {
+		t.Fatalf("the foreign Prometheus got %d queries (Authorization %q)", n, evil.Authorizations())
+	}
+
+	// The allowed address with the Rollout's own Secret: the gate passes
+	// and the token is the shop namespace's.
+	f := newTRFixtureWith(t, pol, hostVS())
+	for _, ns := range []string{trNS, "kube-system"} {
+		sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "prom", Namespace: ns}, Data: map[string][]byte{"token": []byte(ns + "-token")}}
+		if _, err := f.kube.CoreV1().Secrets(ns).Create(context.Background(), sec, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ro := trRollout(gate(allowed.URL, `, "bearerTokenSecret": {"name": "prom", "key": "token"}`))
+	mustOK(t, "SetWeight", f.plugin.SetWeight(ro, 60, nil)) // 0 → 20
+	f.clock.Add(time.Second)
+	mustOK(t, "SetWeight", f.plugin.SetWeight(ro, 60, nil)) // gate checked at 20
+	auth := allowed.Authorizations()
+	if len(auth) == 0 {
+		t.Fatal("the gate queried nothing")
+	}
+	for _, a := range auth {
+		if a != "Bearer shop-token" {
+			t.Fatalf("Authorization %q, want the Rollout namespace's Secret", a)
 		}
 	}
 }

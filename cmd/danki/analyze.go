@@ -13,6 +13,7 @@ import (
 	"github.com/danki-dev/danki/internal/config"
 	"github.com/danki-dev/danki/pkg/analysis"
 	"github.com/danki-dev/danki/pkg/latency"
+	"github.com/danki-dev/danki/pkg/policy"
 	"github.com/danki-dev/danki/pkg/warmup"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -175,7 +176,8 @@ func runAnalyze(cmd *cobra.Command, f *analyzeFlags) error {
 	}
 	stderr := cmd.ErrOrStderr()
 	ctx := cmd.Context()
-	var opts []analysis.Option
+	// The command line's user is the operator: its files and any address.
+	opts := []analysis.Option{analysis.WithPolicy(policy.Local())}
 	switch cfg.Source {
 	case analysis.SourceLoad:
 		opts = append(opts, analysis.WithKube(func() (kubernetes.Interface, error) {

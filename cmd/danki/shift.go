@@ -14,6 +14,7 @@ import (
 
 	"github.com/danki-dev/danki/internal/config"
 	"github.com/danki-dev/danki/pkg/analysis"
+	"github.com/danki-dev/danki/pkg/policy"
 	"github.com/danki-dev/danki/pkg/shift"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -284,7 +285,7 @@ func (g *gateOptions) gate() (shift.Gate, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--gate-config %s: %w", g.configFile, err)
 	}
-	gate, err := shift.NewLatencyGate(cfg)
+	gate, err := shift.NewLatencyGate(cfg, analysis.WithPolicy(policy.Local()))
 	if err != nil {
 		return nil, fmt.Errorf("--gate-config %s: %w", g.configFile, err)
 	}

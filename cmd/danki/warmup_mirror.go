@@ -15,6 +15,7 @@ import (
 	"github.com/danki-dev/danki/internal/config"
 	"github.com/danki-dev/danki/pkg/analysis"
 	"github.com/danki-dev/danki/pkg/mirror"
+	"github.com/danki-dev/danki/pkg/policy"
 	"github.com/danki-dev/danki/pkg/warmup"
 )
 
@@ -178,7 +179,7 @@ func (f *mirrorFlags) run(cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
-	src, err := mc.NewSource(slog.Default())
+	src, err := mc.NewSource(slog.Default(), analysis.WithPolicy(policy.Local()))
 	if err != nil {
 		return fmt.Errorf("--prometheus: %w", err)
 	}

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/danki-dev/danki/pkg/policy"
 )
 
 // Analyzer runs one analysis: fetch a sample from the configured Source and
@@ -20,6 +22,22 @@ type Analyzer struct {
 	kind   string
 	kube   func() (kubernetes.Interface, error)
 	warmed *WarmedPods
+	// policy is the operator's (WithPolicy); the zero Policy is the
+	// strictest.
+	policy policy.Policy
+}
+
+// options applies opts to a bare Analyzer: the settings of the sources
+// built without one (NewPrometheus, NewStableTail, NewFortio).
+func options(opts []Option) *Analyzer {
+	a := &Analyzer{now: time.Now, logger: slog.Default()}
+	for _, o := range opts {
+		o(a)
+	}
+	if a.logger == nil {
+		a.logger = slog.Default()
+	}
+	return a
 }
 
 // Option customises an Analyzer.
@@ -31,8 +49,9 @@ func WithLogger(l *slog.Logger) Option { return func(a *Analyzer) { a.logger = l
 // WithSource replaces the Source the Config would build (tests, embedding).
 func WithSource(s Source) Option { return func(a *Analyzer) { a.source = s } }
 
-// WithKube gives the load source its Kubernetes client, to find pods by
-// Service, selector or pod-template hash.
+// WithKube gives the sources their Kubernetes client: the load source finds
+// pods by Service, selector or pod-template hash with it, the Prometheus
+// source reads prometheus.bearerTokenSecret.
 func WithKube(kube func() (kubernetes.Interface, error)) Option {
 	return func(a *Analyzer) { a.kube = kube }
 }
@@ -45,8 +64,10 @@ func WithWarmedPods(w *WarmedPods) Option { return func(a *Analyzer) { a.warmed 
 func WithClock(now func() time.Time) Option { return func(a *Analyzer) { a.now = now } }
 
 // NewAnalyzer compiles cfg (its defaults applied, validated; cfg itself is
-// not changed) and builds its Source. Building makes no network calls: an
-// unreachable Prometheus shows up as an Error verdict later.
+// not changed) and builds its Source, held to the policy of WithPolicy
+// (default: the zero Policy, the strictest; the command line passes
+// policy.Local()). Building makes no network calls: an unreachable
+// Prometheus shows up as an Error verdict later.
 func NewAnalyzer(cfg Config, opts ...Option) (*Analyzer, error) {
 	rules, err := Compile(cfg)
 	if err != nil {
@@ -62,19 +83,19 @@ func NewAnalyzer(cfg Config, opts ...Option) (*Analyzer, error) {
 	}
 	switch cfg.Source {
 	case SourceFortio:
-		f, err := NewFortio(cfg)
+		f, err := newFortio(cfg, a.policy)
 		if err != nil {
 			return nil, err
 		}
 		a.source = f
 	case SourceLoad:
-		l, err := NewLoad(cfg, a.kube, a.warmed, a.logger)
+		l, err := newLoad(cfg, a.kube, a.warmed, a.logger, a.policy)
 		if err != nil {
 			return nil, err
 		}
 		a.source = l
 	default:
-		p, err := newPrometheusWithRules(cfg, rules, a.logger)
+		p, err := newPrometheusWithRules(cfg, rules, a)
 		if err != nil {
 			return nil, err
 		}
@@ -173,5 +194,22 @@ func (a *Analyzer) window(since time.Time) (time.Duration, string, error) {
 	if w < time.Second {
 		w = time.Second
 	}
+	if w > maxWindow {
+		// A start long past (a zero or forged gateSince: 1970) would query
+		// decades of every series: the range is bounded like a fixed
+		// window's.
+		return maxWindow, fmt.Sprintf("%s (cumulative, clamped from %s to the longest window)", promRange(maxWindow), promRange(w)), nil
+	}
 	return w, fmt.Sprintf("%s (cumulative)", promRange(w)), nil
+}
+
+// CheckNamespace reports whether the analysis may run for namespace ns
+// (the AnalysisRun's): source: load only loads pods of ns, so a
+// load.namespace naming another is an error. Other sources always may.
+func (a *Analyzer) CheckNamespace(ns string) error {
+	if l, ok := a.source.(*Load); ok {
+		_, err := l.namespace(ns)
+		return err
+	}
+	return nil
 }

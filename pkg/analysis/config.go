@@ -135,14 +135,28 @@ func (w *Window) UnmarshalJSON(b []byte) error {
 
 // PrometheusConfig says how to reach Prometheus.
 type PrometheusConfig struct {
+	// Address is the Prometheus base URL. In the plugins it must be one
+	// the operator allows (--prometheus in the plugin's args), and that
+	// entry's credentials are used.
 	Address string `json:"address"`
-	// BearerToken or BearerTokenFile (re-read on every request, so rotated
-	// service-account tokens work) authenticate to Prometheus.
-	BearerToken     string `json:"bearerToken,omitempty"`
+	// BearerToken (inline) or BearerTokenSecret (a Secret in the
+	// AnalysisRun's or Rollout's own namespace, read at every request)
+	// authenticate to Prometheus instead of the operator's credentials.
+	BearerToken       string        `json:"bearerToken,omitempty"`
+	BearerTokenSecret *SecretKeyRef `json:"bearerTokenSecret,omitempty"`
+	// BearerTokenFile (re-read on every request, so rotated tokens work)
+	// and CAFile name files on danki's machine: only the command line
+	// (danki analyze) may use them; in the plugins those files are the
+	// controller's, and the operator's --prometheus entry holds them.
 	BearerTokenFile string `json:"bearerTokenFile,omitempty"`
-	// CAFile verifies an https Prometheus; InsecureSkipVerify skips that.
+	// CAFile verifies an https Prometheus; InsecureSkipVerify skips that
+	// (command line only).
 	CAFile             string `json:"caFile,omitempty"`
 	InsecureSkipVerify bool   `json:"insecureSkipVerify,omitempty"`
+
+	// noRedirects: the client follows no redirect, which would carry the
+	// credentials to another address (set under a tenant policy).
+	noRedirects bool
 }
 
 // IstioConfig selects canary and stable traffic in Istio's standard metrics
@@ -592,6 +606,17 @@ func (c Config) compilePrometheus(p *config.Errors) {
 	}
 	if pc.BearerToken != "" && pc.BearerTokenFile != "" {
 		p.Addf("prometheus.bearerTokenFile", "set together with prometheus.bearerToken; keep only one")
+	}
+	if ref := pc.BearerTokenSecret; ref != nil {
+		if pc.BearerToken != "" || pc.BearerTokenFile != "" {
+			p.Addf("prometheus.bearerTokenSecret", "set together with prometheus.bearerToken or bearerTokenFile; keep only one")
+		}
+		if ref.Name == "" {
+			p.Addf("prometheus.bearerTokenSecret.name", "missing; name a Secret in the AnalysisRun's (or Rollout's) own namespace")
+		}
+		if ref.Key == "" {
+			p.Addf("prometheus.bearerTokenSecret.key", "missing; name the Secret's key that holds the token, e.g. token")
+		}
 	}
 }
 

@@ -3,8 +3,10 @@ package analysis
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -12,27 +14,74 @@ import (
 
 	"fortio.org/fortio/fhttp"
 	"fortio.org/fortio/stats"
-)
 
-// maxFortioResult bounds how much of a result file or URL is read.
-const maxFortioResult = 64 << 20
+	"github.com/danki-dev/danki/internal/config"
+	"github.com/danki-dev/danki/pkg/policy"
+)
 
 // Fortio is a Source that reads fortio HTTP result JSON (fhttp.HTTPRunnerResults,
 // what `fortio load -json` writes and what danki's warm-up step emits) from
 // files or http(s) URLs. Unlike Prometheus histograms, fortio keeps the raw
 // minimum and maximum, so slo.max can be checked; its buckets are also much
 // finer. The window does not apply: a result file is one whole run.
+//
+// Under a tenant policy a result is an http(s) URL within the operator's
+// --allow-target, dialled under the network policy (a name resolving to
+// loopback, link-local or the API server is refused when dialled, and so
+// is a redirect outside the allowed targets); a path is refused, since the
+// files are the controller's. Every result is read up to the policy's
+// FileBytes.
 type Fortio struct {
 	canary, stable string
 	client         *http.Client
+	maxBytes       int64
 }
 
-// NewFortio builds the fortio source for a validated Config.
-func NewFortio(cfg Config) (*Fortio, error) {
+// NewFortio builds the fortio source for a validated Config, held to the
+// policy of WithPolicy (default: the strictest, which reads no file).
+func NewFortio(cfg Config, opts ...Option) (*Fortio, error) {
+	return newFortio(cfg, options(opts).policy)
+}
+
+func newFortio(cfg Config, pol policy.Policy) (*Fortio, error) {
 	if cfg.Fortio == nil {
 		return nil, fmt.Errorf("fortio: missing")
 	}
-	return &Fortio{canary: cfg.Fortio.Canary, stable: cfg.Fortio.Stable, client: &http.Client{}}, nil
+	var errs config.Errors
+	for _, loc := range []struct{ field, value string }{{"fortio.canary", cfg.Fortio.Canary}, {"fortio.stable", cfg.Fortio.Stable}} {
+		switch {
+		case loc.value == "":
+		case isHTTP(loc.value):
+			errs.Add("", pol.Network.CheckURL(loc.field, loc.value))
+		default:
+			errs.Add("", pol.CheckFile(loc.field, loc.value, "serve the result over http(s) from an address the operator allows (--allow-target), or measure with source: load"))
+		}
+	}
+	if err := errs.Err(); err != nil {
+		return nil, err
+	}
+	return &Fortio{canary: cfg.Fortio.Canary, stable: cfg.Fortio.Stable, client: fortioClient(pol.Network), maxBytes: pol.Limits.WithDefaults().FileBytes}, nil
+}
+
+func isHTTP(location string) bool {
+	return strings.HasPrefix(location, "http://") || strings.HasPrefix(location, "https://")
+}
+
+// fortioClient dials under n and follows a redirect only to an allowed
+// target. No proxy: a proxy's address would be dialled in the target's
+// place.
+func fortioClient(n policy.Network) *http.Client {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	if !n.AnyTarget {
+		tr.Proxy = nil
+		tr.DialContext = n.Dialer(&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	}
+	return &http.Client{Transport: tr, CheckRedirect: func(req *http.Request, via []*http.Request) error {
+		if len(via) >= 10 {
+			return errors.New("stopped after 10 redirects")
+		}
+		return n.CheckURL("redirect", req.URL.String())
+	}}
 }
 
 // Fetch reads the canary's (and stable's) result.
@@ -57,7 +106,7 @@ func (f *Fortio) Fetch(ctx context.Context, _ time.Duration) (*Sample, error) {
 func (f *Fortio) read(ctx context.Context, name, location string) (Side, error) {
 	data, err := f.load(ctx, location)
 	if err != nil {
-		return Side{}, fmt.Errorf("read %s fortio result %s: %w", name, location, err)
+		return Side{}, fmt.Errorf("read %s fortio result %s (fortio.%s): %w", name, location, name, err)
 	}
 	var res fhttp.HTTPRunnerResults
 	if err := json.Unmarshal(data, &res); err != nil {
@@ -67,8 +116,13 @@ func (f *Fortio) read(ctx context.Context, name, location string) (Side, error) 
 }
 
 func (f *Fortio) load(ctx context.Context, location string) ([]byte, error) {
-	if !strings.HasPrefix(location, "http://") && !strings.HasPrefix(location, "https://") {
-		return os.ReadFile(location)
+	if !isHTTP(location) {
+		file, err := os.Open(location)
+		if err != nil {
+			return nil, err
+		}
+		defer file.Close()
+		return f.limited(file)
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, location, nil)
 	if err != nil {
@@ -82,7 +136,20 @@ func (f *Fortio) load(ctx context.Context, location string) ([]byte, error) {
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("GET answered %s", resp.Status)
 	}
-	return io.ReadAll(io.LimitReader(resp.Body, maxFortioResult))
+	return f.limited(resp.Body)
+}
+
+// limited reads r up to maxBytes; a longer result is an error, never a
+// silently truncated (and then unparseable or partial) one.
+func (f *Fortio) limited(r io.Reader) ([]byte, error) {
+	data, err := io.ReadAll(io.LimitReader(r, f.maxBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > f.maxBytes {
+		return nil, fmt.Errorf("larger than %d bytes, the operator's cap on a file danki reads (--max-file-bytes)", f.maxBytes)
+	}
+	return data, nil
 }
 
 // FortioSide converts a fortio HTTP result into a Side: the duration

@@ -3,6 +3,7 @@ package analysis
 import (
 	"context"
 	"encoding/json"
+	"github.com/danki-dev/danki/pkg/policy"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -67,7 +68,7 @@ func TestFortioRealRun(t *testing.T) {
 		Fortio: &FortioConfig{Canary: canaryFile, Stable: files.URL + "/stable.json"},
 		SLO:    SLO{P50: dur("10s"), Max: dur("10s"), MaxErrorRate: number("0.2"), Ratio: RatioSLO{P50: number("1.01")}},
 	}
-	a, err := NewAnalyzer(cfg, WithLogger(quiet))
+	a, err := NewAnalyzer(cfg, WithLogger(quiet), WithPolicy(policy.Local()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +90,7 @@ func TestFortioRealRun(t *testing.T) {
 
 	// The same data against tight SLOs: max (raw, fortio only) and error rate fail.
 	cfg.SLO = SLO{Max: dur("1ms"), MaxErrorRate: number("1%")}
-	a, err = NewAnalyzer(cfg, WithLogger(quiet))
+	a, err = NewAnalyzer(cfg, WithLogger(quiet), WithPolicy(policy.Local()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +116,7 @@ func TestFortioMissingAndBadFiles(t *testing.T) {
 		{empty, Inconclusive, "canary: no data, query returned no series: " + empty},
 	} {
 		cfg := Config{Source: SourceFortio, Fortio: &FortioConfig{Canary: tc.canary}, SLO: SLO{P50: dur("1s")}}
-		a, err := NewAnalyzer(cfg, WithLogger(quiet))
+		a, err := NewAnalyzer(cfg, WithLogger(quiet), WithPolicy(policy.Local()))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/danki-dev/danki/internal/config"
+	"github.com/danki-dev/danki/pkg/policy"
 	"github.com/danki-dev/danki/pkg/warmup"
 )
 
@@ -284,10 +285,20 @@ type Load struct {
 	kube   func() (kubernetes.Interface, error)
 	warmed *WarmedPods
 	log    *slog.Logger
+	// policy is the operator's: the URLs and caps were checked against it
+	// when the source was built, and a tenant's pods are looked up only
+	// in the measurement's namespace (ForNamespace).
+	policy policy.Policy
 }
 
-// NewLoad builds the load source for a validated Config.
-func NewLoad(cfg Config, kube func() (kubernetes.Interface, error), warmed *WarmedPods, log *slog.Logger) (*Load, error) {
+// NewLoad builds the load source for a validated Config, held to the
+// policy of WithPolicy (default: the strictest: no explicit URL, the
+// default caps).
+func NewLoad(cfg Config, kube func() (kubernetes.Interface, error), warmed *WarmedPods, log *slog.Logger, opts ...Option) (*Load, error) {
+	return newLoad(cfg, kube, warmed, log, options(opts).policy)
+}
+
+func newLoad(cfg Config, kube func() (kubernetes.Interface, error), warmed *WarmedPods, log *slog.Logger, pol policy.Policy) (*Load, error) {
 	if cfg.Load == nil {
 		return nil, errors.New("load: missing")
 	}
@@ -297,7 +308,70 @@ func NewLoad(cfg Config, kube func() (kubernetes.Interface, error), warmed *Warm
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Load{cfg: cfg.Load.withDefaults(), kube: kube, warmed: warmed, log: log}, nil
+	c := cfg.Load.withDefaults()
+	if err := c.checkPolicy(pol); err != nil {
+		return nil, err
+	}
+	return &Load{cfg: c, kube: kube, warmed: warmed, log: log, policy: pol}, nil
+}
+
+// checkPolicy holds a defaulted load block to the operator's policy: the
+// explicit URLs within --allow-target, every knob within the caps (which
+// hold on the command line too: they catch typos).
+func (c LoadConfig) checkPolicy(pol policy.Policy) error {
+	var errs config.Errors
+	for field, urls := range map[string][]string{"urls": c.URLs, "stableURLs": c.StableURLs} {
+		for i, u := range urls {
+			errs.Add("", pol.Network.CheckURL(fmt.Sprintf("load.%s[%d]", field, i), u))
+		}
+	}
+	lim := pol.Limits.WithDefaults()
+	over := func(field, why string) {
+		if why != "" {
+			errs.Addf(field, "%s", why)
+		}
+	}
+	over("load.deadline", policy.Over(c.Deadline.D(), lim.Deadline, "--max-deadline"))
+	over("load.duration", policy.Over(c.Duration.D(), lim.Deadline, "--max-deadline"))
+	over("load.qps", policy.Over(float64(*c.QPS), lim.QPS, "--max-qps"))
+	over("load.stableQPS", policy.Over(float64(*c.StableQPS), lim.QPS, "--max-qps"))
+	over("load.connections", policy.Over(int(*c.Connections), lim.Connections, "--max-connections"))
+	over("load.requestTimeout", policy.Over(c.RequestTimeout.D(), lim.Timeout, "--max-timeout"))
+	if c.Count != nil {
+		over("load.count", policy.Over(int64(*c.Count), lim.Requests, "--max-requests"))
+	}
+	return errs.Err()
+}
+
+// findsPods reports whether the load source looks pods up in the API
+// (rather than only loading explicit URLs).
+func (c LoadConfig) findsPods() bool {
+	return c.Service != "" || c.Selector != "" || c.PodTemplateHash != "" ||
+		c.StableService != "" || c.StableSelector != "" || c.StablePodTemplateHash != ""
+}
+
+// namespace is where the pods are looked up for a measurement on behalf
+// of namespace ns (the AnalysisRun's; "" when the caller has none, the
+// command line): ns itself, which load.namespace may only repeat — the
+// plugin lists pods with the controller's rights, in every namespace.
+func (l *Load) namespace(ns string) (string, error) {
+	c := l.cfg
+	switch {
+	case ns != "" && c.Namespace != "" && c.Namespace != ns:
+		return "", fmt.Errorf("load.namespace: %q is not the AnalysisRun's namespace %q: source: load loads only pods of the AnalysisRun's own namespace; remove load.namespace", c.Namespace, ns)
+	case ns != "":
+		return ns, nil
+	case l.policy.Tenant() && c.findsPods():
+		return "", errors.New("load.namespace: the measurement's namespace is unknown, and a Rollout's or AnalysisTemplate's load may only find pods in its own (the plugin passes the AnalysisRun's)")
+	}
+	return c.Namespace, nil
+}
+
+// engineConfig is the warm-up engine's config for one of this source's
+// loads (the warm-up and the measured load): the one place the operator's
+// policy joins it.
+func (l *Load) engineConfig(w warmup.Config) warmup.Config {
+	return w
 }
 
 // Describe says where the load goes, for GetMetadata and errors.
@@ -351,8 +425,12 @@ func (l *Load) Fetch(ctx context.Context, _ time.Duration) (*Sample, error) {
 	report := progressOf(ctx)
 	c := l.cfg
 	s := &Sample{Queries: l.Describe()}
+	ns, err := l.namespace(NamespaceFrom(ctx))
+	if err != nil {
+		return s, err
+	}
 	report("finding the pods")
-	canary, stable, err := warmup.FindTargets(ctx, l.query())
+	canary, stable, err := warmup.FindTargets(ctx, l.query(ns))
 	if err != nil {
 		return s, fmt.Errorf("find the pods to load: %w", err)
 	}
@@ -373,7 +451,7 @@ func (l *Load) Fetch(ctx context.Context, _ time.Duration) (*Sample, error) {
 		count = int64(*c.Count)
 	}
 	perPod := (count + int64(len(canary)) - 1) / int64(len(canary))
-	mcfg := c.warmupConfig(perPod, len(stable))
+	mcfg := l.engineConfig(c.warmupConfig(perPod, len(stable)))
 	total := perPod * int64(len(canary))
 	res, err := warmup.Run(ctx, mcfg, canary, warmup.Options{Stable: stable, Logger: l.log, OnProgress: func(p warmup.Progress) {
 		if p.Phase == warmup.PhaseLoad && !p.Stable && p.Target != "" {
@@ -400,7 +478,7 @@ func (l *Load) warm(ctx context.Context, canary, stable []warmup.Target, report 
 	if len(cold) == 0 {
 		return pods(len(canary)) + " already warmed by an earlier measurement", nil
 	}
-	w := l.cfg.baseConfig(l.cfg.Deadline/2, len(stable))
+	w := l.engineConfig(l.cfg.baseConfig(l.cfg.Deadline/2, len(stable)))
 	res, err := warmup.Run(ctx, w, cold, warmup.Options{Stable: stable, Logger: l.log, OnProgress: func(p warmup.Progress) {
 		if p.Phase == warmup.PhaseLoad && !p.Stable && p.Target != "" {
 			report(fmt.Sprintf("warming %s: %d requests, %d converged", pods(p.Targets), p.Requests, p.ConvergedTargets))
@@ -419,11 +497,12 @@ func (l *Load) warm(ctx context.Context, canary, stable []warmup.Target, report 
 	return fmt.Sprintf("warm-up of %s: %s", pods(len(cold)), res.Summary()), nil
 }
 
-func (l *Load) query() warmup.TargetQuery {
+// query is where the pods are: in namespace ns (see namespace).
+func (l *Load) query(ns string) warmup.TargetQuery {
 	c := l.cfg
 	source := func(field string, urls []string, service, selector, hash string) warmup.TargetSource {
 		return warmup.TargetSource{URLs: urls, URLsField: "load." + field, Pods: warmup.KubeTargets{
-			Namespace: c.Namespace, Service: service, Selector: selector, PodTemplateHash: hash, Port: c.Port,
+			Namespace: ns, Service: service, Selector: selector, PodTemplateHash: hash, Port: c.Port,
 		}}
 	}
 	return warmup.TargetQuery{

@@ -3,6 +3,7 @@ package analysis
 import (
 	"context"
 	"fmt"
+	"github.com/danki-dev/danki/pkg/policy"
 	"log/slog"
 	"math/rand/v2"
 	"slices"
@@ -37,7 +38,7 @@ func loadAnalyzer(t *testing.T, cfg string) *Analyzer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := NewAnalyzer(c, WithLogger(quietLoadLog))
+	a, err := NewAnalyzer(c, WithLogger(quietLoadLog), WithPolicy(policy.Local()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +139,7 @@ func TestLoadSourceWarmsBeforeMeasuring(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := NewAnalyzer(c, WithLogger(quietLoadLog), WithWarmedPods(warmed))
+	a, err := NewAnalyzer(c, WithLogger(quietLoadLog), WithPolicy(policy.Local()), WithWarmedPods(warmed))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +181,7 @@ func TestLoadSourceContextStopsLoadAtOnce(t *testing.T) {
 func TestLoadSourceTemplatesUseAngleDelimiters(t *testing.T) {
 	srv := testutil.NewColdServer(t, nil)
 	srv.Record, srv.HealthPath = true, "/healthz"
-	a := loadAnalyzer(t, fmt.Sprintf(`{"source": "load", "load": {"healthPath": "/healthz", "urls": [%q], "count": 100, "qps": 1000, "warmUp": false,
+	a := loadAnalyzer(t, fmt.Sprintf(`{"source": "load", "load": {"healthPath": "/healthz", "urls": [%q], "count": 100, "qps": 500, "warmUp": false,
 	  "requests": [{"path": "/items/<<randInt 1 100000>>", "headers": {"X-Seq": "<<seq>>"}}]}, "slo": {"maxErrorRate": 0}}`, srv.URL))
 	if v := a.Analyze(context.Background(), time.Time{}); v.Phase != Pass {
 		t.Fatalf("%s: %s", v.Phase, v.Summary)

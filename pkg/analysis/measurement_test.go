@@ -2,6 +2,7 @@ package analysis
 
 import (
 	"encoding/json"
+	"github.com/danki-dev/danki/pkg/policy"
 	"strconv"
 	"strings"
 	"testing"
@@ -48,7 +49,7 @@ func TestVerdictFigures(t *testing.T) {
 }
 
 func TestAnalyzersKeepOnePerConfiguration(t *testing.T) {
-	c := NewAnalyzers()
+	c := NewAnalyzers(WithPolicy(policy.Local()))
 	cfg := func(p99 string) []byte {
 		return []byte(`{"source":"envoy","prometheus":{"address":"http://p:9090"},"envoy":{"canaryCluster":"c"},"slo":{"p99":"` + p99 + `"}}`)
 	}

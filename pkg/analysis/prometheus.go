@@ -21,6 +21,7 @@ import (
 	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
 	promconfig "github.com/prometheus/common/config"
 	"github.com/prometheus/common/model"
+	"k8s.io/client-go/kubernetes"
 )
 
 // Built-in query sets. <<.Selector>> and <<.Window>> are filled per side and
@@ -73,12 +74,13 @@ type promValue struct {
 	data  QueryData
 }
 
-// NewPrometheusAPI builds a Prometheus API client with the bearer token
-// (inline or from a file re-read on every request) and TLS settings, using
-// prometheus/common's HTTP client configuration.
-func NewPrometheusAPI(pc PrometheusConfig) (promv1.API, error) {
+// newPrometheusAPI builds a Prometheus API client for settings that
+// resolvePrometheus returned: the bearer token (inline, from a file re-read
+// on every request, or from a Secret of the measurement's namespace) and
+// TLS settings, with prometheus/common's HTTP client configuration.
+func newPrometheusAPI(pc PrometheusConfig, kube func() (kubernetes.Interface, error)) (promv1.API, error) {
 	httpCfg := promconfig.HTTPClientConfig{
-		FollowRedirects: true,
+		FollowRedirects: !pc.noRedirects,
 		EnableHTTP2:     true,
 		TLSConfig: promconfig.TLSConfig{
 			CAFile:             pc.CAFile,
@@ -98,6 +100,9 @@ func NewPrometheusAPI(pc PrometheusConfig) (promv1.API, error) {
 	if err != nil {
 		return nil, fmt.Errorf("prometheus TLS/auth settings (prometheus.caFile, prometheus.bearerTokenFile): %w", err)
 	}
+	if pc.BearerTokenSecret != nil {
+		rt = &secretToken{ref: *pc.BearerTokenSecret, kube: kube, next: rt}
+	}
 	client, err := api.NewClient(api.Config{Address: pc.Address, RoundTripper: rt})
 	if err != nil {
 		return nil, fmt.Errorf("prometheus.address %q: %w", pc.Address, err)
@@ -106,24 +111,37 @@ func NewPrometheusAPI(pc PrometheusConfig) (promv1.API, error) {
 }
 
 // NewPrometheus builds the Prometheus source for a Config (compiled and
-// with its defaults applied here; cfg is not changed).
-func NewPrometheus(cfg Config, logger *slog.Logger) (*Prometheus, error) {
+// with its defaults applied here; cfg is not changed), held to the policy
+// of WithPolicy (default: the strictest) and reading
+// prometheus.bearerTokenSecret with WithKube's client. Other options are
+// ignored but WithLogger.
+func NewPrometheus(cfg Config, logger *slog.Logger, opts ...Option) (*Prometheus, error) {
 	rules, err := Compile(cfg)
 	if err != nil {
 		return nil, err
 	}
-	return newPrometheusWithRules(cfg.WithDefaults(), rules, logger)
+	o := options(opts)
+	if logger != nil {
+		o.logger = logger
+	}
+	return newPrometheusWithRules(cfg.WithDefaults(), rules, o)
 }
 
-func newPrometheusWithRules(cfg Config, rules *Rules, logger *slog.Logger) (*Prometheus, error) {
+// newPrometheusWithRules builds the source of every Prometheus reader (the
+// analyzer, the stable tail, the mirror): the policy is checked here.
+func newPrometheusWithRules(cfg Config, rules *Rules, o *Analyzer) (*Prometheus, error) {
 	if cfg.Prometheus == nil {
 		return nil, errors.New("prometheus.address: missing")
 	}
-	promAPI, err := NewPrometheusAPI(*cfg.Prometheus)
+	pc, err := resolvePrometheus(*cfg.Prometheus, o.policy)
 	if err != nil {
 		return nil, err
 	}
-	return newPrometheusWithAPI(cfg, rules, promAPI, logger)
+	promAPI, err := newPrometheusAPI(pc, o.kube)
+	if err != nil {
+		return nil, err
+	}
+	return newPrometheusWithAPI(cfg, rules, promAPI, o.logger)
 }
 
 // newPrometheusWithAPI builds the source from a Config with its defaults
@@ -416,6 +434,9 @@ func (p *Prometheus) explain(query string, err error) error {
 	var hostErr x509.HostnameError
 	var netErr net.Error
 	var urlErr *url.Error
+	if ce, ok := asCredentialError(err); ok {
+		return fmt.Errorf("prometheus at %s not queried: %w", p.address, ce)
+	}
 	switch {
 	case errors.As(err, &apiErr) && apiErr.Type == promv1.ErrBadData:
 		return fmt.Errorf("prometheus rejected query %s: %s; fix the PromQL", query, apiErr.Msg)

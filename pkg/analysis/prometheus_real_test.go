@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/danki-dev/danki/pkg/policy"
 	"math"
 	"net"
 	"net/http"
@@ -200,7 +201,7 @@ func TestRealPrometheus(t *testing.T) {
 	defer exporter.Close()
 
 	promURL := startPrometheus(t, strings.TrimPrefix(exporter.URL, "http://"))
-	api, err := NewPrometheusAPI(PrometheusConfig{Address: promURL})
+	api, err := newPrometheusAPI(PrometheusConfig{Address: promURL}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,7 +260,7 @@ func TestRealPrometheus(t *testing.T) {
 			phase Phase
 		}{{"app-canary", typical, Pass}, {"app-slow", slowDist, Fail}} {
 			t.Run(source+"/"+canary.name, func(t *testing.T) {
-				a, err := NewAnalyzer(mk(canary.name), WithLogger(quiet))
+				a, err := NewAnalyzer(mk(canary.name), WithLogger(quiet), WithPolicy(policy.Local()))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -415,7 +416,7 @@ func TestRealPrometheusIstioStandardLabels(t *testing.T) {
 	exporter := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	defer exporter.Close()
 	promURL := startPrometheus(t, strings.TrimPrefix(exporter.URL, "http://"))
-	api, err := NewPrometheusAPI(PrometheusConfig{Address: promURL})
+	api, err := newPrometheusAPI(PrometheusConfig{Address: promURL}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -453,7 +454,7 @@ func TestRealPrometheusIstioStandardLabels(t *testing.T) {
 	cfg := Config{Source: SourceIstio, Prometheus: &PrometheusConfig{Address: promURL},
 		Istio:  &IstioConfig{Canary: IstioSelector{Service: svc("app-canary")}, Stable: &IstioSelector{Service: svc("app-stable")}},
 		Window: window("1m"), SLO: SLO{P99: dur("250ms"), Ratio: RatioSLO{P99: number("1.5")}}, TailTest: &TailTestConfig{}}
-	a, err := NewAnalyzer(cfg, WithLogger(quiet))
+	a, err := NewAnalyzer(cfg, WithLogger(quiet), WithPolicy(policy.Local()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package analysis
 import (
 	"context"
 	"encoding/pem"
+	"github.com/danki-dev/danki/pkg/policy"
 	"io"
 	"log"
 	"log/slog"
@@ -89,7 +90,7 @@ func istioConfig(address string) Config {
 
 func analyze(t *testing.T, c Config) Verdict {
 	t.Helper()
-	a, err := NewAnalyzer(c, WithLogger(quiet))
+	a, err := NewAnalyzer(c, WithLogger(quiet), WithPolicy(policy.Local()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -451,7 +452,7 @@ func TestPrometheusTLS(t *testing.T) {
 	}
 	cfg = istioConfig(srv.URL)
 	cfg.Prometheus.CAFile = filepath.Join(t.TempDir(), "missing.pem")
-	if _, err := NewAnalyzer(cfg); err == nil || !strings.Contains(err.Error(), "prometheus.caFile") {
+	if _, err := NewAnalyzer(cfg, WithPolicy(policy.Local())); err == nil || !strings.Contains(err.Error(), "prometheus.caFile") {
 		t.Errorf("missing CA file: err %v, want one naming prometheus.caFile", err)
 	}
 }
@@ -463,7 +464,7 @@ func TestPrometheusCumulativeWindow(t *testing.T) {
 	cfg := istioConfig(fake.URL)
 	cfg.Window = Window{}
 	now := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
-	a, err := NewAnalyzer(cfg, WithLogger(quiet), WithClock(func() time.Time { return now }))
+	a, err := NewAnalyzer(cfg, WithLogger(quiet), WithPolicy(policy.Local()), WithClock(func() time.Time { return now }))
 	if err != nil {
 		t.Fatal(err)
 	}

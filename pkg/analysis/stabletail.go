@@ -29,13 +29,18 @@ type StableTail struct {
 	Quantile float64       // default 0.9
 	Range    time.Duration // default 30s; at least twice the scrape interval
 	MinCount float64       // default 20
+	// Namespace is the Rollout's: prometheus.bearerTokenSecret is read
+	// there.
+	Namespace string
 }
 
-// NewStableTail builds a StableTail on cfg's Prometheus source. It fails
-// when cfg does not read Prometheus or has no stable latency series (e.g.
+// NewStableTail builds a StableTail on cfg's Prometheus source, held to
+// the policy of WithPolicy (default: the strictest) and reading
+// prometheus.bearerTokenSecret with WithKube's client. It fails when cfg
+// does not read Prometheus or has no stable latency series (e.g.
 // envoy.stableCluster unset): there is nothing of the users on stable to
 // watch.
-func NewStableTail(cfg Config, rng time.Duration, log *slog.Logger) (*StableTail, error) {
+func NewStableTail(cfg Config, rng time.Duration, log *slog.Logger, opts ...Option) (*StableTail, error) {
 	rules, err := Compile(cfg)
 	if err != nil {
 		return nil, err
@@ -46,7 +51,11 @@ func NewStableTail(cfg Config, rng time.Duration, log *slog.Logger) (*StableTail
 	if !rules.hasStable || !rules.hasLatency {
 		return nil, errors.New("no stable latency series configured (e.g. envoy.stableCluster, istio.stable, promql.stable)")
 	}
-	src, err := newPrometheusWithRules(cfg.WithDefaults(), rules, log)
+	o := options(opts)
+	if log != nil {
+		o.logger = log
+	}
+	src, err := newPrometheusWithRules(cfg.WithDefaults(), rules, o)
 	if err != nil {
 		return nil, err
 	}
@@ -56,6 +65,9 @@ func NewStableTail(cfg Config, rng time.Duration, log *slog.Logger) (*StableTail
 // Latency is stable's Quantile over the last Range.
 func (s *StableTail) Latency(ctx context.Context) (time.Duration, error) {
 	rng := cmp.Or(s.Range, DefaultStableTailRange)
+	if s.Namespace != "" {
+		ctx = ForNamespace(ctx, s.Namespace)
+	}
 	sample, err := s.Source.Fetch(ctx, rng)
 	if err != nil {
 		return 0, err

@@ -2,6 +2,7 @@ package analysis
 
 import (
 	"context"
+	"github.com/danki-dev/danki/pkg/policy"
 	"math"
 	"net/http/httptest"
 	"strings"
@@ -28,7 +29,7 @@ func TestStableTailReadsStablesP90(t *testing.T) {
 		Envoy:      &EnvoyConfig{CanaryCluster: canary, StableCluster: stable},
 		SLO:        SLO{P99: dur("1s")},
 	}
-	tail, err := NewStableTail(cfg, 10*time.Second, nil)
+	tail, err := NewStableTail(cfg, 10*time.Second, nil, WithPolicy(policy.Local()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +77,7 @@ func TestStableTailRealPrometheus(t *testing.T) {
 	promURL := startPrometheus(t, strings.TrimPrefix(exporter.URL, "http://"))
 	cfg := Config{Source: SourceEnvoy, Prometheus: &PrometheusConfig{Address: promURL},
 		Envoy: &EnvoyConfig{CanaryCluster: canary, StableCluster: stable}, SLO: SLO{P99: dur("1s")}}
-	tail, err := NewStableTail(cfg, 10*time.Second, quiet)
+	tail, err := NewStableTail(cfg, 10*time.Second, quiet, WithPolicy(policy.Local()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +97,7 @@ func TestStableTailRealPrometheus(t *testing.T) {
 	}
 	// A scrape at zero first: increase() never counts what came before a
 	// series' first scrape.
-	api, err := NewPrometheusAPI(PrometheusConfig{Address: promURL})
+	api, err := newPrometheusAPI(PrometheusConfig{Address: promURL}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -146,9 +146,13 @@ func (c Config) analysisConfig() analysis.Config {
 		SLO: analysis.SLO{MaxErrorRate: &all}}
 }
 
-// NewSource builds the Prometheus source for the canary's histogram.
-func (c Config) NewSource(log *slog.Logger) (analysis.Source, error) {
-	return analysis.NewPrometheus(c.analysisConfig(), log)
+// NewSource builds the Prometheus source for the canary's histogram. opts
+// are analysis.WithPolicy (the operator's: without it the strictest, which
+// allows no Prometheus) and analysis.WithKube (to read
+// prometheus.bearerTokenSecret from the namespace of the run's context,
+// analysis.ForNamespace).
+func (c Config) NewSource(log *slog.Logger, opts ...analysis.Option) (analysis.Source, error) {
+	return analysis.NewPrometheus(c.analysisConfig(), log, opts...)
 }
 
 // Run is one mirror warm-up.

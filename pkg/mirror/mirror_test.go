@@ -22,6 +22,7 @@ import (
 	"github.com/danki-dev/danki/internal/config"
 	"github.com/danki-dev/danki/internal/testutil"
 	"github.com/danki-dev/danki/pkg/analysis"
+	"github.com/danki-dev/danki/pkg/policy"
 	"github.com/danki-dev/danki/pkg/shift"
 	"github.com/danki-dev/danki/pkg/warmup"
 )
@@ -123,7 +124,7 @@ func (f *fixture) run(t *testing.T, mutate func(*Config)) *Run {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src, err := c.NewSource(nil)
+	src, err := c.NewSource(nil, analysis.WithPolicy(policy.Local()))
 	if err != nil {
 		t.Fatal(err)
 	}
