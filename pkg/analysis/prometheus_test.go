@@ -480,6 +480,36 @@ func TestPrometheusCumulativeWindow(t *testing.T) {
 	}
 }
 
+// TestPrometheusCumulativeWindowClamped: a cumulative window from a start
+// long past (a gate's gateSince of 1970, forged or zeroed in the ramp
+// state) queries at most the longest window, not 56 years of every series.
+func TestPrometheusCumulativeWindowClamped(t *testing.T) {
+	rng := rand.New(rand.NewPCG(29, 30))
+	fake := testutil.NewPrometheus(t)
+	healthyIstio(fake, rng, typical)
+	cfg := istioConfig(fake.URL)
+	cfg.Window = CumulativeWindow()
+	now := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	a, err := NewAnalyzer(cfg, WithLogger(quiet), WithPolicy(policy.Local()), WithClock(func() time.Time { return now }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := a.Analyze(context.Background(), time.Unix(1, 0))
+	if v.Phase != Pass || !strings.HasPrefix(v.Window, "90d (cumulative, clamped from ") {
+		t.Fatalf("phase %s window %q: %s", v.Phase, v.Window, v.Summary)
+	}
+	for _, q := range fake.Queries() {
+		if !strings.Contains(q, "[90d]") {
+			t.Errorf("query %q does not use the clamped range [90d]", q)
+		}
+	}
+	// Just inside the bound, the window is what it says.
+	v = a.Analyze(context.Background(), now.Add(-maxWindow+time.Hour))
+	if v.Window != promRange(maxWindow-time.Hour)+" (cumulative)" {
+		t.Errorf("window %q inside the bound, want %s (cumulative)", v.Window, promRange(maxWindow-time.Hour))
+	}
+}
+
 var quiet = slog.New(slog.DiscardHandler)
 
 func containsString(list []string, s string) bool {
