@@ -3,6 +3,7 @@ package rollouts
 import (
 	"context"
 	"encoding/json"
+	"net/netip"
 	"strings"
 	"testing"
 
@@ -13,6 +14,7 @@ import (
 	"istio.io/client-go/pkg/clientset/versioned/fake"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/danki-dev/danki/pkg/policy"
 	"github.com/danki-dev/danki/pkg/shift"
 	"github.com/danki-dev/danki/pkg/warmup"
 )
@@ -109,5 +111,30 @@ func TestStepMirrorModes(t *testing.T) {
 	cfg, _ := warmup.ParseStepConfig([]byte(mirrorStepConfig))
 	if err := s.withMirror(ro, cfg, &warmup.Job{}); err == nil || !strings.Contains(err.Error(), "danki/istio") {
 		t.Fatalf("withMirror without a traffic router: %v", err)
+	}
+}
+
+// TestStepMirrorHeldToThePolicyThroughRPC: a step's mirror block is a
+// tenant's Prometheus config too: only the operator's addresses, no
+// controller file.
+func TestStepMirrorHeldToThePolicyThroughRPC(t *testing.T) {
+	evil, allowed := latencyProm(t), latencyProm(t)
+	token := controllerToken(t)
+	for _, tc := range []struct{ prometheus, want string }{
+		{`{"address":"` + evil.URL + `"}`, "prometheus.address"},
+		{`{"address":"` + allowed.URL + `","bearerTokenFile":"` + token + `"}`, "prometheus.bearerTokenFile"},
+		{`{"address":"` + allowed.URL + `","caFile":"` + token + `"}`, "prometheus.caFile"},
+	} {
+		s, ro, _ := mirrorStepFixture(t)
+		s.policy = policy.Policy{Prometheus: []policy.Prometheus{{Address: allowed.URL}},
+			Network: policy.Network{AllowLoopback: true, AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}}
+		raw := strings.Replace(mirrorStepConfig, `"prometheus":{"address":"http://127.0.0.1:1"}`, `"prometheus":`+tc.prometheus, 1)
+		res, rerr := warmupStepClient(t, s).Run(ro, &types.RpcStepContext{Config: json.RawMessage(raw)})
+		if rerr.HasError() || res.Phase != types.PhaseFailed || !strings.Contains(res.Message, tc.want) {
+			t.Errorf("%s: Run = %s %q (%v); want Failed naming %s", tc.prometheus, res.Phase, res.Message, rerr, tc.want)
+		}
+	}
+	if n := len(evil.Queries()) + len(allowed.Queries()); n != 0 {
+		t.Fatalf("%d queries sent (Authorization %q %q), want none", n, evil.Authorizations(), allowed.Authorizations())
 	}
 }
