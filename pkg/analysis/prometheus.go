@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"net/http"
 	"net/url"
 	"sort"
 	"strconv"
@@ -103,7 +104,15 @@ func newPrometheusAPI(pc PrometheusConfig, kube func() (kubernetes.Interface, er
 	if pc.BearerTokenSecret != nil {
 		rt = &secretToken{ref: *pc.BearerTokenSecret, kube: kube, next: rt}
 	}
-	client, err := api.NewClient(api.Config{Address: pc.Address, RoundTripper: rt})
+	hc := &http.Client{Transport: rt}
+	if pc.noRedirects {
+		// The credentials are added by the transport, to every request:
+		// a redirect would carry them to wherever it points.
+		hc.CheckRedirect = func(req *http.Request, _ []*http.Request) error {
+			return fmt.Errorf("prometheus at %s redirected to %s: not followed, the operator's credentials go to the operator's address only", pc.Address, req.URL.Redacted())
+		}
+	}
+	client, err := api.NewClient(api.Config{Address: pc.Address, Client: hc})
 	if err != nil {
 		return nil, fmt.Errorf("prometheus.address %q: %w", pc.Address, err)
 	}
