@@ -186,6 +186,19 @@ func runAnalyze(cmd *cobra.Command, f *analyzeFlags) error {
 		}))
 		ctx = analysis.WithProgress(ctx, func(p string) { fmt.Fprintf(stderr, "  %s\n", p) })
 	}
+	if cfg.Prometheus != nil && cfg.Prometheus.BearerTokenSecret != nil {
+		// The Secret is read from -n (or the kubeconfig's namespace), as
+		// the plugin reads it from the AnalysisRun's.
+		ns, err := f.kube.namespace()
+		if err != nil {
+			return fmt.Errorf("prometheus.bearerTokenSecret: kubeconfig namespace: %w (give -n)", err)
+		}
+		ctx = analysis.ForNamespace(ctx, ns)
+		opts = append(opts, analysis.WithKube(func() (kubernetes.Interface, error) {
+			kube, _, err := warmupKubeClient(&f.kube)
+			return kube, err
+		}))
+	}
 	a, err := analysis.NewAnalyzer(cfg, opts...)
 	if err != nil {
 		return analyzeFlagError(err)
