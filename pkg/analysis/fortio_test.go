@@ -3,7 +3,6 @@ package analysis
 import (
 	"context"
 	"encoding/json"
-	"github.com/danki-dev/danki/pkg/policy"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -18,6 +17,8 @@ import (
 	"fortio.org/fortio/periodic"
 	"fortio.org/fortio/stats"
 	fortiolog "fortio.org/log"
+
+	"github.com/danki-dev/danki/pkg/policy"
 )
 
 // runFortio sends exactly n requests with real fortio to a local server that

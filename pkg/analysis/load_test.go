@@ -3,7 +3,6 @@ package analysis
 import (
 	"context"
 	"fmt"
-	"github.com/danki-dev/danki/pkg/policy"
 	"log/slog"
 	"math/rand/v2"
 	"slices"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/danki-dev/danki/internal/testutil"
+	"github.com/danki-dev/danki/pkg/policy"
 )
 
 var quietLoadLog = slog.New(slog.DiscardHandler)

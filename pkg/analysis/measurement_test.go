@@ -2,10 +2,11 @@ package analysis
 
 import (
 	"encoding/json"
-	"github.com/danki-dev/danki/pkg/policy"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/danki-dev/danki/pkg/policy"
 )
 
 func TestVerdictFigures(t *testing.T) {

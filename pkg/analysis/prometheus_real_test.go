@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"github.com/danki-dev/danki/pkg/policy"
 	"math"
 	"net"
 	"net/http"
@@ -21,6 +20,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/common/model"
+
+	"github.com/danki-dev/danki/pkg/policy"
 )
 
 // knownSamples are n latencies at the distribution's exact quantiles

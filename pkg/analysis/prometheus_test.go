@@ -3,7 +3,6 @@ package analysis
 import (
 	"context"
 	"encoding/pem"
-	"github.com/danki-dev/danki/pkg/policy"
 	"io"
 	"log"
 	"log/slog"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/danki-dev/danki/internal/config"
 	"github.com/danki-dev/danki/internal/testutil"
+	"github.com/danki-dev/danki/pkg/policy"
 )
 
 func f64(v float64) *float64 { return &v }

@@ -2,7 +2,6 @@ package analysis
 
 import (
 	"context"
-	"github.com/danki-dev/danki/pkg/policy"
 	"math"
 	"net/http/httptest"
 	"strings"
@@ -14,6 +13,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/danki-dev/danki/internal/testutil"
+	"github.com/danki-dev/danki/pkg/policy"
 )
 
 // The users' p90 on stable, from the gate's Envoy histograms over the last
