@@ -310,9 +310,9 @@ func tcpMatches(r *networking.TCPRoute, sel TCPRouteSelector) bool {
 	return true
 }
 
-// mirrorRoutes lists the managed http routes that mirror traffic and carry
-// the stable/canary split: their weights follow the primary routes (as with
-// Argo's native Istio router).
+// mirrorRoutes lists danki's managed mirror routes (isOwnMirrorRoute) that
+// carry the stable/canary split: their weights follow the primary routes (as
+// with Argo's native Istio router).
 func mirrorRoutes(spec *networking.VirtualService, t Target, m *matcher) []routeRef {
 	var out []routeRef
 	for i, r := range spec.Http {
@@ -320,7 +320,7 @@ func mirrorRoutes(spec *networking.VirtualService, t Target, m *matcher) []route
 			continue
 		}
 		ref := routeRef{KindHTTP, i, r.GetName()}
-		if m.holdsBoth(spec, ref) {
+		if m.holdsBoth(spec, ref) && isOwnMirrorRoute(r, m, nil) {
 			out = append(out, ref)
 		}
 	}
