@@ -309,3 +309,32 @@ func TestWeightsLeaveAForeignMirrorRouteOfAListedName(t *testing.T) {
 	}
 	assertSpec(t, withWeights(spec, [4]any{KindHTTP, 1, 0, 90}, [4]any{KindHTTP, 1, 1, 10}), &readVS(t, s, "reviews").Spec)
 }
+
+// The extras annotation is the tenant's to write too: it must not make
+// danki drop another namespace's destination from a managed route (danki
+// adds experiment destinations in the VirtualService's namespace only).
+func TestExtrasAnnotationCannotDropAForeignDestination(t *testing.T) {
+	spec := hostSpec()
+	spec.Http[1].Route = append(spec.Http[1].Route, dest("payments.billing.svc.cluster.local", 8080, 0))
+	vs := virtualService("reviews", spec)
+	vs.Annotations[ExtrasAnnotation] = `[{"host":"payments.billing.svc.cluster.local"}]`
+	s, cs := newFake(t, vs)
+	tg := hostTarget()
+	tg.HTTPRoutes = []string{"primary"}
+	assertErr(t, s.SetWeight(ctx, tg, 20), `host "payments.billing.svc.cluster.local" is in neither role`)
+	noWrites(t, cs)
+
+	// An experiment destination danki added in the namespace is still
+	// dropped once the experiment has ended.
+	spec = hostSpec()
+	spec.Http[1].Route = []*networking.HTTPRouteDestination{dest("reviews-stable", 8080, 80), dest("reviews-canary", 8080, 10), dest("reviews-exp", 8080, 10)}
+	vs = virtualService("reviews", spec)
+	vs.Annotations[ExtrasAnnotation] = `[{"host":"reviews-exp"}]`
+	s, _ = newFake(t, vs)
+	if err := s.SetWeight(ctx, tg, 20); err != nil {
+		t.Fatal(err)
+	}
+	if r := readVS(t, s, "reviews").Spec.Http[1].Route; len(r) != 2 || r[0].Weight != 80 || r[1].Weight != 20 {
+		t.Fatalf("primary route %v: want the ended experiment's destination dropped, 80/20", r)
+	}
+}
