@@ -291,7 +291,9 @@ func (s *Shifter) RemoveManagedRoutes(ctx context.Context, t Target, also ...str
 	_, err := s.update(ctx, t, "remove managed routes", func(vs *networkingv1.VirtualService) error {
 		m, err := s.matcher(ctx, t)
 		if err != nil {
-			return err
+			// Not ErrNotFound for the caller: the VirtualService is there,
+			// and without the canary's host danki cannot tell its routes.
+			return fmt.Errorf("%v (danki needs it to tell its own routes from others)", err)
 		}
 		stale, _ := staleExtras(vs) // a broken annotation only weakens the proof
 		m = m.withExtras(nil, stale)

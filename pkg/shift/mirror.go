@@ -101,7 +101,7 @@ func (s *Shifter) SetWarmupMirror(ctx context.Context, t Target, w WarmupMirror)
 		}
 		// The previous state (if any) is replaced; what to strip is judged
 		// by the routes, not by it.
-		if _, kept := stripMirror(vs, t, m); len(kept) > 0 {
+		if _, kept := stripMirror(vs, t, m); len(kept) > 0 && len(w.Methods) > 0 {
 			i := slices.IndexFunc(vs.Spec.Http, func(r *networking.HTTPRoute) bool { return r.GetName() == kept[0] })
 			return fmt.Errorf("spec.http[%d] (%q): has the name danki gives its warm-up mirror routes (%s, %s-1, ...) but is not one danki built: rename that route", i, kept[0], mirrorRouteName, mirrorRouteName)
 		}

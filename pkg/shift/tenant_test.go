@@ -338,3 +338,30 @@ func TestExtrasAnnotationCannotDropAForeignDestination(t *testing.T) {
 		t.Fatalf("primary route %v: want the ended experiment's destination dropped, 80/20", r)
 	}
 }
+
+// Without the DestinationRule danki cannot prove which routes are its own:
+// RemoveManagedRoutes says so instead of removing by name, or reporting the
+// VirtualService gone.
+func TestRemoveManagedRoutesWithoutTheDestinationRule(t *testing.T) {
+	spec := subsetSpec()
+	spec.Http = append(spec.Http, paymentsRoute("payments"))
+	s, cs := newFake(t, virtualService("reviews", spec))
+	tg := subsetTarget()
+	tg.ManagedRoutes = []string{"payments"}
+	assertErr(t, s.RemoveManagedRoutes(ctx, tg), "DestinationRule shop/reviews not found", "tell its own routes")
+	noWrites(t, cs)
+}
+
+// Without methods the warm-up mirror adds no copy: a foreign route of the
+// copy's name is left alone and does not stop it.
+func TestWarmupMirrorWithoutMethodsIgnoresARouteOfTheCopyName(t *testing.T) {
+	spec := specWithPayments(mirrorRouteName)
+	s, _ := newFake(t, virtualService("reviews", spec))
+	if err := s.SetWarmupMirror(ctx, hostTarget(), WarmupMirror{Percent: 5}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.RemoveWarmupMirror(ctx, hostTarget()); err != nil {
+		t.Fatal(err)
+	}
+	assertSpec(t, spec, &readVS(t, s, "reviews").Spec)
+}
