@@ -55,10 +55,6 @@ type MirrorDestination struct {
 	Subset string `json:"subset,omitempty"`
 }
 
-func (d MirrorDestination) same(o *networking.Destination) bool {
-	return o != nil && o.Host == d.Host && o.Subset == d.Subset
-}
-
 // ParseMirrorState reads MirrorAnnotation's value; nil for none.
 func ParseMirrorState(raw string) (*MirrorState, error) {
 	if strings.TrimSpace(raw) == "" {
