@@ -51,7 +51,8 @@ makes a self-managed CA and prints where its ca.crt (the webhook's caBundle) is;
 with --webhook-config it keeps that webhook configuration's caBundle current
 itself, and renews the certificate at two thirds of --cert-validity. All
 warm-ups together send at most --max-total-qps requests a second.
---webhook-port 0 serves no webhook: pods must list the readiness gate themselves.`,
+--webhook-port 0 serves no webhook: pods must list the readiness gate themselves
+and carry the label danki.dev/gated=true (the gate caches only such pods).`,
 		Example: `  danki gate --kubeconfig ~/.kube/config --webhook-host 127.0.0.1 --webhook-port 9443 --cert-dir /tmp/danki-gate`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

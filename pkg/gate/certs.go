@@ -108,6 +108,9 @@ func issue(caName string, hosts []string, validity time.Duration, now time.Time,
 		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	}
 	for _, h := range hosts {
+		if h == "" {
+			continue // --webhook-host "" (all interfaces): no name
+		}
 		if ip := net.ParseIP(h); ip != nil {
 			leaf.IPAddresses = append(leaf.IPAddresses, ip)
 		} else {
@@ -221,7 +224,7 @@ func (c *Certs) RenewAt() time.Time {
 // Covers reports whether the serving certificate is valid for every host.
 func (c *Certs) Covers(hosts []string) bool {
 	for _, h := range hosts {
-		if c.Leaf.VerifyHostname(h) != nil {
+		if h != "" && c.Leaf.VerifyHostname(h) != nil {
 			return false
 		}
 	}
