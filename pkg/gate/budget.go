@@ -6,10 +6,11 @@ import "github.com/danki-dev/danki/pkg/warmup"
 // requests a second all warm-ups together send at most (--max-total-qps).
 // The same process, at most one CPU in deploy/gate, answers the API
 // server's admission requests; each warm-up gets an equal share,
-// DefaultMaxTotalQPS / MaxConcurrent (50 a second at the default 10), so
+// DefaultMaxTotalQPS / MaxConcurrent (100 a second at the default 10, five
+// times a pod's default qps), so
 // however many pods warm at once the load stays within it. Measured in
 // BenchmarkAdmissionUnderWarmUp (docs/gate.md, "The load budget").
-const DefaultMaxTotalQPS = 500.0
+const DefaultMaxTotalQPS = 1000.0
 
 // withinBudget is a warm-up's configuration with its rate (and the rate
 // its pace ramp starts at) within its share of the load budget.
