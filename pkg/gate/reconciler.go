@@ -56,6 +56,9 @@ type Reconciler struct {
 	// (DefaultMaxPerNode; negative: no cap). Pods with no node name are
 	// not capped per node.
 	MaxPerNode int
+	// MaxTotalQPS is the load budget of all warm-ups together
+	// (DefaultMaxTotalQPS; negative: none): each gets an equal share.
+	MaxTotalQPS float64
 
 	once      sync.Once
 	slots     chan struct{}
@@ -301,6 +304,7 @@ func (r *Reconciler) warm(ctx context.Context, pod *corev1.Pod, cfg Config, targ
 	run := cfg.Config
 	off := false
 	run.RejectSlowerVersion = &off
+	run = r.withinBudget(run)
 	res, err := warmup.Run(ctx, run, []warmup.Target{target}, warmup.Options{Stable: neighbours, Logger: log, OnProgress: func(p warmup.Progress) {
 		if p.Phase != warmup.PhaseLoad || p.Target == "" || p.Stable {
 			return
