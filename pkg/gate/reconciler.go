@@ -357,7 +357,7 @@ func (r *Reconciler) failed(ctx context.Context, log *slog.Logger, pod *corev1.P
 	}
 	a.failed++
 	n := a.failed
-	backoff := cfg.RetryBackoff.D() << (n - 1)
+	backoff := retryBackoff(cfg.RetryBackoff.D(), n)
 	a.next = time.Now().Add(backoff)
 	a.gaveUp = n >= cfg.Retries
 	gaveUp := a.gaveUp
@@ -385,6 +385,30 @@ func (r *Reconciler) failed(ctx context.Context, log *slog.Logger, pod *corev1.P
 		log.Error("set the warm condition", "error", err)
 	}
 }
+
+// retryBackoff is the wait after the failed-th failed attempt: base,
+// doubled before each further one up to max(base, MaxRetryBackoff). It
+// never shifts or multiplies past the cap, so no retry count overflows it
+// (base << (failed-1) wrapped to a negative or zero wait for large counts).
+func retryBackoff(base time.Duration, failed int) time.Duration {
+	if base <= 0 {
+		return 0
+	}
+	limit := max(base, MaxRetryBackoff)
+	d := base
+	for i := 1; i < failed; i++ {
+		if d > limit/2 {
+			return limit
+		}
+		d *= 2
+	}
+	return d
+}
+
+// MaxRetryBackoff caps the doubling of a pod's retry back-off: a pod
+// configured with many retries waits at most this long between attempts
+// (a retryBackoff above it is kept as configured, not doubled).
+const MaxRetryBackoff = 10 * time.Minute
 
 // forget drops what the Reconciler remembers of a pod: failures and warmth.
 func (r *Reconciler) forget(uid types.UID) {
