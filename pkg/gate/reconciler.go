@@ -56,6 +56,8 @@ type Reconciler struct {
 	// (DefaultMaxPerNode; negative: no cap). Pods with no node name are
 	// not capped per node.
 	MaxPerNode int
+	// RecordKey signs and verifies the records of CPU requests.
+	RecordKey RecordKey
 
 	once      sync.Once
 	slots     chan struct{}

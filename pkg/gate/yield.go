@@ -24,6 +24,26 @@ import (
 // knows them.
 const AnnotationCPURequests = "danki.dev/cpu-requests"
 
+// AnnotationCPURequestsSignature signs AnnotationCPURequests.
+const AnnotationCPURequestsSignature = "danki.dev/cpu-requests-signature"
+
+// ReasonRecordRefused: the pod's record of its CPU requests is not the
+// gate's own.
+const ReasonRecordRefused = "CPURecordRefused"
+
+// RecordKey is the key the gate signs its records with.
+type RecordKey []byte
+
+// stampCPURequests writes the webhook's record into pod.
+func stampCPURequests(pod *corev1.Pod, _ RecordKey) {
+	if rec := recordCPURequests(pod); rec != "" {
+		if pod.Annotations == nil {
+			pod.Annotations = map[string]string{}
+		}
+		pod.Annotations[AnnotationCPURequests] = rec
+	}
+}
+
 // YieldCPURequest is the CPU request a warming pod's containers have while
 // the gate warms it (Config.YieldCPU): 1m maps to cpu.shares 2, the
 // kernel's least weight, so under contention the users' pods on the node
