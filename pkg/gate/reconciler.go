@@ -179,7 +179,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err == nil {
 		// The budget is a share of the request the pod was created with,
 		// even while the gate has it lowered.
-		target, err = warmup.PodTarget(withRecordedRequests(&pod), cfg.Port)
+		target, err = warmup.PodTarget(withRecordedRequests(&pod, r.RecordKey), cfg.Port)
 	}
 	if err != nil {
 		if c := condition(&pod); c == nil || c.Reason != ReasonInvalidConfig {
@@ -489,10 +489,20 @@ func (r *Reconciler) setCondition(ctx context.Context, pod *corev1.Pod, status c
 	if len(message) > 1000 {
 		message = message[:1000] + "…"
 	}
+	return r.patchCondition(ctx, &cur, false, ConditionWarm, status, reason, message)
+}
+
+// patchCondition sets the condition of type t on cur, the pod as read from
+// the API server, through the pods/status subresource with a strategic
+// merge patch (conditions merge by type, so the kubelet's own are left
+// alone); with lock, only if the pod is still as read (a Conflict
+// otherwise). Unchanged conditions are not written. cur becomes the pod as
+// written.
+func (r *Reconciler) patchCondition(ctx context.Context, cur *corev1.Pod, lock bool, t corev1.PodConditionType, status corev1.ConditionStatus, reason, message string) error {
 	old := cur.DeepCopy()
-	c := condition(&cur)
+	c := podCondition(cur, t)
 	if c == nil {
-		cur.Status.Conditions = append(cur.Status.Conditions, corev1.PodCondition{Type: ConditionWarm})
+		cur.Status.Conditions = append(cur.Status.Conditions, corev1.PodCondition{Type: t})
 		c = &cur.Status.Conditions[len(cur.Status.Conditions)-1]
 	}
 	if c.Status == status && c.Reason == reason && c.Message == message {
@@ -503,8 +513,12 @@ func (r *Reconciler) setCondition(ctx context.Context, pod *corev1.Pod, status c
 		c.LastTransitionTime = now
 	}
 	c.Status, c.Reason, c.Message, c.LastProbeTime = status, reason, message, now
-	if err := r.Client.Status().Patch(ctx, &cur, client.StrategicMergeFrom(old)); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("set condition %s=%s on pod %s/%s: %w", ConditionWarm, status, pod.Namespace, pod.Name, err)
+	var opts []client.MergeFromOption
+	if lock {
+		opts = append(opts, client.MergeFromWithOptimisticLock{})
+	}
+	if err := r.Client.Status().Patch(ctx, cur, client.StrategicMergeFrom(old, opts...)); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("set condition %s=%s on pod %s/%s: %w", t, status, cur.Namespace, cur.Name, err)
 	}
 	return nil
 }
@@ -525,9 +539,12 @@ func IsWarm(pod *corev1.Pod) bool {
 	return c != nil && c.Status == corev1.ConditionTrue
 }
 
-func condition(pod *corev1.Pod) *corev1.PodCondition {
+func condition(pod *corev1.Pod) *corev1.PodCondition { return podCondition(pod, ConditionWarm) }
+
+// podCondition is the pod's condition of type t, nil if it has none.
+func podCondition(pod *corev1.Pod, t corev1.PodConditionType) *corev1.PodCondition {
 	for i := range pod.Status.Conditions {
-		if pod.Status.Conditions[i].Type == ConditionWarm {
+		if pod.Status.Conditions[i].Type == t {
 			return &pod.Status.Conditions[i]
 		}
 	}

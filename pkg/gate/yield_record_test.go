@@ -106,7 +106,7 @@ func TestYieldRecordOnAPIServer(t *testing.T) {
 	// stamped is what the webhook writes at admission for p.
 	stamped := func(p *corev1.Pod) map[string]string {
 		q := p.DeepCopy()
-		stampCPURequests(q, key)
+		stampCPURequests(q, q.Namespace, key)
 		return q.Annotations
 	}
 
@@ -166,10 +166,24 @@ func TestYieldRecordOnAPIServer(t *testing.T) {
 		if !first.lowerCPU(ctx, log, p, "warming") {
 			t.Fatal("not lowered")
 		}
+		var lowered corev1.Pod
+		if err := c.Get(ctx, client.ObjectKeyFromObject(p), &lowered); err != nil {
+			t.Fatal(err)
+		}
+		if cond := podCondition(&lowered, ConditionCPUYield); cond == nil || cond.Status != corev1.ConditionTrue || !strings.Contains(cond.Message, `"app":"500m"`) {
+			t.Fatalf("no record of the lowered request on the pod: %+v", cond)
+		}
 		second, _ := newReconciler() // remembers nothing of the first
 		second.restoreCPU(ctx, log, p)
 		if q := cpu(t, "restarted"); q.Cmp(resource.MustParse("500m")) != 0 {
 			t.Fatalf("restored to %s by a fresh gate; want 500m", q.String())
+		}
+		var restored corev1.Pod
+		if err := c.Get(ctx, client.ObjectKeyFromObject(p), &restored); err != nil {
+			t.Fatal(err)
+		}
+		if cond := podCondition(&restored, ConditionCPUYield); cond == nil || cond.Status != corev1.ConditionFalse {
+			t.Fatalf("record not cleared after the restore: %+v", cond)
 		}
 	})
 
@@ -179,7 +193,7 @@ func TestYieldRecordOnAPIServer(t *testing.T) {
 		create(t, p)
 		// Raised after admission by someone else's resize.
 		r, _ := newReconciler()
-		if err := r.resizeCPU(ctx, p, map[string]resource.Quantity{"app": resource.MustParse("4")}); err != nil {
+		if err := r.resizeCPU(ctx, p, map[string]resource.Quantity{"app": resource.MustParse("4")}, ""); err != nil {
 			t.Fatal(err)
 		}
 		if !r.lowerCPU(ctx, log, p, "starting") {

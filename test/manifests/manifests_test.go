@@ -621,7 +621,7 @@ func testGateInstall(t *testing.T, e *testenv.Env, k *kubectl, root string) {
 			apply = append(apply, raw)
 		}
 	}
-	want := map[string]int{"Namespace": 1, "ServiceAccount": 1, "ClusterRole": 1, "ClusterRoleBinding": 1, "Role": 1, "RoleBinding": 1,
+	want := map[string]int{"Namespace": 1, "ServiceAccount": 1, "ClusterRole": 1, "ClusterRoleBinding": 1, "Role": 2, "RoleBinding": 2,
 		"Issuer": 1, "Certificate": 1, "Deployment": 1, "Service": 1, "MutatingWebhookConfiguration": 1}
 	if fmt.Sprint(kinds) != fmt.Sprint(want) {
 		t.Errorf("kubectl kustomize deploy/gate renders %v, want %v", kinds, want)
