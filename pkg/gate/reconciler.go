@@ -60,7 +60,7 @@ type Reconciler struct {
 	RecordKey RecordKey
 
 	once      sync.Once
-	slots     chan struct{}
+	slots     *slots
 	nodeSlots map[string]chan struct{} // guarded by mu
 	// requeue asks for a pod's reconcile when its warm-up ended: the
 	// outcome may call for a retry after a back-off.
@@ -114,7 +114,7 @@ func (r *Reconciler) init() {
 		if n <= 0 {
 			n = DefaultMaxConcurrent
 		}
-		r.slots = make(chan struct{}, n)
+		r.slots = newSlots(n)
 		r.nodeSlots = map[string]chan struct{}{}
 		r.requeue = make(chan event.GenericEvent, 1024)
 		r.jobs = map[types.UID]*job{}
@@ -280,17 +280,16 @@ func (r *Reconciler) warm(ctx context.Context, pod *corev1.Pod, cfg Config, targ
 		}
 		defer func() { <-node }()
 	}
+	w := r.slots.wait(pod.Namespace)
 	select {
-	case r.slots <- struct{}{}:
+	case <-w.ready:
 	default:
-		_ = r.setCondition(ctx, pod, corev1.ConditionFalse, ReasonQueued, fmt.Sprintf("queued: %d warm-ups running, the most at once", cap(r.slots)))
-		select {
-		case r.slots <- struct{}{}:
-		case <-ctx.Done():
-			return
-		}
+		_ = r.setCondition(ctx, pod, corev1.ConditionFalse, ReasonQueued, r.slots.queued(pod.Namespace))
 	}
-	defer func() { <-r.slots }()
+	if r.slots.acquire(ctx, w) != nil {
+		return
+	}
+	defer r.slots.release(pod.Namespace)
 
 	if cfg.YieldCPU != YieldOff {
 		r.lowerCPU(ctx, log, pod, "warming")
