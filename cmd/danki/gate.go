@@ -21,6 +21,7 @@ type gateFlags struct {
 	certHosts               []string
 	maxConcurrent           int
 	maxPerNode              int
+	maxPerNamespace         int
 	metricsAddr, healthAddr string
 	leaderElect             bool
 	leaderElectionNamespace string
@@ -59,7 +60,7 @@ makes a self-managed CA and prints where its ca.crt (the webhook's caBundle) is.
 				f.leaderElectionNamespace, _ = f.kube.namespace()
 			}
 			return gate.Run(ctx, rc, gate.Options{
-				MaxConcurrent: f.maxConcurrent, MaxPerNode: f.maxPerNode, WebhookHost: f.webhookHost, WebhookPort: f.webhookPort,
+				MaxConcurrent: f.maxConcurrent, MaxPerNode: f.maxPerNode, MaxPerNamespace: f.maxPerNamespace, WebhookHost: f.webhookHost, WebhookPort: f.webhookPort,
 				CertDir: f.certDir, CertHosts: f.certHosts, MetricsAddr: f.metricsAddr, HealthAddr: f.healthAddr,
 				LeaderElection: f.leaderElect, LeaderElectionNamespace: f.leaderElectionNamespace, Log: log,
 				OnStarted: func(_ *gate.Reconciler, dir string) {
@@ -78,6 +79,7 @@ makes a self-managed CA and prints where its ca.crt (the webhook's caBundle) is.
 	fl.StringSliceVar(&f.certHosts, "cert-host", nil, "DNS names or IPs of the self-managed certificate (default: --webhook-host)")
 	fl.IntVar(&f.maxConcurrent, "max-concurrent", gate.DefaultMaxConcurrent, "warm-ups running at once, at most")
 	fl.IntVar(&f.maxPerNode, "max-per-node", gate.DefaultMaxPerNode, "warm-ups running at once on one node, at most (a cold JVM's JIT takes the node's cores from the pods serving users there); -1: no cap")
+	fl.IntVar(&f.maxPerNamespace, "max-per-namespace", 0, "warm-ups of one namespace running at once, at most (0: none beyond its fair share of --max-concurrent while other namespaces wait; set it where tenants must not hold every slot with long warm-ups)")
 	fl.StringVar(&f.metricsAddr, "metrics-bind-address", "0", "metrics endpoint address, e.g. :8080 (0: off)")
 	fl.StringVar(&f.healthAddr, "health-probe-bind-address", "0", "health endpoints /healthz and /readyz, e.g. :8081 (0: off)")
 	fl.BoolVar(&f.leaderElect, "leader-elect", false, "elect one active replica (Lease "+gate.LeaderElectionID+")")

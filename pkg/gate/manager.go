@@ -36,6 +36,9 @@ type Options struct {
 	// MaxConcurrent caps warm-ups at once (DefaultMaxConcurrent);
 	// MaxPerNode those on one node (DefaultMaxPerNode; negative: no cap).
 	MaxConcurrent, MaxPerNode int
+	// MaxPerNamespace caps one namespace's warm-ups at once (0: only its
+	// fair share of MaxConcurrent while other namespaces wait).
+	MaxPerNamespace int
 	// WebhookHost and WebhookPort are where the mutating webhook listens;
 	// port 0 serves no webhook (pods must carry the readiness gate).
 	WebhookHost string
@@ -114,7 +117,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	if err != nil {
 		return err
 	}
-	r := &Reconciler{Client: mgr.GetClient(), Events: mgr.GetEventRecorder("danki-gate"), Log: log, MaxConcurrent: o.MaxConcurrent, MaxPerNode: o.MaxPerNode, RecordKey: key}
+	r := &Reconciler{Client: mgr.GetClient(), Events: mgr.GetEventRecorder("danki-gate"), Log: log, MaxConcurrent: o.MaxConcurrent, MaxPerNode: o.MaxPerNode, MaxPerNamespace: o.MaxPerNamespace, RecordKey: key}
 	err = builder.ControllerManagedBy(mgr).
 		Named("danki-gate").
 		For(&corev1.Pod{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(obj client.Object) bool {

@@ -56,6 +56,10 @@ type Reconciler struct {
 	// (DefaultMaxPerNode; negative: no cap). Pods with no node name are
 	// not capped per node.
 	MaxPerNode int
+	// MaxPerNamespace caps the warm-ups of one namespace running at once
+	// (0: none beyond the fair share of the MaxConcurrent slots; see
+	// slots).
+	MaxPerNamespace int
 	// RecordKey signs and verifies the records of CPU requests.
 	RecordKey RecordKey
 
@@ -114,7 +118,7 @@ func (r *Reconciler) init() {
 		if n <= 0 {
 			n = DefaultMaxConcurrent
 		}
-		r.slots = newSlots(n)
+		r.slots = newSlots(n, r.MaxPerNamespace)
 		r.nodeSlots = map[string]chan struct{}{}
 		r.requeue = make(chan event.GenericEvent, 1024)
 		r.jobs = map[types.UID]*job{}

@@ -3,17 +3,30 @@ package gate
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 )
 
 // slots are the gate's warm-up slots (MaxConcurrent): a warm-up runs only
-// while it holds one, and a pod waits in line for one.
+// while it holds one, and a pod waits in line for one. The slots are shared
+// fairly between namespaces, so that one tenant's pods — many of them, with
+// long deadlines — cannot keep another's from warming: a freed slot goes
+// round the namespaces with pods in line (round-robin, each namespace's
+// own pods first come first served), first to those holding fewer than
+// their share, ceil(slots / namespaces holding or waiting for one). A
+// namespace gets more than its share only when every namespace in line has
+// its share already (no slot stays idle while a pod waits), and never more
+// than perNamespace when that is positive. A warm-up running is never
+// stopped for another: a namespace that took every slot while it was alone
+// keeps them until its warm-ups end, which perNamespace prevents.
 type slots struct {
-	mu      sync.Mutex
-	size    int
-	held    int
-	running map[string]int // namespace → slots held
-	waiting []*slotWaiter  // in arrival order
+	mu           sync.Mutex
+	size         int
+	perNamespace int
+	held         int
+	running      map[string]int // namespace → slots held
+	waiting      []*slotWaiter  // in arrival order
+	turns        []string       // namespaces in line, the next to be served first
 }
 
 // slotWaiter is one pod in line for a slot; ready closes once it has one.
@@ -23,8 +36,8 @@ type slotWaiter struct {
 	granted   bool
 }
 
-func newSlots(size int) *slots {
-	return &slots{size: size, running: map[string]int{}}
+func newSlots(size, perNamespace int) *slots {
+	return &slots{size: size, perNamespace: perNamespace, running: map[string]int{}}
 }
 
 // wait puts a warm-up of namespace in line and hands out what slots are
@@ -34,6 +47,9 @@ func (s *slots) wait(namespace string) *slotWaiter {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.waiting = append(s.waiting, w)
+	if !slices.Contains(s.turns, namespace) {
+		s.turns = append(s.turns, namespace)
+	}
 	s.dispatch()
 	return w
 }
@@ -43,7 +59,9 @@ func (s *slots) wait(namespace string) *slotWaiter {
 func (s *slots) acquire(ctx context.Context, w *slotWaiter) error {
 	select {
 	case <-w.ready:
-		return nil
+		if ctx.Err() == nil {
+			return nil
+		}
 	case <-ctx.Done():
 	}
 	s.mu.Lock()
@@ -52,11 +70,8 @@ func (s *slots) acquire(ctx context.Context, w *slotWaiter) error {
 		s.releaseLocked(w.namespace)
 		return ctx.Err()
 	}
-	for i, x := range s.waiting {
-		if x == w {
-			s.waiting = append(s.waiting[:i], s.waiting[i+1:]...)
-			break
-		}
+	if i := slices.Index(s.waiting, w); i >= 0 {
+		s.removeLocked(i)
 	}
 	return ctx.Err()
 }
@@ -84,7 +99,11 @@ func (s *slots) dispatch() {
 			return
 		}
 		w := s.waiting[i]
-		s.waiting = append(s.waiting[:i], s.waiting[i+1:]...)
+		s.removeLocked(i)
+		// Served: its turn comes again after the others in line.
+		if j := slices.Index(s.turns, w.namespace); j >= 0 {
+			s.turns = append(slices.Delete(s.turns, j, j+1), w.namespace)
+		}
 		s.held++
 		s.running[w.namespace]++
 		w.granted = true
@@ -92,18 +111,70 @@ func (s *slots) dispatch() {
 	}
 }
 
+// removeLocked takes s.waiting[i] out of line (its namespace out of the
+// turns when it was its last). Caller holds s.mu.
+func (s *slots) removeLocked(i int) {
+	ns := s.waiting[i].namespace
+	s.waiting = slices.Delete(s.waiting, i, i+1)
+	if !slices.ContainsFunc(s.waiting, func(w *slotWaiter) bool { return w.namespace == ns }) {
+		s.turns = slices.DeleteFunc(s.turns, func(n string) bool { return n == ns })
+	}
+}
+
+// share is the slots one namespace may hold while others wait:
+// ceil(size / namespaces holding or waiting for a slot). Caller holds s.mu.
+func (s *slots) share() int {
+	active := len(s.running)
+	for _, ns := range s.turns {
+		if s.running[ns] == 0 {
+			active++
+		}
+	}
+	if active == 0 {
+		return s.size
+	}
+	return (s.size + active - 1) / active
+}
+
 // next is the index in s.waiting of the waiter to get the next free slot,
-// -1 for none.
+// -1 for none: the first in line of the first namespace in turn that holds
+// less than its share, else of the first namespace in turn, leaving out
+// namespaces at perNamespace. Caller holds s.mu.
 func (s *slots) next() int {
-	if len(s.waiting) == 0 {
+	if len(s.turns) == 0 {
 		return -1
 	}
-	return 0
+	pick := ""
+	share := s.share()
+	for _, ns := range s.turns {
+		if s.perNamespace > 0 && s.running[ns] >= s.perNamespace {
+			continue
+		}
+		if pick == "" {
+			pick = ns
+		}
+		if s.running[ns] < share {
+			pick = ns
+			break
+		}
+	}
+	if pick == "" {
+		return -1
+	}
+	return slices.IndexFunc(s.waiting, func(w *slotWaiter) bool { return w.namespace == pick })
 }
 
 // queued is the Queued condition's message for a warm-up of namespace.
 func (s *slots) queued(namespace string) string {
-	return fmt.Sprintf("queued: %d warm-ups running, the most at once", s.size)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n := s.running[namespace]; s.perNamespace > 0 && n >= s.perNamespace {
+		return fmt.Sprintf("queued: namespace %s holds %d warm-up slots, the most one namespace holds at once (--max-per-namespace)", namespace, n)
+	}
+	if n, share := s.running[namespace], s.share(); n >= share && len(s.turns) > 1 {
+		return fmt.Sprintf("queued: namespace %s holds %d of the %d warm-up slots, its share while other namespaces wait (--max-concurrent)", namespace, n, s.size)
+	}
+	return fmt.Sprintf("queued: %d warm-ups running, the most at once (--max-concurrent)", s.size)
 }
 
 // busy is the number of slots held.

@@ -3,6 +3,7 @@ package gate
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 )
 
@@ -17,7 +18,7 @@ func granted(w *slotWaiter) bool {
 }
 
 func TestSlotsAnotherNamespaceGetsTheNextFreeSlot(t *testing.T) {
-	s := newSlots(2)
+	s := newSlots(2, 0)
 	var a []*slotWaiter
 	for i := range 10 { // namespace A fills the slots and the line first
 		a = append(a, s.wait("a"))
@@ -45,7 +46,7 @@ func TestSlotsAnotherNamespaceGetsTheNextFreeSlot(t *testing.T) {
 }
 
 func TestSlotsShareBetweenNamespaces(t *testing.T) {
-	s := newSlots(6)
+	s := newSlots(6, 0)
 	held := map[string]int{}
 	var line []*slotWaiter
 	for range 20 {
@@ -88,7 +89,7 @@ func TestSlotsShareBetweenNamespaces(t *testing.T) {
 }
 
 func TestSlotsWorkConservingAndCancel(t *testing.T) {
-	s := newSlots(3)
+	s := newSlots(3, 0)
 	// One namespace alone may use every slot.
 	for i := range 3 {
 		if !granted(s.wait("a")) {
@@ -109,17 +110,43 @@ func TestSlotsWorkConservingAndCancel(t *testing.T) {
 	if got := s.busy(); got != 3 {
 		t.Fatalf("%d slots held, want 3", got)
 	}
-	// A waiter granted as its context ends gives the slot back.
+	// A waiter granted by the time its context ended gives the slot back.
 	d := s.wait("d")
 	s.release("a")
 	if !granted(d) {
 		t.Fatal("d not granted")
 	}
-	if err := s.acquire(context.Background(), d); err != nil {
+	if err := s.acquire(ctx, d); err == nil {
+		t.Fatal("acquire returned nil for a cancelled wait")
+	}
+	if got := s.busy(); got != 2 {
+		t.Fatalf("%d slots held after d gave its slot back, want 2", got)
+	}
+	e := s.wait("e")
+	if err := s.acquire(context.Background(), e); err != nil {
 		t.Fatal(err)
 	}
-	s.release("d")
+	s.release("e")
 	if got := s.busy(); got != 2 {
-		t.Fatalf("%d slots held after d released, want 2", got)
+		t.Fatalf("%d slots held after e released, want 2", got)
+	}
+}
+
+func TestSlotsPerNamespaceCap(t *testing.T) {
+	s := newSlots(4, 2)
+	a := []*slotWaiter{s.wait("a"), s.wait("a"), s.wait("a")}
+	if !granted(a[0]) || !granted(a[1]) || granted(a[2]) {
+		t.Fatalf("a alone with 4 free slots and a cap of 2: granted %v %v %v; want the first two", granted(a[0]), granted(a[1]), granted(a[2]))
+	}
+	if got := s.queued("a"); !strings.Contains(got, "--max-per-namespace") {
+		t.Fatalf("queued message %q does not name the cap", got)
+	}
+	b := s.wait("b")
+	if !granted(b) {
+		t.Fatal("b not granted a free slot")
+	}
+	s.release("a")
+	if !granted(a[2]) {
+		t.Fatal("a[2] not granted once a was under its cap")
 	}
 }
