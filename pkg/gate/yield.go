@@ -289,7 +289,9 @@ func (r *Reconciler) lowerCPU(ctx context.Context, log *slog.Logger, pod *corev1
 		lowered[name] = low
 	}
 	var from map[string]resource.Quantity
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	// Conflicts: the pod changed since it was read (the kubelet's status,
+	// or a cache a little behind): read it again.
+	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
 		var cur corev1.Pod
 		if err := r.Client.Get(ctx, client.ObjectKeyFromObject(pod), &cur); err != nil {
 			return fmt.Errorf("get pod %s/%s: %w", pod.Namespace, pod.Name, err)
@@ -313,9 +315,20 @@ func (r *Reconciler) lowerCPU(ctx context.Context, log *slog.Logger, pod *corev1
 		if len(from) == 0 {
 			return nil
 		}
+		// Containers the gate lowered before and that are still low keep
+		// their record.
+		record := maps.Clone(from)
+		if prev, err := loweredFrom(&cur, r.RecordKey); err == nil {
+			for _, c := range cur.Spec.Containers {
+				q, ok := prev[c.Name]
+				if got, has := c.Resources.Requests[corev1.ResourceCPU]; ok && has && got.Cmp(low) == 0 {
+					record[c.Name] = q
+				}
+			}
+		}
 		// Write ahead: the record first, then the resize, each only if the
 		// pod did not change since it was read.
-		if err := r.patchCondition(ctx, &cur, true, ConditionCPUYield, corev1.ConditionTrue, ReasonLowered, loweredRecord(&cur, r.RecordKey, from)); err != nil {
+		if err := r.patchCondition(ctx, &cur, true, ConditionCPUYield, corev1.ConditionTrue, ReasonLowered, loweredRecord(&cur, r.RecordKey, record)); err != nil {
 			return err
 		}
 		only := map[string]resource.Quantity{}
@@ -391,8 +404,11 @@ func (r *Reconciler) restoreCPU(ctx context.Context, log *slog.Logger, pod *core
 			return // the record stays, for the next restore
 		}
 	}
-	if err := r.patchCondition(ctx, &cur, false, ConditionCPUYield, corev1.ConditionFalse, ReasonRestored, "restored: "+formatRequests(back)); err != nil {
-		log.Warn("clear the record of the lowered CPU request", "error", err)
+	// The record goes only if the pod is as read (and resized): a pod read
+	// from a cache a little behind, still showing its request unlowered,
+	// keeps its record for the next restore.
+	if err := r.patchCondition(ctx, &cur, true, ConditionCPUYield, corev1.ConditionFalse, ReasonRestored, "restored: "+formatRequests(back)); err != nil {
+		log.Info("the record of the lowered CPU request stays (the pod changed meanwhile)", "error", err)
 	}
 	if len(back) == 0 {
 		return
@@ -426,7 +442,8 @@ func hasCPURequests(pod *corev1.Pod, want map[string]resource.Quantity) bool {
 // resizeCPU sets the CPU requests of the named containers through the
 // pods/resize subresource (a strategic merge patch: other resources and
 // containers are left alone), only if the pod is still at resourceVersion
-// when one is given (a Conflict otherwise).
+// when one is given (a Conflict otherwise). pod's resourceVersion becomes
+// the resized pod's.
 func (r *Reconciler) resizeCPU(ctx context.Context, pod *corev1.Pod, requests map[string]resource.Quantity, resourceVersion string) error {
 	type ctr struct {
 		Name      string `json:"name"`
@@ -462,6 +479,7 @@ func (r *Reconciler) resizeCPU(ctx context.Context, pod *corev1.Pod, requests ma
 	if err := r.Client.SubResource("resize").Patch(ctx, target, client.RawPatch(types.StrategicMergePatchType, body)); err != nil {
 		return fmt.Errorf("resize pod %s/%s to CPU requests %s: %w", pod.Namespace, pod.Name, formatRequests(requests), err)
 	}
+	pod.ResourceVersion = target.ResourceVersion // as resized
 	return nil
 }
 
