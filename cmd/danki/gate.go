@@ -25,6 +25,7 @@ type gateFlags struct {
 	maxTotalQPS             float64
 	maxConcurrent           int
 	maxPerNode              int
+	maxPerNamespace         int
 	metricsAddr, healthAddr string
 	leaderElect             bool
 	leaderElectionNamespace string
@@ -67,7 +68,7 @@ and carry the label danki.dev/gated=true (the gate caches only such pods).`,
 				f.leaderElectionNamespace, _ = f.kube.namespace()
 			}
 			return gate.Run(ctx, rc, gate.Options{
-				MaxConcurrent: f.maxConcurrent, MaxPerNode: f.maxPerNode, WebhookHost: f.webhookHost, WebhookPort: f.webhookPort,
+				MaxConcurrent: f.maxConcurrent, MaxPerNode: f.maxPerNode, MaxPerNamespace: f.maxPerNamespace, WebhookHost: f.webhookHost, WebhookPort: f.webhookPort,
 				CertDir: f.certDir, CertHosts: f.certHosts, CertValidity: f.certValidity, WebhookConfig: f.webhookConfig,
 				MaxTotalQPS: f.maxTotalQPS, MetricsAddr: f.metricsAddr, HealthAddr: f.healthAddr,
 				LeaderElection: f.leaderElect, LeaderElectionNamespace: f.leaderElectionNamespace, Log: log,
@@ -90,6 +91,7 @@ and carry the label danki.dev/gated=true (the gate caches only such pods).`,
 	fl.Float64Var(&f.maxTotalQPS, "max-total-qps", gate.DefaultMaxTotalQPS, "load budget: warm-up requests a second of all warm-ups together, each getting an equal share (max-total-qps / max-concurrent); the same process answers admission requests; -1: none")
 	fl.IntVar(&f.maxConcurrent, "max-concurrent", gate.DefaultMaxConcurrent, "warm-ups running at once, at most")
 	fl.IntVar(&f.maxPerNode, "max-per-node", gate.DefaultMaxPerNode, "warm-ups running at once on one node, at most (a cold JVM's JIT takes the node's cores from the pods serving users there); -1: no cap")
+	fl.IntVar(&f.maxPerNamespace, "max-per-namespace", 0, "warm-ups of one namespace running at once, at most (0: none beyond its fair share of --max-concurrent while other namespaces wait; set it where tenants must not hold every slot with long warm-ups)")
 	fl.StringVar(&f.metricsAddr, "metrics-bind-address", "0", "metrics endpoint address, e.g. :8080 (0: off)")
 	fl.StringVar(&f.healthAddr, "health-probe-bind-address", "0", "health endpoints /healthz and /readyz, e.g. :8081 (0: off)")
 	fl.BoolVar(&f.leaderElect, "leader-elect", false, "elect one active replica (Lease "+gate.LeaderElectionID+")")

@@ -31,5 +31,5 @@ func (r *Reconciler) qpsShare(qps float64) float64 {
 	if total < 0 {
 		return qps
 	}
-	return min(qps, total/float64(cap(r.slots)))
+	return min(qps, total/float64(r.slots.size))
 }

@@ -44,8 +44,8 @@ func TestLoadBudget(t *testing.T) {
 			}
 			if tc.maxTotal >= 0 {
 				total := cmp.Or(tc.maxTotal, DefaultMaxTotalQPS)
-				if sum := got.QPS * float64(cap(r.slots)); sum > total {
-					t.Fatalf("%d warm-ups at %g: %g requests a second, above the budget %g", cap(r.slots), got.QPS, sum, total)
+				if sum := got.QPS * float64(r.slots.size); sum > total {
+					t.Fatalf("%d warm-ups at %g: %g requests a second, above the budget %g", r.slots.size, got.QPS, sum, total)
 				}
 			}
 		})

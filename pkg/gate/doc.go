@@ -21,12 +21,15 @@
 // warms, its CPU request is lowered in place to YieldCPURequest (pods/resize)
 // and put back before the condition is set (Config.YieldCPU): the cold JVM
 // gets the kernel's least CPU weight, so the users' pods on its node run
-// first. A warm-up that fails
+// first. What it puts back is never more than the pod's own request, from
+// records on the pod that its author cannot write (see
+// AnnotationCPURequests). A warm-up that fails
 // is retried with back-off; after the last attempt the pod stays un-ready
 // (onFailure: stayUnready, the default: fail closed) or becomes Ready anyway
 // (becomeReady: fail open), with an Event either way. A pod deleted, or
 // whose containers stop being ready, stops its load at once. Warm-ups of
-// many pods run concurrently, at most MaxConcurrent at a time.
+// many pods run concurrently, at most MaxConcurrent at a time, shared
+// fairly between namespaces.
 //
 // Run starts both in a controller-runtime manager (leader election, health
 // and metrics endpoints, a pod cache holding the gated pods only), renews a

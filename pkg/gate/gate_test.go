@@ -303,6 +303,39 @@ func TestGateOnAPIServer(t *testing.T) {
 		}
 	})
 
+	t.Run("a CPU record the pod's author wrote is replaced at admission: never restored above the pod's own request", func(t *testing.T) {
+		srv := testutil.NewColdServer(t, testutil.Decaying(time.Millisecond, 20*time.Millisecond, 300))
+		srv.HealthPath = "/healthz"
+		p := newPod("forged-record", `{"qps": 400, "healthPath": "/healthz"}`, serverPort(t, srv.URL))
+		// The pod lists the gate itself and brings its own record.
+		p.Spec.ReadinessGates = []corev1.PodReadinessGate{{ConditionType: gate.ConditionWarm}}
+		p.Annotations[gate.AnnotationCPURequests] = `{"app":"32"}`
+		p.Annotations[gate.AnnotationCPURequestsSignature] = "forged"
+		p.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m")}
+		p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("64")}
+		pod, err := kube.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := pod.Annotations[gate.AnnotationCPURequests]; got != `{"app":"500m"}` {
+			t.Fatalf("admitted with %s=%q; want the webhook's own {\"app\":\"500m\"}", gate.AnnotationCPURequests, got)
+		}
+		if sig := pod.Annotations[gate.AnnotationCPURequestsSignature]; sig == "" || sig == "forged" {
+			t.Fatalf("admitted with signature %q; want the webhook's", sig)
+		}
+		markContainersReady(t, ctx, kube, pod)
+		max := resource.MustParse("500m")
+		waitPod(t, ctx, kube, "forged-record", time.Minute, "warm", func(p *corev1.Pod) bool {
+			if q := p.Spec.Containers[0].Resources.Requests[corev1.ResourceCPU]; q.Cmp(max) > 0 {
+				t.Fatalf("CPU request %s, above the pod's own 500m", q.String())
+			}
+			return gate.IsWarm(p)
+		})
+		if q := getPod(t, ctx, kube, "forged-record").Spec.Containers[0].Resources.Requests[corev1.ResourceCPU]; q.Cmp(max) != 0 {
+			t.Fatalf("warm with the CPU request at %s; want 500m", q.String())
+		}
+	})
+
 	t.Run("yieldCPU fromStart: lowered once scheduled, before its containers are ready", func(t *testing.T) {
 		srv := testutil.NewColdServer(t, testutil.Flat(time.Millisecond))
 		srv.HealthPath = "/healthz"

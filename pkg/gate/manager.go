@@ -40,6 +40,9 @@ type Options struct {
 	// MaxConcurrent caps warm-ups at once (DefaultMaxConcurrent);
 	// MaxPerNode those on one node (DefaultMaxPerNode; negative: no cap).
 	MaxConcurrent, MaxPerNode int
+	// MaxPerNamespace caps one namespace's warm-ups at once (0: only its
+	// fair share of MaxConcurrent while other namespaces wait).
+	MaxPerNamespace int
 	// WebhookHost and WebhookPort are where the mutating webhook listens;
 	// port 0 serves no webhook (pods must carry the readiness gate).
 	WebhookHost string
@@ -70,7 +73,13 @@ type Options struct {
 	// wait (LeaderElectionID, in LeaderElectionNamespace).
 	LeaderElection          bool
 	LeaderElectionNamespace string
-	Log                     *slog.Logger
+	// RecordKey signs the gate's records of pods' CPU requests
+	// (yieldCPU). Empty: the Secret RecordKeySecret in RecordKeyNamespace
+	// (LoadRecordKey), default LeaderElectionNamespace, else the
+	// namespace the gate runs in, else danki-gate.
+	RecordKey          RecordKey
+	RecordKeyNamespace string
+	Log                *slog.Logger
 	// OnStarted, if set, is called with the reconciler and the certificate
 	// directory once the manager is set up (tests; the CLI prints it).
 	OnStarted func(r *Reconciler, certDir string)
@@ -130,8 +139,12 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 			return fmt.Errorf("certificate rotation: %w", err)
 		}
 	}
+	key, err := recordKey(ctx, cfg, scheme, o)
+	if err != nil {
+		return err
+	}
 	r := &Reconciler{Client: mgr.GetClient(), Events: mgr.GetEventRecorder("danki-gate"), Log: log,
-		MaxConcurrent: o.MaxConcurrent, MaxPerNode: o.MaxPerNode, MaxTotalQPS: o.MaxTotalQPS}
+		MaxConcurrent: o.MaxConcurrent, MaxPerNode: o.MaxPerNode, MaxPerNamespace: o.MaxPerNamespace, MaxTotalQPS: o.MaxTotalQPS, RecordKey: key}
 	err = builder.ControllerManagedBy(mgr).
 		Named("danki-gate").
 		For(&corev1.Pod{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(obj client.Object) bool {
@@ -147,7 +160,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 		return fmt.Errorf("pod controller: %w", err)
 	}
 	if o.WebhookPort > 0 {
-		mgr.GetWebhookServer().Register(WebhookPath, &webhook.Admission{Handler: NewInjector(admission.NewDecoder(scheme))})
+		mgr.GetWebhookServer().Register(WebhookPath, &webhook.Admission{Handler: &Injector{decoder: admission.NewDecoder(scheme), RecordKey: key}})
 		if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
 			return err
 		}
@@ -211,6 +224,24 @@ func selfManagedCerts(ctx context.Context, cfg *rest.Config, scheme *runtime.Sch
 		}
 	}
 	return rot, nil
+}
+
+// recordKey is o.RecordKey, or the one in the Secret RecordKeySecret, read
+// (and if need be created) with a client that does not cache: the gate
+// reads no other Secret.
+func recordKey(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, o Options) (RecordKey, error) {
+	if len(o.RecordKey) > 0 {
+		return o.RecordKey, nil
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, fmt.Errorf("client for the record key: %w", err)
+	}
+	ns := o.RecordKeyNamespace
+	if ns == "" {
+		ns = gateNamespace(o.LeaderElectionNamespace)
+	}
+	return LoadRecordKey(ctx, c, ns)
 }
 
 func orDefault(s, def string) string {

@@ -20,15 +20,19 @@ const LabelGated = "danki.dev/gated"
 
 // Injector is the mutating admission webhook: it adds the readiness gate
 // ConditionWarm to pods created with AnnotationWarmUp, so users never edit
-// readinessGates by hand, and records their containers' CPU requests
-// (AnnotationCPURequests) for the gate to restore. Every pod it leaves
-// with the gate gets the label LabelGated, those that listed the gate
-// themselves too, so that the gate's cache holds them. Other pods pass
-// unchanged (the API server sends it none: deploy/gate/webhook.yaml's
+// readinessGates by hand, and records their containers' CPU requests,
+// signed (AnnotationCPURequests; stampCPURequests), for the gate to restore:
+// on every pod with the gate, also one that lists it already, replacing any
+// record the pod came with. Every pod it leaves with the gate gets the label
+// LabelGated, so that the gate's cache holds it. Other pods pass unchanged
+// (the API server sends it none: deploy/gate/webhook.yaml's
 // matchConditions). It never denies a pod: a bad warm-up configuration shows
 // on the pod's condition and in an Event, where the Reconciler finds it.
 type Injector struct {
 	decoder admission.Decoder
+	// RecordKey signs the record (the Reconciler's key); without one the
+	// record is unsigned, and the gate never resizes the pod.
+	RecordKey RecordKey
 }
 
 // NewInjector returns the webhook's handler.
@@ -40,24 +44,17 @@ func (i *Injector) Handle(_ context.Context, req admission.Request) admission.Re
 	if err := i.decoder.Decode(req, &pod); err != nil {
 		return admission.Errored(http.StatusBadRequest, err)
 	}
-	switch {
-	case HasGate(&pod) && pod.Labels[LabelGated] == "true":
+	gated := HasGate(&pod)
+	if !OptedIn(pod.Annotations) && !gated {
 		return admission.Allowed("")
-	case HasGate(&pod):
-		// Gated by its template: only the label, for the cache.
-	case !OptedIn(pod.Annotations):
-		return admission.Allowed("")
-	default:
-		pod.Spec.ReadinessGates = append(pod.Spec.ReadinessGates, corev1.PodReadinessGate{ConditionType: ConditionWarm})
-		// The CPU requests as created, for the gate to put back after it
-		// lowered them while warming (Config.YieldCPU).
-		if rec := recordCPURequests(&pod); rec != "" {
-			if pod.Annotations == nil {
-				pod.Annotations = map[string]string{}
-			}
-			pod.Annotations[AnnotationCPURequests] = rec
-		}
 	}
+	if !gated {
+		pod.Spec.ReadinessGates = append(pod.Spec.ReadinessGates, corev1.PodReadinessGate{ConditionType: ConditionWarm})
+	}
+	// The CPU requests as created, for the gate to put back after it
+	// lowered them while warming (Config.YieldCPU): always the webhook's
+	// own, never one the pod came with.
+	stampCPURequests(&pod, req.Namespace, i.RecordKey)
 	if pod.Labels == nil {
 		pod.Labels = map[string]string{}
 	}

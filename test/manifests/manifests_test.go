@@ -647,7 +647,7 @@ func testGateInstall(t *testing.T, e *testenv.Env, k *kubectl, root string) {
 			}
 		}
 	}
-	want := map[string]int{"Namespace": 1, "ServiceAccount": 1, "ClusterRole": 1, "ClusterRoleBinding": 1, "Role": 1, "RoleBinding": 1,
+	want := map[string]int{"Namespace": 1, "ServiceAccount": 1, "ClusterRole": 1, "ClusterRoleBinding": 1, "Role": 2, "RoleBinding": 2,
 		"PriorityClass": 1, "Deployment": 1, "PodDisruptionBudget": 1, "Service": 1, "MutatingWebhookConfiguration": 1}
 	if fmt.Sprint(kinds) != fmt.Sprint(want) {
 		t.Errorf("kubectl kustomize deploy/gate renders %v, want %v", kinds, want)
