@@ -18,7 +18,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION)
 # on a 2-core machine.
 TEST_TIMEOUT ?= 60m
 
-.PHONY: all build build-lab release test unit lint demo bench aa lab-bins lab-up lab-down clean help
+.PHONY: all build build-lab release test fuzz unit lint demo bench aa lab-bins lab-up lab-down clean help
 
 all: build
 
@@ -55,9 +55,13 @@ release: ## cross-build dist/danki-{linux,darwin}-{amd64,arm64} + dist/sha256sum
 # The lab's end-to-end tests run after the rest, alone: rollouts of real JVMs
 # judged by their latency should not share two cores with compilers and
 # other packages' API servers.
-test: lint lab-bins ## lint, build the lab, run every test: unit, real API server, then the lab end to end (root)
+test: lint lab-bins ## lint, build the lab, run every test: unit, real API server, fuzzing of the tenant-facing decoders (FUZZTIME each), then the lab end to end (root)
 	go test -count=1 -timeout $(TEST_TIMEOUT) $$(go list ./... | grep -v /test/e2e)
+	hack/fuzz.sh
 	go test -count=1 -timeout $(TEST_TIMEOUT) -v ./test/e2e/ 2>&1 | grep --line-buffered -vE '^\s+lab_test.go:[0-9]+: \[lab' ; exit $${PIPESTATUS[0]}
+
+fuzz: ## fuzz every tenant-facing decoder (Fuzz* targets) for FUZZTIME each (default 10s)
+	hack/fuzz.sh
 
 unit: ## unit tests only (no API server, no lab)
 	go test -short -count=1 ./...

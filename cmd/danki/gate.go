@@ -7,6 +7,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -19,8 +20,12 @@ type gateFlags struct {
 	webhookPort             int
 	certDir                 string
 	certHosts               []string
+	certValidity            time.Duration
+	webhookConfig           string
+	maxTotalQPS             float64
 	maxConcurrent           int
 	maxPerNode              int
+	maxPerNamespace         int
 	metricsAddr, healthAddr string
 	leaderElect             bool
 	leaderElectionNamespace string
@@ -43,8 +48,12 @@ the condition is set, so the users' pods on its node run first (yieldCPU).
 
 In a cluster it runs from deploy/gate. Out of cluster (--kubeconfig) it serves
 the webhook on --webhook-host:--webhook-port; without tls.crt in --cert-dir it
-makes a self-managed CA and prints where its ca.crt (the webhook's caBundle) is.
---webhook-port 0 serves no webhook: pods must list the readiness gate themselves.`,
+makes a self-managed CA and prints where its ca.crt (the webhook's caBundle) is;
+with --webhook-config it keeps that webhook configuration's caBundle current
+itself, and renews the certificate at two thirds of --cert-validity. All
+warm-ups together send at most --max-total-qps requests a second.
+--webhook-port 0 serves no webhook: pods must list the readiness gate themselves
+and carry the label danki.dev/gated=true (the gate caches only such pods).`,
 		Example: `  danki gate --kubeconfig ~/.kube/config --webhook-host 127.0.0.1 --webhook-port 9443 --cert-dir /tmp/danki-gate`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -59,8 +68,9 @@ makes a self-managed CA and prints where its ca.crt (the webhook's caBundle) is.
 				f.leaderElectionNamespace, _ = f.kube.namespace()
 			}
 			return gate.Run(ctx, rc, gate.Options{
-				MaxConcurrent: f.maxConcurrent, MaxPerNode: f.maxPerNode, WebhookHost: f.webhookHost, WebhookPort: f.webhookPort,
-				CertDir: f.certDir, CertHosts: f.certHosts, MetricsAddr: f.metricsAddr, HealthAddr: f.healthAddr,
+				MaxConcurrent: f.maxConcurrent, MaxPerNode: f.maxPerNode, MaxPerNamespace: f.maxPerNamespace, WebhookHost: f.webhookHost, WebhookPort: f.webhookPort,
+				CertDir: f.certDir, CertHosts: f.certHosts, CertValidity: f.certValidity, WebhookConfig: f.webhookConfig,
+				MaxTotalQPS: f.maxTotalQPS, MetricsAddr: f.metricsAddr, HealthAddr: f.healthAddr,
 				LeaderElection: f.leaderElect, LeaderElectionNamespace: f.leaderElectionNamespace, Log: log,
 				OnStarted: func(_ *gate.Reconciler, dir string) {
 					if f.webhookPort > 0 {
@@ -76,8 +86,12 @@ makes a self-managed CA and prints where its ca.crt (the webhook's caBundle) is.
 	fl.IntVar(&f.webhookPort, "webhook-port", 9443, "webhook port; 0 serves no webhook")
 	fl.StringVar(&f.certDir, "cert-dir", "", "directory with tls.crt and tls.key (e.g. cert-manager's Secret); without them a self-managed CA writes them there (default: a temporary directory)")
 	fl.StringSliceVar(&f.certHosts, "cert-host", nil, "DNS names or IPs of the self-managed certificate (default: --webhook-host)")
+	fl.DurationVar(&f.certValidity, "cert-validity", gate.DefaultCertValidity, "validity of the self-managed CA and certificate; renewed at two thirds of it (also at start, for a persisted --cert-dir)")
+	fl.StringVar(&f.webhookConfig, "webhook-config", "", "MutatingWebhookConfiguration whose caBundle the gate keeps trusting its self-managed CA (patched at start and after each renewal); empty: set the caBundle yourself")
+	fl.Float64Var(&f.maxTotalQPS, "max-total-qps", gate.DefaultMaxTotalQPS, "load budget: warm-up requests a second of all warm-ups together, each getting an equal share (max-total-qps / max-concurrent); the same process answers admission requests; -1: none")
 	fl.IntVar(&f.maxConcurrent, "max-concurrent", gate.DefaultMaxConcurrent, "warm-ups running at once, at most")
 	fl.IntVar(&f.maxPerNode, "max-per-node", gate.DefaultMaxPerNode, "warm-ups running at once on one node, at most (a cold JVM's JIT takes the node's cores from the pods serving users there); -1: no cap")
+	fl.IntVar(&f.maxPerNamespace, "max-per-namespace", 0, "warm-ups of one namespace running at once, at most (0: none beyond its fair share of --max-concurrent while other namespaces wait; set it where tenants must not hold every slot with long warm-ups)")
 	fl.StringVar(&f.metricsAddr, "metrics-bind-address", "0", "metrics endpoint address, e.g. :8080 (0: off)")
 	fl.StringVar(&f.healthAddr, "health-probe-bind-address", "0", "health endpoints /healthz and /readyz, e.g. :8081 (0: off)")
 	fl.BoolVar(&f.leaderElect, "leader-elect", false, "elect one active replica (Lease "+gate.LeaderElectionID+")")

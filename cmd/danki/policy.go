@@ -20,6 +20,7 @@ type policyFlags struct {
 	allowTargets  []string
 	denyCIDRs     []string
 	allowLoopback bool
+	vsNamespaces  []string
 	limits        policy.Limits
 }
 
@@ -28,6 +29,7 @@ func (f *policyFlags) addFlags(fs *pflag.FlagSet) {
 	fs.StringArrayVar(&f.prometheus, "prometheus", nil, "a Prometheus tenant configs may query (prometheus.address), as ADDRESS[,bearerTokenFile=PATH][,caFile=PATH]: the credentials are the operator's and are sent to that address only (repeatable; none: no Prometheus)")
 	fs.StringArrayVar(&f.allowTargets, "allow-target", nil, "a CIDR, IP or host name explicit URL targets (urls, stableURLs, load.urls) may name (repeatable; none: pods only)")
 	fs.StringArrayVar(&f.denyCIDRs, "deny-cidr", nil, "a CIDR load is never sent to, besides loopback, link-local, multicast and the API server's addresses (repeatable)")
+	fs.StringArrayVar(&f.vsNamespaces, "allow-virtualservice-namespace", nil, "a namespace besides a Rollout's own where its danki/istio config may name the VirtualService, e.g. a shared gateway namespace (repeatable; none: the Rollout's own only)")
 	fs.BoolVar(&f.allowLoopback, "allow-loopback-targets", false, "allow load to loopback addresses: only for a controller run outside a cluster against pods on its own machine (a local lab)")
 	fs.Float64Var(&f.limits.QPS, "max-qps", d.QPS, "cap on requests per second per target")
 	fs.IntVar(&f.limits.Connections, "max-connections", d.Connections, "cap on concurrent connections per target")
@@ -42,7 +44,7 @@ func (f *policyFlags) addFlags(fs *pflag.FlagSet) {
 // policy builds the tenant policy; apiServer is the API server's URL, whose
 // addresses load is never sent to ("" when unknown).
 func (f *policyFlags) policy(ctx context.Context, apiServer string) (policy.Policy, error) {
-	p := policy.Policy{Limits: f.limits}
+	p := policy.Policy{Limits: f.limits, VirtualServiceNamespaces: f.vsNamespaces}
 	for _, s := range f.prometheus {
 		prom, err := policy.ParsePrometheus(s)
 		if err != nil {

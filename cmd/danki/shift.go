@@ -244,6 +244,9 @@ gets the rest. No ramp and no gate: use "danki shift ramp" for that.
 			if !cmd.Flags().Changed("canary-weight") {
 				return errors.New("--canary-weight: required (0–100 percent)")
 			}
+			if err := checkWeightFlag(weight); err != nil {
+				return err
+			}
 			t, err := o.target(true)
 			if err != nil {
 				return err
@@ -261,6 +264,15 @@ gets the rest. No ramp and no gate: use "danki shift ramp" for that.
 	}
 	cmd.Flags().IntVar(&weight, "canary-weight", 0, "canary weight in percent (0–100)")
 	return cmd
+}
+
+// checkWeightFlag refuses a --canary-weight outside 0–100 before anything
+// is read from the cluster.
+func checkWeightFlag(weight int) error {
+	if weight < 0 || weight > 100 {
+		return fmt.Errorf("--canary-weight %d: must be between 0 and 100 (percent of the traffic to the canary), e.g. --canary-weight 10", weight)
+	}
+	return nil
 }
 
 // gateOptions holds the ramp's latency gate: a danki/latency configuration
@@ -319,6 +331,12 @@ resumes. Progress goes to stderr, one line per move.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if !cmd.Flags().Changed("canary-weight") {
 				return errors.New("--canary-weight: required (the target, 0–100 percent)")
+			}
+			if err := checkWeightFlag(weight); err != nil {
+				return err
+			}
+			if poll < 0 {
+				return fmt.Errorf("--poll %s: must be positive (or 0 for the default 5s), e.g. --poll 5s", poll)
 			}
 			if cmd.Flags().Changed("step") && cmd.Flags().Changed("weights") {
 				return errors.New("--step and --weights: set one of them, not both")

@@ -200,3 +200,46 @@ func TestShiftWithACorruptRampAnnotation(t *testing.T) {
 		t.Fatalf("canary weight %d after the abort, want 0", w)
 	}
 }
+
+// TestShiftRefusesBadFlagValuesBeforeAnyAPICall: an out-of-range weight is
+// a typo, not a question for the cluster: it is refused, naming the flag
+// and the fix, before the Istio client is even built.
+func TestShiftRefusesBadFlagValuesBeforeAnyAPICall(t *testing.T) {
+	saved := newIstioClient
+	t.Cleanup(func() { newIstioClient = saved })
+	called := 0
+	newIstioClient = func(*shiftOptions) (istioclient.Interface, error) {
+		called++
+		return fake.NewSimpleClientset(shiftVS()), nil
+	}
+	cases := []struct {
+		args []string
+		want []string
+	}{
+		{append([]string{"set", "--canary-weight", "150"}, hostFlags...), []string{"--canary-weight 150", "0", "100"}},
+		{append([]string{"set", "--canary-weight", "-1"}, hostFlags...), []string{"--canary-weight -1", "0", "100"}},
+		{append([]string{"ramp", "--canary-weight", "150"}, hostFlags...), []string{"--canary-weight 150", "0", "100"}},
+		{append([]string{"ramp", "--canary-weight", "-5"}, hostFlags...), []string{"--canary-weight -5", "0", "100"}},
+		{append([]string{"ramp", "--canary-weight", "50", "--poll", "-1s"}, hostFlags...), []string{"--poll -1s", "positive"}},
+	}
+	for _, c := range cases {
+		var out, errOut bytes.Buffer
+		root := newRootCmd()
+		root.SetOut(&out)
+		root.SetErr(&errOut)
+		root.SetArgs(append([]string{"shift"}, c.args...))
+		err := root.Execute()
+		if err == nil {
+			t.Errorf("danki shift %v: no error", c.args)
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("danki shift %v: error %q does not mention %q", c.args, err, w)
+			}
+		}
+	}
+	if called != 0 {
+		t.Fatalf("the Istio client was built %d times for flags that were refused", called)
+	}
+}

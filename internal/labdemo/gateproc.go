@@ -16,6 +16,7 @@ import (
 	"time"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -69,6 +70,12 @@ func StartGate(ctx context.Context, kube kubernetes.Interface, o GateOptions) (*
 			return nil, err
 		}
 		o.Port = p
+	}
+	// The gate keeps the key it signs pods' CPU records with in a Secret of
+	// its own namespace (deploy/gate's danki-gate), created at its start.
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "danki-gate"}}
+	if _, err := kube.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, fmt.Errorf("the gate's namespace danki-gate: %w", err)
 	}
 	certDir, err := os.MkdirTemp("", "danki-gate-lab-")
 	if err != nil {

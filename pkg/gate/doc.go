@@ -5,9 +5,11 @@
 // "true" for the defaults, or a warm-up configuration, the danki/warmup
 // step's schema (docs/warmup.md) plus onFailure, retries, port and yieldCPU. The
 // mutating webhook (Injector) adds the readiness gate danki.dev/warm
-// (ConditionWarm) to such pods as they are created; a pod that carries the
-// gate already needs no webhook. Kubernetes counts a pod with a readiness
-// gate Ready only when the gate's condition is True, so until then its
+// (ConditionWarm) to such pods as they are created, and the label
+// LabelGated: the gate's cache holds only pods with it. The API server sends
+// the webhook only opted-in pods (deploy/gate's matchConditions). Kubernetes
+// counts a pod with a readiness gate Ready only when the gate's condition is
+// True, so until then its
 // Services' EndpointSlices list it as not ready and no load balancer —
 // kube-proxy, Istio, an ingress — sends it a user request.
 //
@@ -19,14 +21,20 @@
 // warms, its CPU request is lowered in place to YieldCPURequest (pods/resize)
 // and put back before the condition is set (Config.YieldCPU): the cold JVM
 // gets the kernel's least CPU weight, so the users' pods on its node run
-// first. A warm-up that fails
+// first. What it puts back is never more than the pod's own request, from
+// records on the pod that its author cannot write (see
+// AnnotationCPURequests). A warm-up that fails
 // is retried with back-off; after the last attempt the pod stays un-ready
 // (onFailure: stayUnready, the default: fail closed) or becomes Ready anyway
 // (becomeReady: fail open), with an Event either way. A pod deleted, or
 // whose containers stop being ready, stops its load at once. Warm-ups of
-// many pods run concurrently, at most MaxConcurrent at a time.
+// many pods run concurrently, at most MaxConcurrent at a time, shared
+// fairly between namespaces.
 //
 // Run starts both in a controller-runtime manager (leader election, health
-// and metrics endpoints); `danki gate` is its command line, deploy/gate its
-// manifests, docs/gate.md its guide.
+// and metrics endpoints, a pod cache holding the gated pods only), renews a
+// self-managed webhook certificate and keeps the webhook configuration's
+// caBundle trusting it (certs.go), and bounds all warm-ups' load together
+// (MaxTotalQPS); `danki gate` is its command line, deploy/gate its
+// manifests, docs/gate.md its guide ("Blast radius").
 package gate

@@ -52,13 +52,17 @@ func TestGateOnAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	started := make(chan string, 1)
+	// The webhook configuration exists before the gate starts, trusting a
+	// CA that is not the gate's (stale): the gate patches it.
+	stale := registerWebhook(t, ctx, kube, port)
+	started := make(chan *gate.Reconciler, 1)
 	done := make(chan error, 1)
 	go func() {
 		done <- gate.Run(ctx, sa, gate.Options{
-			WebhookHost: "127.0.0.1", WebhookPort: port, CertDir: certs, MaxConcurrent: 4,
-			Log:       slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo})),
-			OnStarted: func(_ *gate.Reconciler, dir string) { started <- dir },
+			WebhookHost: "127.0.0.1", WebhookPort: port, CertDir: certs, MaxConcurrent: 4, MaxTotalQPS: 4 * 400,
+			WebhookConfig: webhookConfig,
+			Log:           slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo})),
+			OnStarted:     func(r *gate.Reconciler, _ string) { started <- r },
 		})
 	}()
 	t.Cleanup(func() {
@@ -68,8 +72,11 @@ func TestGateOnAPIServer(t *testing.T) {
 		}
 		_ = os.RemoveAll(certs)
 	})
-	certDir := <-started
-	registerWebhook(t, ctx, kube, port, certDir)
+	rec := <-started
+	t.Run("the gate makes a stale caBundle trust its CA", func(t *testing.T) { testCABundlePatched(t, ctx, kube, certs, stale) })
+	t.Run("the API server sends the webhook opted-in pods only", func(t *testing.T) { testWebhookScope(t, ctx, kube) })
+	t.Run("the gate caches gated pods only, without managedFields", func(t *testing.T) { testCacheScope(t, ctx, kube, rec) })
+	t.Run("RBAC: the one webhook configuration, no other", func(t *testing.T) { testWebhookConfigRBAC(t, ctx, kube) })
 
 	t.Run("webhook injects the gate into annotated pods only", func(t *testing.T) {
 		on := createPod(t, ctx, kube, "annotated", "true", 8080)
@@ -296,6 +303,39 @@ func TestGateOnAPIServer(t *testing.T) {
 		}
 	})
 
+	t.Run("a CPU record the pod's author wrote is replaced at admission: never restored above the pod's own request", func(t *testing.T) {
+		srv := testutil.NewColdServer(t, testutil.Decaying(time.Millisecond, 20*time.Millisecond, 300))
+		srv.HealthPath = "/healthz"
+		p := newPod("forged-record", `{"qps": 400, "healthPath": "/healthz"}`, serverPort(t, srv.URL))
+		// The pod lists the gate itself and brings its own record.
+		p.Spec.ReadinessGates = []corev1.PodReadinessGate{{ConditionType: gate.ConditionWarm}}
+		p.Annotations[gate.AnnotationCPURequests] = `{"app":"32"}`
+		p.Annotations[gate.AnnotationCPURequestsSignature] = "forged"
+		p.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m")}
+		p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("64")}
+		pod, err := kube.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := pod.Annotations[gate.AnnotationCPURequests]; got != `{"app":"500m"}` {
+			t.Fatalf("admitted with %s=%q; want the webhook's own {\"app\":\"500m\"}", gate.AnnotationCPURequests, got)
+		}
+		if sig := pod.Annotations[gate.AnnotationCPURequestsSignature]; sig == "" || sig == "forged" {
+			t.Fatalf("admitted with signature %q; want the webhook's", sig)
+		}
+		markContainersReady(t, ctx, kube, pod)
+		max := resource.MustParse("500m")
+		waitPod(t, ctx, kube, "forged-record", time.Minute, "warm", func(p *corev1.Pod) bool {
+			if q := p.Spec.Containers[0].Resources.Requests[corev1.ResourceCPU]; q.Cmp(max) > 0 {
+				t.Fatalf("CPU request %s, above the pod's own 500m", q.String())
+			}
+			return gate.IsWarm(p)
+		})
+		if q := getPod(t, ctx, kube, "forged-record").Spec.Containers[0].Resources.Requests[corev1.ResourceCPU]; q.Cmp(max) != 0 {
+			t.Fatalf("warm with the CPU request at %s; want 500m", q.String())
+		}
+	})
+
 	t.Run("yieldCPU fromStart: lowered once scheduled, before its containers are ready", func(t *testing.T) {
 		srv := testutil.NewColdServer(t, testutil.Flat(time.Millisecond))
 		srv.HealthPath = "/healthz"
@@ -423,11 +463,15 @@ func mustUnmarshal(t *testing.T, doc []byte, into any) {
 	}
 }
 
-// registerWebhook points the API server at the gate's webhook, trusting the
-// self-managed CA, with deploy/gate's rules and failure policy.
-func registerWebhook(t *testing.T, ctx context.Context, kube kubernetes.Interface, port int, certDir string) {
+// webhookConfig is deploy/gate's MutatingWebhookConfiguration's name.
+const webhookConfig = "danki-gate"
+
+// registerWebhook points the API server at the gate's webhook with
+// deploy/gate's rules, match conditions and failure policy, and a caBundle
+// of a CA that is not the gate's, which it returns: the gate must patch it.
+func registerWebhook(t *testing.T, ctx context.Context, kube kubernetes.Interface, port int) []byte {
 	t.Helper()
-	ca, err := os.ReadFile(filepath.Join(certDir, gate.CAFile))
+	other, err := gate.NewCerts([]string{"127.0.0.1"}, time.Hour, time.Now(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -437,12 +481,21 @@ func registerWebhook(t *testing.T, ctx context.Context, kube kubernetes.Interfac
 	}
 	var wh admissionv1.MutatingWebhookConfiguration
 	mustUnmarshal(t, docs[0], &wh)
+	if wh.Name != webhookConfig {
+		t.Fatalf("deploy/gate/webhook.yaml names %s, want %s", wh.Name, webhookConfig)
+	}
 	url := fmt.Sprintf("https://127.0.0.1:%d%s", port, gate.WebhookPath)
-	wh.Webhooks[0].ClientConfig = admissionv1.WebhookClientConfig{URL: &url, CABundle: ca}
+	wh.Webhooks[0].ClientConfig = admissionv1.WebhookClientConfig{URL: &url, CABundle: other.CABundle}
 	if _, err := kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, &wh, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	// Wait until the API server calls it: a probe pod comes back gated.
+	return other.CABundle
+}
+
+// waitWebhook waits until the API server calls the webhook: a probe pod
+// comes back gated.
+func waitWebhook(t *testing.T, ctx context.Context, kube kubernetes.Interface) {
+	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for i := 0; ; i++ {
 		p := createPod(t, ctx, kube, "probe-"+strconv.Itoa(i), "true", 8080)

@@ -1,6 +1,7 @@
 package gate
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -8,14 +9,17 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -36,6 +40,9 @@ type Options struct {
 	// MaxConcurrent caps warm-ups at once (DefaultMaxConcurrent);
 	// MaxPerNode those on one node (DefaultMaxPerNode; negative: no cap).
 	MaxConcurrent, MaxPerNode int
+	// MaxPerNamespace caps one namespace's warm-ups at once (0: only its
+	// fair share of MaxConcurrent while other namespaces wait).
+	MaxPerNamespace int
 	// WebhookHost and WebhookPort are where the mutating webhook listens;
 	// port 0 serves no webhook (pods must carry the readiness gate).
 	WebhookHost string
@@ -44,8 +51,21 @@ type Options struct {
 	// mounted). Empty, or with no tls.crt there: a self-managed CA signs a
 	// certificate for CertHosts, written to CertDir (or a temporary
 	// directory), and its CA to ca.crt there for the webhook's caBundle.
-	CertDir   string
-	CertHosts []string
+	// A self-managed certificate (also one an earlier run left in CertDir)
+	// is renewed at two thirds of CertValidity (DefaultCertValidity), at
+	// start if it is due, and the webhook server reloads it.
+	CertDir      string
+	CertHosts    []string
+	CertValidity time.Duration
+	// WebhookConfig names the MutatingWebhookConfiguration whose caBundle
+	// the gate keeps trusting its self-managed CA: patched at start, after
+	// each renewal, and checked every CABundleResync. Empty: the operator
+	// sets the caBundle (or cert-manager's CA injector does).
+	WebhookConfig  string
+	CABundleResync time.Duration
+	// MaxTotalQPS is the load budget of all warm-ups together
+	// (DefaultMaxTotalQPS; negative: none).
+	MaxTotalQPS float64
 	// MetricsAddr and HealthAddr are the metrics and health probe
 	// endpoints ("0" turns one off).
 	MetricsAddr, HealthAddr string
@@ -53,7 +73,13 @@ type Options struct {
 	// wait (LeaderElectionID, in LeaderElectionNamespace).
 	LeaderElection          bool
 	LeaderElectionNamespace string
-	Log                     *slog.Logger
+	// RecordKey signs the gate's records of pods' CPU requests
+	// (yieldCPU). Empty: the Secret RecordKeySecret in RecordKeyNamespace
+	// (LoadRecordKey), default LeaderElectionNamespace, else the
+	// namespace the gate runs in, else danki-gate.
+	RecordKey          RecordKey
+	RecordKeyNamespace string
+	Log                *slog.Logger
 	// OnStarted, if set, is called with the reconciler and the certificate
 	// directory once the manager is set up (tests; the CLI prints it).
 	OnStarted func(r *Reconciler, certDir string)
@@ -71,7 +97,16 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 		return err
 	}
 	mo := ctrl.Options{
-		Scheme:                  scheme,
+		Scheme: scheme,
+		// The gate caches only the pods its webhook gated (LabelGated),
+		// without their managedFields: its memory follows the pods that
+		// opted in, not every pod of the cluster.
+		Cache: cache.Options{
+			ByObject: map[client.Object]cache.ByObject{
+				&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{LabelGated: "true"})},
+			},
+			DefaultTransform: cache.TransformStripManagedFields(),
+		},
 		Metrics:                 metricsserver.Options{BindAddress: orDefault(o.MetricsAddr, "0")},
 		HealthProbeBindAddress:  orDefault(o.HealthAddr, "0"),
 		LeaderElection:          o.LeaderElection,
@@ -79,24 +114,19 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 		LeaderElectionNamespace: o.LeaderElectionNamespace,
 	}
 	certDir := o.CertDir
+	var rotator *certRotator
 	if o.WebhookPort > 0 {
 		if certDir == "" {
 			dir, err := os.MkdirTemp("", "danki-gate-certs-")
 			if err != nil {
-				return err
+				return fmt.Errorf("certificate directory: %w", err)
 			}
 			defer os.RemoveAll(dir)
 			certDir = dir
 		}
-		if _, err := os.Stat(filepath.Join(certDir, CertFile)); err != nil {
-			hosts := o.CertHosts
-			if len(hosts) == 0 {
-				hosts = []string{o.WebhookHost}
-			}
-			if _, err := SelfSignedCerts(certDir, hosts); err != nil {
-				return fmt.Errorf("self-managed webhook certificate: %w", err)
-			}
-			log.Info("webhook certificate from a self-managed CA", "dir", certDir, "hosts", hosts, "caBundle", filepath.Join(certDir, CAFile))
+		var err error
+		if rotator, err = selfManagedCerts(ctx, cfg, scheme, certDir, o, log); err != nil {
+			return err
 		}
 		mo.WebhookServer = webhook.NewServer(webhook.Options{Host: o.WebhookHost, Port: o.WebhookPort, CertDir: certDir})
 	}
@@ -104,7 +134,17 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	if err != nil {
 		return fmt.Errorf("controller manager: %w", err)
 	}
-	r := &Reconciler{Client: mgr.GetClient(), Events: mgr.GetEventRecorder("danki-gate"), Log: log, MaxConcurrent: o.MaxConcurrent, MaxPerNode: o.MaxPerNode}
+	if rotator != nil {
+		if err := mgr.Add(rotator); err != nil {
+			return fmt.Errorf("certificate rotation: %w", err)
+		}
+	}
+	key, err := recordKey(ctx, cfg, scheme, o)
+	if err != nil {
+		return err
+	}
+	r := &Reconciler{Client: mgr.GetClient(), Events: mgr.GetEventRecorder("danki-gate"), Log: log,
+		MaxConcurrent: o.MaxConcurrent, MaxPerNode: o.MaxPerNode, MaxPerNamespace: o.MaxPerNamespace, MaxTotalQPS: o.MaxTotalQPS, RecordKey: key}
 	err = builder.ControllerManagedBy(mgr).
 		Named("danki-gate").
 		For(&corev1.Pod{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(obj client.Object) bool {
@@ -120,7 +160,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 		return fmt.Errorf("pod controller: %w", err)
 	}
 	if o.WebhookPort > 0 {
-		mgr.GetWebhookServer().Register(WebhookPath, &webhook.Admission{Handler: NewInjector(admission.NewDecoder(scheme))})
+		mgr.GetWebhookServer().Register(WebhookPath, &webhook.Admission{Handler: &Injector{decoder: admission.NewDecoder(scheme), RecordKey: key}})
 		if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
 			return err
 		}
@@ -131,8 +171,77 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	if o.OnStarted != nil {
 		o.OnStarted(r, certDir)
 	}
-	log.Info("danki gate starting", "webhook", net.JoinHostPort(o.WebhookHost, strconv.Itoa(o.WebhookPort)), "maxConcurrent", max(o.MaxConcurrent, 0))
+	log.Info("danki gate starting", "webhook", net.JoinHostPort(o.WebhookHost, strconv.Itoa(o.WebhookPort)), "maxConcurrent", max(o.MaxConcurrent, 0),
+		"maxTotalQPS", cmp.Or(o.MaxTotalQPS, DefaultMaxTotalQPS))
 	return mgr.Start(ctx)
+}
+
+// DefaultCABundleResync is how often the gate checks that the webhook
+// configuration still trusts its self-managed CA (Options.CABundleResync).
+const DefaultCABundleResync = 10 * time.Minute
+
+// selfManagedCerts makes or renews the self-managed certificate in certDir
+// (EnsureCerts), makes the webhook configuration trust it, and returns the
+// rotator that renews it from now on; nil when certDir holds certificates
+// from elsewhere (cert-manager's), which their issuer renews.
+func selfManagedCerts(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, certDir string, o Options, log *slog.Logger) (*certRotator, error) {
+	hosts := o.CertHosts
+	if len(hosts) == 0 {
+		hosts = []string{o.WebhookHost}
+	}
+	validity := cmp.Or(o.CertValidity, DefaultCertValidity)
+	certs, wrote, err := EnsureCerts(certDir, hosts, validity, time.Now())
+	if err != nil {
+		return nil, fmt.Errorf("self-managed webhook certificate: %w", err)
+	}
+	if !certs.SelfManaged() {
+		log.Info("webhook certificate from elsewhere: reloaded when it changes, not renewed by the gate", "dir", certDir, "issuer", certs.Leaf.Issuer.String(), "notAfter", certs.Leaf.NotAfter)
+		return nil, nil
+	}
+	if wrote {
+		log.Info("webhook certificate from a self-managed CA", "dir", certDir, "hosts", hosts, "caBundle", filepath.Join(certDir, CAFile),
+			"notAfter", certs.Leaf.NotAfter, "renewAt", certs.RenewAt())
+	}
+	rot := &certRotator{dir: certDir, hosts: hosts, validity: validity, log: log, resync: cmp.Or(o.CABundleResync, DefaultCABundleResync)}
+	if o.WebhookConfig != "" {
+		// A client of its own: the manager's caches nothing before it
+		// starts, and caching webhook configurations would need list and
+		// watch on all of them.
+		c, err := client.New(cfg, client.Options{Scheme: scheme})
+		if err != nil {
+			return nil, fmt.Errorf("client for the webhook configuration: %w", err)
+		}
+		rot.patch = func(ctx context.Context, bundle []byte) (bool, error) {
+			return PatchCABundle(ctx, c, o.WebhookConfig, bundle)
+		}
+		changed, err := rot.patch(ctx, certs.CABundle)
+		if err != nil {
+			// Not fatal: failurePolicy Ignore lets pods through ungated
+			// meanwhile, and the rotator tries again.
+			log.Error("make the webhook configuration trust the self-managed CA; retrying", "error", err, "webhookConfiguration", o.WebhookConfig)
+		} else {
+			log.Info("webhook caBundle current", "webhookConfiguration", o.WebhookConfig, "patched", changed)
+		}
+	}
+	return rot, nil
+}
+
+// recordKey is o.RecordKey, or the one in the Secret RecordKeySecret, read
+// (and if need be created) with a client that does not cache: the gate
+// reads no other Secret.
+func recordKey(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, o Options) (RecordKey, error) {
+	if len(o.RecordKey) > 0 {
+		return o.RecordKey, nil
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, fmt.Errorf("client for the record key: %w", err)
+	}
+	ns := o.RecordKeyNamespace
+	if ns == "" {
+		ns = gateNamespace(o.LeaderElectionNamespace)
+	}
+	return LoadRecordKey(ctx, c, ns)
 }
 
 func orDefault(s, def string) string {

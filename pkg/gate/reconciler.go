@@ -56,9 +56,18 @@ type Reconciler struct {
 	// (DefaultMaxPerNode; negative: no cap). Pods with no node name are
 	// not capped per node.
 	MaxPerNode int
+	// MaxTotalQPS is the load budget of all warm-ups together
+	// (DefaultMaxTotalQPS; negative: none): each gets an equal share.
+	MaxTotalQPS float64
+	// MaxPerNamespace caps the warm-ups of one namespace running at once
+	// (0: none beyond the fair share of the MaxConcurrent slots; see
+	// slots).
+	MaxPerNamespace int
+	// RecordKey signs and verifies the records of CPU requests.
+	RecordKey RecordKey
 
 	once      sync.Once
-	slots     chan struct{}
+	slots     *slots
 	nodeSlots map[string]chan struct{} // guarded by mu
 	// requeue asks for a pod's reconcile when its warm-up ended: the
 	// outcome may call for a retry after a back-off.
@@ -112,7 +121,7 @@ func (r *Reconciler) init() {
 		if n <= 0 {
 			n = DefaultMaxConcurrent
 		}
-		r.slots = make(chan struct{}, n)
+		r.slots = newSlots(n, r.MaxPerNamespace)
 		r.nodeSlots = map[string]chan struct{}{}
 		r.requeue = make(chan event.GenericEvent, 1024)
 		r.jobs = map[types.UID]*job{}
@@ -177,7 +186,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err == nil {
 		// The budget is a share of the request the pod was created with,
 		// even while the gate has it lowered.
-		target, err = warmup.PodTarget(withRecordedRequests(&pod), cfg.Port)
+		target, err = warmup.PodTarget(withRecordedRequests(&pod, r.RecordKey), cfg.Port)
 	}
 	if err != nil {
 		if c := condition(&pod); c == nil || c.Reason != ReasonInvalidConfig {
@@ -278,17 +287,16 @@ func (r *Reconciler) warm(ctx context.Context, pod *corev1.Pod, cfg Config, targ
 		}
 		defer func() { <-node }()
 	}
+	w := r.slots.wait(pod.Namespace)
 	select {
-	case r.slots <- struct{}{}:
+	case <-w.ready:
 	default:
-		_ = r.setCondition(ctx, pod, corev1.ConditionFalse, ReasonQueued, fmt.Sprintf("queued: %d warm-ups running, the most at once", cap(r.slots)))
-		select {
-		case r.slots <- struct{}{}:
-		case <-ctx.Done():
-			return
-		}
+		_ = r.setCondition(ctx, pod, corev1.ConditionFalse, ReasonQueued, r.slots.queued(pod.Namespace))
 	}
-	defer func() { <-r.slots }()
+	if r.slots.acquire(ctx, w) != nil {
+		return
+	}
+	defer r.slots.release(pod.Namespace)
 
 	if cfg.YieldCPU != YieldOff {
 		r.lowerCPU(ctx, log, pod, "warming")
@@ -301,6 +309,7 @@ func (r *Reconciler) warm(ctx context.Context, pod *corev1.Pod, cfg Config, targ
 	run := cfg.Config
 	off := false
 	run.RejectSlowerVersion = &off
+	run = r.withinBudget(run)
 	res, err := warmup.Run(ctx, run, []warmup.Target{target}, warmup.Options{Stable: neighbours, Logger: log, OnProgress: func(p warmup.Progress) {
 		if p.Phase != warmup.PhaseLoad || p.Target == "" || p.Stable {
 			return
@@ -357,7 +366,7 @@ func (r *Reconciler) failed(ctx context.Context, log *slog.Logger, pod *corev1.P
 	}
 	a.failed++
 	n := a.failed
-	backoff := cfg.RetryBackoff.D() << (n - 1)
+	backoff := retryBackoff(cfg.RetryBackoff.D(), n)
 	a.next = time.Now().Add(backoff)
 	a.gaveUp = n >= cfg.Retries
 	gaveUp := a.gaveUp
@@ -385,6 +394,30 @@ func (r *Reconciler) failed(ctx context.Context, log *slog.Logger, pod *corev1.P
 		log.Error("set the warm condition", "error", err)
 	}
 }
+
+// retryBackoff is the wait after the failed-th failed attempt: base,
+// doubled before each further one up to max(base, MaxRetryBackoff). It
+// never shifts or multiplies past the cap, so no retry count overflows it
+// (base << (failed-1) wrapped to a negative or zero wait for large counts).
+func retryBackoff(base time.Duration, failed int) time.Duration {
+	if base <= 0 {
+		return 0
+	}
+	limit := max(base, MaxRetryBackoff)
+	d := base
+	for i := 1; i < failed; i++ {
+		if d > limit/2 {
+			return limit
+		}
+		d *= 2
+	}
+	return d
+}
+
+// MaxRetryBackoff caps the doubling of a pod's retry back-off: a pod
+// configured with many retries waits at most this long between attempts
+// (a retryBackoff above it is kept as configured, not doubled).
+const MaxRetryBackoff = 10 * time.Minute
 
 // forget drops what the Reconciler remembers of a pod: failures and warmth.
 func (r *Reconciler) forget(uid types.UID) {
@@ -463,10 +496,20 @@ func (r *Reconciler) setCondition(ctx context.Context, pod *corev1.Pod, status c
 	if len(message) > 1000 {
 		message = message[:1000] + "…"
 	}
+	return r.patchCondition(ctx, &cur, false, ConditionWarm, status, reason, message)
+}
+
+// patchCondition sets the condition of type t on cur, the pod as read from
+// the API server, through the pods/status subresource with a strategic
+// merge patch (conditions merge by type, so the kubelet's own are left
+// alone); with lock, only if the pod is still as read (a Conflict
+// otherwise). Unchanged conditions are not written. cur becomes the pod as
+// written.
+func (r *Reconciler) patchCondition(ctx context.Context, cur *corev1.Pod, lock bool, t corev1.PodConditionType, status corev1.ConditionStatus, reason, message string) error {
 	old := cur.DeepCopy()
-	c := condition(&cur)
+	c := podCondition(cur, t)
 	if c == nil {
-		cur.Status.Conditions = append(cur.Status.Conditions, corev1.PodCondition{Type: ConditionWarm})
+		cur.Status.Conditions = append(cur.Status.Conditions, corev1.PodCondition{Type: t})
 		c = &cur.Status.Conditions[len(cur.Status.Conditions)-1]
 	}
 	if c.Status == status && c.Reason == reason && c.Message == message {
@@ -477,8 +520,12 @@ func (r *Reconciler) setCondition(ctx context.Context, pod *corev1.Pod, status c
 		c.LastTransitionTime = now
 	}
 	c.Status, c.Reason, c.Message, c.LastProbeTime = status, reason, message, now
-	if err := r.Client.Status().Patch(ctx, &cur, client.StrategicMergeFrom(old)); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("set condition %s=%s on pod %s/%s: %w", ConditionWarm, status, pod.Namespace, pod.Name, err)
+	var opts []client.MergeFromOption
+	if lock {
+		opts = append(opts, client.MergeFromWithOptimisticLock{})
+	}
+	if err := r.Client.Status().Patch(ctx, cur, client.StrategicMergeFrom(old, opts...)); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("set condition %s=%s on pod %s/%s: %w", t, status, cur.Namespace, cur.Name, err)
 	}
 	return nil
 }
@@ -499,9 +546,12 @@ func IsWarm(pod *corev1.Pod) bool {
 	return c != nil && c.Status == corev1.ConditionTrue
 }
 
-func condition(pod *corev1.Pod) *corev1.PodCondition {
+func condition(pod *corev1.Pod) *corev1.PodCondition { return podCondition(pod, ConditionWarm) }
+
+// podCondition is the pod's condition of type t, nil if it has none.
+func podCondition(pod *corev1.Pod, t corev1.PodConditionType) *corev1.PodCondition {
 	for i := range pod.Status.Conditions {
-		if pod.Status.Conditions[i].Type == ConditionWarm {
+		if pod.Status.Conditions[i].Type == t {
 			return &pod.Status.Conditions[i]
 		}
 	}

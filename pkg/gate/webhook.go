@@ -3,6 +3,7 @@ package gate
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 
 	corev1 "k8s.io/api/core/v1"
@@ -12,14 +13,26 @@ import (
 // WebhookPath is where the mutating webhook is served.
 const WebhookPath = "/mutate-pods"
 
+// LabelGated marks the pods the webhook gated ("true"). The gate's pod cache
+// holds only pods with it (Options, docs/gate.md "Blast radius"): a pod given
+// the readiness gate some other way needs the label too.
+const LabelGated = "danki.dev/gated"
+
 // Injector is the mutating admission webhook: it adds the readiness gate
 // ConditionWarm to pods created with AnnotationWarmUp, so users never edit
-// readinessGates by hand, and records their containers' CPU requests
-// (AnnotationCPURequests) for the gate to restore. Other pods, and pods that carry the gate already,
-// pass unchanged. It never denies a pod: a bad warm-up configuration shows
+// readinessGates by hand, and records their containers' CPU requests,
+// signed (AnnotationCPURequests; stampCPURequests), for the gate to restore:
+// on every pod with the gate, also one that lists it already, replacing any
+// record the pod came with. Every pod it leaves with the gate gets the label
+// LabelGated, so that the gate's cache holds it. Other pods pass unchanged
+// (the API server sends it none: deploy/gate/webhook.yaml's
+// matchConditions). It never denies a pod: a bad warm-up configuration shows
 // on the pod's condition and in an Event, where the Reconciler finds it.
 type Injector struct {
 	decoder admission.Decoder
+	// RecordKey signs the record (the Reconciler's key); without one the
+	// record is unsigned, and the gate never resizes the pod.
+	RecordKey RecordKey
 }
 
 // NewInjector returns the webhook's handler.
@@ -31,21 +44,24 @@ func (i *Injector) Handle(_ context.Context, req admission.Request) admission.Re
 	if err := i.decoder.Decode(req, &pod); err != nil {
 		return admission.Errored(http.StatusBadRequest, err)
 	}
-	if !OptedIn(pod.Annotations) || HasGate(&pod) {
+	gated := HasGate(&pod)
+	if !OptedIn(pod.Annotations) && !gated {
 		return admission.Allowed("")
 	}
-	pod.Spec.ReadinessGates = append(pod.Spec.ReadinessGates, corev1.PodReadinessGate{ConditionType: ConditionWarm})
-	// The CPU requests as created, for the gate to put back after it
-	// lowered them while warming (Config.YieldCPU).
-	if rec := recordCPURequests(&pod); rec != "" {
-		if pod.Annotations == nil {
-			pod.Annotations = map[string]string{}
-		}
-		pod.Annotations[AnnotationCPURequests] = rec
+	if !gated {
+		pod.Spec.ReadinessGates = append(pod.Spec.ReadinessGates, corev1.PodReadinessGate{ConditionType: ConditionWarm})
 	}
+	// The CPU requests as created, for the gate to put back after it
+	// lowered them while warming (Config.YieldCPU): always the webhook's
+	// own, never one the pod came with.
+	stampCPURequests(&pod, req.Namespace, i.RecordKey)
+	if pod.Labels == nil {
+		pod.Labels = map[string]string{}
+	}
+	pod.Labels[LabelGated] = "true"
 	mutated, err := json.Marshal(&pod)
 	if err != nil {
-		return admission.Errored(http.StatusInternalServerError, err)
+		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("encode the gated pod: %w", err))
 	}
 	return admission.PatchResponseFromRaw(req.Object.Raw, mutated)
 }

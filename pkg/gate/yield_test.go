@@ -9,16 +9,19 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
+var testKey = RecordKey("0123456789abcdef0123456789abcdef")
+
 func TestYieldPlan(t *testing.T) {
 	pod := func(qos corev1.PodQOSClass, annotation string, policy corev1.ResourceResizeRestartPolicy) *corev1.Pod {
 		p := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{}},
+			ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Annotations: map[string]string{}},
 			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Resources: corev1.ResourceRequirements{
 				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("250m")}}}}},
 			Status: corev1.PodStatus{QOSClass: qos},
 		}
 		if annotation != "" {
 			p.Annotations[AnnotationCPURequests] = annotation
+			p.Annotations[AnnotationCPURequestsSignature] = testKey.sign(signAdmission, "shop", annotation)
 		}
 		if policy != "" {
 			p.Spec.Containers[0].ResizePolicy = []corev1.ContainerResizePolicy{{ResourceName: corev1.ResourceCPU, RestartPolicy: policy}}
@@ -36,8 +39,21 @@ func TestYieldPlan(t *testing.T) {
 		{"guaranteed", pod(corev1.PodQOSGuaranteed, `{"app":"250m"}`, ""), "QoS class Guaranteed"},
 		{"gate by hand, no record", pod(corev1.PodQOSBurstable, "", ""), "no " + AnnotationCPURequests},
 		{"bad record", pod(corev1.PodQOSBurstable, `{"app":"lots"}`, ""), "container app"},
+		{"record changed by hand", func() *corev1.Pod {
+			p := pod(corev1.PodQOSBurstable, `{"app":"250m"}`, "")
+			p.Annotations[AnnotationCPURequests] = `{"app":"32"}`
+			return p
+		}(), "not signed by this gate"},
+		{"record signed for another namespace", func() *corev1.Pod {
+			p := pod(corev1.PodQOSBurstable, `{"app":"250m"}`, "")
+			p.Namespace = "other"
+			return p
+		}(), "not signed by this gate"},
 	} {
-		rec, why := yieldPlan(tc.pod)
+		rec, why, refused := yieldPlan(tc.pod, testKey)
+		if refused != strings.Contains(tc.want, "not signed") {
+			t.Errorf("%s: refused %v", tc.name, refused)
+		}
 		got := why
 		if rec != nil {
 			got = formatRequests(rec)
@@ -50,16 +66,54 @@ func TestYieldPlan(t *testing.T) {
 
 func TestWithRecordedRequests(t *testing.T) {
 	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{AnnotationCPURequests: `{"app":"500m"}`}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "app-1", UID: "uid-1"},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Resources: corev1.ResourceRequirements{
 			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(YieldCPURequest)}}}}},
 	}
-	got := withRecordedRequests(p)
+	p.Status.Conditions = []corev1.PodCondition{{Type: ConditionCPUYield, Status: corev1.ConditionTrue,
+		Message: loweredRecord(p, testKey, map[string]resource.Quantity{"app": resource.MustParse("500m")})}}
+	got := withRecordedRequests(p, testKey)
 	if q := got.Spec.Containers[0].Resources.Requests.Cpu().String(); q != "500m" {
 		t.Fatalf("request %s; want the recorded 500m", q)
 	}
 	if q := p.Spec.Containers[0].Resources.Requests.Cpu().String(); q != YieldCPURequest {
 		t.Fatalf("the pod itself changed to %s", q)
+	}
+	// The same record on another pod (another UID) is not the gate's.
+	other := p.DeepCopy()
+	other.UID = "uid-2"
+	if q := withRecordedRequests(other, testKey).Spec.Containers[0].Resources.Requests.Cpu().String(); q != YieldCPURequest {
+		t.Fatalf("a record copied to another pod counted: %s", q)
+	}
+}
+
+func TestStampCPURequests(t *testing.T) {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{
+			AnnotationCPURequests: `{"app":"32"}`, AnnotationCPURequestsSignature: "forged"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m")}}}}},
+	}
+	stampCPURequests(p, "shop", testKey)
+	if got := p.Annotations[AnnotationCPURequests]; got != `{"app":"500m"}` {
+		t.Fatalf("record %s; want the pod's own {\"app\":\"500m\"}", got)
+	}
+	p.Namespace = "shop"
+	if rec, err := verifiedCPURequests(p, testKey); err != nil || formatRequests(rec) != "app=500m" {
+		t.Fatalf("verified record %v, %v", rec, err)
+	}
+	if _, err := verifiedCPURequests(p, RecordKey("another key of at least 32 bytes...")); err == nil {
+		t.Fatal("verified with another key")
+	}
+	if _, err := verifiedCPURequests(p, nil); err == nil {
+		t.Fatal("verified with no key")
+	}
+	// No CPU request: no record at all, the pod's own removed.
+	p.Spec.Containers[0].Resources.Requests = nil
+	p.Annotations[AnnotationCPURequests] = `{"app":"32"}`
+	stampCPURequests(p, "shop", testKey)
+	if _, ok := p.Annotations[AnnotationCPURequests]; ok {
+		t.Fatalf("record left: %v", p.Annotations)
 	}
 }
 

@@ -24,6 +24,10 @@ type Policy struct {
 	// operator's credentials. A tenant's prometheus.address must be one of
 	// them.
 	Prometheus []Prometheus
+	// VirtualServiceNamespaces are namespaces besides a Rollout's own
+	// where its danki/istio config may name the VirtualService (e.g. a
+	// shared gateway namespace). None: the Rollout's own only.
+	VirtualServiceNamespaces []string
 }
 
 // Local is the policy of the danki command line: its user is the

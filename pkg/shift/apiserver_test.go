@@ -445,3 +445,41 @@ func TestAPIServerWarmupMirror(t *testing.T) {
 		t.Fatalf("annotation left: %v", after.Annotations)
 	}
 }
+
+// On the real API server: danki's header, mirror and warm-up mirror routes
+// carry the primary route's headers and the marker strip (and pass Istio's
+// schema), and their removal leaves another team's route alone, whatever
+// the route names and the mirror annotation claim.
+func TestAPIServerDankisRoutesStripTheMarkerAndRemovalKeepsForeignRoutes(t *testing.T) {
+	spec := specWithPayments("payments")
+	spec.Http[2].Headers = primaryHeaders()
+	vs := virtualService("reviews", spec)
+	vs.Annotations[MirrorAnnotation] = `{"percent":5,"destination":{"host":"reviews-canary"},"added":["payments"]}`
+	s, c, ns := apiServer(t, vs)
+	orig := apiVS(t, c, ns, "reviews")
+	tg := inNS(managedTarget("header-canary", "mirror-canary", "payments"), ns)
+	if err := s.SetHeaderRoute(ctx, tg, HeaderRoute{Name: "header-canary", Match: []HeaderMatch{{Header: "x-canary", Value: StringMatch{Exact: "yes"}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetMirrorRoute(ctx, tg, MirrorRoute{Name: "mirror-canary", Match: []RequestMatch{{Path: &StringMatch{Prefix: "/api"}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetWarmupMirror(ctx, tg, WarmupMirror{Percent: 10, Methods: []string{"GET"}}); err != nil {
+		t.Fatal(err)
+	}
+	got := apiVS(t, c, ns, "reviews")
+	for _, name := range []string{"header-canary", "mirror-canary", mirrorRouteName} {
+		r := routeNamed(&got.Spec, name)
+		if r == nil {
+			t.Fatalf("no route %q as stored: %v", name, httpNames(&got.Spec))
+		}
+		assertSpec(t, withMarkerStrip(primaryHeaders()), r.GetHeaders())
+	}
+	if had, err := s.RemoveWarmupMirror(ctx, tg); err != nil || !had {
+		t.Fatalf("remove warm-up mirror: %v, %v", had, err)
+	}
+	if err := s.RemoveManagedRoutes(ctx, tg, "payments", "health"); err != nil {
+		t.Fatal(err)
+	}
+	assertSpec(t, &orig.Spec, &apiVS(t, c, ns, "reviews").Spec)
+}

@@ -13,7 +13,10 @@
 // stays exactly as it was. A managed route's weights always sum to 100.
 // Header and mirror routes (Argo's setHeaderRoute and setMirrorRoute steps)
 // are added above the primary routes in managed-route order and removed
-// cleanly.
+// cleanly. Every route danki adds carries the primary route's headers block
+// and strips the warm-up marker header; danki removes, replaces, reorders
+// or reweighs an added route only when its content proves it danki's (route
+// names and annotations are the tenant's to write: owned.go).
 //
 // Safety. Every change is validated in full before anything is written, then
 // written in one Update; a 409 Conflict is retried with a fresh read, so a

@@ -104,13 +104,14 @@ func (s *Shifter) SetHeaderRoute(ctx context.Context, t Target, hr HeaderRoute) 
 		}
 	}
 	_, err := s.update(ctx, t, fmt.Sprintf("set header route %q", hr.Name), func(vs *networkingv1.VirtualService) error {
-		return s.placeManaged(ctx, vs, t, hr.Name, func(canary *networking.Destination, _ *networking.HTTPRoute) *networking.HTTPRoute {
+		return s.placeManaged(ctx, vs, t, hr.Name, func(canary *networking.Destination, primary *networking.HTTPRoute) *networking.HTTPRoute {
 			if len(hr.Match) == 0 {
 				return nil
 			}
 			route := &networking.HTTPRoute{
-				Name:  hr.Name,
-				Route: []*networking.HTTPRouteDestination{{Destination: canary, Weight: 100}},
+				Name:    hr.Name,
+				Route:   []*networking.HTTPRouteDestination{{Destination: canary, Weight: 100}},
+				Headers: addedHeaders(primary),
 			}
 			for _, m := range hr.Match {
 				route.Match = append(route.Match, &networking.HTTPMatchRequest{
@@ -164,6 +165,7 @@ func (s *Shifter) SetMirrorRoute(ctx context.Context, t Target, mr MirrorRoute) 
 				Name:             mr.Name,
 				Mirror:           canary,
 				MirrorPercentage: &networking.Percent{Value: float64(pct)},
+				Headers:          addedHeaders(primary),
 			}
 			for _, d := range primary.GetRoute() {
 				route.Route = append(route.Route, proto.Clone(d).(*networking.HTTPRouteDestination))
@@ -231,19 +233,33 @@ func (s *Shifter) placeManaged(ctx context.Context, vs *networkingv1.VirtualServ
 		return fmt.Errorf("spec.http (%q): no destination for the %s", primary.GetName(), m.roleField(roleCanary))
 	}
 	newRoute := build(canary, primary)
-	vs.Spec.Http = slices.DeleteFunc(vs.Spec.Http, func(r *networking.HTTPRoute) bool { return r.GetName() == name })
+	for i, r := range vs.Spec.Http {
+		if r.GetName() != name || isOwnManagedRoute(r, m, primary) {
+			continue
+		}
+		if newRoute == nil {
+			// Nothing of danki's to remove; the route is someone else's.
+			s.log.Warn("a route of the managed route's name is not one danki built: left as it is", "virtualService", t.String(), "route", name)
+			continue
+		}
+		return fmt.Errorf("spec.http[%d] (%q): not a route danki built (a header route to the canary, or a mirror route over the stable/canary split), so danki will not replace it: rename the managed route (managedRoutes and its step), or rename or remove that route", i, name)
+	}
+	vs.Spec.Http = slices.DeleteFunc(vs.Spec.Http, func(r *networking.HTTPRoute) bool {
+		return r.GetName() == name && isOwnManagedRoute(r, m, primary)
+	})
 	if newRoute != nil {
 		vs.Spec.Http = append(vs.Spec.Http, newRoute)
 	}
-	return orderManaged(&vs.Spec, t.ManagedRoutes, primary)
+	return orderManaged(&vs.Spec, t.ManagedRoutes, primary, func(r *networking.HTTPRoute) bool { return isOwnManagedRoute(r, m, primary) })
 }
 
-// orderManaged moves the managed http routes, in managed order, to just
-// above the first primary route; every other route keeps its order.
-func orderManaged(spec *networking.VirtualService, managed []string, primary *networking.HTTPRoute) error {
+// orderManaged moves danki's managed http routes (named in managed and
+// own), in managed order, to just above the first primary route; every
+// other route keeps its order.
+func orderManaged(spec *networking.VirtualService, managed []string, primary *networking.HTTPRoute, own func(*networking.HTTPRoute) bool) error {
 	var rest, mine []*networking.HTTPRoute
 	for _, r := range spec.Http {
-		if slices.Contains(managed, r.GetName()) {
+		if slices.Contains(managed, r.GetName()) && own(r) {
 			mine = append(mine, r)
 		} else {
 			rest = append(rest, r)
@@ -263,17 +279,42 @@ func orderManaged(spec *networking.VirtualService, managed []string, primary *ne
 	return nil
 }
 
-// RemoveManagedRoutes removes every http route named in t.ManagedRoutes or
-// also (route names from rollout steps). A VirtualService that does not
-// exist has nothing to remove.
+// RemoveManagedRoutes removes the header and mirror routes danki built that
+// are named in t.ManagedRoutes or also (route names from rollout steps). A
+// route of such a name that is not one danki built (see isOwnManagedRoute)
+// stays. A VirtualService that does not exist has nothing to remove.
 func (s *Shifter) RemoveManagedRoutes(ctx context.Context, t Target, also ...string) error {
 	names := append(slices.Clone(t.ManagedRoutes), also...)
 	if len(names) == 0 {
 		return nil
 	}
 	_, err := s.update(ctx, t, "remove managed routes", func(vs *networkingv1.VirtualService) error {
+		m, err := s.matcher(ctx, t)
+		if err != nil {
+			// Not ErrNotFound for the caller: the VirtualService is there,
+			// and without the canary's host danki cannot tell its routes.
+			return fmt.Errorf("%v (danki needs it to tell its own routes from others)", err)
+		}
+		stale, _ := staleExtras(vs) // a broken annotation only weakens the proof
+		m = m.withExtras(nil, stale)
+		var primary *networking.HTTPRoute
+		if routes, err := primaryRoutes(&vs.Spec, t, m); err == nil {
+			for _, r := range routes {
+				if r.kind == KindHTTP {
+					primary = vs.Spec.Http[r.index]
+					break
+				}
+			}
+		}
 		vs.Spec.Http = slices.DeleteFunc(vs.Spec.Http, func(r *networking.HTTPRoute) bool {
-			return r.GetName() != "" && slices.Contains(names, r.GetName())
+			if r.GetName() == "" || !slices.Contains(names, r.GetName()) {
+				return false
+			}
+			if !isOwnManagedRoute(r, m, primary) {
+				s.log.Warn("a route of a managed route's name is not one danki built: left as it is", "virtualService", t.String(), "route", r.GetName())
+				return false
+			}
+			return true
 		})
 		return nil
 	})

@@ -60,6 +60,8 @@ func TestHeaderAndMirrorRoutesAddFollowWeightsAndRemoveCleanly(t *testing.T) {
 			{Headers: map[string]*networking.StringMatch{"x-beta": prefix("1")}},
 		},
 		Route: []*networking.HTTPRouteDestination{dest("reviews-canary", 8080, 100)},
+		// The primary route's headers, and the warm-up marker's removal.
+		Headers: &networking.Headers{Request: &networking.Headers_HeaderOperations{Set: map[string]string{"x-via": "danki-test"}, Remove: []string{"X-Danki-Warmup"}}},
 	}
 	assertSpec(t, wantHeader, header)
 	wantMirror := &networking.HTTPRoute{
@@ -72,6 +74,7 @@ func TestHeaderAndMirrorRoutesAddFollowWeightsAndRemoveCleanly(t *testing.T) {
 		Route:            []*networking.HTTPRouteDestination{dest("reviews-stable", 8080, 90), dest("reviews-canary", 8080, 10)},
 		Mirror:           &networking.Destination{Host: "reviews-canary", Port: &networking.PortSelector{Number: 8080}},
 		MirrorPercentage: &networking.Percent{Value: 50},
+		Headers:          wantHeader.Headers,
 	}
 	assertSpec(t, wantMirror, got.Spec.Http[2])
 

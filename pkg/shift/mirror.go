@@ -43,7 +43,9 @@ type MirrorState struct {
 	Methods []string `json:"methods,omitempty"`
 	// Destination is the canary destination the mirror sends to.
 	Destination MirrorDestination `json:"destination"`
-	// Added lists the http routes danki added (Methods set).
+	// Added lists the http routes danki added (Methods set). It is for
+	// people and tools reading the state: removal never trusts it (the
+	// VirtualService's owner can write it) and judges the routes instead.
 	Added []string `json:"added,omitempty"`
 }
 
@@ -51,10 +53,6 @@ type MirrorState struct {
 type MirrorDestination struct {
 	Host   string `json:"host"`
 	Subset string `json:"subset,omitempty"`
-}
-
-func (d MirrorDestination) same(o *networking.Destination) bool {
-	return o != nil && o.Host == d.Host && o.Subset == d.Subset
 }
 
 // ParseMirrorState reads MirrorAnnotation's value; nil for none.
@@ -97,8 +95,12 @@ func (s *Shifter) SetWarmupMirror(ctx context.Context, t Target, w WarmupMirror)
 		if err != nil {
 			return err
 		}
-		prev, _ := ParseMirrorState(vs.Annotations[MirrorAnnotation]) // a broken state is replaced
-		stripMirror(vs, t, m, prev)
+		// The previous state (if any) is replaced; what to strip is judged
+		// by the routes, not by it.
+		if _, kept := stripMirror(vs, t, m); len(kept) > 0 && len(w.Methods) > 0 {
+			i := slices.IndexFunc(vs.Spec.Http, func(r *networking.HTTPRoute) bool { return r.GetName() == kept[0] })
+			return fmt.Errorf("spec.http[%d] (%q): has the name danki gives its warm-up mirror routes (%s, %s-1, ...) but is not one danki built: rename that route", i, kept[0], mirrorRouteName, mirrorRouteName)
+		}
 		st, err := addMirror(vs, t, m, w)
 		if err != nil {
 			return err
@@ -115,10 +117,12 @@ func (s *Shifter) SetWarmupMirror(ctx context.Context, t Target, w WarmupMirror)
 
 // RemoveWarmupMirror removes the warm-up mirror and its annotation. It is
 // idempotent (nothing to remove writes nothing, a missing VirtualService
-// has nothing to remove) and works from the annotation alone, or without
-// it: a broken or lost annotation still removes danki's mirror routes and
-// the mirrors to the canary on the managed routes. It reports whether
-// there was a mirror.
+// has nothing to remove) and works from the routes, not the annotation
+// (which the VirtualService's owner can write): it removes the mirrors to
+// the canary on the managed routes and the routes that are provably
+// danki's warm-up mirror copies (danki's name and a copy's content, see
+// isOwnWarmupCopy), whatever the annotation lists, and nothing else. It
+// reports whether there was a mirror.
 func (s *Shifter) RemoveWarmupMirror(ctx context.Context, t Target) (bool, error) {
 	var had bool
 	_, err := s.update(ctx, t, "remove warm-up mirror", func(vs *networkingv1.VirtualService) error {
@@ -126,9 +130,12 @@ func (s *Shifter) RemoveWarmupMirror(ctx context.Context, t Target) (bool, error
 		if err != nil {
 			return err
 		}
-		st, _ := ParseMirrorState(vs.Annotations[MirrorAnnotation])
 		_, annotated := vs.Annotations[MirrorAnnotation]
-		had = stripMirror(vs, t, m, st) || annotated
+		removed, kept := stripMirror(vs, t, m)
+		had = removed || annotated
+		for _, name := range kept {
+			s.log.Warn("a route has the name of danki's warm-up mirror route but is not one danki built: left as it is", "virtualService", t.String(), "route", name)
+		}
 		setAnnotation(&vs.ObjectMeta, MirrorAnnotation, "")
 		return nil
 	})
@@ -150,37 +157,44 @@ func (s *Shifter) WarmupMirrorState(ctx context.Context, t Target) (*MirrorState
 	return ParseMirrorState(vs.Annotations[MirrorAnnotation])
 }
 
-// isMirrorRoute says whether an http route is one SetWarmupMirror added.
-func isMirrorRoute(r *networking.HTTPRoute, st *MirrorState) bool {
-	name := r.GetName()
-	if st != nil && slices.Contains(st.Added, name) {
-		return true
-	}
-	return name == mirrorRouteName || strings.HasPrefix(name, mirrorRouteName+"-")
-}
-
-// stripMirror removes danki's mirror routes and the mirrors to the canary
-// (or to st's destination) on the primary http routes. It reports whether
-// anything was removed.
-func stripMirror(vs *networkingv1.VirtualService, t Target, m *matcher, st *MirrorState) bool {
-	before := len(vs.Spec.Http)
-	vs.Spec.Http = slices.DeleteFunc(vs.Spec.Http, func(r *networking.HTTPRoute) bool { return isMirrorRoute(r, st) })
-	removed := len(vs.Spec.Http) != before
+// stripMirror removes danki's warm-up mirror copies (isOwnWarmupCopy: the
+// annotation's word is not enough) and the mirrors to the canary on the
+// primary http routes. It reports whether anything was removed, and the
+// routes it left that have a copy's name but not its content.
+func stripMirror(vs *networkingv1.VirtualService, t Target, m *matcher) (removed bool, kept []string) {
 	stale, _ := staleExtras(vs)
-	routes, err := primaryRoutes(&vs.Spec, t, m.withExtras(nil, stale))
+	m = m.withExtras(nil, stale)
+	var primaries []*networking.HTTPRoute
+	if routes, err := primaryRoutes(&vs.Spec, t, m); err == nil {
+		for _, ref := range routes {
+			if ref.kind == KindHTTP {
+				primaries = append(primaries, vs.Spec.Http[ref.index])
+			}
+		}
+	}
+	before := len(vs.Spec.Http)
+	vs.Spec.Http = slices.DeleteFunc(vs.Spec.Http, func(r *networking.HTTPRoute) bool {
+		if !hasMirrorRouteName(r.GetName()) {
+			return false
+		}
+		if !isOwnWarmupCopy(r, m, primaries) {
+			kept = append(kept, r.GetName())
+			return false
+		}
+		return true
+	})
+	removed = len(vs.Spec.Http) != before
+	routes, err := primaryRoutes(&vs.Spec, t, m)
 	if err != nil {
-		return removed
+		return removed, kept
 	}
 	for _, ref := range routes {
-		if ref.kind != KindHTTP {
+		if ref.kind != KindHTTP || hasMirrorRouteName(ref.name) {
 			continue
 		}
 		r := vs.Spec.Http[ref.index]
 		n := len(r.Mirrors)
 		r.Mirrors = slices.DeleteFunc(r.Mirrors, func(p *networking.HTTPMirrorPolicy) bool {
-			if st != nil && st.Destination.same(p.GetDestination()) {
-				return true
-			}
 			ro, _ := m.classify(p.GetDestination())
 			return ro == roleCanary
 		})
@@ -189,7 +203,7 @@ func stripMirror(vs *networkingv1.VirtualService, t Target, m *matcher, st *Mirr
 		}
 		removed = removed || len(r.Mirrors) != n
 	}
-	return removed
+	return removed, kept
 }
 
 // addMirror adds the mirror to every primary http route (or a
@@ -250,6 +264,7 @@ func addMirror(vs *networkingv1.VirtualService, t Target, m *matcher, w WarmupMi
 			c := restrictToMethods(r, w.Methods)
 			if c != nil {
 				c.Name = name
+				c.Headers = addedHeaders(r)
 				c.Mirrors = append(c.Mirrors, policy())
 				out = append(out, c)
 				st.Added = append(st.Added, name)
@@ -261,7 +276,8 @@ func addMirror(vs *networkingv1.VirtualService, t Target, m *matcher, w WarmupMi
 	return st, nil
 }
 
-// restrictToMethods copies a route (timeouts, retries, headers and all),
+// restrictToMethods copies a route (timeouts, retries, headers and all;
+// addMirror then adds the marker strip to the headers),
 // keeping only requests with the given methods: each match alternative gets
 // the method match, an alternative with a method of its own is kept only if
 // that method is one of them. nil when no alternative is left.

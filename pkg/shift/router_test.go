@@ -30,7 +30,7 @@ func TestBind(t *testing.T) {
 	if e := b.Extra("reviews-exp", 10); e.Host != "reviews-exp" || e.Subset != "" {
 		t.Errorf("host-level extra %+v", e)
 	}
-	b, err = Bind([]byte(`{"virtualService": {"name": "reviews", "namespace": "mesh"}, "destinationRule": {"name": "reviews", "stableSubsetName": "stable", "canarySubsetName": "canary"}}`), Scope{Namespace: ns, ConfigField: "cfg"})
+	b, err = Bind([]byte(`{"virtualService": {"name": "reviews", "namespace": "mesh"}, "destinationRule": {"name": "reviews", "stableSubsetName": "stable", "canarySubsetName": "canary"}}`), Scope{Namespace: ns, ConfigField: "cfg", OtherNamespaces: []string{"mesh"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,6 +45,9 @@ func TestBind(t *testing.T) {
 		{`{"virtualService": {"name": "reviews"}, "rampp": {}}`, "cfg.rampp: unknown field"},
 		{`{"ramp": {"step": 150}}`, "cfg.virtualService.name: required\ncfg.ramp.step: must be 1–100"},
 		{`{"virtualService": {"name": "reviews"}, "destinationRule": {"name": "reviews"}}`, "cfg.destinationRule: name, canarySubsetName and stableSubsetName are all required"},
+		// Another team's VirtualService: refused unless the operator allows
+		// its namespace.
+		{`{"virtualService": {"name": "payments", "namespace": "payments"}}`, `cfg.virtualService.namespace: "payments" is not the Rollout's namespace`},
 	} {
 		if _, err := Bind([]byte(c.raw), testScope()); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("Bind(%s) = %v, want %q", c.raw, err, c.want)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 
 	"github.com/danki-dev/danki/internal/config"
 )
@@ -80,6 +81,12 @@ type Scope struct {
 	// ConfigField is where the configuration sits (prefixes its fields in
 	// errors); HostsField is where StableHost and CanaryHost come from.
 	ConfigField, HostsField string
+	// OtherNamespaces are the namespaces besides the rollout's where the
+	// configuration may name its VirtualService (the operator's
+	// --allow-virtualservice-namespace, e.g. a shared gateway namespace).
+	// None: the rollout's own only — a Rollout must not shift the weights
+	// of another team's VirtualService.
+	OtherNamespaces []string
 }
 
 // Binding is a router configuration resolved for one rollout.
@@ -117,6 +124,9 @@ func Bind(raw []byte, s Scope) (Binding, error) {
 		TCPRoutes: vs.TCPRoutes, ManagedRoutes: s.ManagedRoutes}
 	if t.Namespace == "" {
 		t.Namespace = s.Namespace
+	}
+	if t.Namespace != s.Namespace && !slices.Contains(s.OtherNamespaces, t.Namespace) {
+		errs.Addf(s.ConfigField+".virtualService.namespace", "%q is not the Rollout's namespace %q: a Rollout may only shift the VirtualServices of its own namespace (leave the field out), unless the operator allows that namespace with --allow-virtualservice-namespace (docs/security.md)", t.Namespace, s.Namespace)
 	}
 	if dr := cfg.DestinationRule; dr != nil {
 		if dr.Name == "" || dr.CanarySubsetName == "" || dr.StableSubsetName == "" {

@@ -64,11 +64,32 @@ func (m *matcher) withExtras(extras, stale []Extra) *matcher {
 	}
 	c.stale = nil
 	for _, s := range stale {
+		// The extras annotation is writable by whoever edits the
+		// VirtualService: a destination it names is danki's to drop only
+		// if danki could have added it, in this namespace.
+		if !c.local(s) {
+			continue
+		}
 		if !slices.ContainsFunc(c.extras, func(e Extra) bool { return c.same(e, s) }) {
 			c.stale = append(c.stale, s)
 		}
 	}
 	return &c
+}
+
+// local reports whether an additional destination is one danki adds: a
+// subset of the DestinationRule's host (subset-level routing), or a Service
+// in the VirtualService's namespace (host-level; Argo experiments' Services
+// live with the rollout).
+func (m *matcher) local(e Extra) bool {
+	if m.subset {
+		return e.Subset != "" && hostMatch(e.Host, m.host, m.ns)
+	}
+	if e.Subset != "" || e.Host == "" {
+		return false
+	}
+	name, _, _ := strings.Cut(e.Host, ".")
+	return hostMatch(e.Host, name, m.ns)
 }
 
 func (m *matcher) same(a, b Extra) bool {
@@ -310,9 +331,9 @@ func tcpMatches(r *networking.TCPRoute, sel TCPRouteSelector) bool {
 	return true
 }
 
-// mirrorRoutes lists the managed http routes that mirror traffic and carry
-// the stable/canary split: their weights follow the primary routes (as with
-// Argo's native Istio router).
+// mirrorRoutes lists danki's managed mirror routes (isOwnMirrorRoute) that
+// carry the stable/canary split: their weights follow the primary routes (as
+// with Argo's native Istio router).
 func mirrorRoutes(spec *networking.VirtualService, t Target, m *matcher) []routeRef {
 	var out []routeRef
 	for i, r := range spec.Http {
@@ -320,7 +341,7 @@ func mirrorRoutes(spec *networking.VirtualService, t Target, m *matcher) []route
 			continue
 		}
 		ref := routeRef{KindHTTP, i, r.GetName()}
-		if m.holdsBoth(spec, ref) {
+		if m.holdsBoth(spec, ref) && isOwnMirrorRoute(r, m, nil) {
 			out = append(out, ref)
 		}
 	}

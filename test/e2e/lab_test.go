@@ -97,7 +97,7 @@ func TestLabCanarySplit(t *testing.T) {
 
 	// Warm-up writes through the gateway run the real code path but keep
 	// nothing: every pod still counts zero orders.
-	assertWarmupWritesRollBack(t, ctx)
+	assertWarmupWritesRollBack(t, ctx, kube)
 
 	// Prometheus: p99 per version from Envoy's upstream histograms. Envoy
 	// flushes histograms every 5 s and rate() needs two scrapes.
@@ -388,11 +388,28 @@ func oneRequest(ctx context.Context, client *http.Client, i int) (string, error)
 	return doc.Version, nil
 }
 
-func assertWarmupWritesRollBack(t *testing.T, ctx context.Context) {
+// assertWarmupWritesRollBack sends marked writes the way danki's warm-up
+// does, straight to each pod's IP (the gateway's route strips the marker
+// from user requests, examples/lab/20-gateway.yaml), and checks through the
+// gateway that nothing was kept.
+func assertWarmupWritesRollBack(t *testing.T, ctx context.Context, kube kubernetes.Interface) {
 	t.Helper()
+	pods, err := kube.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=sample-app"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var podURLs []string
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "" {
+			podURLs = append(podURLs, "http://"+p.Status.PodIP+":8080/")
+		}
+	}
+	if len(podURLs) == 0 {
+		t.Fatal("no running sample-app pod with an IP to send warm-up writes to")
+	}
 	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{Proxy: nil}}
-	call := func(method, path, body string, warmup bool) map[string]any {
-		req, err := http.NewRequestWithContext(ctx, method, gatewayURL+path, strings.NewReader(body))
+	call := func(base, method, path, body string, warmup bool) map[string]any {
+		req, err := http.NewRequestWithContext(ctx, method, base+path, strings.NewReader(body))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -412,16 +429,16 @@ func assertWarmupWritesRollBack(t *testing.T, ctx context.Context) {
 	}
 	order := `{"email":"warmup@example.com","lines":[{"sku":"ABC-0001-abcdef","qty":2,"price":"9.99"}]}`
 	for i := 0; i < 10; i++ {
-		if doc := call(http.MethodPost, "orders", order, true); doc["committed"] != false {
+		if doc := call(podURLs[i%len(podURLs)], http.MethodPost, "orders", order, true); doc["committed"] != false {
 			t.Fatalf("warm-up POST /orders answered %v: want committed false", doc)
 		}
 	}
 	for i := 0; i < 10; i++ {
-		if doc := call(http.MethodGet, "orders/count", "", false); doc["count"] != float64(0) {
+		if doc := call(gatewayURL, http.MethodGet, "orders/count", "", false); doc["count"] != float64(0) {
 			t.Fatalf("GET /orders/count after warm-up writes answered %v: want count 0", doc)
 		}
 	}
-	t.Log("10 warm-up POST /orders through the gateway: all rolled back, every pod counts 0 orders")
+	t.Logf("10 warm-up POST /orders straight to %d pods: all rolled back, every pod counts 0 orders", len(podURLs))
 }
 
 // alivePIDs lists the live processes recorded in the lab's pid files.

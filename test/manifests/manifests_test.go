@@ -21,11 +21,16 @@ import (
 	networkingv1api "istio.io/api/networking/v1"
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
 	istioclient "istio.io/client-go/pkg/clientset/versioned"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	k8stypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
@@ -593,8 +598,11 @@ func mapValues(m map[string]string) []string {
 }
 
 // testGateInstall renders deploy/gate and applies it (server-side dry run,
-// strict), all but cert-manager's objects: this API server has no
-// cert-manager CRDs, so those two are checked for kind and name only.
+// strict: the webhook's matchConditions compile as CEL on this API server),
+// and checks what keeps the gate from hurting the cluster: the webhook sees
+// opted-in pods only, outside the system's namespaces; the gate runs as two
+// replicas spread over nodes, kept by a PodDisruptionBudget, with a priority
+// class and bounded resources.
 func testGateInstall(t *testing.T, e *testenv.Env, k *kubectl, root string) {
 	createNamespaces(t, e.Kube, map[string]bool{"danki-gate": true}) // a dry run creates no Namespace
 	out, err := k.run("kustomize", filepath.Join(root, "deploy", "gate"))
@@ -610,25 +618,89 @@ func testGateInstall(t *testing.T, e *testenv.Env, k *kubectl, root string) {
 		t.Fatal(err)
 	}
 	kinds := map[string]int{}
-	var apply [][]byte
+	var (
+		deploy  appsv1.Deployment
+		pdb     policyv1.PodDisruptionBudget
+		webhook admissionregistrationv1.MutatingWebhookConfiguration
+		prio    schedulingv1.PriorityClass
+	)
 	for _, raw := range raws {
 		var d doc
 		if err := yaml.Unmarshal(raw, &d); err != nil {
 			t.Fatal(err)
 		}
 		kinds[d.Kind]++
-		if !strings.HasPrefix(d.APIVersion, "cert-manager.io/") {
-			apply = append(apply, raw)
+		var into any
+		switch d.Kind {
+		case "Deployment":
+			into = &deploy
+		case "PodDisruptionBudget":
+			into = &pdb
+		case "MutatingWebhookConfiguration":
+			into = &webhook
+		case "PriorityClass":
+			into = &prio
+		}
+		if into != nil {
+			if err := yaml.UnmarshalStrict(raw, into); err != nil {
+				t.Fatalf("%s: %v", d.Kind, err)
+			}
 		}
 	}
-	want := map[string]int{"Namespace": 1, "ServiceAccount": 1, "ClusterRole": 1, "ClusterRoleBinding": 1, "Role": 1, "RoleBinding": 1,
-		"Issuer": 1, "Certificate": 1, "Deployment": 1, "Service": 1, "MutatingWebhookConfiguration": 1}
+	want := map[string]int{"Namespace": 1, "ServiceAccount": 1, "ClusterRole": 1, "ClusterRoleBinding": 1, "Role": 2, "RoleBinding": 2,
+		"PriorityClass": 1, "Deployment": 1, "PodDisruptionBudget": 1, "Service": 1, "MutatingWebhookConfiguration": 1}
 	if fmt.Sprint(kinds) != fmt.Sprint(want) {
 		t.Errorf("kubectl kustomize deploy/gate renders %v, want %v", kinds, want)
 	}
-	path := filepath.Join(t.TempDir(), "gate-core.yaml")
-	if err := os.WriteFile(path, bytes.Join(apply, []byte("\n---\n")), 0o644); err != nil {
+	k.applyDryRun(t, rendered, len(raws))
+
+	pod := deploy.Spec.Template
+	if deploy.Spec.Replicas == nil || *deploy.Spec.Replicas < 2 {
+		t.Errorf("Deployment replicas %v: want at least 2", deploy.Spec.Replicas)
+	}
+	if pod.Spec.PriorityClassName != prio.Name || prio.Value <= 0 || prio.Value >= 1000000000 || prio.GlobalDefault {
+		t.Errorf("priorityClassName %q, PriorityClass %s value %d (global default %v): want the gate's own, above workloads, below the system's",
+			pod.Spec.PriorityClassName, prio.Name, prio.Value, prio.GlobalDefault)
+	}
+	anti := pod.Spec.Affinity
+	if anti == nil || anti.PodAntiAffinity == nil || len(anti.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution) == 0 ||
+		anti.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution[0].PodAffinityTerm.TopologyKey != "kubernetes.io/hostname" {
+		t.Errorf("no pod anti-affinity spreading the replicas over nodes: %+v", anti)
+	}
+	if sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector); err != nil || !sel.Matches(labels.Set(pod.Labels)) ||
+		pdb.Spec.MinAvailable == nil || pdb.Spec.MinAvailable.IntValue() < 1 {
+		t.Errorf("PodDisruptionBudget %+v does not keep one of the Deployment's pods (%v)", pdb.Spec, err)
+	}
+	for _, c := range pod.Spec.Containers {
+		r := c.Resources
+		if r.Requests.Cpu().IsZero() || r.Requests.Memory().IsZero() || r.Limits.Cpu().IsZero() || r.Limits.Memory().IsZero() {
+			t.Errorf("container %s: requests %v, limits %v; want CPU and memory in both", c.Name, r.Requests, r.Limits)
+		}
+	}
+	if len(webhook.Webhooks) != 1 {
+		t.Fatalf("%d webhooks, want 1", len(webhook.Webhooks))
+	}
+	wh := webhook.Webhooks[0]
+	if len(wh.MatchConditions) == 0 || !strings.Contains(wh.MatchConditions[0].Expression, "danki.dev/warm-up") {
+		t.Errorf("webhook matchConditions %+v: want the API server to send only opted-in pods", wh.MatchConditions)
+	}
+	if wh.FailurePolicy == nil || *wh.FailurePolicy != admissionregistrationv1.Ignore {
+		t.Errorf("failurePolicy %v: want Ignore (a gate that is down must not block pod creation)", wh.FailurePolicy)
+	}
+	sel, err := metav1.LabelSelectorAsSelector(wh.NamespaceSelector)
+	if err != nil {
 		t.Fatal(err)
 	}
-	k.applyDryRun(t, path, len(apply))
+	for _, ns := range []labels.Set{
+		{"kubernetes.io/metadata.name": "kube-system"},
+		{"kubernetes.io/metadata.name": "danki-gate"},
+		{"kubernetes.io/metadata.name": "istio-system", "danki.dev/warm-gate": "disabled"},
+	} {
+		if sel.Matches(ns) {
+			t.Errorf("the webhook's namespaceSelector selects namespace %v", ns)
+		}
+	}
+	if !sel.Matches(labels.Set{"kubernetes.io/metadata.name": "shop"}) {
+		t.Error("the webhook's namespaceSelector leaves out an ordinary namespace")
+	}
 }
