@@ -30,5 +30,12 @@
 // danki/latency (package rollouts) and `danki analyze` use the same Config.
 // See docs/latency.md.
 //
+// Inside the Argo Rollouts controller every config is a tenant's: the
+// sources are built under the operator's policy (WithPolicy, policy.go):
+// only the operator's Prometheus servers with their credentials, no file
+// the config names, explicit URLs only within the allowed targets, the
+// load caps. Without WithPolicy the strictest applies; the command line
+// passes policy.Local().
+//
 // This package imports neither Argo nor cobra.
 package analysis
