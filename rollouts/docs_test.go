@@ -18,6 +18,7 @@ import (
 
 	dankiconfig "github.com/danki-dev/danki/internal/config"
 	"github.com/danki-dev/danki/pkg/analysis"
+	"github.com/danki-dev/danki/pkg/policy"
 	"github.com/danki-dev/danki/pkg/shift"
 	"github.com/danki-dev/danki/pkg/warmup"
 	"github.com/danki-dev/danki/test/testenv"
@@ -292,7 +293,7 @@ func checkRolloutConfigs(t *testing.T, where string, ro *v1alpha1.Rollout, count
 	}
 	if tr := canary.TrafficRouting; tr != nil && tr.Plugins[TrafficRouterName] != nil {
 		counts[TrafficRouterName]++
-		b, err := bind(ro)
+		b, err := bind(ro, policy.Local())
 		if err != nil {
 			t.Errorf("%s: %s: %v", where, TrafficRouterName, err)
 		} else if len(b.Gate) > 0 {

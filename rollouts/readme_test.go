@@ -7,6 +7,7 @@ import (
 
 	"github.com/argoproj/argo-rollouts/pkg/apis/rollouts/v1alpha1"
 	"github.com/danki-dev/danki/pkg/analysis"
+	"github.com/danki-dev/danki/pkg/policy"
 	"github.com/danki-dev/danki/pkg/warmup"
 	"sigs.k8s.io/yaml"
 )
@@ -34,7 +35,7 @@ func TestReadmeRolloutExample(t *testing.T) {
 	}
 	ro := &v1alpha1.Rollout{Spec: v1alpha1.RolloutSpec{Strategy: spec.Strategy}}
 	ro.Namespace, ro.Name = "default", "app"
-	b, err := bind(ro)
+	b, err := bind(ro, policy.Local())
 	if err != nil {
 		t.Fatalf("README danki/istio config: %v", err)
 	}

@@ -160,7 +160,7 @@ func (s *warmupStep) usersOnStable(ro *v1alpha1.Rollout, cfg warmup.Config) warm
 	if g := cfg.NeighbourGuard; g != nil && !*g {
 		return nil
 	}
-	b, err := bind(ro)
+	b, err := bind(ro, s.policy)
 	if err != nil || len(b.Gate) == 0 {
 		return nil
 	}

@@ -28,7 +28,7 @@ func (s *warmupStep) withMirror(ro *v1alpha1.Rollout, cfg warmup.StepConfig, job
 	if err != nil {
 		return err
 	}
-	b, err := bind(ro)
+	b, err := bind(ro, s.policy)
 	if err != nil {
 		return fmt.Errorf("mirror: needs the Rollout's %s traffic router to mirror on its VirtualService: %w", TrafficRouterName, err)
 	}
@@ -76,7 +76,7 @@ func (s *warmupStep) removeMirror(ro *v1alpha1.Rollout, cfg warmup.StepConfig) {
 	if len(cfg.Mirror) == 0 {
 		return
 	}
-	b, err := bind(ro)
+	b, err := bind(ro, s.policy)
 	if err != nil {
 		return
 	}

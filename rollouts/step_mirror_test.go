@@ -33,7 +33,7 @@ func mirrorStepFixture(t *testing.T) (*warmupStep, *v1alpha1.Rollout, *fake.Clie
 	ro.Spec.Strategy.Canary.StableService, ro.Spec.Strategy.Canary.CanaryService = "cart-stable", "cart-canary"
 	ro.Spec.Strategy.Canary.TrafficRouting = &v1alpha1.RolloutTrafficRouting{Plugins: map[string]json.RawMessage{
 		TrafficRouterName: json.RawMessage(`{"virtualService":{"name":"cart","routes":["primary"]}}`)}}
-	b, err := bind(ro)
+	b, err := bind(ro, policy.Local())
 	if err != nil {
 		t.Fatal(err)
 	}

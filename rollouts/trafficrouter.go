@@ -128,8 +128,10 @@ func (r *trafficRouter) Type() string { return TrafficRouterName }
 const configField = `spec.strategy.canary.trafficRouting.plugins["` + TrafficRouterName + `"]`
 
 // bind reads the plugin configuration and the service names from a
-// Rollout. Every error names the Rollout field to fix.
-func bind(ro *v1alpha1.Rollout) (shift.Binding, error) {
+// Rollout, within the operator's policy (which namespaces besides the
+// Rollout's may hold its VirtualService). Every error names the Rollout
+// field to fix.
+func bind(ro *v1alpha1.Rollout, pol policy.Policy) (shift.Binding, error) {
 	canary := ro.Spec.Strategy.Canary
 	if canary == nil || canary.TrafficRouting == nil {
 		return shift.Binding{}, fmt.Errorf("spec.strategy.canary.trafficRouting: required: %s routes traffic for canary rollouts", TrafficRouterName)
@@ -139,7 +141,8 @@ func bind(ro *v1alpha1.Rollout) (shift.Binding, error) {
 		return shift.Binding{}, fmt.Errorf("spec.strategy.canary.trafficRouting.maxTrafficWeight: %d: %s needs 100 (Istio weights are percent): remove the field", *tr.MaxTrafficWeight, TrafficRouterName)
 	}
 	scope := shift.Scope{Namespace: ro.Namespace, StableHost: canary.StableService, CanaryHost: canary.CanaryService,
-		ConfigField: configField, HostsField: "spec.strategy.canary.stableService and canaryService"}
+		ConfigField: configField, HostsField: "spec.strategy.canary.stableService and canaryService",
+		OtherNamespaces: pol.VirtualServiceNamespaces}
 	for _, m := range tr.ManagedRoutes {
 		scope.ManagedRoutes = append(scope.ManagedRoutes, m.Name)
 	}
@@ -153,7 +156,7 @@ func (r *trafficRouter) call(op string, ro *v1alpha1.Rollout, fn func(ctx contex
 	if c == nil {
 		return rpcErr(fmt.Errorf("%s %s: plugin not initialised (InitPlugin was not called or failed)", TrafficRouterName, op))
 	}
-	b, err := bind(ro)
+	b, err := bind(ro, r.policy)
 	if err == nil {
 		on := &rolloutActions{ro: ro, clients: c}
 		// The gate reads its prometheus.bearerTokenSecret from the

@@ -788,3 +788,29 @@ func TestRPCTenantGateHeldToThePolicy(t *testing.T) {
 		}
 	}
 }
+
+// TestRouterRefusesAnotherNamespacesVirtualService: a Rollout names
+// another team's VirtualService (the same short host names resolve there):
+// refused over RPC, the other VirtualService untouched — unless the
+// operator allows that namespace.
+func TestRouterRefusesAnotherNamespacesVirtualService(t *testing.T) {
+	foreign := hostVS()
+	foreign.Namespace = "payments"
+	cfg := `{"virtualService": {"name": "reviews", "namespace": "payments"}}`
+
+	f := newTRFixture(t, foreign)
+	err := f.plugin.SetWeight(trRollout(cfg), 20, nil)
+	if !err.HasError() || !strings.Contains(err.Error(), "virtualService.namespace") || !strings.Contains(err.Error(), "--allow-virtualservice-namespace") {
+		t.Fatalf("SetWeight = %v, want a refusal naming virtualService.namespace and the operator's flag", err)
+	}
+	vs, gerr := f.istio.NetworkingV1().VirtualServices("payments").Get(context.Background(), "reviews", metav1.GetOptions{})
+	if gerr != nil {
+		t.Fatal(gerr)
+	}
+	if w := vs.Spec.Http[1].Route[1].Weight; w != 0 {
+		t.Errorf("the other namespace's canary weight = %d, want 0 (untouched)", w)
+	}
+
+	allowed := newTRFixtureWith(t, policy.Policy{VirtualServiceNamespaces: []string{"payments"}}, foreign.DeepCopy())
+	mustOK(t, "SetWeight with the namespace allowed", allowed.plugin.SetWeight(trRollout(cfg), 20, nil))
+}
