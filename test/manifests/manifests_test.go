@@ -278,6 +278,11 @@ func testRBAC(t *testing.T, e *testenv.Env, k *kubectl, deploy string) {
 						[]byte(`{"metadata":{"annotations":{"danki.dev/capacity-knees":"[{\"revision\":\"canaryhash\",\"qps\":120}]"}}}`), metav1.PatchOptions{})
 					return err
 				}},
+				{"danki/latency bearerTokenSecret (get secrets)", func() error {
+					// As pkg/analysis reads prometheus.bearerTokenSecret.
+					_, err := kube.CoreV1().Secrets(ns).Get(ctx, "prometheus-token", metav1.GetOptions{})
+					return err
+				}},
 				{"danki/istio ramp-failure event (create events)", func() error {
 					// As rollouts/trafficrouter.go records it next to the abort.
 					_, err := kube.CoreV1().Events(ns).Create(ctx, &corev1.Event{
@@ -396,6 +401,11 @@ func seed(t *testing.T, e *testenv.Env, ns string) {
 		}}},
 	}, metav1.CreateOptions{})
 	must("VirtualService", err)
+	_, err = e.Kube.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "prometheus-token", Namespace: ns},
+		StringData: map[string]string{"token": "t"},
+	}, metav1.CreateOptions{})
+	must("Secret", err)
 	labels := map[string]string{"app": "app"}
 	_, err = e.Argo.ArgoprojV1alpha1().Rollouts(ns).Create(ctx, &v1alpha1.Rollout{
 		ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: ns},
