@@ -82,7 +82,7 @@ func (p *latencyProvider) Run(run *v1alpha1.AnalysisRun, metric v1alpha1.Metric)
 		return p.measure(run, metric, a, m)
 	}
 	since := analysisStart(run)
-	p.loads.start(loadID(run, metric), func(ctx context.Context) analysis.Verdict { return a.Analyze(ctx, since) })
+	p.loads.start(p.logFor(run, metric), run, loadID(run, metric), func(ctx context.Context) analysis.Verdict { return a.Analyze(ctx, since) })
 	p.logFor(run, metric).Info("danki/latency load test started", "load", strings.Join(a.Queries(), "; "))
 	m.Phase = v1alpha1.AnalysisPhaseRunning
 	m.Message = "load test started: " + strings.Join(a.Queries(), "; ")

@@ -12,8 +12,10 @@ import (
 	"github.com/argoproj/argo-rollouts/pkg/apis/rollouts/v1alpha1"
 	argofake "github.com/argoproj/argo-rollouts/pkg/client/clientset/versioned/fake"
 	"github.com/argoproj/argo-rollouts/utils/plugin/types"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8stypes "k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/danki-dev/danki/internal/testutil"
 	"github.com/danki-dev/danki/pkg/policy"
@@ -112,4 +114,58 @@ func TestStepLoadStopsWhenTheRolloutIsGone(t *testing.T) {
 			t.Fatalf("%s: %s", res.Phase, res.Message)
 		}
 	})
+}
+
+// The warm-up's pod guard is the Rollout's own pods: the canary's and the
+// stable's by pod-template hash and the Rollout's selector, each as the
+// run found it. A target pod deleted, its IP handed to another pod, is
+// refused once the guard has read the pods again.
+func TestStepPodGuardIsTheRolloutsOwnPods(t *testing.T) {
+	pod := func(name, app, hash, ip string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: name, UID: k8stypes.UID(name + "-uid"),
+			Labels: map[string]string{"app": app, warmup.PodTemplateHashLabel: hash}},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip}}
+	}
+	target := func(name, ip string) warmup.Target { return warmup.Target{Name: name, URL: "http://" + ip + ":8080"} }
+	kube := fake.NewClientset(pod("cart-h1-a", "cart", "h1", "10.0.0.1"), pod("cart-h1-b", "cart", "h1", "10.0.0.2"),
+		pod("cart-old-s", "cart", "old", "10.0.1.1"), pod("other-h1", "other", "h1", "10.0.0.9"))
+	impl := newWarmupStep(slog.New(slog.NewTextHandler(io.Discard, nil)), tenantPolicy())
+	impl.kube, impl.guardEvery = kube, 20*time.Millisecond
+	ro := stepRollout("cart", "h1", 0) // stable: "old"
+
+	if impl.podGuard(ro, warmup.StepConfig{TargetConfig: warmup.TargetConfig{URLs: []string{"http://127.0.0.1:1"}, StableURLs: []string{"http://127.0.0.1:2"}}}) != nil {
+		t.Error("a guard for a run with no pod targets")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	build := impl.podGuard(ro, warmup.StepConfig{})
+	guard, err := build(ctx, []warmup.Target{target("cart-h1-a", "10.0.0.1"), target("cart-h1-b", "10.0.0.2"), target("other-h1", "10.0.0.9")},
+		[]warmup.Target{target("cart-old-s", "10.0.1.1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(ip string) error { return guard(netip.MustParseAddr(ip)) }
+	for _, ip := range []string{"10.0.0.1", "10.0.0.2", "10.0.1.1"} {
+		if err := check(ip); err != nil {
+			t.Errorf("%s: %v; want allowed", ip, err)
+		}
+	}
+	if err := check("10.0.0.9"); err == nil {
+		t.Error("another app's pod with the canary's hash is allowed")
+	}
+
+	pods := kube.CoreV1().Pods("shop")
+	if err := pods.Delete(ctx, "cart-h1-a", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pods.Create(ctx, pod("cart-h1-z", "cart", "h1", "10.0.0.1"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, 5*time.Second, func() bool { return check("10.0.0.1") != nil })
+	if err := check("10.0.0.1"); !strings.Contains(err.Error(), "pod shop/cart-h1-a is gone") {
+		t.Errorf("refused with %q; want it to name the gone pod", err)
+	}
+	if err := check("10.0.0.2"); err != nil {
+		t.Errorf("the other canary pod: %v", err)
+	}
 }
