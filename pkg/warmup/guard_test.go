@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -119,6 +120,16 @@ func TestPodGuardRefreshesAndFailsClosed(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	kube := fake.NewClientset(guardPod("cart-h1-a", "h1", "10.0.0.1", "a1"), guardPod("cart-h1-b", "h1", "10.0.0.2", "b1"))
+	// The API server goes away when away is set (reactors are installed
+	// before the guard lists: the fake's reactor chain is not safe to
+	// change while it is used).
+	var away atomic.Bool
+	kube.PrependReactor("list", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if away.Load() {
+			return true, nil, errors.New("the API server is away")
+		}
+		return false, nil, nil
+	})
 	q := PodGuardQuery{Namespace: "shop", Selector: "app=cart", Hashes: []string{"h1"}}
 	g, err := NewPodGuard(ctx, kube, q, []Target{guardTarget("cart-h1-a", "10.0.0.1"), guardTarget("cart-h1-b", "10.0.0.2")}, nil, 10*time.Millisecond, quietGuardLog)
 	if err != nil {
@@ -131,9 +142,7 @@ func TestPodGuardRefreshesAndFailsClosed(t *testing.T) {
 	testutil.WaitFor(t, 5*time.Second, func() bool { return g.Check(netip.MustParseAddr("10.0.0.1")) != nil })
 	mustAllow(t, g, "10.0.0.2")
 
-	kube.PrependReactor("list", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
-		return true, nil, errors.New("the API server is away")
-	})
+	away.Store(true)
 	testutil.WaitFor(t, 5*time.Second, func() bool { return g.Check(netip.MustParseAddr("10.0.0.2")) != nil })
 	mustRefuse(t, g, "10.0.0.2", "could not be read from the API server")
 }
