@@ -109,11 +109,17 @@ func NewPodGuard(ctx context.Context, kube kubernetes.Interface, q PodGuardQuery
 	}
 	gone := map[netip.Addr]string{}
 	for _, t := range pods {
-		addrs, err := targetAddrs(ctx, t)
+		// A pod target is addressed at its pod IP (KubeTargets): no name
+		// to resolve.
+		u, err := url.Parse(t.URL)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("target %s: %w", t, err)
 		}
-		ip := addrs[0]
+		ip, err := netip.ParseAddr(u.Hostname())
+		if err != nil {
+			return nil, fmt.Errorf("pod target %s is not addressed by its pod IP: %w", t, err)
+		}
+		ip = ip.Unmap()
 		p, ok := current[t.Name]
 		if !ok || !podHasIP(p, ip) {
 			gone[ip] = fmt.Sprintf("pod %s/%s with address %s is not among the %s any more", q.Namespace, t.Name, ip, q)
