@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync"
 
+	argoclient "github.com/argoproj/argo-rollouts/pkg/client/clientset/versioned"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -41,4 +42,25 @@ func (l *lazyKube) get() (kubernetes.Interface, error) {
 		}
 	})
 	return l.kube, l.err
+}
+
+// lazyArgo builds an Argo Rollouts client from the environment on first use
+// and remembers the outcome, like lazyKube.
+type lazyArgo struct {
+	once sync.Once
+	argo argoclient.Interface
+	err  error
+}
+
+func (l *lazyArgo) get() (argoclient.Interface, error) {
+	l.once.Do(func() {
+		cfg, err := restConfigFromEnvironment()
+		if err == nil {
+			l.argo, err = argoclient.NewForConfig(cfg)
+		}
+		if err != nil {
+			l.err = fmt.Errorf("no Argo Rollouts client (%w)", err)
+		}
+	})
+	return l.argo, l.err
 }

@@ -89,7 +89,7 @@ func (p *latencyProvider) Run(run *v1alpha1.AnalysisRun, metric v1alpha1.Metric)
 		return p.finish(m, v1alpha1.AnalysisPhaseError, fmt.Sprintf("metric %q: %s", metric.Name, oneLineError(err)), nil)
 	}
 	since, ns := analysisStart(run), runNamespace(run)
-	p.loads.start(loadID(run, metric), func(ctx context.Context) analysis.Verdict {
+	p.loads.start(p.logFor(run, metric), run, loadID(run, metric), func(ctx context.Context) analysis.Verdict {
 		return a.Analyze(analysis.ForNamespace(ctx, ns), since)
 	})
 	p.logFor(run, metric).Info("danki/latency load test started", "load", strings.Join(a.Queries(), "; "))

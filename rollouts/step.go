@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/argoproj/argo-rollouts/utils/plugin/types"
 	goplugin "github.com/hashicorp/go-plugin"
 	istioclient "istio.io/client-go/pkg/clientset/versioned"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8stypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -48,11 +50,17 @@ type warmupStep struct {
 	argo    argoclient.Interface  // records capacity knees on the Rollout
 	istio   istioclient.Interface // the mirror source's VirtualService (step_mirror.go)
 	kubeErr error
+
+	// ownerEvery and guardEvery are how often a running warm-up checks its
+	// Rollout and re-reads its pods (warmup.OwnerCheckInterval and
+	// warmup.GuardRefresh; tests shorten them).
+	ownerEvery, guardEvery time.Duration
 }
 
 func newWarmupStep(l *slog.Logger, pol policy.Policy) *warmupStep {
 	l = l.With("step", WarmupPluginName)
-	return &warmupStep{log: l, supervisor: warmup.NewSupervisor(l), policy: pol}
+	return &warmupStep{log: l, supervisor: warmup.NewSupervisor(l), policy: pol,
+		ownerEvery: warmup.OwnerCheckInterval, guardEvery: warmup.GuardRefresh}
 }
 
 var _ rpc.StepPlugin = (*warmupStep)(nil)
@@ -141,6 +149,8 @@ func (s *warmupStep) Run(ro *v1alpha1.Rollout, sc *types.RpcStepContext) (types.
 		},
 	}
 	job.Neighbours = s.usersOnStable(ro, cfg.Config)
+	job.Owner, job.OwnerEvery = s.rolloutOwner(ro), s.ownerEvery
+	job.Guard = s.podGuard(ro, cfg)
 	if len(cfg.Mirror) > 0 {
 		if err := s.withMirror(ro, cfg, &job); err != nil {
 			return types.RpcStepResult{Phase: types.PhaseFailed, Message: "invalid danki/warmup config: " + err.Error()}, types.RpcError{}
@@ -199,6 +209,83 @@ func (s *warmupStep) stop(ro *v1alpha1.Rollout, sc *types.RpcStepContext, how st
 		}
 	}
 	return types.RpcStepResult{Phase: types.PhaseSuccessful, Message: fmt.Sprintf("warm-up %s (%d running warm-up(s) stopped)", how, n)}
+}
+
+// rolloutOwner checks, while the warm-up runs, that ro still exists as the
+// same object (UID) at the same canary revision: Argo Rollouts calls
+// neither Abort nor Terminate for a deleted Rollout, and the load must not
+// outlive it. Nil without an Argo client (no owner to check).
+func (s *warmupStep) rolloutOwner(ro *v1alpha1.Rollout) func(context.Context) error {
+	s.mu.Lock()
+	argo := s.argo
+	s.mu.Unlock()
+	if argo == nil {
+		return nil
+	}
+	ns, name, uid, hash := ro.Namespace, ro.Name, ro.UID, ro.Status.CurrentPodHash
+	return func(ctx context.Context) error {
+		cur, err := argo.ArgoprojV1alpha1().Rollouts(ns).Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			return fmt.Errorf("%w: Rollout %s/%s was deleted", warmup.ErrOwnerGone, ns, name)
+		case err != nil:
+			return fmt.Errorf("get Rollout %s/%s: %w", ns, name, err)
+		case uid != "" && cur.UID != uid:
+			return fmt.Errorf("%w: Rollout %s/%s was deleted and created again (UID %s, the warm-up's was %s)", warmup.ErrOwnerGone, ns, name, cur.UID, uid)
+		case cur.DeletionTimestamp != nil:
+			return fmt.Errorf("%w: Rollout %s/%s is being deleted", warmup.ErrOwnerGone, ns, name)
+		case cur.Status.CurrentPodHash != hash:
+			return fmt.Errorf("%w: Rollout %s/%s's canary is now revision %s, not %s", warmup.ErrOwnerGone, ns, name, cur.Status.CurrentPodHash, hash)
+		}
+		return nil
+	}
+}
+
+// podGuard is the warm-up's pod guard (warmup.NewPodGuard): connections
+// only to the run's target pods while each is still the Rollout's pod it
+// was (same name and UID, same address), re-read every guardEvery with the
+// pod lookup's query; explicit URL targets as they are. Nil when no target
+// is a pod.
+func (s *warmupStep) podGuard(ro *v1alpha1.Rollout, cfg warmup.StepConfig) func(context.Context, []warmup.Target, []warmup.Target) (func(netip.Addr) error, error) {
+	canaryPods := len(cfg.URLs) == 0
+	stablePods := len(cfg.StableURLs) == 0
+	if !canaryPods && !stablePods {
+		return nil
+	}
+	r := warmupRollout(ro)
+	return func(ctx context.Context, canary, stable []warmup.Target) (func(netip.Addr) error, error) {
+		q := warmup.PodGuardQuery{Namespace: r.Namespace}
+		var pods, urls []warmup.Target
+		if canaryPods {
+			pods, q.Hashes = append(pods, canary...), append(q.Hashes, r.CanaryHash)
+		} else {
+			urls = append(urls, canary...)
+		}
+		if stablePods && len(stable) > 0 {
+			pods, q.Hashes = append(pods, stable...), append(q.Hashes, r.StableHash)
+		} else {
+			urls = append(urls, stable...)
+		}
+		if len(pods) == 0 {
+			return nil, nil
+		}
+		if r.Selector != nil {
+			sel, err := metav1.LabelSelectorAsSelector(r.Selector)
+			if err != nil {
+				return nil, fmt.Errorf("Rollout %s/%s spec.selector: %w", r.Namespace, r.Name, err)
+			}
+			q.Selector = sel.String()
+		}
+		kube, err := s.kubeClient()
+		if err != nil {
+			return nil, err
+		}
+		g, err := warmup.NewPodGuard(ctx, kube, q, pods, urls, s.guardEvery, s.log.With("rollout", r.Namespace+"/"+r.Name))
+		if err != nil {
+			return nil, err
+		}
+		return g.Check, nil
+	}
 }
 
 func warmupRunKey(ro *v1alpha1.Rollout) warmup.RunKey {

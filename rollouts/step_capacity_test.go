@@ -98,6 +98,11 @@ func TestStepCapacityComparesWithTheStableRevisionsKnee(t *testing.T) {
 	// r1 is stable now; r2 has half its capacity.
 	second := ro.DeepCopy()
 	second.Status.StableRS, second.Status.CurrentPodHash = "r1", "r2"
+	// The controller records the new revision before it runs the step (the
+	// warm-up stops if its Rollout's canary is another revision).
+	if second, err = step.argo.ArgoprojV1alpha1().Rollouts("shop").UpdateStatus(context.Background(), second, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	res, _ = runStepUntilDone(t, p, second, capacityCfg(slow), nil, 2*time.Minute)
 	if res.Phase != types.PhaseFailed || !strings.Contains(res.Message, "the stable revision r1's knee") || !strings.Contains(res.Message, "below minRatioToPrevious 0.8") {
 		t.Fatalf("half the capacity: %s %q; want Failed against r1's knee", res.Phase, res.Message)

@@ -3,6 +3,7 @@ package warmup
 import (
 	"fmt"
 	"net/http"
+	"net/netip"
 	"strings"
 	"time"
 
@@ -237,6 +238,10 @@ type Config struct {
 	// TemplateDelims are the request templates' delimiters (default {{ }});
 	// set by embedders whose configuration language claims {{ }} itself.
 	TemplateDelims Delims `json:"-"`
+
+	// Guard, if set, refuses addresses at connect time (the step plugin's
+	// PodGuard: the run's own pods only).
+	Guard func(netip.Addr) error `json:"-"`
 }
 
 // WithDefaults returns a copy with zero values replaced by the defaults.

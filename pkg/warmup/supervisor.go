@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -66,6 +67,19 @@ type Job struct {
 	// Neighbours, if set, is the users' own latency on stable for the
 	// neighbour guard (Options.Neighbours).
 	Neighbours NeighbourSignal
+	// Owner, if set, checks every OwnerEvery (default OwnerCheckInterval)
+	// while the run goes on that its owner still wants it (for the step
+	// plugin: the Rollout exists, with the same UID and canary hash). An
+	// error wrapping ErrOwnerGone, or failures for OwnerUnknownLimit, stop
+	// the run: PhaseStopped, the reason in the message. Nothing else is
+	// undone (WatchOwner).
+	Owner      func(ctx context.Context) error
+	OwnerEvery time.Duration
+	// Guard, if set, builds the run's Config.Guard once the targets are
+	// found (NewPodGuard: the run's own pods only, re-read while it runs);
+	// ctx ends with the run. Its error fails the run. An existing
+	// Config.Guard is asked first.
+	Guard func(ctx context.Context, canary, stable []Target) (func(netip.Addr) error, error)
 }
 
 // Supervisor runs warm-ups in the background for callers that poll: the Argo
@@ -143,8 +157,10 @@ func (s *Supervisor) Start(key RunKey, previous *Status, job Job) Status {
 			delete(s.runs, k)
 		}
 	}
-	ctx, cancel := context.WithDeadline(context.Background(), status.StartedAt.Add(cfg.Deadline.D()+deadlineGrace))
-	r := &supervisedRun{owner: key.Owner, cancel: cancel, done: make(chan struct{}), status: status, pods: map[string]*PodProgress{}}
+	ctx, cancelDeadline := context.WithDeadline(context.Background(), status.StartedAt.Add(cfg.Deadline.D()+deadlineGrace))
+	ctx, stopWith := context.WithCancelCause(ctx)
+	cancel := func() { stopWith(nil); cancelDeadline() }
+	r := &supervisedRun{owner: key.Owner, cancel: cancel, stopWith: stopWith, done: make(chan struct{}), status: status, pods: map[string]*PodProgress{}}
 	s.runs[key] = r
 	go r.execute(ctx, log, cfg, job)
 	log.Info("warm-up started", "remaining", remaining.Round(time.Second))
@@ -210,7 +226,9 @@ func (s *Supervisor) forgetFinishedLocked() {
 type supervisedRun struct {
 	owner  string
 	cancel context.CancelFunc
-	done   chan struct{}
+	// stopWith cancels the run with a reason (its owner is gone).
+	stopWith context.CancelCauseFunc
+	done     chan struct{}
 
 	mu     sync.Mutex
 	status Status
@@ -253,6 +271,18 @@ func (r *supervisedRun) set(phase Phase, msg string) {
 func (r *supervisedRun) execute(ctx context.Context, log *slog.Logger, cfg Config, job Job) {
 	defer close(r.done)
 	defer r.cancel()
+	if job.Owner != nil {
+		go WatchOwner(ctx, job.OwnerEvery, job.Owner, log, r.stopWith)
+	}
+	// A run its owner check stopped ends Stopped with the reason, whatever
+	// the load made of its cancelled context.
+	defer func() {
+		if cause := context.Cause(ctx); errors.Is(cause, ErrOwnerGone) {
+			if r.snapshot().Phase != PhaseConverged {
+				r.set(PhaseStopped, "warm-up stopped: "+cause.Error())
+			}
+		}
+	}()
 	canary, stable, err := job.FindTargets(ctx)
 	if err != nil {
 		if errors.Is(ctx.Err(), context.Canceled) {
@@ -269,6 +299,19 @@ func (r *supervisedRun) execute(ctx context.Context, log *slog.Logger, cfg Confi
 	if run.Deadline <= 0 {
 		r.set(PhaseFailed, fmt.Sprintf("deadline %s passed while finding pods", cfg.Deadline))
 		return
+	}
+	if job.Guard != nil {
+		guard, err := job.Guard(ctx, canary, stable)
+		if err != nil {
+			if ctx.Err() != nil {
+				r.set(PhaseStopped, "warm-up stopped while setting up its pod guard")
+				return
+			}
+			log.Warn("warm-up failed to set up its pod guard", "err", err)
+			r.set(PhaseFailed, "pod guard: "+err.Error())
+			return
+		}
+		run.Guard = GuardChain(run.Guard, guard)
 	}
 	names := make([]string, 0, len(canary))
 	r.mu.Lock()
