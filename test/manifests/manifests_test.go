@@ -278,6 +278,15 @@ func testRBAC(t *testing.T, e *testenv.Env, k *kubectl, deploy string) {
 						[]byte(`{"metadata":{"annotations":{"danki.dev/capacity-knees":"[{\"revision\":\"canaryhash\",\"qps\":120}]"}}}`), metav1.PatchOptions{})
 					return err
 				}},
+				{"danki/latency load run's owner (get analysisruns)", func() error {
+					// As rollouts/loadruns.go re-reads a source: load
+					// measurement's AnalysisRun (none here: NotFound is allowed).
+					_, err := argo.ArgoprojV1alpha1().AnalysisRuns(ns).Get(ctx, "app", metav1.GetOptions{})
+					if apierrors.IsNotFound(err) {
+						return nil
+					}
+					return err
+				}},
 				{"danki/latency bearerTokenSecret (get secrets)", func() error {
 					// As pkg/analysis reads prometheus.bearerTokenSecret.
 					_, err := kube.CoreV1().Secrets(ns).Get(ctx, "prometheus-token", metav1.GetOptions{})
