@@ -18,6 +18,7 @@ import (
 
 	dankiconfig "github.com/danki-dev/danki/internal/config"
 	"github.com/danki-dev/danki/pkg/analysis"
+	"github.com/danki-dev/danki/pkg/policy"
 	"github.com/danki-dev/danki/pkg/shift"
 	"github.com/danki-dev/danki/pkg/warmup"
 	"github.com/danki-dev/danki/test/testenv"
@@ -307,7 +308,7 @@ func checkRolloutConfigs(t *testing.T, where string, ro *v1alpha1.Rollout, count
 			continue
 		}
 		counts[WarmupPluginName]++
-		if _, err := warmup.ParseStepConfig(step.Plugin.Config); err != nil {
+		if _, err := warmup.ParseStepConfig(step.Plugin.Config, policy.Local()); err != nil {
 			t.Errorf("%s: steps[%d] %s: %v", where, i, WarmupPluginName, err)
 		}
 	}

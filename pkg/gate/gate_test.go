@@ -26,6 +26,7 @@ import (
 
 	"github.com/danki-dev/danki/internal/testutil"
 	"github.com/danki-dev/danki/pkg/gate"
+	"github.com/danki-dev/danki/pkg/policy"
 	"github.com/danki-dev/danki/test/testenv"
 )
 
@@ -57,6 +58,8 @@ func TestGateOnAPIServer(t *testing.T) {
 	go func() {
 		done <- gate.Run(ctx, sa, gate.Options{
 			WebhookHost: "127.0.0.1", WebhookPort: port, CertDir: certs, MaxConcurrent: 4,
+			// A tenant's policy: the test's pods run on this machine.
+			Policy:    policy.Policy{Network: policy.Network{AllowLoopback: true}},
 			Log:       slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo})),
 			OnStarted: func(_ *gate.Reconciler, dir string) { started <- dir },
 		})
