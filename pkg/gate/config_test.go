@@ -81,3 +81,19 @@ func TestInjectorPatchesOnlyOptedInPods(t *testing.T) {
 		}
 	}
 }
+
+func TestRetriesCapped(t *testing.T) {
+	if _, err := ParseConfig("retries: 11", policy.Policy{}); err == nil || !strings.Contains(err.Error(), "retries: 11 is above the operator's cap of 10; lower it (the operator sets the cap with --max-retries") {
+		t.Errorf("retries 11: %v", err)
+	}
+	low := policy.Policy{Limits: policy.Limits{Retries: 2}}
+	if c, err := ParseConfig("true", low); err != nil || c.Retries != 2 {
+		t.Errorf("default retries under a cap of 2: %d, %v", c.Retries, err)
+	}
+	if _, err := ParseConfig("qps: 600", policy.Policy{}); err == nil || !strings.Contains(err.Error(), "qps: 600 is above the operator's cap") {
+		t.Errorf("qps 600: %v", err)
+	}
+	if _, err := ParseConfig(`{"grpcDescriptorSet": "/etc/passwd", "requests": [{"grpc": {"method": "a.B/C"}}]}`, policy.Policy{}); err == nil || !strings.Contains(err.Error(), "names a file") {
+		t.Errorf("a pod's descriptor set: %v", err)
+	}
+}

@@ -104,7 +104,7 @@ func findGRPCMethod(res descriptorResolver, g GRPCRequest, source string) (proto
 	d, err := res.FindDescriptorByName(service)
 	if err != nil {
 		if status.Code(err) == codes.Unimplemented { // status.Code sees through wrapping
-			return nil, fmt.Errorf("%s: the server has no reflection service (%v): turn gRPC server reflection on, or give grpcDescriptorSet", g.Method, err)
+			return nil, fmt.Errorf("%s: the server has no reflection service (%v): turn gRPC server reflection on (or, on the command line only, give a descriptor set: --grpc-descriptor-set, grpcDescriptorSet)", g.Method, err)
 		}
 		return nil, fmt.Errorf("%s: service %s not found in %s: %w", g.Method, service, source, err)
 	}
@@ -154,19 +154,21 @@ func readDescriptorSet(p policy.Policy, path string) (descriptorResolver, error)
 // dialGRPC makes a channel straight to the target's address (plaintext
 // HTTP/2, like the HTTP warm-up talks plain HTTP to the pod IP). The
 // channel connects on its first call, through the warm-up's checked
-// dialer (Config.dialer; a custom dialer also keeps gRPC from going
-// through a proxy).
+// dialer (Config.dialer) under a tenant policy or a guard; a custom dialer
+// also keeps gRPC from going through a proxy, which the command line may
+// still use.
 func dialGRPC(cfg *Config, t Target) (*grpc.ClientConn, error) {
 	u, err := url.Parse(t.URL)
 	if err != nil || u.Host == "" {
 		return nil, fmt.Errorf("target %s: no host:port in %q", t, t.URL)
 	}
-	conn, err := grpc.NewClient("passthrough:///"+u.Host,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithUserAgent(userAgent),
-		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithUserAgent(userAgent)}
+	if cfg.checked() {
+		opts = append(opts, grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
 			return cfg.dialer(cfg.Timeout.D()).DialContext(ctx, "tcp", addr)
 		}))
+	}
+	conn, err := grpc.NewClient("passthrough:///"+u.Host, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("gRPC channel to %s: %w", t, err)
 	}
