@@ -308,7 +308,7 @@ func checkRolloutConfigs(t *testing.T, where string, ro *v1alpha1.Rollout, count
 			continue
 		}
 		counts[WarmupPluginName]++
-		if _, err := warmup.ParseStepConfig(step.Plugin.Config); err != nil {
+		if _, err := warmup.ParseStepConfig(step.Plugin.Config, policy.Local()); err != nil {
 			t.Errorf("%s: steps[%d] %s: %v", where, i, WarmupPluginName, err)
 		}
 	}

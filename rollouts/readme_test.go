@@ -46,7 +46,7 @@ func TestReadmeRolloutExample(t *testing.T) {
 	for i, step := range spec.Strategy.Canary.Steps {
 		if step.Plugin != nil && step.Plugin.Name == WarmupPluginName {
 			warmups++
-			if _, err := warmup.ParseStepConfig(step.Plugin.Config); err != nil {
+			if _, err := warmup.ParseStepConfig(step.Plugin.Config, policy.Local()); err != nil {
 				t.Fatalf("README steps[%d] danki/warmup config: %v", i, err)
 			}
 		}

@@ -96,7 +96,7 @@ func (s *warmupStep) Type() string { return WarmupPluginName }
 // Run starts the warm-up on the first call and reports its progress on later
 // ones (the supervisor keeps Run idempotent and resumes after a restart).
 func (s *warmupStep) Run(ro *v1alpha1.Rollout, sc *types.RpcStepContext) (types.RpcStepResult, types.RpcError) {
-	cfg, err := warmup.ParseStepConfig(sc.Config)
+	cfg, err := warmup.ParseStepConfig(sc.Config, s.policy)
 	if err != nil {
 		return types.RpcStepResult{Phase: types.PhaseFailed, Message: "invalid danki/warmup config: " + err.Error()}, types.RpcError{}
 	}
@@ -204,7 +204,7 @@ func (s *warmupStep) Abort(ro *v1alpha1.Rollout, sc *types.RpcStepContext) (type
 func (s *warmupStep) stop(ro *v1alpha1.Rollout, sc *types.RpcStepContext, how string) types.RpcStepResult {
 	n := s.supervisor.Stop(ro.Namespace + "/" + ro.Name)
 	if sc != nil {
-		if cfg, err := warmup.ParseStepConfig(sc.Config); err == nil {
+		if cfg, err := warmup.ParseStepConfig(sc.Config, s.policy); err == nil {
 			s.removeMirror(ro, cfg)
 		}
 	}

@@ -94,7 +94,7 @@ func TestStepMirrorModes(t *testing.T) {
 		wantAfter bool
 	}{{"only", true, false}, {"afterSynthetic", false, true}} {
 		raw := strings.Replace(mirrorStepConfig, `"mirror":{`, `"mirror":{"mode":"`+tc.mode+`",`, 1)
-		cfg, err := warmup.ParseStepConfig([]byte(raw))
+		cfg, err := warmup.ParseStepConfig([]byte(raw), policy.Local())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -108,7 +108,7 @@ func TestStepMirrorModes(t *testing.T) {
 	}
 	// Without the Rollout's danki/istio router there is no VirtualService to mirror on.
 	ro.Spec.Strategy.Canary.TrafficRouting = nil
-	cfg, _ := warmup.ParseStepConfig([]byte(mirrorStepConfig))
+	cfg, _ := warmup.ParseStepConfig([]byte(mirrorStepConfig), policy.Local())
 	if err := s.withMirror(ro, cfg, &warmup.Job{}); err == nil || !strings.Contains(err.Error(), "danki/istio") {
 		t.Fatalf("withMirror without a traffic router: %v", err)
 	}

@@ -213,7 +213,7 @@ func TestStepAbortAndTerminateStopLoad(t *testing.T) {
 			srv := newStepLoadServer(t, testutil.Flat(2*time.Millisecond))
 			p := warmupStepClient(t, newTestWarmupStep(t))
 			ro := stepRollout("cart", "h1", 0)
-			cfg := warmupConfigJSON(t, []string{srv.URL}, map[string]any{"minRequests": 1000000, "maxRequests": 1000000, "qps": 200})
+			cfg := warmupConfigJSON(t, []string{srv.URL}, map[string]any{"minRequests": 200000, "maxRequests": 200000, "qps": 200})
 			res, _ := p.Run(ro, &types.RpcStepContext{Config: cfg})
 			if res.Phase != types.PhaseRunning {
 				t.Fatalf("Run: %s %s", res.Phase, res.Message)

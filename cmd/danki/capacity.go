@@ -12,6 +12,7 @@ import (
 	"github.com/danki-dev/danki/internal/config"
 	"github.com/danki-dev/danki/pkg/capacity"
 	"github.com/danki-dev/danki/pkg/latency"
+	"github.com/danki-dev/danki/pkg/policy"
 	"github.com/danki-dev/danki/pkg/warmup"
 )
 
@@ -61,7 +62,7 @@ With --min-qps, a knee below it exits non-zero.`,
 	fl.StringVar(&f.cfg.HealthPath, "health-path", "", "health path requested until 200 first (default: the pod's readinessProbe, else /)")
 	fl.Float64Var(&f.cfg.StartQPS, "start-qps", capacity.DefaultStartQPS, "first step's rate")
 	fl.Float64Var(&f.cfg.Factor, "factor", capacity.DefaultFactor, "each step offers this many times the last")
-	fl.Float64Var(&f.cfg.MaxQPS, "max-qps", capacity.DefaultMaxQPS, "highest rate offered")
+	fl.Float64Var(&f.cfg.MaxQPS, "max-qps", 0, fmt.Sprintf("highest rate offered (default %g, at most the cap of %g qps per target)", capacity.DefaultMaxQPS, policy.DefaultLimits.QPS))
 	fl.DurationVar(&f.hold, "hold", capacity.DefaultHold, "how long each step lasts")
 	fl.IntVarP(&f.cfg.Connections, "connections", "c", capacity.DefaultConnections, "connections (bound on requests in flight)")
 	fl.DurationVar(&f.timeout, "timeout", warmup.DefaultTimeout, "per-request timeout")
@@ -79,6 +80,9 @@ With --min-qps, a knee below it exits non-zero.`,
 func runCapacity(cmd *cobra.Command, f *capacityFlags) error {
 	if f.output != "table" && f.output != "json" {
 		return fmt.Errorf("--output %q: use table or json", f.output)
+	}
+	if err := refuseZeroFlags(cmd.Flags(), "start-qps", "factor", "max-qps", "hold", "connections", "timeout", "p99", "p99-ratio", "min-achieved-ratio"); err != nil {
+		return err
 	}
 	stderr, out := cmd.ErrOrStderr(), cmd.OutOrStdout()
 	cfg := f.cfg

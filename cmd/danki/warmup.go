@@ -156,6 +156,7 @@ See docs/warmup.md.`,
 	fl.StringArrayVar(&f.cfg.GRPCSafeMethods, "grpc-safe-method", nil, "gRPC method known to be read-only, callable without --allow-side-effects (repeatable)")
 	fl.BoolVar(&f.cfg.AllowSideEffects, "allow-side-effects", false, "allow HTTP methods other than GET, HEAD, OPTIONS and gRPC methods not marked read-only (the app must honour the marker)")
 	fl.StringVar(&f.cfg.MarkerHeader, "marker-header", warmup.DefaultMarkerHeader, "header set to 1 on every warm-up request")
+	fl.StringVar(&f.cfg.MarkerHeaderConfirm, "marker-header-confirm", "", "the same header as --marker-header again: needed with --allow-side-effects and a marker other than "+warmup.DefaultMarkerHeader+" (the app must check that header)")
 	fl.Int64Var(&f.cfg.Seed, "seed", 0, "seed for random template fields (0: random)")
 
 	fl.BoolVar(&f.cfg.CompareToStable, "compare-to-stable", false, "also load stable pods and require p99 within --stable-ratio of theirs")
@@ -177,8 +178,64 @@ See docs/warmup.md.`,
 	return cmd, f
 }
 
+// warmupPositiveFlags are the `danki warmup` flags whose zero the warm-up
+// would silently take as "the default": set to 0 (or below) they are an
+// error instead.
+var warmupPositiveFlags = append([]string{"qps", "start-qps", "connections", "timeout", "health-timeout",
+	"stable-ratio", "stable-qps", "reject-ratio", "reject-floor", "neighbour-ratio", "neighbour-floor", "min-pods"}, stoppingRuleFlags...)
+
+// stoppingRuleFlags are addStoppingRuleFlags' flags whose zero means the
+// default (--max-error-ratio 0 is meant: no errors).
+var stoppingRuleFlags = []string{"max-requests", "min-requests", "window", "stable-windows", "tolerance", "abs-tolerance", "deadline"}
+
+// refuseZeroFlags refuses the named flags when they were set to 0 or less:
+// their config field would take its default at zero, so --connections 0
+// would silently mean 4 connections.
+func refuseZeroFlags(fl *pflag.FlagSet, names ...string) error {
+	var errs []error
+	for _, name := range names {
+		f := fl.Lookup(name)
+		if f == nil || !f.Changed {
+			continue
+		}
+		var positive bool
+		switch v := f.Value.String(); f.Value.Type() {
+		case "duration":
+			d, err := time.ParseDuration(v)
+			positive = err == nil && d > 0
+		default:
+			x, err := strconv.ParseFloat(v, 64)
+			positive = err == nil && x > 0
+		}
+		if !positive {
+			errs = append(errs, fmt.Errorf("--%s %s (%s): must be > 0 (0 is not \"the default\": leave the flag out for its default, %s)", name, f.Value, flagField(name), f.DefValue))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// flagField is the config field a flag sets, as validation errors name it:
+// --start-qps is startQPS, --abs-tolerance absoluteTolerance.
+func flagField(name string) string {
+	if name == "abs-tolerance" {
+		return "absoluteTolerance"
+	}
+	parts := strings.Split(name, "-")
+	for i, p := range parts[1:] {
+		if p == "qps" {
+			parts[i+1] = "QPS"
+		} else {
+			parts[i+1] = strings.ToUpper(p[:1]) + p[1:]
+		}
+	}
+	return strings.Join(parts, "")
+}
+
 func (f *warmupFlags) run(cmd *cobra.Command) error {
 	f.rejectSlowerSet = cmd.Flags().Changed("reject-slower-version")
+	if err := refuseZeroFlags(cmd.Flags(), warmupPositiveFlags...); err != nil {
+		return err
+	}
 	cfg, err := f.config()
 	if err != nil {
 		return err

@@ -156,6 +156,9 @@ func (f *mirrorFlags) config(fl *pflag.FlagSet) (mirror.Config, error) {
 }
 
 func (f *mirrorFlags) run(cmd *cobra.Command) error {
+	if err := refuseZeroFlags(cmd.Flags(), stoppingRuleFlags...); err != nil {
+		return err
+	}
 	mc, err := f.config(cmd.Flags())
 	if err != nil {
 		return err

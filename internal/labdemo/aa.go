@@ -18,6 +18,7 @@ import (
 	argoclient "github.com/argoproj/argo-rollouts/pkg/client/clientset/versioned"
 	"github.com/danki-dev/danki/internal/demo"
 	"github.com/danki-dev/danki/pkg/latency"
+	"github.com/danki-dev/danki/pkg/policy"
 	"github.com/danki-dev/danki/pkg/shift"
 	"github.com/danki-dev/danki/pkg/warmup"
 	istioclient "istio.io/client-go/pkg/clientset/versioned"
@@ -440,7 +441,7 @@ func warmupStepStatus(ro *v1alpha1.Rollout) (*warmup.Status, string, string) {
 func warmupStepConfig(ro *v1alpha1.Rollout) (warmup.StepConfig, bool) {
 	for _, s := range ro.Spec.Strategy.Canary.Steps {
 		if s.Plugin != nil && s.Plugin.Name == "danki/warmup" {
-			c, err := warmup.ParseStepConfig(s.Plugin.Config)
+			c, err := warmup.ParseStepConfig(s.Plugin.Config, policy.Local())
 			return c, err == nil
 		}
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/danki-dev/danki/internal/demo"
 	"github.com/danki-dev/danki/pkg/gate"
+	"github.com/danki-dev/danki/pkg/policy"
 )
 
 // samplesAt makes one sample per 10 ms in [from, from+d) with latency lat,
@@ -170,7 +171,7 @@ func TestGateExamples(t *testing.T) {
 			t.Errorf("%s: opted in to the gate: %v", d.Name, opted)
 		}
 		if opted {
-			c, err := gate.ParseConfig(ann)
+			c, err := gate.ParseConfig(ann, policy.Local())
 			if err != nil {
 				t.Fatalf("%s: the gate rejects the annotation: %v", d.Name, err)
 			}

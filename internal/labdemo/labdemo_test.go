@@ -14,6 +14,7 @@ import (
 	"github.com/argoproj/argo-rollouts/pkg/apis/rollouts/v1alpha1"
 	"github.com/danki-dev/danki/internal/demo"
 	"github.com/danki-dev/danki/pkg/latency"
+	"github.com/danki-dev/danki/pkg/policy"
 	"github.com/danki-dev/danki/pkg/warmup"
 	"k8s.io/apimachinery/pkg/api/equality"
 )
@@ -238,7 +239,7 @@ func TestContenderExamples(t *testing.T) {
 	if warm < 0 || weight < warm {
 		t.Fatalf("steps %+v: want danki/warmup before the first setWeight", steps)
 	}
-	c, err := warmup.ParseStepConfig(steps[warm].Plugin.Config)
+	c, err := warmup.ParseStepConfig(steps[warm].Plugin.Config, policy.Local())
 	if err != nil {
 		t.Fatalf("danki/warmup refuses the config: %v", err)
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net/netip"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/danki-dev/danki/internal/config"
 	"github.com/danki-dev/danki/pkg/latency"
+	"github.com/danki-dev/danki/pkg/policy"
 	"github.com/danki-dev/danki/pkg/warmup"
 )
 
@@ -67,16 +69,37 @@ type Config struct {
 	// a busy neighbour spikes one step's p99 (a few hundred requests: p99
 	// is their few slowest); an overload breaks every time. Default 1.
 	Confirm *int `json:"confirm,omitempty"`
+	// MarkerHeaderConfirm: the warm-up's (a custom markerHeader with
+	// allowSideEffects must be stated twice).
+	MarkerHeaderConfirm string `json:"markerHeaderConfirm,omitempty"`
+
+	// Policy and Guard: the warm-up engine's (warmup.Config): the
+	// operator's caps bound maxQPS, connections and timeout, and every
+	// connection of the check goes through the policy's dialer. Nil Policy:
+	// policy.Local(), the command line's; the step sets the plugin's.
+	Policy *policy.Policy         `json:"-"`
+	Guard  func(netip.Addr) error `json:"-"`
+}
+
+// limits are the operator's caps with their defaults.
+func (c Config) limits() policy.Limits {
+	if c.Policy == nil {
+		return policy.Local().Limits.WithDefaults()
+	}
+	return c.Policy.Limits.WithDefaults()
 }
 
 // WithDefaults returns a copy with zero values replaced by the defaults.
 func (c Config) WithDefaults() Config {
 	c.StartQPS = cmp.Or(c.StartQPS, DefaultStartQPS)
 	c.Factor = cmp.Or(c.Factor, DefaultFactor)
-	c.MaxQPS = cmp.Or(c.MaxQPS, DefaultMaxQPS)
+	// Defaults never exceed the operator's caps: only what a config states
+	// is refused for them.
+	l := c.limits()
+	c.MaxQPS = cmp.Or(c.MaxQPS, min(DefaultMaxQPS, l.QPS))
 	c.Hold = cmp.Or(c.Hold, config.Duration(DefaultHold))
-	c.Connections = cmp.Or(c.Connections, DefaultConnections)
-	c.Timeout = cmp.Or(c.Timeout, config.Duration(warmup.DefaultTimeout))
+	c.Connections = cmp.Or(c.Connections, min(DefaultConnections, l.Connections))
+	c.Timeout = cmp.Or(c.Timeout, config.Duration(min(warmup.DefaultTimeout, l.Timeout)))
 	if c.P99 == 0 {
 		c.P99Ratio = cmp.Or(c.P99Ratio, DefaultP99Ratio)
 	}
@@ -111,6 +134,21 @@ func (c Config) Validate() error {
 	if c.Connections < 1 {
 		errs.Addf("connections", "must be at least 1 (got %d)", c.Connections)
 	}
+	l := c.limits()
+	for _, o := range []struct{ field, why string }{
+		{"maxQPS", policy.Over(c.MaxQPS, l.QPS, "--max-qps")},
+		{"startQPS", policy.Over(c.StartQPS, l.QPS, "--max-qps")},
+		{"connections", policy.Over(c.Connections, l.Connections, "--max-connections")},
+		{"timeout", policy.Over(c.Timeout.D(), l.Timeout, "--max-timeout")},
+		// A step is a warm-up run of its own, bounded like one.
+		{"hold", policy.Over(c.Hold.D(), l.Deadline, "--max-deadline")},
+		// The top step sends maxQPS × hold requests.
+		{"hold", policy.Over(int64(math.Ceil(c.MaxQPS*c.Hold.D().Seconds())), l.Requests, "--max-requests")},
+	} {
+		if o.why != "" {
+			errs.Addf(o.field, "%s", o.why)
+		}
+	}
 	if c.P99Ratio != 0 && c.P99Ratio <= 1 {
 		errs.Addf("p99Ratio", "must be > 1: the first step's own p99 must pass (got %g)", c.P99Ratio)
 	}
@@ -126,6 +164,9 @@ func (c Config) Validate() error {
 	if *c.Confirm < 0 || *c.Confirm > 5 {
 		errs.Addf("confirm", "must be 0 to 5 repeats of a broken step (got %d)", *c.Confirm)
 	}
+	// The warm-up engine's own checks of a step (the request mix, the
+	// marker), at the lowest rate: the caps are checked above by the
+	// names of this config's fields.
 	errs.Add("", c.step(1).Validate())
 	return errs.Err()
 }
@@ -135,7 +176,8 @@ func (c Config) Validate() error {
 func (c Config) step(qps float64) warmup.Config {
 	fixed, off := false, false
 	return warmup.Config{
-		Requests: c.Requests, AllowSideEffects: c.AllowSideEffects, MarkerHeader: c.MarkerHeader, HealthPath: c.HealthPath,
+		Requests: c.Requests, AllowSideEffects: c.AllowSideEffects, MarkerHeader: c.MarkerHeader, MarkerHeaderConfirm: c.MarkerHeaderConfirm, HealthPath: c.HealthPath,
+		Policy: c.Policy, Guard: c.Guard,
 		QPS: qps, StartQPS: qps, Connections: c.Connections, Timeout: c.Timeout,
 		Deadline: c.Hold, UntilConverged: &fixed, MaxRequests: int64(math.Ceil(qps * c.Hold.D().Seconds())),
 		RejectSlowerVersion: &off, NeighbourGuard: &off,
@@ -259,8 +301,15 @@ func Run(ctx context.Context, cfg Config, target warmup.Target, progress func(St
 
 func measureStep(ctx context.Context, cfg Config, target warmup.Target, qps float64) (Step, error) {
 	s := Step{AskedQPS: qps}
+	// The rate is over the load, not the health wait before it: a step
+	// sends exactly its maxRequests (a budget, not a cap checked after the
+	// fact), so the wait would read as a pod that does not keep up.
 	start := time.Now()
-	res, err := warmup.Run(ctx, cfg.step(qps), []warmup.Target{target}, warmup.Options{})
+	res, err := warmup.Run(ctx, cfg.step(qps), []warmup.Target{target}, warmup.Options{OnProgress: func(p warmup.Progress) {
+		if p.Phase == warmup.PhaseLoad {
+			start = time.Now()
+		}
+	}})
 	if ctx.Err() != nil {
 		return s, fmt.Errorf("capacity check stopped: %w", ctx.Err())
 	}

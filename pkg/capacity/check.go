@@ -68,10 +68,19 @@ func (c Check) Inherit(w warmup.Config) Check {
 		c.Requests, c.AllowSideEffects = w.Requests, c.AllowSideEffects || w.AllowSideEffects
 	}
 	if c.MarkerHeader == "" {
-		c.MarkerHeader = w.MarkerHeader
+		c.MarkerHeader, c.MarkerHeaderConfirm = w.MarkerHeader, w.MarkerHeaderConfirm
 	}
 	if c.HealthPath == "" {
 		c.HealthPath = w.HealthPath
+	}
+	// The operator's policy and the step's guard bind the check as they
+	// bind the warm-up: Run validates the caps again under it, before any
+	// load, and every connection goes through its dialer.
+	if c.Policy == nil {
+		c.Policy = w.Policy
+	}
+	if c.Guard == nil {
+		c.Guard = w.Guard
 	}
 	return c
 }

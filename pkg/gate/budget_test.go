@@ -4,13 +4,14 @@ import (
 	"cmp"
 	"testing"
 
+	"github.com/danki-dev/danki/pkg/policy"
 	"github.com/danki-dev/danki/pkg/warmup"
 )
 
 // TestLoadBudget: however many pods warm at once, the warm-ups' rates add
 // up to at most the process-wide budget.
 func TestLoadBudget(t *testing.T) {
-	cfg, err := ParseConfig(`{"qps": 400, "startQPS": 200}`)
+	cfg, err := ParseConfig(`{"qps": 400, "startQPS": 200}`, policy.Local())
 	if err != nil {
 		t.Fatal(err)
 	}

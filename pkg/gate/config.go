@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/danki-dev/danki/internal/config"
+	"github.com/danki-dev/danki/pkg/policy"
 	"github.com/danki-dev/danki/pkg/warmup"
 )
 
@@ -115,17 +116,21 @@ func OptedIn(annotations map[string]string) bool {
 }
 
 // ParseConfig reads a pod's annotation (strictly; errors name the field),
-// with the defaults applied.
-func ParseConfig(annotation string) (Config, error) {
+// with the defaults applied, under the operator's policy p: a pod's
+// annotation is a tenant's config, bound by the caps (retries by
+// Limits.Retries too) and the network policy, which the returned Config
+// keeps (Config.Policy) for the connections the warm-up opens.
+func ParseConfig(annotation string, p policy.Policy) (Config, error) {
 	var c Config
 	if v := strings.TrimSpace(annotation); v != "" && v != "true" {
 		if err := config.Decode([]byte(v), &c); err != nil {
 			return c, fmt.Errorf("annotation %s: %w", AnnotationWarmUp, err)
 		}
 	}
+	c.Config.Policy = &p
 	c.Config = c.Config.WithDefaults()
 	c.OnFailure = cmp.Or(c.OnFailure, StayUnready)
-	c.Retries = cmp.Or(c.Retries, DefaultRetries)
+	c.Retries = cmp.Or(c.Retries, min(DefaultRetries, p.Limits.WithDefaults().Retries))
 	c.RetryBackoff = cmp.Or(c.RetryBackoff, config.Duration(DefaultRetryBackoff))
 	c.YieldCPU = cmp.Or(c.YieldCPU, YieldWarmUp)
 	var errs config.Errors
@@ -135,6 +140,8 @@ func ParseConfig(annotation string) (Config, error) {
 	}
 	if c.Retries < 1 {
 		errs.Addf("retries", "must be at least 1 (got %d)", c.Retries)
+	} else if why := policy.Over(c.Retries, p.Limits.WithDefaults().Retries, "--max-retries"); why != "" {
+		errs.Addf("retries", "%s", why)
 	}
 	if c.YieldCPU != YieldWarmUp && c.YieldCPU != YieldFromStart && c.YieldCPU != YieldOff {
 		errs.Addf("yieldCPU", "%q is not a mode; use %s (while it warms, the default), %s (from its start) or %s", c.YieldCPU, YieldWarmUp, YieldFromStart, YieldOff)

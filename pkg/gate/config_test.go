@@ -12,14 +12,16 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/danki-dev/danki/pkg/policy"
 )
 
 func TestParseConfig(t *testing.T) {
-	c, err := ParseConfig("true")
+	c, err := ParseConfig("true", policy.Local())
 	if err != nil || c.OnFailure != StayUnready || c.Retries != DefaultRetries || c.QPS == 0 {
 		t.Fatalf(`"true": %+v, %v; want the defaults (fail closed, 3 attempts)`, c, err)
 	}
-	c, err = ParseConfig("qps: 50\nonFailure: becomeReady\nretries: 1\nport: http\n")
+	c, err = ParseConfig("qps: 50\nonFailure: becomeReady\nretries: 1\nport: http\n", policy.Local())
 	if err != nil || c.QPS != 50 || c.OnFailure != BecomeReady || c.Retries != 1 || c.Port.StrVal != "http" {
 		t.Fatalf("YAML config: %+v, %v", c, err)
 	}
@@ -33,14 +35,14 @@ func TestParseConfig(t *testing.T) {
 		`{"cpuBudget": "lots"}`:                            `cpuBudget: want cores or a share of the CPU request, got "lots"`,
 		`{"cpuBudget": "-50%"}`:                            "cpuBudget: must not be negative",
 	} {
-		if _, err := ParseConfig(cfg); err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), AnnotationWarmUp) {
+		if _, err := ParseConfig(cfg, policy.Local()); err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), AnnotationWarmUp) {
 			t.Errorf("%s: %v; want an error naming the annotation and %q", cfg, err, want)
 		}
 	}
-	if c, err = ParseConfig("cpuBudget: 250m"); err != nil || c.CPUBudget == nil || c.CPUBudget.Of(1) != 0.25 {
+	if c, err = ParseConfig("cpuBudget: 250m", policy.Local()); err != nil || c.CPUBudget == nil || c.CPUBudget.Of(1) != 0.25 {
 		t.Errorf("cpuBudget 250m: %v, %v", c.CPUBudget, err)
 	}
-	if c, err = ParseConfig("cpuBudget: 50%"); err != nil || c.CPUBudget == nil || c.CPUBudget.Of(0.25) != 0.125 {
+	if c, err = ParseConfig("cpuBudget: 50%", policy.Local()); err != nil || c.CPUBudget == nil || c.CPUBudget.Of(0.25) != 0.125 {
 		t.Errorf("cpuBudget 50%%: %v, %v; want half the request", c.CPUBudget, err)
 	}
 	if !OptedIn(map[string]string{AnnotationWarmUp: "true"}) || OptedIn(map[string]string{AnnotationWarmUp: "false"}) || OptedIn(nil) {
@@ -80,5 +82,21 @@ func TestInjectorPatchesOnlyOptedInPods(t *testing.T) {
 		if r := review(p); !r.Allowed || len(r.Patches) != 0 {
 			t.Errorf("%s: allowed %v, patches %+v; want allowed unchanged", name, r.Allowed, r.Patches)
 		}
+	}
+}
+
+func TestRetriesCapped(t *testing.T) {
+	if _, err := ParseConfig("retries: 11", policy.Policy{}); err == nil || !strings.Contains(err.Error(), "retries: 11 is above the operator's cap of 10; lower it (the operator sets the cap with --max-retries") {
+		t.Errorf("retries 11: %v", err)
+	}
+	low := policy.Policy{Limits: policy.Limits{Retries: 2}}
+	if c, err := ParseConfig("true", low); err != nil || c.Retries != 2 {
+		t.Errorf("default retries under a cap of 2: %d, %v", c.Retries, err)
+	}
+	if _, err := ParseConfig("qps: 600", policy.Policy{}); err == nil || !strings.Contains(err.Error(), "qps: 600 is above the operator's cap") {
+		t.Errorf("qps 600: %v", err)
+	}
+	if _, err := ParseConfig(`{"grpcDescriptorSet": "/etc/passwd", "requests": [{"grpc": {"method": "a.B/C"}}]}`, policy.Policy{}); err == nil || !strings.Contains(err.Error(), "names a file") {
+		t.Errorf("a pod's descriptor set: %v", err)
 	}
 }

@@ -26,6 +26,7 @@ import (
 
 	"github.com/danki-dev/danki/internal/testutil"
 	"github.com/danki-dev/danki/pkg/gate"
+	"github.com/danki-dev/danki/pkg/policy"
 	"github.com/danki-dev/danki/test/testenv"
 )
 
@@ -61,8 +62,10 @@ func TestGateOnAPIServer(t *testing.T) {
 		done <- gate.Run(ctx, sa, gate.Options{
 			WebhookHost: "127.0.0.1", WebhookPort: port, CertDir: certs, MaxConcurrent: 4, MaxTotalQPS: 4 * 400,
 			WebhookConfig: webhookConfig,
-			Log:           slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo})),
-			OnStarted:     func(r *gate.Reconciler, _ string) { started <- r },
+			// A tenant's policy: the test's pods run on this machine.
+			Policy:    policy.Policy{Network: policy.Network{AllowLoopback: true}},
+			Log:       slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo})),
+			OnStarted: func(r *gate.Reconciler, _ string) { started <- r },
 		})
 	}()
 	t.Cleanup(func() {

@@ -30,6 +30,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/danki-dev/danki/pkg/policy"
 )
 
 // LeaderElectionID names the gate's leader-election Lease.
@@ -83,6 +85,8 @@ type Options struct {
 	// OnStarted, if set, is called with the reconciler and the certificate
 	// directory once the manager is set up (tests; the CLI prints it).
 	OnStarted func(r *Reconciler, certDir string)
+	// Policy is the operator's, for the pods' annotations (Reconciler.Policy).
+	Policy policy.Policy
 }
 
 // Run runs the gate until ctx ends.
@@ -144,7 +148,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 		return err
 	}
 	r := &Reconciler{Client: mgr.GetClient(), Events: mgr.GetEventRecorder("danki-gate"), Log: log,
-		MaxConcurrent: o.MaxConcurrent, MaxPerNode: o.MaxPerNode, MaxPerNamespace: o.MaxPerNamespace, MaxTotalQPS: o.MaxTotalQPS, RecordKey: key}
+		MaxConcurrent: o.MaxConcurrent, MaxPerNode: o.MaxPerNode, MaxPerNamespace: o.MaxPerNamespace, MaxTotalQPS: o.MaxTotalQPS, RecordKey: key, Policy: o.Policy}
 	err = builder.ControllerManagedBy(mgr).
 		Named("danki-gate").
 		For(&corev1.Pod{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(obj client.Object) bool {

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/danki-dev/danki/pkg/policy"
 	"github.com/danki-dev/danki/pkg/warmup"
 )
 
@@ -65,6 +66,9 @@ type Reconciler struct {
 	MaxPerNamespace int
 	// RecordKey signs and verifies the records of CPU requests.
 	RecordKey RecordKey
+	// Policy is the operator's: pods' annotations are parsed under it
+	// (caps, files, addresses dialled). The zero Policy is the strictest.
+	Policy policy.Policy
 
 	once      sync.Once
 	slots     *slots
@@ -160,7 +164,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		r.stop(pod.UID, "containers not ready")
 		r.forget(pod.UID)
 		// yieldCPU fromStart: the JVM starts at the least CPU weight too.
-		if cfg, err := ParseConfig(pod.Annotations[AnnotationWarmUp]); err == nil && cfg.YieldCPU == YieldFromStart && pod.Spec.NodeName != "" {
+		if cfg, err := ParseConfig(pod.Annotations[AnnotationWarmUp], r.Policy); err == nil && cfg.YieldCPU == YieldFromStart && pod.Spec.NodeName != "" {
 			r.lowerCPU(ctx, r.Log.With("pod", pod.Namespace+"/"+pod.Name), &pod, "starting")
 		}
 		if c := condition(&pod); c != nil && c.Status == corev1.ConditionFalse && c.Reason == ReasonWaiting {
@@ -181,7 +185,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if done {
 		return reconcile.Result{}, nil
 	}
-	cfg, err := ParseConfig(pod.Annotations[AnnotationWarmUp])
+	cfg, err := ParseConfig(pod.Annotations[AnnotationWarmUp], r.Policy)
 	var target warmup.Target
 	if err == nil {
 		// The budget is a share of the request the pod was created with,

@@ -7,6 +7,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/danki-dev/danki/pkg/policy"
 )
 
 var testKey = RecordKey("0123456789abcdef0123456789abcdef")
@@ -126,13 +128,13 @@ func TestYieldModeParsing(t *testing.T) {
 		`{"yieldCPU": "off"}`:       YieldOff,
 		"yieldCPU: fromStart":       YieldFromStart,
 	} {
-		c, err := ParseConfig(in)
+		c, err := ParseConfig(in, policy.Local())
 		if err != nil || c.YieldCPU != want {
 			t.Errorf("%s: %q, %v; want %q", in, c.YieldCPU, err, want)
 		}
 	}
 	for _, in := range []string{`{"yieldCPU": "always"}`, `{"yieldCPU": 3}`} {
-		if _, err := ParseConfig(in); err == nil || !strings.Contains(err.Error(), "yieldCPU") {
+		if _, err := ParseConfig(in, policy.Local()); err == nil || !strings.Contains(err.Error(), "yieldCPU") {
 			t.Errorf("%s: %v; want an error naming yieldCPU", in, err)
 		}
 	}

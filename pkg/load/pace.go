@@ -103,7 +103,14 @@ type measuredKey struct{}
 // request actually sent to the Options.Recorder with its own latency, and
 // drops the iteration periodic counts when a connection was stopped while
 // waiting for its turn.
-type pacedRecorder struct{ inner periodic.AccessLogger }
+//
+// A Runner with a budget (Options.MaxRequests) but no Pace uses it too,
+// with paced false: it only drops the calls that sent nothing and keeps
+// periodic's own latency.
+type pacedRecorder struct {
+	inner periodic.AccessLogger
+	paced bool
+}
 
 func (r pacedRecorder) Start(ctx context.Context, id periodic.ThreadID, iter int64, start time.Time) context.Context {
 	if r.inner != nil {
@@ -112,9 +119,13 @@ func (r pacedRecorder) Start(ctx context.Context, id periodic.ThreadID, iter int
 	return context.WithValue(ctx, measuredKey{}, &measured{})
 }
 
-func (r pacedRecorder) Report(ctx context.Context, id periodic.ThreadID, iter int64, _ time.Time, _ float64, ok bool, details string) {
+func (r pacedRecorder) Report(ctx context.Context, id periodic.ThreadID, iter int64, start time.Time, latency float64, ok bool, details string) {
 	m, _ := ctx.Value(measuredKey{}).(*measured)
 	if r.inner == nil || m == nil || m.unsent {
+		return
+	}
+	if !r.paced {
+		r.inner.Report(ctx, id, iter, start, latency, ok, details)
 		return
 	}
 	r.inner.Report(ctx, id, iter, m.start, m.latency.Seconds(), ok, details)

@@ -5,10 +5,13 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net"
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"fortio.org/fortio/fhttp"
@@ -57,6 +60,16 @@ type Options struct {
 	// status code). URL, Headers and WrapTransport are then unused; pacing,
 	// recording and Stop are the same as for HTTP.
 	Call func(conn int) func(ctx context.Context) (ok bool, details string)
+	// MaxRequests, if > 0, is a budget of requests: each connection takes
+	// one from it before it starts a request, and once none is left the
+	// Runner stops. No request is started past it, however many
+	// connections there are (a cap checked when requests complete lets
+	// every connection start one more).
+	MaxRequests int64
+	// DialContext, if set, opens every connection of the HTTP load
+	// (instead of fortio's own dialer, and with no proxy): the operator's
+	// policy checks the address actually connected to there.
+	DialContext func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // Runner sends the load of one Options until Stop.
@@ -66,6 +79,7 @@ type Runner struct {
 	clients  []*fhttp.Client
 	stop     chan struct{} // closed by Stop: ends paced connections' waits
 	stopOnce sync.Once
+	budget   *atomic.Int64 // requests left to start (Options.MaxRequests); nil: no budget
 }
 
 // New prepares a Runner; nothing is sent before Run.
@@ -79,6 +93,10 @@ func New(o Options) (*Runner, error) {
 	}
 	quietFortio()
 	r := &Runner{aborter: periodic.NewAborter(), stop: make(chan struct{})}
+	if o.MaxRequests > 0 {
+		r.budget = &atomic.Int64{}
+		r.budget.Store(o.MaxRequests)
+	}
 	ro := periodic.RunnerOptions{
 		RunType:      "HTTP",
 		QPS:          o.QPS,
@@ -96,7 +114,11 @@ func New(o Options) (*Runner, error) {
 	if o.Pace != nil {
 		// periodic unpaced: every connection waits for its turn in fetch.
 		ro.QPS, ro.Uniform = -1, false
-		ro.AccessLogger = pacedRecorder{inner: o.Recorder}
+	}
+	if o.Pace != nil || r.budget != nil {
+		// Drops the calls that sent nothing (stopped while waiting for a
+		// turn, or no budget left), which periodic counts all the same.
+		ro.AccessLogger = pacedRecorder{inner: o.Recorder, paced: o.Pace != nil}
 	}
 	if o.Call != nil {
 		ro.RunType = "gRPC"
@@ -104,7 +126,7 @@ func New(o Options) (*Runner, error) {
 	r.runner = periodic.NewPeriodicRunner(&ro)
 	for i := range r.runner.Options().NumThreads {
 		if o.Call != nil {
-			r.runner.Options().Runners[i] = &fetch{call: o.Call(i), ctx: o.RequestContext, pace: o.Pace, stop: r.stop}
+			r.runner.Options().Runners[i] = &fetch{call: o.Call(i), ctx: o.RequestContext, pace: o.Pace, stop: r.stop, budget: r.budget, spent: r.Stop}
 			continue
 		}
 		client, err := newClient(o, i)
@@ -113,7 +135,7 @@ func New(o Options) (*Runner, error) {
 			return nil, err
 		}
 		r.clients = append(r.clients, client)
-		r.runner.Options().Runners[i] = &fetch{client: client, ctx: o.RequestContext, pace: o.Pace, stop: r.stop}
+		r.runner.Options().Runners[i] = &fetch{client: client, ctx: o.RequestContext, pace: o.Pace, stop: r.stop, budget: r.budget, spent: r.Stop}
 	}
 	return r, nil
 }
@@ -122,8 +144,24 @@ func newClient(o Options, conn int) (*fhttp.Client, error) {
 	ho := fhttp.HTTPOptions{DisableFastClient: true, HTTPReqTimeOut: o.Timeout}
 	ho.Init(o.URL)
 	ho.ID = conn
-	if o.WrapTransport != nil {
-		ho.Transport = func(base http.RoundTripper) http.RoundTripper { return o.WrapTransport(conn, base) }
+	if o.DialContext != nil && !strings.HasPrefix(o.URL, "http://") {
+		return nil, fmt.Errorf("load %s: a checked dialer (DialContext) needs a plain http:// URL", o.URL)
+	}
+	ho.Transport = func(base http.RoundTripper) http.RoundTripper {
+		if o.DialContext != nil {
+			tr, ok := base.(*http.Transport)
+			if !ok {
+				// Fail closed: never send through a dialer that was not checked.
+				return refuse{fmt.Errorf("load %s: fortio's transport is a %T, not an *http.Transport: its dialer cannot be checked", o.URL, base)}
+			}
+			// A proxy would be the address dialled (and checked) instead of
+			// the target's.
+			tr.DialContext, tr.Proxy = o.DialContext, nil
+		}
+		if o.WrapTransport != nil {
+			return o.WrapTransport(conn, base)
+		}
+		return base
 	}
 	// Sorted, so every connection sends the headers in the same order.
 	for _, name := range slices.Sorted(maps.Keys(o.Headers)) {
@@ -171,19 +209,28 @@ type fetch struct {
 	ctx    context.Context                      // nil: periodic's
 	pace   *Pace                                // nil: periodic paces
 	stop   <-chan struct{}
+	budget *atomic.Int64 // shared by the Runner's connections; nil: none
+	spent  func()        // stops the Runner once the budget is spent
 }
 
 func (f *fetch) Run(ctx context.Context, _ periodic.ThreadID) (bool, string) {
-	var m *measured
+	m, _ := ctx.Value(measuredKey{}).(*measured)
+	if m == nil {
+		m = &measured{}
+	}
+	if f.pace != nil && !f.pace.wait(f.stop) {
+		m.unsent = true
+		return false, "-1"
+	}
+	// The budget is taken right before the request starts (after the wait
+	// for a turn, which may end in a stop): a request that is started has
+	// its token, and none starts without one.
+	if f.budget != nil && f.budget.Add(-1) < 0 {
+		m.unsent = true
+		f.spent()
+		return false, "-1"
+	}
 	if f.pace != nil {
-		m, _ = ctx.Value(measuredKey{}).(*measured)
-		if m == nil {
-			m = &measured{}
-		}
-		if !f.pace.wait(f.stop) {
-			m.unsent = true
-			return false, "-1"
-		}
 		m.start = time.Now()
 	}
 	if f.ctx != nil {
@@ -191,17 +238,22 @@ func (f *fetch) Run(ctx context.Context, _ periodic.ThreadID) (bool, string) {
 	}
 	if f.call != nil {
 		ok, details := f.call(ctx)
-		if m != nil {
+		if f.pace != nil {
 			m.latency = time.Since(m.start)
 		}
 		return ok, details
 	}
 	code, _, _ := f.client.StreamFetch(ctx)
-	if m != nil {
+	if f.pace != nil {
 		m.latency = time.Since(m.start)
 	}
 	return Succeeded(code), strconv.Itoa(code)
 }
+
+// refuse is a RoundTripper that sends nothing.
+type refuse struct{ err error }
+
+func (r refuse) RoundTrip(*http.Request) (*http.Response, error) { return nil, r.err }
 
 var quietFortioOnce sync.Once
 

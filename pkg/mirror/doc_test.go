@@ -8,6 +8,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/danki-dev/danki/pkg/policy"
 	"github.com/danki-dev/danki/pkg/warmup"
 )
 
@@ -36,7 +37,7 @@ func TestDocExampleParses(t *testing.T) {
 	if len(steps) != 1 || steps[0].Plugin.Name != "danki/warmup" {
 		t.Fatalf("example steps %+v", steps)
 	}
-	cfg, err := warmup.ParseStepConfig(steps[0].Plugin.Config)
+	cfg, err := warmup.ParseStepConfig(steps[0].Plugin.Config, policy.Local())
 	if err != nil {
 		t.Fatal(err)
 	}

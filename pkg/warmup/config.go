@@ -10,6 +10,7 @@ import (
 	"golang.org/x/net/http/httpguts"
 
 	"github.com/danki-dev/danki/internal/config"
+	"github.com/danki-dev/danki/pkg/policy"
 )
 
 // DefaultMarkerHeader is the header every warm-up request carries, with value
@@ -58,6 +59,11 @@ type Config struct {
 	// MarkerHeader names the header set to "1" on every warm-up and health
 	// request. Default X-Danki-Warmup.
 	MarkerHeader string `json:"markerHeader,omitempty"`
+	// MarkerHeaderConfirm must repeat MarkerHeader when it is not the
+	// default and AllowSideEffects is set: the application keeps writes
+	// free of side effects by checking that header, so a typo or a header
+	// it does not check would send real writes. Stated twice, it is meant.
+	MarkerHeaderConfirm string `json:"markerHeaderConfirm,omitempty"`
 
 	// HealthPath is requested (GET) on every target until it answers 200,
 	// before any load. Default: each pod's readinessProbe (an httpGet probe
@@ -107,8 +113,9 @@ type Config struct {
 	// requests with the defaults).
 	MinRequests int64 `json:"minRequests,omitempty"`
 	// MaxRequests per target; reaching it without convergence fails the
-	// warm-up (with untilConverged false: the fixed count per target). Up to Connections-1 requests already in flight may complete
-	// after the cap. Default 20000.
+	// warm-up (with untilConverged false: the fixed count per target). A
+	// hard cap: no request is started past it, however many connections
+	// there are. Default 20000 (at most the operator's --max-requests).
 	MaxRequests int64 `json:"maxRequests,omitempty"`
 
 	// Window is the number of requests per latency window, per target.
@@ -239,8 +246,16 @@ type Config struct {
 	// set by embedders whose configuration language claims {{ }} itself.
 	TemplateDelims Delims `json:"-"`
 
-	// Guard, if set, refuses addresses at connect time (the step plugin's
-	// PodGuard: the run's own pods only).
+	// Policy is the operator's policy the config is bound by: its caps
+	// (Validate), the files and URLs a config may name, and the addresses
+	// every connection may go to (checked when it is dialled). Nil means
+	// policy.Local(), the command line's (library use); the parsers of
+	// tenant configs (ParseStepConfig, the gate's annotation, the load
+	// source) always set it.
+	Policy *policy.Policy `json:"-"`
+	// Guard, if set, is asked about every address the warm-up connects to,
+	// after the policy's own check (the step refuses addresses that are no
+	// longer the rollout's own pods). Nil: no check beyond the policy's.
 	Guard func(netip.Addr) error `json:"-"`
 }
 
@@ -264,15 +279,18 @@ func (c Config) WithDefaults() Config {
 		c.Requests[i].Method = strings.ToUpper(c.Requests[i].Method)
 	}
 	setDefault(&c.MarkerHeader, DefaultMarkerHeader)
-	setDefault(&c.HealthTimeout, config.Duration(DefaultHealthTimeout))
-	setDefault(&c.QPS, DefaultQPS)
-	setDefault(&c.Connections, DefaultConnections)
-	setDefault(&c.Timeout, config.Duration(DefaultTimeout))
-	setDefault(&c.Deadline, config.Duration(DefaultDeadline))
+	// Defaults never exceed the operator's caps: only values a config
+	// states are refused for them.
+	l := c.limits()
+	setDefault(&c.HealthTimeout, capDefault(config.Duration(DefaultHealthTimeout), config.Duration(l.HealthTimeout)))
+	setDefault(&c.QPS, capDefault(DefaultQPS, l.QPS))
+	setDefault(&c.Connections, capDefault(DefaultConnections, l.Connections))
+	setDefault(&c.Timeout, capDefault(config.Duration(DefaultTimeout), config.Duration(l.Timeout)))
+	setDefault(&c.Deadline, capDefault(config.Duration(DefaultDeadline), config.Duration(l.Deadline)))
 	setDefault(&c.Window, DefaultWindow)
 	setDefault(&c.StableWindows, DefaultStableWindows)
-	setDefault(&c.MinRequests, DefaultMinRequests)
-	setDefault(&c.MaxRequests, DefaultMaxRequests)
+	setDefault(&c.MinRequests, capDefault(DefaultMinRequests, l.Requests))
+	setDefault(&c.MaxRequests, capDefault(DefaultMaxRequests, l.Requests))
 	setDefault(&c.Tolerance, DefaultTolerance)
 	setDefault(&c.AbsoluteTolerance, config.Duration(DefaultAbsoluteTolerance))
 	if c.MaxErrorRatio == nil {
@@ -284,7 +302,7 @@ func (c Config) WithDefaults() Config {
 		c.UntilConverged = &t
 	}
 	setDefault(&c.StableRatio, DefaultStableRatio)
-	setDefault(&c.StableQPS, DefaultStableQPS)
+	setDefault(&c.StableQPS, capDefault(DefaultStableQPS, l.QPS))
 	setDefault(&c.RejectRatio, DefaultRejectRatio)
 	setDefault(&c.RejectFloor, config.Duration(DefaultRejectFloor))
 	setDefault(&c.StartQPS, min(c.QPS, max(1, c.QPS*DefaultStartQPSFraction)))
@@ -348,8 +366,11 @@ func (c Config) Validate() error {
 		errs.Add(fmt.Sprintf("requests[%d]", i), r.validate(c.AllowSideEffects, c.TemplateDelims))
 	}
 	c.validateGRPC(&errs)
+	c.validateCaps(&errs)
 	if !httpguts.ValidHeaderFieldName(c.MarkerHeader) {
 		errs.Addf("markerHeader", "%q is not a valid HTTP header name", c.MarkerHeader)
+	} else {
+		c.checkMarker(&errs)
 	}
 	if c.HealthPath != "" && !strings.HasPrefix(c.HealthPath, "/") {
 		errs.Addf("healthPath", "%q must start with /", c.HealthPath)

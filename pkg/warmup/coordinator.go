@@ -95,7 +95,7 @@ func (c *coordinator) run(parent, runCtx context.Context, targets []Target) erro
 		st.res.CPUBudget = c.cfg.cpuBudget(t)
 		st.pacer = newPacer(c.cfg, st.res.CPUBudget)
 		st.rec.pacer = st.pacer
-		r, err := newLoadRunner(reqCtx, t, 0, st.pacer.pace, c.cfg.Connections, c.cfg, c.set, c.seed, uint64(i), st.rec)
+		r, err := newLoadRunner(reqCtx, t, 0, st.pacer.pace, c.cfg.Connections, c.cfg.MaxRequests, c.cfg, c.set, c.seed, uint64(i), st.rec)
 		if err != nil {
 			abortAll()
 			return err
@@ -120,7 +120,7 @@ func (c *coordinator) run(parent, runCtx context.Context, targets []Target) erro
 		}
 		qps := c.cfg.StableQPS / float64(len(c.opts.Stable))
 		for i, t := range c.opts.Stable {
-			r, err := newLoadRunner(reqCtx, t, qps, nil, 1, c.cfg, c.set, c.seed, uint64(1<<16+i), c.srec)
+			r, err := newLoadRunner(reqCtx, t, qps, nil, 1, 0, c.cfg, c.set, c.seed, uint64(1<<16+i), c.srec)
 			if err != nil {
 				abortAll()
 				return err
@@ -246,6 +246,17 @@ func (c *coordinator) run(parent, runCtx context.Context, targets []Target) erro
 	c.res.Converged = c.allConverged()
 	if failure != nil {
 		return failure
+	}
+	// Validate renders every template once, but a template may still fail
+	// on some draws only (randInt over a range computed per request):
+	// a target none of whose requests could even be sent was not warmed,
+	// whatever untilConverged says.
+	for _, st := range c.canary {
+		if n := st.runner.renderFails.Load(); n > 0 && n == st.res.Requests {
+			c.res.Converged = false
+			c.res.Reason = fmt.Sprintf("every request to %s failed before it was sent: %s", st.res.Target, st.res.LastError)
+			return fmt.Errorf("%w: %s", ErrTemplate, c.res.Reason)
+		}
 	}
 	return nil
 }

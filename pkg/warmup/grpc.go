@@ -3,8 +3,8 @@ package warmup
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -24,6 +24,7 @@ import (
 
 	"github.com/danki-dev/danki/internal/config"
 	"github.com/danki-dev/danki/pkg/load"
+	"github.com/danki-dev/danki/pkg/policy"
 )
 
 // grpcMethod is one gRPC request's method, resolved once per warm-up: its
@@ -48,13 +49,13 @@ func resolveGRPC(ctx context.Context, cfg *Config, set *requestSet, t Target) er
 	var res descriptorResolver
 	source := "the descriptor set grpcDescriptorSet " + cfg.GRPCDescriptorSet
 	if cfg.GRPCDescriptorSet != "" {
-		files, err := readDescriptorSet(cfg.GRPCDescriptorSet)
+		files, err := readDescriptorSet(cfg.policy(), cfg.GRPCDescriptorSet)
 		if err != nil {
 			return err
 		}
 		res = files
 	} else {
-		conn, err := dialGRPC(t)
+		conn, err := dialGRPC(cfg, t)
 		if err != nil {
 			return err
 		}
@@ -103,7 +104,7 @@ func findGRPCMethod(res descriptorResolver, g GRPCRequest, source string) (proto
 	d, err := res.FindDescriptorByName(service)
 	if err != nil {
 		if status.Code(err) == codes.Unimplemented { // status.Code sees through wrapping
-			return nil, fmt.Errorf("%s: the server has no reflection service (%v): turn gRPC server reflection on, or give grpcDescriptorSet", g.Method, err)
+			return nil, fmt.Errorf("%s: the server has no reflection service (%v): turn gRPC server reflection on (or, on the command line only, give a descriptor set: --grpc-descriptor-set, grpcDescriptorSet)", g.Method, err)
 		}
 		return nil, fmt.Errorf("%s: service %s not found in %s: %w", g.Method, service, source, err)
 	}
@@ -126,9 +127,16 @@ func findGRPCMethod(res descriptorResolver, g GRPCRequest, source string) (proto
 }
 
 // readDescriptorSet reads a FileDescriptorSet (protoc --include_imports
-// --descriptor_set_out, buf build -o) into a registry of its files.
-func readDescriptorSet(path string) (descriptorResolver, error) {
-	data, err := os.ReadFile(path)
+// --descriptor_set_out, buf build -o) into a registry of its files. Only
+// the command line may name one (a tenant's config is refused at
+// Validate, and again here); it is read only if it is a regular file and
+// only up to the operator's Limits.FileBytes: /dev/zero or a FIFO would
+// otherwise fill memory or hang.
+func readDescriptorSet(p policy.Policy, path string) (descriptorResolver, error) {
+	if err := p.CheckFile("grpcDescriptorSet", path, descriptorSetInstead); err != nil {
+		return nil, err
+	}
+	data, err := readLocalFile(path, p.Limits.WithDefaults().FileBytes)
 	if err != nil {
 		return nil, &config.FieldError{Path: "grpcDescriptorSet", Err: err}
 	}
@@ -145,15 +153,22 @@ func readDescriptorSet(path string) (descriptorResolver, error) {
 
 // dialGRPC makes a channel straight to the target's address (plaintext
 // HTTP/2, like the HTTP warm-up talks plain HTTP to the pod IP). The
-// channel connects on its first call.
-func dialGRPC(t Target) (*grpc.ClientConn, error) {
+// channel connects on its first call, through the warm-up's checked
+// dialer (Config.dialer) under a tenant policy or a guard; a custom dialer
+// also keeps gRPC from going through a proxy, which the command line may
+// still use.
+func dialGRPC(cfg *Config, t Target) (*grpc.ClientConn, error) {
 	u, err := url.Parse(t.URL)
 	if err != nil || u.Host == "" {
 		return nil, fmt.Errorf("target %s: no host:port in %q", t, t.URL)
 	}
-	conn, err := grpc.NewClient("passthrough:///"+u.Host,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithUserAgent(userAgent))
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithUserAgent(userAgent)}
+	if cfg.checked() {
+		opts = append(opts, grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			return cfg.dialer(cfg.Timeout.D()).DialContext(ctx, "tcp", addr)
+		}))
+	}
+	conn, err := grpc.NewClient("passthrough:///"+u.Host, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("gRPC channel to %s: %w", t, err)
 	}
@@ -169,23 +184,24 @@ func markedContext(ctx context.Context, cfg *Config) context.Context {
 // grpcLoad sends one target's share of gRPC calls: one channel per
 // connection (Config.Connections), each with its own generator.
 type grpcLoad struct {
-	cfg     *Config
-	set     *requestSet
-	conns   []*grpc.ClientConn
-	lastErr *errorBox
+	cfg         *Config
+	set         *requestSet
+	conns       []*grpc.ClientConn
+	lastErr     *errorBox
+	renderFails *atomic.Int64 // calls never sent: see loadRunner.renderFails
 }
 
 // newGRPCLoad returns the load.Options.Call of a gRPC target, and a func closing
 // its channels.
-func newGRPCLoad(t Target, conns int, cfg *Config, set *requestSet, seed, stream uint64, lastErr *errorBox) (func(int) func(context.Context) (bool, string), func(), error) {
-	gl := &grpcLoad{cfg: cfg, set: set, lastErr: lastErr}
+func newGRPCLoad(t Target, conns int, cfg *Config, set *requestSet, seed, stream uint64, lastErr *errorBox, renderFails *atomic.Int64) (func(int) func(context.Context) (bool, string), func(), error) {
+	gl := &grpcLoad{cfg: cfg, set: set, lastErr: lastErr, renderFails: renderFails}
 	closeAll := func() {
 		for _, c := range gl.conns {
 			c.Close()
 		}
 	}
 	for range max(conns, 1) {
-		c, err := dialGRPC(t)
+		c, err := dialGRPC(cfg, t)
 		if err != nil {
 			closeAll()
 			return nil, nil, err
@@ -212,19 +228,23 @@ func (gl *grpcLoad) call(ctx context.Context, conn *grpc.ClientConn, g *generato
 		gl.lastErr.set(err)
 		return false, "-1"
 	}
+	unsent := func(err error) (bool, string) {
+		gl.renderFails.Add(1)
+		return fail(err)
+	}
 	text, err := g.render(t.message, r.spec.message())
 	if err != nil {
-		return fail(fmt.Errorf("render %s message template: %w", r.spec.Method, err))
+		return unsent(fmt.Errorf("render %s message template: %w", r.spec.Method, err))
 	}
 	in := dynamicpb.NewMessage(m.in)
 	if err := protojson.Unmarshal([]byte(text), in); err != nil {
-		return fail(fmt.Errorf("%s: rendered message %s is not a %s: %w", r.spec.Method, text, m.in.FullName(), err))
+		return unsent(fmt.Errorf("%s: rendered message %s is not a %s: %w", r.spec.Method, text, m.in.FullName(), err))
 	}
 	md := make([]string, 0, 2*len(r.metadataKeys)+2)
 	for j, k := range r.metadataKeys {
 		v, err := g.render(t.metadata[j], r.metadataText[j])
 		if err != nil {
-			return fail(fmt.Errorf("render %s metadata %s: %w", r.spec.Method, k, err))
+			return unsent(fmt.Errorf("render %s metadata %s: %w", r.spec.Method, k, err))
 		}
 		md = append(md, k, v)
 	}
@@ -240,8 +260,8 @@ func (gl *grpcLoad) call(ctx context.Context, conn *grpc.ClientConn, g *generato
 }
 
 // newGRPCRunner is newLoadRunner for a gRPC request mix.
-func newGRPCRunner(reqCtx context.Context, lr *loadRunner, qps float64, pace *load.Pace, conns int, cfg *Config, set *requestSet, seed, stream uint64, rec *recorder) error {
-	call, closeAll, err := newGRPCLoad(lr.target, conns, cfg, set, seed, stream, lr.lastErr)
+func newGRPCRunner(reqCtx context.Context, lr *loadRunner, qps float64, pace *load.Pace, conns int, limit int64, cfg *Config, set *requestSet, seed, stream uint64, rec *recorder) error {
+	call, closeAll, err := newGRPCLoad(lr.target, conns, cfg, set, seed, stream, lr.lastErr, &lr.renderFails)
 	if err != nil {
 		return err
 	}
@@ -255,6 +275,7 @@ func newGRPCRunner(reqCtx context.Context, lr *loadRunner, qps float64, pace *lo
 		Resolution:     fortioResolution,
 		RequestContext: reqCtx,
 		Call:           call,
+		MaxRequests:    limit,
 	})
 	if err != nil {
 		closeAll()

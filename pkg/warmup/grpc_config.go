@@ -142,7 +142,11 @@ func (c Config) validateGRPC(errs *config.Errors) {
 			errs.Add(fmt.Sprintf("grpcSafeMethods[%d]", i), err)
 		}
 	}
-	if c.GRPCDescriptorSet != "" && grpcs == 0 {
+	// Before any look at the file: whether a path exists is no business
+	// of a tenant's config (the error would tell).
+	if err := c.policy().CheckFile("grpcDescriptorSet", c.GRPCDescriptorSet, descriptorSetInstead); err != nil {
+		errs.Add("", err)
+	} else if c.GRPCDescriptorSet != "" && grpcs == 0 {
 		errs.Addf("grpcDescriptorSet", "is set but no request is a gRPC call (requests[].grpc)")
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/danki-dev/danki/internal/config"
+	"github.com/danki-dev/danki/pkg/policy"
 )
 
 func TestGRPCConfigDecodesAndValidates(t *testing.T) {
@@ -101,7 +102,7 @@ func TestGRPCDocExampleParses(t *testing.T) {
 			continue
 		}
 		found = true
-		c, err := ParseStepConfig(s.Plugin.Config)
+		c, err := ParseStepConfig(s.Plugin.Config, policy.Local())
 		if err != nil {
 			t.Fatalf("the doc's gRPC step config is refused: %v", err)
 		}

@@ -52,7 +52,7 @@ func waitHealthyGRPC(ctx context.Context, cfg *Config, targets []Target, limit s
 // checkUntilServing returns "" once t answered SERVING, else the last
 // outcome when ctx ended.
 func checkUntilServing(ctx context.Context, cfg *Config, t Target) string {
-	conn, err := dialGRPC(t)
+	conn, err := dialGRPC(cfg, t)
 	if err != nil {
 		return err.Error()
 	}

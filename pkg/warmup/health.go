@@ -32,9 +32,13 @@ func waitHealthy(ctx context.Context, cfg *Config, targets []Target, limit strin
 	if cfg.healthGRPC(targets) {
 		return waitHealthyGRPC(ctx, cfg, targets, limit)
 	}
+	tr := &http.Transport{MaxIdleConnsPerHost: 1, DialContext: cfg.dialContext}
+	if !cfg.checked() {
+		tr.Proxy = http.ProxyFromEnvironment // the command line, as before
+	}
 	client := &http.Client{
 		Timeout:   cfg.Timeout.D(),
-		Transport: &http.Transport{Proxy: http.ProxyFromEnvironment, MaxIdleConnsPerHost: 1},
+		Transport: tr,
 		CheckRedirect: func(*http.Request, []*http.Request) error {
 			return http.ErrUseLastResponse
 		},

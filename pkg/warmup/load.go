@@ -3,6 +3,7 @@ package warmup
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"strconv"
 	"sync"
@@ -133,17 +134,27 @@ type loadRunner struct {
 	target  Target
 	runner  *load.Runner
 	lastErr *errorBox
-	close   func() // closes a gRPC target's channels; nil for HTTP
+	// renderFails counts requests that failed before being sent: their
+	// template did not render (requestRewriter, grpcLoad.call).
+	renderFails atomic.Int64
+	close       func() // closes a gRPC target's channels; nil for HTTP
 }
 
 // newLoadRunner loads t at pace when it is set (the canary targets' ramp),
 // else at a fixed qps (the stable probe).
-func newLoadRunner(reqCtx context.Context, t Target, qps float64, pace *load.Pace, conns int, cfg *Config, set *requestSet, seed, stream uint64, rec *recorder) (*loadRunner, error) {
+//
+// limit, if > 0, is the target's budget of requests (maxRequests): none is
+// started past it.
+func newLoadRunner(reqCtx context.Context, t Target, qps float64, pace *load.Pace, conns int, limit int64, cfg *Config, set *requestSet, seed, stream uint64, rec *recorder) (*loadRunner, error) {
 	lr := &loadRunner{target: t, lastErr: &errorBox{}}
 	if set.grpc != nil {
-		return lr, newGRPCRunner(reqCtx, lr, qps, pace, conns, cfg, set, seed, stream, rec)
+		return lr, newGRPCRunner(reqCtx, lr, qps, pace, conns, limit, cfg, set, seed, stream, rec)
 	}
 	seq := &atomic.Int64{}
+	var dial func(context.Context, string, string) (net.Conn, error)
+	if cfg.checked() {
+		dial = cfg.dialContext
+	}
 	r, err := load.New(load.Options{
 		URL:            t.URL + "/",
 		QPS:            qps,
@@ -156,8 +167,10 @@ func newLoadRunner(reqCtx context.Context, t Target, qps float64, pace *load.Pac
 		Percentiles:    fortioPercentiles,
 		Resolution:     fortioResolution,
 		RequestContext: reqCtx, // cancelled on a hard stop to cut in-flight requests
+		MaxRequests:    limit,
+		DialContext:    dial,
 		WrapTransport: func(conn int, base http.RoundTripper) http.RoundTripper {
-			return &requestRewriter{base: base, gen: set.newGenerator(seed, stream<<20|uint64(conn), seq), lastErr: lr.lastErr}
+			return &requestRewriter{base: base, gen: set.newGenerator(seed, stream<<20|uint64(conn), seq), lastErr: lr.lastErr, renderFails: &lr.renderFails}
 		},
 	})
 	if err != nil {

@@ -3,6 +3,7 @@ package warmup
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -68,6 +69,10 @@ func (r RequestSpec) validate(allowSideEffects bool, delims Delims) error {
 			errs.Addf("weight", "must not be negative (got %d); remove the request to leave it out", r.Weight)
 		}
 		errs.Add("", r.GRPC.validate(delims))
+		if c, err := compileRequest(r, delims); err == nil {
+			_, err = c.sample()
+			errs.Add("", err)
+		}
 		return errs.Err()
 	}
 	if !httpguts.ValidHeaderFieldName(r.Method) { // a method is an RFC 9110 token, like a header name
@@ -87,10 +92,63 @@ func (r RequestSpec) validate(allowSideEffects bool, delims Delims) error {
 			errs.Addf("headers", "%q is not a valid HTTP header name", name)
 		}
 	}
-	if _, err := compileRequest(r, delims); err != nil {
+	path := r.Path
+	if c, err := compileRequest(r, delims); err != nil {
 		errs.Add("", err)
+	} else if g, err := c.sample(); err != nil {
+		errs.Add("", err)
+	} else {
+		path = g.path
+	}
+	if !allowSideEffects {
+		r.checkSideEffects(path, &errs)
 	}
 	return errs.Err()
+}
+
+// sample renders the request once, as a run would (the same functions, a
+// fixed seed, seq from 1), so a template that only fails when executed —
+// randInt 5 1, a field of the empty data, a rendered path that is no path —
+// is a config error, not a run whose every request fails. Error paths are
+// relative to the request, like compileRequest's.
+func (c *compiledRequest) sample() (generatedRequest, error) {
+	set := &requestSet{requests: []*compiledRequest{c}, cumul: []int{1}, marker: DefaultMarkerHeader}
+	g := set.newGenerator(1, 2, &atomic.Int64{})
+	t := g.templates[0]
+	if c.grpc != nil {
+		var errs config.Errors
+		text, err := g.render(t.message, c.grpc.spec.message())
+		switch {
+		case err != nil:
+			errs.Add("grpc.message", fmt.Errorf("fails when rendered: %w", err))
+		case !json.Valid([]byte(text)):
+			errs.Addf("grpc.message", "renders to %q, which is not JSON: write the request message in protobuf's JSON mapping", text)
+		}
+		for j, k := range c.grpc.metadataKeys {
+			if _, err := g.render(t.metadata[j], c.grpc.metadataText[j]); err != nil {
+				errs.Add(fmt.Sprintf("grpc.metadata[%s]", k), fmt.Errorf("fails when rendered: %w", err))
+			}
+		}
+		return generatedRequest{}, errs.Err()
+	}
+	var errs config.Errors
+	out, err := g.next()
+	if err != nil {
+		// next stops at the first failing template: say which one.
+		field := "path"
+		if _, perr := g.render(t.path, c.spec.Path); perr == nil {
+			field = "body"
+			if _, berr := g.render(t.body, c.spec.Body); berr == nil {
+				field = "headers"
+			}
+		}
+		errs.Add(field, fmt.Errorf("fails when rendered: %w", err))
+		return out, errs.Err()
+	}
+	if _, err := url.ParseRequestURI(out.path); err != nil || !strings.HasPrefix(out.path, "/") {
+		errs.Addf("path", "renders to %q, which is not a path starting with /", out.path)
+	}
+	return out, errs.Err()
 }
 
 // compiledRequest is a RequestSpec with its templates parsed. A nil template
@@ -350,6 +408,10 @@ type requestRewriter struct {
 	base    http.RoundTripper
 	gen     *generator
 	lastErr *errorBox
+	// renderFails counts the target's requests that failed before they
+	// were sent (a template that failed to render): a run where every
+	// request did fails (coordinator.run).
+	renderFails *atomic.Int64
 }
 
 func (rw *requestRewriter) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -357,6 +419,7 @@ func (rw *requestRewriter) RoundTrip(req *http.Request) (*http.Response, error) 
 	if err != nil {
 		err = fmt.Errorf("render request template: %w", err)
 		rw.lastErr.set(err)
+		rw.renderFails.Add(1)
 		return nil, err
 	}
 	out := req.Clone(req.Context())
@@ -365,6 +428,7 @@ func (rw *requestRewriter) RoundTrip(req *http.Request) (*http.Response, error) 
 	if err != nil {
 		err = fmt.Errorf("rendered path %q: %w", g.path, err)
 		rw.lastErr.set(err)
+		rw.renderFails.Add(1)
 		return nil, err
 	}
 	out.URL.Path, out.URL.RawPath, out.URL.RawQuery = u.Path, u.RawPath, u.RawQuery

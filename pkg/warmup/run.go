@@ -29,6 +29,10 @@ var ErrSlowerVersion = errors.New("slower than stable")
 // target failed every one of many requests in a row.
 var ErrTargetFailing = errors.New("target failing")
 
+// ErrTemplate is wrapped by the error of a warm-up none of whose requests
+// to a target could be sent: their templates failed to render.
+var ErrTemplate = errors.New("request templates failed")
+
 // Options tune a Run beyond the Config.
 type Options struct {
 	// Stable are the stable pods, loaded side by side at StableQPS with

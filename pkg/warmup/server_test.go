@@ -6,6 +6,7 @@ import (
 
 	"github.com/danki-dev/danki/internal/config"
 	"github.com/danki-dev/danki/internal/testutil"
+	"github.com/danki-dev/danki/pkg/policy"
 )
 
 // newTestServer is a cold-starting pod stand-in on 127.0.0.1 with the
@@ -21,9 +22,19 @@ func target(s *testutil.ColdServer) Target {
 	return Target{Name: "test", URL: s.URL}
 }
 
+// fastPolicy is the command line's policy with higher caps: fast tests
+// send 1000 qps to a local server, and some run "until stopped" with a
+// request cap nobody reaches.
+var fastPolicy = func() *policy.Policy {
+	p := policy.Local()
+	p.Limits.QPS, p.Limits.Requests = 2000, 10_000_000
+	return &p
+}()
+
 // fastConfig is a small, quick warm-up config for tests.
 func fastConfig() Config {
 	return Config{
+		Policy:        fastPolicy,
 		HealthPath:    "/healthz",
 		HealthTimeout: config.Duration(5 * time.Second),
 		QPS:           1000,

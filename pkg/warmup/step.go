@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/danki-dev/danki/internal/config"
+	"github.com/danki-dev/danki/pkg/policy"
 )
 
 // Step polling: how often a caller that runs the warm-up as a job (the
@@ -36,20 +37,23 @@ type StepConfig struct {
 }
 
 // ParseStepConfig decodes (strictly, JSON or YAML), defaults and validates
-// a step config. An empty or null config takes every default. Errors name
-// the field path.
-func ParseStepConfig(raw []byte) (StepConfig, error) {
+// a step config under the operator's policy p, which the returned
+// Config keeps (Config.Policy: its caps, files, and the addresses its
+// connections may go to). An empty or null config takes every default.
+// Errors name the field path.
+func ParseStepConfig(raw []byte, p policy.Policy) (StepConfig, error) {
 	var c StepConfig
 	if len(raw) > 0 && string(raw) != "null" {
 		if err := config.Decode(raw, &c); err != nil {
 			return c, err
 		}
 	}
+	c.Config.Policy = &p
 	c.Config, c.TargetConfig = c.Config.WithDefaults(), c.TargetConfig.WithDefaults()
 	c.PollInterval = cmp.Or(c.PollInterval, config.Duration(DefaultPollInterval))
 	var errs config.Errors
 	errs.Add("", c.Config.Validate())
-	errs.Add("", c.TargetConfig.Validate())
+	errs.Add("", c.TargetConfig.Validate(p))
 	if c.PollInterval.D() <= MinPollInterval {
 		errs.Addf("pollInterval", "%s is too short: Argo Rollouts ignores requeue intervals of 10s or less (and waits 30s); use e.g. \"15s\"", c.PollInterval)
 	}

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/danki-dev/danki/internal/config"
+	"github.com/danki-dev/danki/pkg/policy"
 )
 
 // Target is one pod (or server) to warm, addressed directly.
@@ -219,15 +220,27 @@ func (c TargetConfig) WithDefaults() TargetConfig {
 }
 
 // Validate checks a defaulted TargetConfig; errors name the JSON field.
-func (c TargetConfig) Validate() error {
+// Explicit URLs must be within what the operator's policy allows
+// (policy.Network.CheckURL): a tenant's Rollout warms its own pods, and
+// names other addresses only where the operator said so. The command line
+// (policy.Local) may name any.
+func (c TargetConfig) Validate(p policy.Policy) error {
 	var errs config.Errors
 	if c.MinPods < 1 {
 		errs.Addf("minPods", "must be at least 1 (got %d)", c.MinPods)
 	}
-	_, err := URLTargets("urls", c.URLs)
-	errs.Add("", err)
-	_, err = URLTargets("stableURLs", c.StableURLs)
-	errs.Add("", err)
+	for _, f := range []struct {
+		field string
+		urls  []string
+	}{{"urls", c.URLs}, {"stableURLs", c.StableURLs}} {
+		if _, err := URLTargets(f.field, f.urls); err != nil {
+			errs.Add("", err)
+			continue
+		}
+		for i, u := range f.urls {
+			errs.Add("", p.Network.CheckURL(fmt.Sprintf("%s[%d]", f.field, i), u))
+		}
+	}
 	return errs.Err()
 }
 

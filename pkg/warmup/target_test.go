@@ -13,6 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/danki-dev/danki/pkg/policy"
 )
 
 // TestFindTargets covers target resolution as both callers use it: the step
@@ -131,13 +133,13 @@ func targetList(ts []Target) string {
 }
 
 func TestTargetConfigValidate(t *testing.T) {
-	err := TargetConfig{MinPods: -1, URLs: []string{"https://x:1"}, StableURLs: []string{"x"}}.Validate()
+	err := TargetConfig{MinPods: -1, URLs: []string{"https://x:1"}, StableURLs: []string{"x"}}.Validate(policy.Local())
 	for _, want := range []string{"minPods: must be at least 1", "urls[0]: ", "stableURLs[0]: "} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate: %v, want it to name %q", err, want)
 		}
 	}
-	if err := (TargetConfig{}).WithDefaults().Validate(); err != nil {
+	if err := (TargetConfig{}).WithDefaults().Validate(policy.Local()); err != nil {
 		t.Errorf("defaults refused: %v", err)
 	}
 }
