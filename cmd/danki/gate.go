@@ -16,6 +16,7 @@ import (
 
 type gateFlags struct {
 	kube                    kubeFlags
+	policy                  policyFlags
 	webhookHost             string
 	webhookPort             int
 	certDir                 string
@@ -52,6 +53,9 @@ makes a self-managed CA and prints where its ca.crt (the webhook's caBundle) is;
 with --webhook-config it keeps that webhook configuration's caBundle current
 itself, and renews the certificate at two thirds of --cert-validity. All
 warm-ups together send at most --max-total-qps requests a second.
+Pods' danki.dev/warm-up annotations are tenants' configs: the --max-* caps,
+--deny-cidr and --allow-loopback-targets are the operator's bounds on them
+(docs/security.md).
 --webhook-port 0 serves no webhook: pods must list the readiness gate themselves
 and carry the label danki.dev/gated=true (the gate caches only such pods).`,
 		Example: `  danki gate --kubeconfig ~/.kube/config --webhook-host 127.0.0.1 --webhook-port 9443 --cert-dir /tmp/danki-gate`,
@@ -67,7 +71,11 @@ and carry the label danki.dev/gated=true (the gate caches only such pods).`,
 			if f.leaderElectionNamespace == "" && cmd.Flags().Changed("namespace") {
 				f.leaderElectionNamespace, _ = f.kube.namespace()
 			}
-			return gate.Run(ctx, rc, gate.Options{
+			pol, err := f.policy.policy(ctx, rc.Host)
+			if err != nil {
+				return err
+			}
+			return gate.Run(ctx, rc, gate.Options{Policy: pol,
 				MaxConcurrent: f.maxConcurrent, MaxPerNode: f.maxPerNode, MaxPerNamespace: f.maxPerNamespace, WebhookHost: f.webhookHost, WebhookPort: f.webhookPort,
 				CertDir: f.certDir, CertHosts: f.certHosts, CertValidity: f.certValidity, WebhookConfig: f.webhookConfig,
 				MaxTotalQPS: f.maxTotalQPS, MetricsAddr: f.metricsAddr, HealthAddr: f.healthAddr,
@@ -82,6 +90,7 @@ and carry the label danki.dev/gated=true (the gate caches only such pods).`,
 	}
 	fl := cmd.Flags()
 	f.kube.addFlags(fl, "namespace of the leader-election Lease out of cluster (same as --leader-election-namespace)")
+	f.policy.addLoadFlags(fl)
 	fl.StringVar(&f.webhookHost, "webhook-host", "", "address the webhook listens on (default: all)")
 	fl.IntVar(&f.webhookPort, "webhook-port", 9443, "webhook port; 0 serves no webhook")
 	fl.StringVar(&f.certDir, "cert-dir", "", "directory with tls.crt and tls.key (e.g. cert-manager's Secret); without them a self-managed CA writes them there (default: a temporary directory)")

@@ -24,13 +24,21 @@ type policyFlags struct {
 	limits        policy.Limits
 }
 
+// addFlags registers the plugins' policy flags.
 func (f *policyFlags) addFlags(fs *pflag.FlagSet) {
-	d := policy.DefaultLimits
 	fs.StringArrayVar(&f.prometheus, "prometheus", nil, "a Prometheus tenant configs may query (prometheus.address), as ADDRESS[,bearerTokenFile=PATH][,caFile=PATH]: the credentials are the operator's and are sent to that address only (repeatable; none: no Prometheus)")
 	fs.StringArrayVar(&f.allowTargets, "allow-target", nil, "a CIDR, IP or host name explicit URL targets (urls, stableURLs, load.urls) may name (repeatable; none: pods only)")
-	fs.StringArrayVar(&f.denyCIDRs, "deny-cidr", nil, "a CIDR load is never sent to, besides loopback, link-local, multicast and the API server's addresses (repeatable)")
 	fs.StringArrayVar(&f.vsNamespaces, "allow-virtualservice-namespace", nil, "a namespace besides a Rollout's own where its danki/istio config may name the VirtualService, e.g. a shared gateway namespace (repeatable; none: the Rollout's own only)")
-	fs.BoolVar(&f.allowLoopback, "allow-loopback-targets", false, "allow load to loopback addresses: only for a controller run outside a cluster against pods on its own machine (a local lab)")
+	f.addLoadFlags(fs)
+}
+
+// addLoadFlags registers the flags that bound the load itself — where it
+// may go and how much of it — the gate's share of the policy: its pods'
+// annotations name no Prometheus and no URL.
+func (f *policyFlags) addLoadFlags(fs *pflag.FlagSet) {
+	d := policy.DefaultLimits
+	fs.StringArrayVar(&f.denyCIDRs, "deny-cidr", nil, "a CIDR load is never sent to, besides loopback, link-local, multicast and the API server's addresses (repeatable)")
+	fs.BoolVar(&f.allowLoopback, "allow-loopback-targets", false, "allow load to loopback addresses: only for a process run outside a cluster against pods on its own machine (a local lab)")
 	fs.Float64Var(&f.limits.QPS, "max-qps", d.QPS, "cap on requests per second per target")
 	fs.IntVar(&f.limits.Connections, "max-connections", d.Connections, "cap on concurrent connections per target")
 	fs.Int64Var(&f.limits.Requests, "max-requests", d.Requests, "cap on requests per target (maxRequests)")

@@ -371,6 +371,7 @@ func (l *Load) namespace(ns string) (string, error) {
 // loads (the warm-up and the measured load): the one place the operator's
 // policy joins it.
 func (l *Load) engineConfig(w warmup.Config) warmup.Config {
+	w.Policy = &l.policy
 	return w
 }
 
@@ -446,7 +447,9 @@ func (l *Load) Fetch(ctx context.Context, _ time.Duration) (*Sample, error) {
 		}
 	}
 
-	count := int64(math.MaxInt32) // with only a duration: until it passes
+	// With only a duration: until it passes, or the operator's request cap
+	// per pod (the engine refuses a count above it).
+	count := l.policy.Limits.WithDefaults().Requests * int64(max(1, len(canary)))
 	if c.Count != nil {
 		count = int64(*c.Count)
 	}

@@ -217,8 +217,9 @@ start_argo() {
 	kubectl_lab create namespace argo-rollouts --dry-run=client -o yaml | kubectl_lab apply -f - >/dev/null
 	# danki's one binary serves the three plugin kinds (`danki plugin`). Its
 	# args are the operator's policy (docs/security.md): the lab's Prometheus
-	# is the one tenant configs may query.
-	local args='["plugin", "--prometheus", "http://127.0.0.1:'"$PROMETHEUS_PORT"'"]'
+	# is the one tenant configs may query, and the capacity checks of the lab
+	# e2e ramp to 600 qps, above the default cap of 500.
+	local args='["plugin", "--prometheus", "http://127.0.0.1:'"$PROMETHEUS_PORT"'", "--max-qps", "1000"]'
 	kubectl_lab apply -f - >/dev/null <<CONFIG
 apiVersion: v1
 kind: ConfigMap
