@@ -260,7 +260,7 @@ func Run(ctx context.Context, cfg Config, target warmup.Target, progress func(St
 func measureStep(ctx context.Context, cfg Config, target warmup.Target, qps float64) (Step, error) {
 	s := Step{AskedQPS: qps}
 	start := time.Now()
-	res, err := warmup.Run(ctx, cfg.step(qps), []warmup.Target{target}, warmup.Options{})
+	res, err := warmup.Run(ctx, cfg.step(qps), []warmup.Target{target}, warmup.Options{KeepLatencies: true})
 	if ctx.Err() != nil {
 		return s, fmt.Errorf("capacity check stopped: %w", ctx.Err())
 	}
