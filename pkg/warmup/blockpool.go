@@ -247,6 +247,14 @@ func poolOf(complete []WindowStats) *blockPool {
 	return p
 }
 
+// releasePool lets a finished run's pool go: a Result kept after the run
+// (the step's status, the CLI's JSON) holds only the windows' summaries.
+func releasePool(windows []WindowStats) {
+	if len(windows) > 0 {
+		windows[0].pool = nil
+	}
+}
+
 func (p *blockPool) follows(complete []WindowStats) bool {
 	seen := p.base + len(p.wins)
 	if seen == 0 || seen > len(complete) {

@@ -253,6 +253,9 @@ func TestRunKeepsNoLatencies(t *testing.T) {
 		if want := map[bool]int{false: 0, true: int(tr.Requests)}[keep]; got != want {
 			t.Errorf("KeepLatencies %v: %d latencies kept after %d requests, want %d", keep, got, tr.Requests, want)
 		}
+		if tr.Windows[0].pool != nil {
+			t.Errorf("KeepLatencies %v: the finished run still holds the stopping rule's pool", keep)
+		}
 	}
 }
 

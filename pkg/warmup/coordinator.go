@@ -469,6 +469,7 @@ func (c *coordinator) finish() {
 			c.shed(tr.Windows)
 			rec.cur = nil
 		}
+		releasePool(tr.Windows)
 		tr.Requests, tr.Errors = rec.total.Load(), rec.errors
 		tr.RetCodes = rec.codes
 		tr.hist, tr.errHist = rec.hist, rec.errHist
