@@ -456,7 +456,7 @@ func (l *Load) Fetch(ctx context.Context, _ time.Duration) (*Sample, error) {
 	perPod := (count + int64(len(canary)) - 1) / int64(len(canary))
 	mcfg := l.engineConfig(c.warmupConfig(perPod, len(stable)))
 	total := perPod * int64(len(canary))
-	res, err := warmup.Run(ctx, mcfg, canary, warmup.Options{Stable: stable, Logger: l.log, OnProgress: func(p warmup.Progress) {
+	res, err := warmup.Run(ctx, mcfg, canary, warmup.Options{Stable: stable, Logger: l.log, KeepLatencies: true, OnProgress: func(p warmup.Progress) {
 		if p.Phase == warmup.PhaseLoad && !p.Stable && p.Target != "" {
 			report(fmt.Sprintf("measuring: %d of %d requests to %s", p.Requests, total, pods(len(canary))))
 		}

@@ -305,7 +305,7 @@ func measureStep(ctx context.Context, cfg Config, target warmup.Target, qps floa
 	// sends exactly its maxRequests (a budget, not a cap checked after the
 	// fact), so the wait would read as a pod that does not keep up.
 	start := time.Now()
-	res, err := warmup.Run(ctx, cfg.step(qps), []warmup.Target{target}, warmup.Options{OnProgress: func(p warmup.Progress) {
+	res, err := warmup.Run(ctx, cfg.step(qps), []warmup.Target{target}, warmup.Options{KeepLatencies: true, OnProgress: func(p warmup.Progress) {
 		if p.Phase == warmup.PhaseLoad {
 			start = time.Now()
 		}

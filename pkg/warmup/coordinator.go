@@ -285,6 +285,7 @@ func (c *coordinator) onWindow(ev event) {
 	p := Progress{Phase: PhaseLoad, Window: w}
 	if ev.rec == c.srec {
 		c.stable.Windows = append(c.stable.Windows, w)
+		c.shed(c.stable.Windows)
 		p.Target, p.Stable, p.TargetConverged = "stable", true, true
 	} else {
 		for _, st := range c.canary {
@@ -308,6 +309,7 @@ func (c *coordinator) onWindow(ev event) {
 					}
 				}
 			}
+			c.shed(st.res.Windows)
 			p.Target, p.TargetConverged, p.Waiting = st.res.Target.String(), st.res.Converged, st.waiting
 			p.Pace = st.pacer.current()
 		}
@@ -475,8 +477,10 @@ func (c *coordinator) finish() {
 			w := computeWindow(rec.cur)
 			w.Index, w.Requests, w.Partial = rec.windows+1, rec.total.Load(), true
 			tr.Windows = append(tr.Windows, w)
+			c.shed(tr.Windows)
 			rec.cur = nil
 		}
+		releasePool(tr.Windows)
 		tr.Requests, tr.Errors = rec.total.Load(), rec.errors
 		tr.RetCodes = rec.codes
 		tr.hist, tr.errHist = rec.hist, rec.errHist

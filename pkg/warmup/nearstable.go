@@ -17,7 +17,7 @@ func (c *Config) nearStable(windows []WindowStats, stableP99 time.Duration) (str
 	if c.AcceptNearStable == nil || !*c.AcceptNearStable || stableP99 == 0 {
 		return "", false
 	}
-	complete := completeWindows(windows)
+	complete := completePrefix(windows)
 	p, ok := c.progressOf(complete)
 	if !ok || p.improving == "p50" || len(complete) < c.StableWindows {
 		return "", false // too few windows, or its typical request is still getting faster

@@ -74,7 +74,8 @@ type TargetResult struct {
 
 // Latencies returns every request's latency to this target, in no
 // particular order (complete windows and the partial one). They are kept in
-// memory only: a Result read back from JSON has none.
+// memory only, and only with Options.KeepLatencies: a Result read back from
+// JSON has none.
 func (t *TargetResult) Latencies() []time.Duration {
 	n := 0
 	for _, w := range t.Windows {

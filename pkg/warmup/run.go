@@ -51,6 +51,12 @@ type Options struct {
 	// the stable probe (when stable pods are given), each with its own
 	// baseline; either one backs off.
 	Neighbours NeighbourSignal
+	// KeepLatencies keeps every request's latency for
+	// TargetResult.Latencies (exact figures over a fixed count: the
+	// analysis' load source, the capacity check). Without it a run keeps
+	// only the windows' summaries and the stopping rule's bounded
+	// histograms, whatever maxRequests (see blockPool).
+	KeepLatencies bool
 }
 
 // Phase is the stage a warm-up is in.

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -27,8 +26,13 @@ type WindowStats struct {
 	Partial bool `json:"partial,omitempty"`
 
 	// sorted are the window's latencies in order, kept in memory only
-	// (never in a status): the stopping rule pools them across windows.
+	// (never in a status): the stopping rule takes its histogram from them
+	// (blockPool), then the coordinator drops them unless
+	// Options.KeepLatencies keeps them for TargetResult.Latencies.
 	sorted []time.Duration
+	// pool, on a target's first window, is the stopping rule's state for
+	// that target's windows (blockPool).
+	pool *blockPool
 }
 
 // sample is one completed request.
@@ -38,8 +42,9 @@ type sample struct {
 }
 
 // computeWindow summarizes one window's samples. It keeps the latencies,
-// sorted, for the stopping rule's pooled figures: one allocation per
-// window, which the summary's in-place sort reuses.
+// sorted, for the stopping rule's histogram of the window (and for
+// Options.KeepLatencies): one allocation per window, which the summary's
+// in-place sort reuses.
 func computeWindow(samples []sample) WindowStats {
 	lat := make([]time.Duration, len(samples))
 	errs := 0
@@ -52,6 +57,15 @@ func computeWindow(samples []sample) WindowStats {
 	w := WindowStats{Summary: latency.Summarize(lat, errs)} // sorts lat
 	w.sorted = lat
 	return w
+}
+
+// shed drops the newest window's latencies once the stopping rule has its
+// histogram (judge runs before), unless Options.KeepLatencies: a run's
+// memory then does not grow by a latency per request.
+func (c *coordinator) shed(windows []WindowStats) {
+	if n := len(windows); n > 0 && !c.opts.KeepLatencies {
+		windows[n-1].sorted = nil
+	}
 }
 
 // verdict says whether a target's latest windows satisfy the convergence
@@ -103,35 +117,6 @@ type blockStats struct {
 	slow, requests int
 }
 
-func statsOf(block []WindowStats) blockStats {
-	b := blockStats{windows: len(block)}
-	p99s := make([]time.Duration, len(block))
-	var all []time.Duration
-	pooled := true
-	for i, w := range block {
-		p99s[i] = w.P99
-		if len(w.sorted) == 0 {
-			pooled = false
-		}
-		all = append(all, w.sorted...)
-	}
-	b.p99 = median(p99s)
-	if !pooled {
-		p50s := make([]time.Duration, len(block))
-		for i, w := range block {
-			p50s[i] = w.P50
-		}
-		b.p50 = median(p50s)
-		return b
-	}
-	slices.Sort(all)
-	b.p50 = latency.Percentile(all, 50)
-	slowAbove := slowFactor * b.p50
-	b.requests = len(all)
-	b.slow = len(all) - sort.Search(len(all), func(i int) bool { return all[i] > slowAbove })
-	return b
-}
-
 // median is the upper median: for an even count, the stricter (slower)
 // of the two middle values, so a block never looks faster than it is.
 func median(ds []time.Duration) time.Duration {
@@ -161,6 +146,21 @@ func (p progress) String() string {
 
 func share(b blockStats) float64 { return float64(b.slow) / float64(b.requests) }
 
+// completePrefix is windows without the partial one: only the last window
+// can be partial (the coordinator's finish adds it). It returns windows
+// itself, not a copy, so the stopping rule's pool (on the first window)
+// follows the target's windows from check to check.
+func completePrefix(windows []WindowStats) []WindowStats {
+	n := len(windows)
+	if n > 0 && windows[n-1].Partial {
+		windows = windows[:n-1]
+	}
+	if slices.ContainsFunc(windows, func(w WindowStats) bool { return w.Partial }) {
+		return completeWindows(windows) // never built so; judged as before
+	}
+	return windows
+}
+
 // completeWindows drops the partial windows (left over when load stops).
 func completeWindows(windows []WindowStats) []WindowStats {
 	complete := make([]WindowStats, 0, len(windows))
@@ -183,14 +183,18 @@ func (c *Config) MinStop() int64 {
 
 // progressOf compares the last block of complete windows with the block
 // before it; ok is false until there are two blocks. Each block holds
-// max(StableWindows, minBlockRequests, windows/blockShare) windows.
+// max(StableWindows, minBlockRequests, windows/blockShare) windows. Its
+// blocks come from the target's blockPool (pooled histograms, moved by a
+// few windows per check), not from re-pooling every latency.
 func (c *Config) progressOf(complete []WindowStats) (p progress, ok bool) {
 	n := len(complete)
-	r := max(c.StableWindows, c.minBlockWindows(), n/blockShare)
+	pool := poolOf(complete)
+	r := c.blockWindows(n)
 	if n < 2*r {
 		return p, false
 	}
-	p.earlier, p.recent = statsOf(complete[n-2*r:n-r]), statsOf(complete[n-r:])
+	p.earlier, p.recent = pool.blocks(complete, r)
+	pool.forget(c.keepFrom(n))
 	switch {
 	case c.better(p.earlier.p50, p.recent.p50):
 		p.improving = "p50"
@@ -238,7 +242,7 @@ func (c *Config) better(before, now time.Duration) bool {
 // slower version is flagged in verdict.slower).
 func (c *Config) judge(windows []WindowStats, stableP99 time.Duration, reject bool) verdict {
 	k := c.StableWindows
-	complete := completeWindows(windows)
+	complete := completePrefix(windows)
 	p, ok := c.progressOf(complete)
 	if !ok {
 		return verdict{why: fmt.Sprintf("%d of %d windows", len(complete), 2*max(k, c.minBlockWindows()))}
