@@ -67,7 +67,7 @@ func TestLoadStopsWhenItsOwnerIsDeletedOnAPIServer(t *testing.T) {
 		impl.kube, impl.argo = e.Kube, e.Argo
 		impl.ownerEvery, impl.guardEvery = 100*time.Millisecond, 100*time.Millisecond
 		p := warmupStepClient(t, impl)
-		cfg := warmupConfigJSON(t, nil, map[string]any{"port": "http", "minRequests": 1000000, "maxRequests": 1000000, "qps": 100, "deadline": "5m"})
+		cfg := warmupConfigJSON(t, nil, map[string]any{"port": "http", "minRequests": 200000, "maxRequests": 200000, "qps": 100, "deadline": "5m"})
 		res, _ := p.Run(stored, &types.RpcStepContext{Config: cfg})
 		if res.Phase != types.PhaseRunning {
 			t.Fatalf("Run: %s %s", res.Phase, res.Message)

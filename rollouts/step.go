@@ -109,7 +109,7 @@ func (s *warmupStep) Run(ro *v1alpha1.Rollout, sc *types.RpcStepContext) (types.
 	ro = ro.DeepCopy()
 	var after func(context.Context, []warmup.Target, func(string)) (string, error)
 	if len(cfg.Capacity) > 0 {
-		check, err := capacity.ParseCheck(cfg.Capacity)
+		check, err := capacity.ParseCheck(cfg.Capacity, s.policy)
 		if err != nil {
 			return types.RpcStepResult{Phase: types.PhaseFailed, Message: "invalid danki/warmup config: " + err.Error()}, types.RpcError{}
 		}

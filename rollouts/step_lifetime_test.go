@@ -78,7 +78,7 @@ func TestStepLoadStopsWhenTheRolloutIsGone(t *testing.T) {
 			impl.argo = argo
 			p := warmupStepClient(t, impl)
 			// Never converges by itself within the test.
-			cfg := warmupConfigJSON(t, []string{srv.URL}, map[string]any{"minRequests": 1000000, "maxRequests": 1000000, "qps": 100, "deadline": "5m"})
+			cfg := warmupConfigJSON(t, []string{srv.URL}, map[string]any{"minRequests": 200000, "maxRequests": 200000, "qps": 100, "deadline": "5m"})
 			res, _ := p.Run(ro, &types.RpcStepContext{Config: cfg})
 			if res.Phase != types.PhaseRunning {
 				t.Fatalf("Run: %s %s", res.Phase, res.Message)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/danki-dev/danki/internal/config"
 	"github.com/danki-dev/danki/pkg/latency"
+	"github.com/danki-dev/danki/pkg/policy"
 	"github.com/danki-dev/danki/pkg/warmup"
 )
 
@@ -34,13 +35,16 @@ type Check struct {
 
 // ParseCheck decodes (strictly), defaults and validates a capacity block;
 // errors name the field under "capacity.".
-func ParseCheck(raw []byte) (Check, error) {
+func ParseCheck(raw []byte, p policy.Policy) (Check, error) {
 	var c Check
 	if err := config.Decode(raw, &c); err != nil {
 		return c, fmt.Errorf("capacity: %w", err)
 	}
+	c.Policy = &p
 	if c.MaxQPS == 0 && c.MinQPS > 0 {
-		c.MaxQPS = 4 * c.MinQPS
+		// A default: never above the operator's cap (a minQPS above it is
+		// then named as above maxQPS).
+		c.MaxQPS = min(4*c.MinQPS, c.limits().QPS)
 	}
 	c.Config = c.Config.WithDefaults()
 	if c.MinRatioToPrevious == nil {

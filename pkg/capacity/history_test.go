@@ -11,6 +11,7 @@ import (
 
 	"github.com/danki-dev/danki/internal/testutil"
 
+	"github.com/danki-dev/danki/pkg/policy"
 	"github.com/danki-dev/danki/pkg/warmup"
 )
 
@@ -42,7 +43,7 @@ func TestHistoryKeepsTheNewestKneePerRevision(t *testing.T) {
 }
 
 func TestCompareWithTheStableRevisionsKnee(t *testing.T) {
-	check, err := ParseCheck([]byte(`{"minQPS": 50}`))
+	check, err := ParseCheck([]byte(`{"minQPS": 50}`), policy.Local())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +75,7 @@ func TestCompareWithTheStableRevisionsKnee(t *testing.T) {
 			t.Errorf("%s: %q, %v; want a pass saying %q", tc.name, says, err, tc.says)
 		}
 	}
-	if _, err := ParseCheck([]byte(`{"minQPS": 50, "minRatioToPrevious": 1.5}`)); err == nil || !strings.Contains(err.Error(), "capacity.minRatioToPrevious") {
+	if _, err := ParseCheck([]byte(`{"minQPS": 50, "minRatioToPrevious": 1.5}`), policy.Local()); err == nil || !strings.Contains(err.Error(), "capacity.minRatioToPrevious") {
 		t.Errorf("ratio 1.5: %v; want an error naming capacity.minRatioToPrevious", err)
 	}
 	if *check.MinRatioToPrevious != DefaultMinRatioToPrevious {
