@@ -1,67 +1,14 @@
 package rollouts
 
 import (
-	"encoding/json"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"testing"
 
-	"sigs.k8s.io/yaml"
-
+	"github.com/danki-dev/danki/internal/testutil"
 	"github.com/danki-dev/danki/pkg/policy"
 	"github.com/danki-dev/danki/pkg/shift"
 )
-
-// yamlValuesUnder returns, as JSON, every value under a key named key in
-// the YAML documents of files (multi-document files included).
-func yamlValuesUnder(t testing.TB, key string, files []string) [][]byte {
-	t.Helper()
-	var out [][]byte
-	var walk func(v any)
-	walk = func(v any) {
-		switch v := v.(type) {
-		case map[string]any:
-			for k, inner := range v {
-				if k == key {
-					if b, err := json.Marshal(inner); err == nil {
-						out = append(out, b)
-					}
-				}
-				walk(inner)
-			}
-		case []any:
-			for _, inner := range v {
-				walk(inner)
-			}
-		}
-	}
-	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, doc := range splitYAMLDocuments(data) {
-			var v any
-			if yaml.Unmarshal(doc, &v) == nil {
-				walk(v)
-			}
-		}
-	}
-	return out
-}
-
-func splitYAMLDocuments(data []byte) [][]byte {
-	var docs [][]byte
-	start := 0
-	for i := 0; i+4 <= len(data); i++ {
-		if (i == 0 || data[i-1] == '\n') && string(data[i:i+3]) == "---" && (i+3 == len(data) || data[i+3] == '\n' || data[i+3] == '\r') {
-			docs = append(docs, data[start:i])
-			start = i + 3
-		}
-	}
-	return append(docs, data[start:])
-}
 
 // FuzzRouterConfig feeds the danki/istio config of a Rollout (shift.Bind:
 // the routerconfig decoder, the ramp plan) and its gate (built as the
@@ -73,7 +20,7 @@ func FuzzRouterConfig(f *testing.F) {
 		m, _ := filepath.Glob(glob)
 		files = append(files, m...)
 	}
-	for _, seed := range yamlValuesUnder(f, TrafficRouterName, files) {
+	for _, seed := range testutil.YAMLValuesUnder(f, TrafficRouterName, files) {
 		f.Add(seed)
 	}
 	f.Add([]byte(hostConfig))

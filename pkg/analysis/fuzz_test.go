@@ -1,51 +1,12 @@
 package analysis
 
 import (
-	"encoding/json"
-	"os"
 	"path/filepath"
 	"testing"
 
-	"sigs.k8s.io/yaml"
-
+	"github.com/danki-dev/danki/internal/testutil"
 	"github.com/danki-dev/danki/pkg/policy"
 )
-
-// pluginConfigs returns every value under a key named key in the YAML
-// documents of files, as JSON: the danki/latency blocks of the examples.
-func pluginConfigs(t testing.TB, key string, files ...string) [][]byte {
-	t.Helper()
-	var out [][]byte
-	var walk func(v any)
-	walk = func(v any) {
-		switch v := v.(type) {
-		case map[string]any:
-			for k, inner := range v {
-				if k == key {
-					if b, err := json.Marshal(inner); err == nil {
-						out = append(out, b)
-					}
-				}
-				walk(inner)
-			}
-		case []any:
-			for _, inner := range v {
-				walk(inner)
-			}
-		}
-	}
-	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var doc any
-		if yaml.Unmarshal(data, &doc) == nil {
-			walk(doc)
-		}
-	}
-	return out
-}
 
 // FuzzParseConfig feeds the danki/latency decoder, Compile and the source
 // builders (under an operator's policy, so that no file a fuzzed config
@@ -54,7 +15,7 @@ func pluginConfigs(t testing.TB, key string, files ...string) [][]byte {
 func FuzzParseConfig(f *testing.F) {
 	files, _ := filepath.Glob("../../examples/analysis/*.yaml")
 	lab, _ := filepath.Glob("../../examples/lab/*/*.yaml")
-	for _, seed := range pluginConfigs(f, "danki/latency", append(files, lab...)...) {
+	for _, seed := range testutil.YAMLValuesUnder(f, "danki/latency", append(files, lab...)) {
 		f.Add(seed)
 	}
 	f.Add([]byte(`{"source":"fortio","fortio":{"canary":"http://10.0.0.1/c.json","stable":"s.json"},"slo":{"max":"1s"}}`))
