@@ -18,11 +18,11 @@ targets=$(git grep -lE '^func Fuzz[A-Za-z0-9_]*\(f \*testing\.F\)' -- '*_test.go
 n=0
 for file in $targets; do
 	pkg=./$(dirname "$file")
-	for name in $(sed -nE 's/^func (Fuzz[A-Za-z0-9_]*)\(f \*testing\.F\).*/\1/p' "$file"); do
+	while read -r name; do
 		echo "hack/fuzz.sh: $pkg $name for $fuzztime" >&2
 		# -parallel 2: the machine's two cores; -run '^$' skips the unit tests.
-		go test -run '^$' -fuzz "^${name}\$" -fuzztime "$fuzztime" -parallel 2 "$pkg"
+		go test -run '^$' -fuzz "^${name}\$" -fuzztime "$fuzztime" -parallel 2 "$pkg" </dev/null
 		n=$((n + 1))
-	done
+	done < <(sed -nE 's/^func (Fuzz[A-Za-z0-9_]*)\(f \*testing\.F\).*/\1/p' "$file")
 done
 echo "hack/fuzz.sh: $n fuzz targets, $fuzztime each: no failure"

@@ -272,7 +272,7 @@ func (s *warmupStep) podGuard(ro *v1alpha1.Rollout, cfg warmup.StepConfig) func(
 		if r.Selector != nil {
 			sel, err := metav1.LabelSelectorAsSelector(r.Selector)
 			if err != nil {
-				return nil, fmt.Errorf("Rollout %s/%s spec.selector: %w", r.Namespace, r.Name, err)
+				return nil, fmt.Errorf("rollout %s/%s spec.selector: %w", r.Namespace, r.Name, err)
 			}
 			q.Selector = sel.String()
 		}

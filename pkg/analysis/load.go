@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -370,9 +371,49 @@ func (l *Load) namespace(ns string) (string, error) {
 // engineConfig is the warm-up engine's config for one of this source's
 // loads (the warm-up and the measured load): the one place the operator's
 // policy joins it.
-func (l *Load) engineConfig(w warmup.Config) warmup.Config {
+func (l *Load) engineConfig(w warmup.Config, guard func(netip.Addr) error) warmup.Config {
 	w.Policy = &l.policy
+	w.Guard = guard
 	return w
+}
+
+// podGuard pins the measurement's pod targets (warmup.PodGuard): a pod
+// deleted, terminating or replaced, or whose address another pod now has,
+// gets no more of the load, however long it runs. Nil when every target
+// is an explicit URL.
+func (l *Load) podGuard(ctx context.Context, ns string, canary, stable []warmup.Target) (func(netip.Addr) error, error) {
+	c := l.cfg
+	var pods, urls []warmup.Target
+	q := warmup.PodGuardQuery{Namespace: ns}
+	if len(c.URLs) > 0 {
+		urls = append(urls, canary...)
+	} else {
+		pods = append(pods, canary...)
+		q.Selector = c.Selector
+		if c.PodTemplateHash != "" {
+			q.Hashes = []string{c.PodTemplateHash}
+		}
+	}
+	if len(c.StableURLs) > 0 {
+		urls = append(urls, stable...)
+	} else if len(stable) > 0 {
+		pods = append(pods, stable...)
+		// Both sides' pods: the namespace's, each still pinned by name,
+		// UID and address.
+		q.Selector, q.Hashes = "", nil
+	}
+	if len(pods) == 0 || l.kube == nil {
+		return nil, nil
+	}
+	kube, err := l.kube()
+	if err != nil {
+		return nil, err
+	}
+	g, err := warmup.NewPodGuard(ctx, kube, q, pods, urls, 0, l.log)
+	if err != nil {
+		return nil, err
+	}
+	return g.Check, nil
 }
 
 // Describe says where the load goes, for GetMetadata and errors.
@@ -438,10 +479,17 @@ func (l *Load) Fetch(ctx context.Context, _ time.Duration) (*Sample, error) {
 	if c.hasStable() && len(stable) == 0 {
 		return s, fmt.Errorf("find the stable pods to load: none found (%s)", s.Queries[len(s.Queries)-1])
 	}
+	// The guard re-reads the pods until the measurement ends.
+	ctx, stopGuard := context.WithCancel(ctx)
+	defer stopGuard()
+	guard, err := l.podGuard(ctx, ns, canary, stable)
+	if err != nil {
+		return s, fmt.Errorf("pin the pods to load: %w", err)
+	}
 
 	var note string
 	if *c.WarmUp {
-		note, err = l.warm(ctx, canary, stable, report)
+		note, err = l.warm(ctx, canary, stable, guard, report)
 		if err != nil {
 			return s, err
 		}
@@ -454,7 +502,7 @@ func (l *Load) Fetch(ctx context.Context, _ time.Duration) (*Sample, error) {
 		count = int64(*c.Count)
 	}
 	perPod := (count + int64(len(canary)) - 1) / int64(len(canary))
-	mcfg := l.engineConfig(c.warmupConfig(perPod, len(stable)))
+	mcfg := l.engineConfig(c.warmupConfig(perPod, len(stable)), guard)
 	total := perPod * int64(len(canary))
 	res, err := warmup.Run(ctx, mcfg, canary, warmup.Options{Stable: stable, Logger: l.log, KeepLatencies: true, OnProgress: func(p warmup.Progress) {
 		if p.Phase == warmup.PhaseLoad && !p.Stable && p.Target != "" {
@@ -476,12 +524,12 @@ func (l *Load) Fetch(ctx context.Context, _ time.Duration) (*Sample, error) {
 // without converging (its deadline, a version that never settles, one
 // failing every request) leaves the verdict to the measurement, which
 // judges exactly that latency and those errors; the note says so.
-func (l *Load) warm(ctx context.Context, canary, stable []warmup.Target, report func(string)) (string, error) {
+func (l *Load) warm(ctx context.Context, canary, stable []warmup.Target, guard func(netip.Addr) error, report func(string)) (string, error) {
 	cold := l.warmed.cold(canary, time.Now())
 	if len(cold) == 0 {
 		return pods(len(canary)) + " already warmed by an earlier measurement", nil
 	}
-	w := l.engineConfig(l.cfg.baseConfig(l.cfg.Deadline/2, len(stable)))
+	w := l.engineConfig(l.cfg.baseConfig(l.cfg.Deadline/2, len(stable)), guard)
 	res, err := warmup.Run(ctx, w, cold, warmup.Options{Stable: stable, Logger: l.log, OnProgress: func(p warmup.Progress) {
 		if p.Phase == warmup.PhaseLoad && !p.Stable && p.Target != "" {
 			report(fmt.Sprintf("warming %s: %d requests, %d converged", pods(p.Targets), p.Requests, p.ConvergedTargets))

@@ -2,7 +2,6 @@ package warmup
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -265,10 +264,20 @@ func (g *PodGuard) list(ctx context.Context) (map[string]*corev1.Pod, error) {
 	if err != nil {
 		return nil, fmt.Errorf("selector %q: %w", g.query.Selector, err)
 	}
-	if len(g.query.Hashes) == 0 {
-		return nil, errors.New("no pod-template hash to find the run's pods by")
-	}
 	out := map[string]*corev1.Pod{}
+	if len(g.query.Hashes) == 0 {
+		// Pods found by Service or selector alone (a source: load
+		// measurement): the selector's pods of the namespace, each target
+		// still pinned by name, UID and address.
+		pods, err := g.kube.CoreV1().Pods(g.query.Namespace).List(ctx, metav1.ListOptions{LabelSelector: base.String()})
+		if err != nil {
+			return nil, fmt.Errorf("list pods matching %q in %s: %w", base, g.query.Namespace, err)
+		}
+		for i := range pods.Items {
+			out[pods.Items[i].Name] = &pods.Items[i]
+		}
+		return out, nil
+	}
 	for _, hash := range g.query.Hashes {
 		req, err := labels.NewRequirement(PodTemplateHashLabel, "=", []string{hash})
 		if err != nil {

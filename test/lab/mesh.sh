@@ -219,7 +219,7 @@ start_argo() {
 	# args are the operator's policy (docs/security.md): the lab's Prometheus
 	# is the one tenant configs may query, and the capacity checks of the lab
 	# e2e ramp to 600 qps, above the default cap of 500.
-	local args='["plugin", "--prometheus", "http://127.0.0.1:'"$PROMETHEUS_PORT"'", "--max-qps", "1000"]'
+	local plugin_args='["plugin", "--prometheus", "http://127.0.0.1:'"$PROMETHEUS_PORT"'", "--max-qps", "1000"]'
 	kubectl_lab apply -f - >/dev/null <<CONFIG
 apiVersion: v1
 kind: ConfigMap
@@ -228,15 +228,15 @@ data:
   metricProviderPlugins: |
     - name: danki/latency
       location: file://$bin/danki
-      args: $args
+      args: $plugin_args
   trafficRouterPlugins: |
     - name: danki/istio
       location: file://$bin/danki
-      args: $args
+      args: $plugin_args
   stepPlugins: |
     - name: danki/warmup
       location: file://$bin/danki
-      args: $args
+      args: $plugin_args
 CONFIG
 	mkdir -p "$run/argo"
 	# The controller copies plugins into ./plugin-bin: run it in its own dir.
