@@ -123,6 +123,9 @@ func (s *warmupStep) Run(ro *v1alpha1.Rollout, sc *types.RpcStepContext) (types.
 			previous = &k
 		}
 		after = func(ctx context.Context, canary []warmup.Target, report func(string)) (string, error) {
+			check := check
+			// The warm-up's pod guard: the capacity load dials through it.
+			check.Guard = warmup.GuardChain(check.Guard, warmup.RunGuard(ctx))
 			summary, knee, err := check.Run(ctx, canary[0], previous, report)
 			if err != nil {
 				return "", err

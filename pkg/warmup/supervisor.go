@@ -332,7 +332,7 @@ func (r *supervisedRun) execute(ctx context.Context, log *slog.Logger, cfg Confi
 		log.Info("warm-up converged; checking", "summary", res.Summary())
 		msg := "warm-up " + res.Summary()
 		r.set(PhaseChecking, msg)
-		summary, err := job.After(ctx, canary, func(p string) { r.set(PhaseChecking, p) })
+		summary, err := job.After(withRunGuard(ctx, run.Guard), canary, func(p string) { r.set(PhaseChecking, p) })
 		switch {
 		case errors.Is(ctx.Err(), context.Canceled):
 			r.set(PhaseStopped, "stopped during the check after the warm-up")
@@ -386,4 +386,19 @@ func (r *supervisedRun) onProgress(p Progress) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.status.fold(p, r.pods)
+}
+
+type runGuardKey struct{}
+
+func withRunGuard(ctx context.Context, guard func(netip.Addr) error) context.Context {
+	return context.WithValue(ctx, runGuardKey{}, guard)
+}
+
+// RunGuard is the guard of the run whose Job.After is called with ctx (the
+// pod guard of Job.Guard, after the config's own), nil outside one: a check
+// that sends load of its own (the capacity check) dials through it too, so
+// a pod replaced since the warm-up gets none of it.
+func RunGuard(ctx context.Context) func(netip.Addr) error {
+	g, _ := ctx.Value(runGuardKey{}).(func(netip.Addr) error)
+	return g
 }

@@ -75,3 +75,41 @@ func TestSupervisorJobGuard(t *testing.T) {
 		t.Errorf("%d requests before the guard was set up", srv.Load())
 	}
 }
+
+// A check after the warm-up (the capacity check) gets the run's guard
+// through RunGuard: its own load dials through the pod guard too.
+func TestSupervisorAfterGetsTheRunGuard(t *testing.T) {
+	srv := newTestServer(t, testutil.Flat(time.Millisecond))
+	job := urlJob(fastConfig(), srv)
+	refused := errors.New("not the rollout's pod any more")
+	job.Guard = func(context.Context, []Target, []Target) (func(netip.Addr) error, error) {
+		return func(ip netip.Addr) error {
+			if ip == netip.MustParseAddr("10.0.0.9") {
+				return refused
+			}
+			return nil
+		}, nil
+	}
+	var seen error
+	job.After = func(ctx context.Context, _ []Target, _ func(string)) (string, error) {
+		g := RunGuard(ctx)
+		if g == nil {
+			return "", errors.New("no run guard")
+		}
+		seen = g(netip.MustParseAddr("10.0.0.9"))
+		return "checked", nil
+	}
+	s := newTestSupervisor()
+	key := RunKey{Owner: "shop/cart", Revision: "h1"}
+	s.Start(key, nil, job)
+	st := waitFinal(t, s, key, 30*time.Second)
+	if st.Phase != PhaseConverged {
+		t.Fatalf("run ended %s %q; want Converged", st.Phase, st.Message)
+	}
+	if !errors.Is(seen, refused) {
+		t.Errorf("RunGuard(10.0.0.9) in After = %v; want the job's guard refusing it", seen)
+	}
+	if RunGuard(context.Background()) != nil {
+		t.Error("RunGuard outside a run: want nil")
+	}
+}
