@@ -55,7 +55,13 @@ func prometheusBinary(t *testing.T) string {
 		}
 		dir = parent
 	}
-	bin := filepath.Join(dir, ".cache", "lab", "bin", "prometheus")
+	// The lab's cache: $DANKI_CACHE as the Makefile exports it, else .cache
+	// at the root (test/testenv.CacheDir).
+	cache := os.Getenv("DANKI_CACHE")
+	if cache == "" {
+		cache = filepath.Join(dir, ".cache")
+	}
+	bin := filepath.Join(cache, "lab", "bin", "prometheus")
 	if _, err := os.Stat(bin); err != nil {
 		t.Fatalf("Prometheus binary not found at %s (%v). The lab build links Debian's prometheus there "+
 			"(apt-get install -y --no-install-recommends prometheus; ln -s /usr/bin/prometheus %s), "+
