@@ -18,7 +18,7 @@ func newPluginCmd() *cobra.Command {
 		Long: `Serve one of danki's Argo Rollouts plugins over go-plugin RPC.
 
 The Argo Rollouts controller starts this command itself, once per plugin name
-listed in its argo-rollouts-config ConfigMap, with args ["plugin"]. The kind is
+listed in its argo-rollouts-config ConfigMap, with args ["plugin", …]. The kind is
 read from the ARGO_ROLLOUTS_RPC_PLUGIN handshake variable:
 
   step           danki/warmup   warm canary pods until their latency converges
