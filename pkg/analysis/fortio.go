@@ -5,10 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
-	"os"
 	"strings"
 	"time"
 
@@ -117,12 +115,7 @@ func (f *Fortio) read(ctx context.Context, name, location string) (Side, error) 
 
 func (f *Fortio) load(ctx context.Context, location string) ([]byte, error) {
 	if !isHTTP(location) {
-		file, err := os.Open(location)
-		if err != nil {
-			return nil, err
-		}
-		defer file.Close()
-		return f.limited(file)
+		return policy.ReadFile(location, f.maxBytes)
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, location, nil)
 	if err != nil {
@@ -136,20 +129,7 @@ func (f *Fortio) load(ctx context.Context, location string) ([]byte, error) {
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("GET answered %s", resp.Status)
 	}
-	return f.limited(resp.Body)
-}
-
-// limited reads r up to maxBytes; a longer result is an error, never a
-// silently truncated (and then unparseable or partial) one.
-func (f *Fortio) limited(r io.Reader) ([]byte, error) {
-	data, err := io.ReadAll(io.LimitReader(r, f.maxBytes+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(data)) > f.maxBytes {
-		return nil, fmt.Errorf("larger than %d bytes, the operator's cap on a file danki reads (--max-file-bytes)", f.maxBytes)
-	}
-	return data, nil
+	return policy.ReadAtMost(resp.Body, f.maxBytes)
 }
 
 // FortioSide converts a fortio HTTP result into a Side: the duration

@@ -82,12 +82,7 @@ type Config struct {
 }
 
 // limits are the operator's caps with their defaults.
-func (c Config) limits() policy.Limits {
-	if c.Policy == nil {
-		return policy.Local().Limits.WithDefaults()
-	}
-	return c.Policy.Limits.WithDefaults()
-}
+func (c Config) limits() policy.Limits { return policy.OrLocal(c.Policy).Limits.WithDefaults() }
 
 // WithDefaults returns a copy with zero values replaced by the defaults.
 func (c Config) WithDefaults() Config {

@@ -103,24 +103,41 @@ func (n Network) allowed() string {
 // Control is a net.Dialer Control function that refuses, at connect time,
 // the addresses CheckAddr refuses: a host name that resolves to one is
 // refused too.
-func (n Network) Control(network, address string, _ syscall.RawConn) error {
-	ap, err := netip.ParseAddrPort(address)
-	if err != nil {
-		return fmt.Errorf("dial %s: %w", address, err)
+func (n Network) Control(network, address string, rc syscall.RawConn) error {
+	return n.controlWith(nil)(network, address, rc)
+}
+
+// controlWith is Control, then guard (when not nil) on the same address.
+func (n Network) controlWith(guard func(netip.Addr) error) func(network, address string, _ syscall.RawConn) error {
+	return func(_, address string, _ syscall.RawConn) error {
+		ap, err := netip.ParseAddrPort(address)
+		if err != nil {
+			return fmt.Errorf("dial %s: %w", address, err)
+		}
+		if err := n.CheckAddr(ap.Addr()); err != nil {
+			return err
+		}
+		if guard != nil {
+			return guard(ap.Addr())
+		}
+		return nil
 	}
-	return n.CheckAddr(ap.Addr())
 }
 
 // Dialer returns d (a zero Dialer when nil) with Control set to n's check.
-func (n Network) Dialer(d *net.Dialer) *net.Dialer {
+func (n Network) Dialer(d *net.Dialer) *net.Dialer { return n.GuardedDialer(d, nil) }
+
+// GuardedDialer is Dialer, with guard (when not nil) asked about every
+// address after n's own check: a run's own pods only (warmup.PodGuard).
+func (n Network) GuardedDialer(d *net.Dialer, guard func(netip.Addr) error) *net.Dialer {
 	if d == nil {
 		d = &net.Dialer{}
 	} else {
 		c := *d
 		d = &c
 	}
-	if !n.AnyTarget {
-		d.Control = n.Control
+	if !n.AnyTarget || guard != nil {
+		d.Control = n.controlWith(guard)
 	}
 	return d
 }

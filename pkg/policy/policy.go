@@ -37,6 +37,16 @@ func Local() Policy {
 	return Policy{LocalFiles: true, Network: Network{AnyTarget: true}}
 }
 
+// OrLocal is *p, or Local() when p is nil: the policy of a config a
+// library caller or the command line built without one (the parsers of
+// tenant configs always set it).
+func OrLocal(p *Policy) Policy {
+	if p == nil {
+		return Local()
+	}
+	return *p
+}
+
 // Tenant reports whether configs under this policy come from tenants
 // (anything but the command line).
 func (p Policy) Tenant() bool { return !p.LocalFiles }

@@ -2,8 +2,11 @@ package policy
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -127,5 +130,55 @@ func TestOverNamesTheCap(t *testing.T) {
 	}
 	if l := (Limits{QPS: 5}).WithDefaults(); l.QPS != 5 || l.Connections != DefaultLimits.Connections {
 		t.Errorf("WithDefaults = %+v", l)
+	}
+}
+
+// A guard (a run's own pods) is asked after the network check, also where
+// any address is allowed (the command line with a pod guard).
+func TestGuardedDialerAsksTheGuardAfterTheCheck(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	refuse := func(netip.Addr) error { return errGone }
+	for _, n := range []Network{{AllowLoopback: true}, {AnyTarget: true}} {
+		if c, err := n.GuardedDialer(nil, refuse).DialContext(ctx, "tcp", l.Addr().String()); err == nil {
+			c.Close()
+			t.Errorf("%+v: dialled past the guard", n)
+		}
+		c, err := n.GuardedDialer(nil, nil).DialContext(ctx, "tcp", l.Addr().String())
+		if err != nil {
+			t.Errorf("%+v without a guard: %v", n, err)
+			continue
+		}
+		c.Close()
+	}
+	if c, err := (Network{}).GuardedDialer(nil, func(netip.Addr) error { return nil }).DialContext(ctx, "tcp", l.Addr().String()); err == nil {
+		c.Close()
+		t.Error("a guard that allows must not lift the loopback refusal")
+	}
+}
+
+var errGone = errors.New("not the run's pod any more")
+
+func TestReadFileRefusesWhatIsNoRegularFileOrTooLarge(t *testing.T) {
+	dir := t.TempDir()
+	small := filepath.Join(dir, "small")
+	if err := os.WriteFile(small, []byte("0123456789"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if data, err := ReadFile(small, 10); err != nil || string(data) != "0123456789" {
+		t.Errorf("ReadFile(10 bytes, limit 10) = %q, %v", data, err)
+	}
+	for path, want := range map[string]string{"/dev/zero": "not a regular file", dir: "not a regular file", small: "larger than 5 bytes"} {
+		if _, err := ReadFile(path, 5); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ReadFile(%s, 5) = %v, want %q", path, err, want)
+		}
+	}
+	if _, err := ReadAtMost(strings.NewReader("0123456789"), 9); err == nil || !strings.Contains(err.Error(), "--max-file-bytes") {
+		t.Errorf("ReadAtMost over the limit: %v", err)
 	}
 }

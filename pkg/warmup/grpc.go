@@ -136,7 +136,7 @@ func readDescriptorSet(p policy.Policy, path string) (descriptorResolver, error)
 	if err := p.CheckFile("grpcDescriptorSet", path, descriptorSetInstead); err != nil {
 		return nil, err
 	}
-	data, err := readLocalFile(path, p.Limits.WithDefaults().FileBytes)
+	data, err := policy.ReadFile(path, p.Limits.WithDefaults().FileBytes)
 	if err != nil {
 		return nil, &config.FieldError{Path: "grpcDescriptorSet", Err: err}
 	}

@@ -2,14 +2,9 @@ package warmup
 
 import (
 	"context"
-	"fmt"
-	"io"
 	"net"
-	"net/netip"
 	"net/url"
-	"os"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/danki-dev/danki/internal/config"
@@ -18,12 +13,7 @@ import (
 
 // policy is the operator's policy the config is bound by: Config.Policy,
 // or the command line's (policy.Local) when nil.
-func (c *Config) policy() policy.Policy {
-	if c.Policy == nil {
-		return policy.Local()
-	}
-	return *c.Policy
-}
+func (c *Config) policy() policy.Policy { return policy.OrLocal(c.Policy) }
 
 // limits are the policy's caps with their defaults.
 func (c *Config) limits() policy.Limits { return c.policy().Limits.WithDefaults() }
@@ -34,22 +24,7 @@ func (c *Config) limits() policy.Limits { return c.policy().Limits.WithDefaults(
 // so a host name that resolves to the metadata endpoint or loopback is
 // refused as well as one that names it.
 func (c *Config) dialer(timeout time.Duration) *net.Dialer {
-	d := c.policy().Network.Dialer(&net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second})
-	if guard, check := c.Guard, d.Control; guard != nil {
-		d.Control = func(network, address string, rc syscall.RawConn) error {
-			if check != nil {
-				if err := check(network, address, rc); err != nil {
-					return err
-				}
-			}
-			ap, err := netip.ParseAddrPort(address)
-			if err != nil {
-				return fmt.Errorf("dial %s: %w", address, err)
-			}
-			return guard(ap.Addr())
-		}
-	}
-	return d
+	return c.policy().Network.GuardedDialer(&net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}, c.Guard)
 }
 
 // checked says whether connections must go through dialer: under a
@@ -150,34 +125,3 @@ func (c Config) checkMarker(errs *config.Errors) {
 // descriptorSetInstead is what a tenant config uses instead of a
 // descriptor set file.
 const descriptorSetInstead = "leave grpcDescriptorSet out: the warm-up then asks the server's reflection service for the message types (turn gRPC server reflection on in the application)"
-
-// readLocalFile reads a file named on the command line: only a regular
-// file (not /dev/zero, a FIFO or a directory, which would fill memory or
-// block), and at most limit bytes.
-func readLocalFile(path string, limit int64) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	// Stat of the open file, not of the path: the file read is the one
-	// checked.
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is not a regular file (%s): give the path of a file", path, fi.Mode().Type())
-	}
-	if fi.Size() > limit {
-		return nil, fmt.Errorf("%s is %d bytes, above the limit of %d (the operator's --max-file-bytes)", path, fi.Size(), limit)
-	}
-	data, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(data)) > limit {
-		return nil, fmt.Errorf("%s is above the limit of %d bytes (the operator's --max-file-bytes)", path, limit)
-	}
-	return data, nil
-}
