@@ -31,7 +31,7 @@ build: ## build bin/danki (CLI and Argo Rollouts plugin in one binary; what a re
 # The lab's own binary (pod runner, demo, plots), kept out of danki; the lab
 # scripts build it into $(DANKI_CACHE)/lab/bin themselves.
 build-lab: ## build bin/danki-lab (the lab runner and demo; not released)
-	go build -trimpath -ldflags '-s -w' -o bin/danki-lab ./test/cmd/danki-lab
+	go build -trimpath -ldflags '-s -w' -o bin/danki-lab ./lab/cmd/danki-lab
 
 # Argo Rollouts downloads a plugin by URL and checks its sha256: release the
 # bare binaries (no archives) and their sums.
@@ -77,22 +77,22 @@ $(TOOLS)/staticcheck:
 	GOBIN=$(TOOLS) go install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 
 bench: ## Go benchmarks, then (root) the lab bench: baseline, Istio slow start, a fixed 100-request warm-up, danki warming on mirrored traffic and danki side by side (warm-up lengths, ratios ÷ danki) + oracle warm-up length, the gate bench, the BlueGreen load test, the capacity knees; in bench-results/
-	test/lab/bench.sh
+	lab/scripts/bench.sh
 
 demo: ## the main job (root): baseline vs danki rollout of a cold-starting JVM app under user traffic, then the warm gate's short bench; tables + charts in demo-results/
-	test/lab/demo.sh
+	lab/scripts/demo.sh
 
 aa: ## (root) issue #14's lab A/A: the same version rolled out AA_RUNS times (default 20) with danki's defaults — is a good version ever rejected? aa-results/
-	test/lab/up.sh && { $(DANKI_CACHE)/lab/bin/danki-lab aa --root . --kubeconfig $(DANKI_CACHE)/lab/kubeconfig --runs $${AA_RUNS:-20} --out aa-results; rc=$$?; test/lab/down.sh; exit $$rc; }
+	lab/scripts/up.sh && { $(DANKI_CACHE)/lab/bin/danki-lab aa --root . --kubeconfig $(DANKI_CACHE)/lab/kubeconfig --runs $${AA_RUNS:-20} --out aa-results; rc=$$?; lab/scripts/down.sh; exit $$rc; }
 
 lab-bins: ## build the lab's other binaries (control plane, istiod, Argo, Envoy, Prometheus, sample apps HTTP and gRPC) into $(DANKI_CACHE)/lab/bin (cached; ~25 min cold on an idle 2-core machine)
-	test/lab/build.sh
+	lab/scripts/build.sh
 
 lab-up: ## build danki + danki-lab, start the lab (control plane, pod network, istiod + Envoy, Prometheus, Argo Rollouts); kubeconfig at $(DANKI_CACHE)/lab/kubeconfig
-	test/lab/up.sh
+	lab/scripts/up.sh
 
 lab-down: ## stop what lab-up started (the controller's plugin processes too); fails if anything is left running
-	test/lab/down.sh
+	lab/scripts/down.sh
 
 clean: ## remove build outputs (keeps the lab cache; rm -rf .cache for that)
 	rm -rf bin dist demo-results bench-results

@@ -16,8 +16,8 @@ import (
 	templateutil "github.com/argoproj/argo-rollouts/utils/template"
 	"sigs.k8s.io/yaml"
 
-	dankiconfig "github.com/danki-dev/danki/internal/config"
 	"github.com/danki-dev/danki/pkg/analysis"
+	dankiconfig "github.com/danki-dev/danki/pkg/config"
 	"github.com/danki-dev/danki/pkg/policy"
 	"github.com/danki-dev/danki/pkg/shift"
 	"github.com/danki-dev/danki/pkg/warmup"
@@ -229,20 +229,22 @@ func documentedFields(t *testing.T, doc string) map[string]bool {
 }
 
 // TestDocsExampleConfigs parses the danki configs in every Rollout and
-// AnalysisTemplate under examples/ with the plugins' own parsers, the way
+// AnalysisTemplate under examples/ and lab/manifests/ with the plugins' own parsers, the way
 // the controller hands them over: a typo or a removed field in an example is
 // an error here, not a failed rollout on a cluster (the API server accepts
 // anything under a plugin's config).
 func TestDocsExampleConfigs(t *testing.T) {
 	var files []string
-	err := filepath.WalkDir("../examples", func(path string, d os.DirEntry, err error) error {
-		if err == nil && !d.IsDir() && strings.HasSuffix(path, ".yaml") {
-			files = append(files, path)
+	for _, root := range []string{"../examples", "../lab/manifests"} {
+		err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+			if err == nil && !d.IsDir() && strings.HasSuffix(path, ".yaml") {
+				files = append(files, path)
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
 		}
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
 	counts := map[string]int{}
 	for _, path := range files {

@@ -16,7 +16,7 @@ import (
 // may panic, and a bound config's plan is valid.
 func FuzzRouterConfig(f *testing.F) {
 	var files []string
-	for _, glob := range []string{"../examples/istio-router/*.yaml", "../examples/lab/*/*.yaml", "../examples/kind/manifests/*.yaml"} {
+	for _, glob := range []string{"../examples/istio-router/*.yaml", "../lab/manifests/*/*.yaml", "../examples/kind/manifests/*.yaml"} {
 		m, _ := filepath.Glob(glob)
 		files = append(files, m...)
 	}

@@ -20,7 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
-	"github.com/danki-dev/danki/internal/config"
+	"github.com/danki-dev/danki/pkg/config"
 	"github.com/danki-dev/danki/pkg/latency"
 	"github.com/danki-dev/danki/pkg/warmup"
 )

@@ -12,8 +12,8 @@ import (
 
 	"fortio.org/fortio/fhttp"
 
-	"github.com/danki-dev/danki/internal/config"
 	"github.com/danki-dev/danki/internal/testutil"
+	"github.com/danki-dev/danki/pkg/config"
 )
 
 // warmupServer is a cold pod stand-in on 127.0.0.1: 1 ms + 20 ms·e^(−n/40),

@@ -11,7 +11,7 @@ import (
 	"text/template"
 	"time"
 
-	"github.com/danki-dev/danki/internal/config"
+	"github.com/danki-dev/danki/pkg/config"
 	"github.com/prometheus/common/model"
 )
 
@@ -52,7 +52,7 @@ const (
 
 // Config is the danki/latency configuration: the object under
 // metric.provider.plugin["danki/latency"] in an AnalysisTemplate, also built
-// by `danki analyze` and by pkg/shift's gate. It follows internal/config's
+// by `danki analyze` and by pkg/shift's gate. It follows pkg/config's
 // convention: ParseConfig decodes it strictly (JSON or YAML; errors name the
 // field path), WithDefaults returns a copy with the defaults filled in,
 // Validate reports every problem without changing anything, and Compile

@@ -23,7 +23,7 @@
 // every number it was decided on and a one-line summary. Latency SLOs are
 // always judged together with the error rate.
 //
-// Config follows internal/config's convention: ParseConfig decodes JSON or
+// Config follows pkg/config's convention: ParseConfig decodes JSON or
 // YAML strictly, WithDefaults returns a copy with defaults, Validate is
 // pure, and Compile returns the Rules an Analyzer judges by. Analyzer runs
 // one analysis; Gate wraps it for pkg/shift; the Argo Rollouts metric plugin

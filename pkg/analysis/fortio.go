@@ -13,7 +13,7 @@ import (
 	"fortio.org/fortio/fhttp"
 	"fortio.org/fortio/stats"
 
-	"github.com/danki-dev/danki/internal/config"
+	"github.com/danki-dev/danki/pkg/config"
 	"github.com/danki-dev/danki/pkg/policy"
 )
 

@@ -14,7 +14,7 @@ import (
 // ParseConfig accepts compiles.
 func FuzzParseConfig(f *testing.F) {
 	files, _ := filepath.Glob("../../examples/analysis/*.yaml")
-	lab, _ := filepath.Glob("../../examples/lab/*/*.yaml")
+	lab, _ := filepath.Glob("../../lab/manifests/*/*.yaml")
 	for _, seed := range testutil.YAMLValuesUnder(f, "danki/latency", append(files, lab...)) {
 		f.Add(seed)
 	}

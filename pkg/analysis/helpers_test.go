@@ -7,7 +7,7 @@ import (
 	"sort"
 	"strconv"
 
-	"github.com/danki-dev/danki/internal/config"
+	"github.com/danki-dev/danki/pkg/config"
 )
 
 // istioBuckets are Istio's and Envoy's default latency bucket bounds (ms).

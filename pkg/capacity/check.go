@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/danki-dev/danki/internal/config"
+	"github.com/danki-dev/danki/pkg/config"
 	"github.com/danki-dev/danki/pkg/latency"
 	"github.com/danki-dev/danki/pkg/policy"
 	"github.com/danki-dev/danki/pkg/warmup"

@@ -1,6 +1,6 @@
 // Package latency summarizes request latencies the way danki reports them,
 // for the warm-up's windows (pkg/warmup) and the demo's phases and warm-up
-// curves (internal/demo):
+// curves (lab/traffic):
 //
 //   - Summarize: count, errors, min, mean and max (fortio's stats.Counter)
 //     and exact nearest-rank percentiles p50, p90, p99, p99.9 over the raw

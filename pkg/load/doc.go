@@ -1,5 +1,5 @@
 // Package load sends paced HTTP load with fortio, for the warm-up
-// (pkg/warmup) and the demo's user traffic (internal/demo).
+// (pkg/warmup) and the demo's user traffic (lab/traffic).
 //
 // A Runner is fortio's periodic runner driving one fortio std client per
 // connection, with danki's settings: paced to QPS without catch-up bursts

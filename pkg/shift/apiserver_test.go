@@ -56,7 +56,7 @@ func TestMain(m *testing.M) {
 func apiServer(t *testing.T, objs ...any) (*Shifter, istioclient.Interface, string) {
 	t.Helper()
 	if testing.Short() {
-		t.Skip("integration test: needs the API server built by test/lab/build.sh (skipped with -short)")
+		t.Skip("integration test: needs the API server built by lab/scripts/build.sh (skipped with -short)")
 	}
 	envOnce.Do(func() { env, envErr = testenv.New() })
 	if envErr != nil {

@@ -13,13 +13,13 @@ import (
 )
 
 // TestExampleVirtualServicesStripTheMarker: every VirtualService danki
-// ships as an example drops the warm-up marker header from user requests
+// ships as an example or runs in the lab drops the warm-up marker header from user requests
 // on each of its http routes, as docs/install.md asks of users: a copied
 // example must not let callers send X-Danki-Warmup through the gateway.
 func TestExampleVirtualServicesStripTheMarker(t *testing.T) {
 	found := 0
 	docSep := regexp.MustCompile(`(?m)^---\s*$`)
-	err := filepath.WalkDir("../../examples", func(path string, d os.DirEntry, err error) error {
+	walk := func(path string, d os.DirEntry, err error) error {
 		if err != nil || d.IsDir() || !(strings.HasSuffix(path, ".yaml") || strings.HasSuffix(path, ".yml")) {
 			return err
 		}
@@ -47,9 +47,11 @@ func TestExampleVirtualServicesStripTheMarker(t *testing.T) {
 			}
 		}
 		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
+	}
+	for _, root := range []string{"../../examples", "../../lab/manifests"} {
+		if err := filepath.WalkDir(root, walk); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if found < 5 {
 		t.Fatalf("found only %d example VirtualServices: is the walk broken?", found)

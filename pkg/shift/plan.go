@@ -8,8 +8,8 @@ import (
 	"slices"
 	"time"
 
-	"github.com/danki-dev/danki/internal/config"
 	"github.com/danki-dev/danki/pkg/analysis"
+	"github.com/danki-dev/danki/pkg/config"
 )
 
 // Ramp defaults: Step, MaxBreaches and MaxHold fill zero fields of a Plan;

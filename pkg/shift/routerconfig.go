@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/danki-dev/danki/internal/config"
+	"github.com/danki-dev/danki/pkg/config"
 )
 
 // RouterConfig is the danki/istio traffic router's configuration (JSON or

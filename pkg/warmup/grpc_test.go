@@ -18,8 +18,8 @@ import (
 	"google.golang.org/protobuf/reflect/protodesc"
 	"google.golang.org/protobuf/types/descriptorpb"
 
-	"github.com/danki-dev/danki/internal/config"
 	"github.com/danki-dev/danki/internal/testutil"
+	"github.com/danki-dev/danki/pkg/config"
 )
 
 // grpcTarget addresses a test gRPC server.

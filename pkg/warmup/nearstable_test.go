@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/danki-dev/danki/internal/config"
+	"github.com/danki-dev/danki/pkg/config"
 )
 
 // slowTail answers in 2 ms, but every tenth request takes base + extra ×

@@ -14,8 +14,8 @@ import (
 
 	"fortio.org/fortio/periodic"
 
-	"github.com/danki-dev/danki/internal/config"
 	"github.com/danki-dev/danki/internal/testutil"
+	"github.com/danki-dev/danki/pkg/config"
 	"github.com/danki-dev/danki/pkg/load"
 )
 

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/danki-dev/danki/internal/config"
 	"github.com/danki-dev/danki/internal/testutil"
+	"github.com/danki-dev/danki/pkg/config"
 )
 
 func paceConfig(qps, start float64, conns int) *Config {

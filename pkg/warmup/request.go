@@ -20,7 +20,7 @@ import (
 	"github.com/google/uuid"
 	"golang.org/x/net/http/httpguts"
 
-	"github.com/danki-dev/danki/internal/config"
+	"github.com/danki-dev/danki/pkg/config"
 )
 
 // RequestSpec is one entry of the warm-up request mix. Path, header values

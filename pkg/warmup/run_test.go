@@ -17,8 +17,8 @@ import (
 
 	"fortio.org/fortio/fhttp"
 
-	"github.com/danki-dev/danki/internal/config"
 	"github.com/danki-dev/danki/internal/testutil"
+	"github.com/danki-dev/danki/pkg/config"
 )
 
 func TestConvergesOnDecayingLatency(t *testing.T) {

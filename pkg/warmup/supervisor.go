@@ -12,7 +12,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/danki-dev/danki/internal/config"
+	"github.com/danki-dev/danki/pkg/config"
 )
 
 // Supervisor limits.

@@ -13,7 +13,7 @@ import (
 
 	"fortio.org/fortio/periodic"
 
-	"github.com/danki-dev/danki/internal/config"
+	"github.com/danki-dev/danki/pkg/config"
 	"github.com/danki-dev/danki/pkg/latency"
 )
 

@@ -16,12 +16,12 @@ import (
 	"time"
 
 	"github.com/argoproj/argo-rollouts/pkg/apis/rollouts/v1alpha1"
-	"github.com/danki-dev/danki/internal/demo"
+	"github.com/danki-dev/danki/lab/traffic"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// The BlueGreen example's names (examples/lab/bluegreen).
+// The BlueGreen example's names (lab/manifests/bluegreen).
 const (
 	bgRollout   = "app-bg"
 	bgHost      = "bluegreen.lab"
@@ -41,7 +41,7 @@ const (
 //     requests on its pods, which did get the analysis' marked load.
 func TestLabBlueGreenLoadAnalysis(t *testing.T) {
 	l := startLab(t)
-	dir := filepath.Join(l.root, "examples", "lab")
+	dir := filepath.Join(l.root, "lab", "manifests")
 	l.apply(t, filepath.Join(dir, "20-gateway.yaml"), filepath.Join(dir, "bluegreen"))
 	bg := &blueGreenLab{lab: l, active: "v1"}
 	ro := bg.waitRollout(t, 5*time.Minute, "Rollout app-bg Healthy with 2 available pods", func(ro *v1alpha1.Rollout) (bool, string) {
@@ -54,7 +54,7 @@ func TestLabBlueGreenLoadAnalysis(t *testing.T) {
 	})
 	t.Logf("v1 active: ReplicaSet %s", ro.Status.BlueGreen.ActiveSelector)
 
-	users, err := demo.StartTraffic(l.ctx, demo.TrafficConfig{URL: gatewayURL, QPS: userQPS, Connections: 8,
+	users, err := traffic.StartTraffic(l.ctx, traffic.TrafficConfig{URL: gatewayURL, QPS: userQPS, Connections: 8,
 		Headers: map[string]string{"Host": bgHost}})
 	if err != nil {
 		t.Fatal(err)

@@ -20,7 +20,7 @@ import (
 	"time"
 
 	"github.com/argoproj/argo-rollouts/pkg/apis/rollouts/v1alpha1"
-	"github.com/danki-dev/danki/internal/demo"
+	"github.com/danki-dev/danki/lab/traffic"
 	"github.com/danki-dev/danki/pkg/capacity"
 	"github.com/danki-dev/danki/pkg/warmup"
 	"github.com/danki-dev/danki/test/testenv"
@@ -36,7 +36,7 @@ const userQPS = 80
 // controller runs all three danki plugins (the danki binary over go-plugin)
 // on the lab's cold-starting JVM app behind a real Istio gateway, with
 // Prometheus, while users send steady traffic. One lab, one Rollout
-// (examples/lab/danki), several versions rolled out in turn:
+// (lab/manifests/danki), several versions rolled out in turn:
 //
 //   - a good version: warmed until converged at weight 0, ramped in
 //     increments (Envoy's split follows each), analysed, promoted;
@@ -57,7 +57,7 @@ const userQPS = 80
 //     passes warm-up and latency at user load (the knob does not show there).
 func TestLabDankiRollout(t *testing.T) {
 	l := startLab(t)
-	dir := filepath.Join(l.root, "examples", "lab")
+	dir := filepath.Join(l.root, "lab", "manifests")
 	l.apply(t, filepath.Join(dir, "10-services.yaml"), filepath.Join(dir, "20-gateway.yaml"), filepath.Join(dir, "danki"))
 	l.waitHealthy(t, 2)
 	waitFor(t, l.ctx, 2*time.Minute, "the gateway answers", func() (bool, string) {
@@ -65,7 +65,7 @@ func TestLabDankiRollout(t *testing.T) {
 		return err == nil, fmt.Sprint(err)
 	})
 
-	users, err := demo.StartTraffic(l.ctx, demo.TrafficConfig{URL: gatewayURL, QPS: userQPS, Connections: 8})
+	users, err := traffic.StartTraffic(l.ctx, traffic.TrafficConfig{URL: gatewayURL, QPS: userQPS, Connections: 8})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +105,7 @@ func warmupConfig(t *testing.T, l *lab) map[string]any {
 	}
 	step := ro.Spec.Strategy.Canary.Steps[warmupStep].Plugin
 	if step == nil || step.Name != "danki/warmup" {
-		t.Fatalf("step %d of examples/lab/danki is not danki/warmup", warmupStep)
+		t.Fatalf("step %d of lab/manifests/danki is not danki/warmup", warmupStep)
 	}
 	var cfg map[string]any
 	if err := json.Unmarshal(step.Config, &cfg); err != nil {
@@ -114,7 +114,7 @@ func warmupConfig(t *testing.T, l *lab) map[string]any {
 	return cfg
 }
 
-// Step indexes in examples/lab/danki/30-rollout.yaml.
+// Step indexes in lab/manifests/danki/30-rollout.yaml.
 const (
 	warmupStep  = 1
 	setWeight20 = 2
@@ -872,7 +872,7 @@ func (d *dankiLab) patchRamp(t *testing.T, fields map[string]any) func() {
 	}
 }
 
-// stopPrometheus stops the lab's Prometheus the way test/lab's stop does
+// stopPrometheus stops the lab's Prometheus the way lab/scripts/mesh.sh's stop does
 // (TERM, then KILL), from the pid file its start wrote, and returns when it
 // is gone.
 func (d *dankiLab) stopPrometheus(t *testing.T) time.Time {
@@ -908,16 +908,16 @@ func (d *dankiLab) stopPrometheus(t *testing.T) time.Time {
 }
 
 // startPrometheus starts the lab's Prometheus again the way the lab does
-// (test/lab/mesh.sh's start_prometheus: same config, same data, ready check).
+// (lab/scripts/mesh.sh's start_prometheus: same config, same data, ready check).
 func (d *dankiLab) startPrometheus(t *testing.T) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(d.root, "test", "lab", "mesh.sh"), "step", "start_prometheus")
+	cmd := exec.CommandContext(ctx, filepath.Join(d.root, "lab", "scripts", "mesh.sh"), "step", "start_prometheus")
 	cmd.Dir = d.root
 	cmd.WaitDelay = 10 * time.Second
 	out, err := cmd.CombinedOutput()
-	t.Logf("test/lab/mesh.sh step start_prometheus:\n%s", bytes.TrimSpace(out))
+	t.Logf("lab/scripts/mesh.sh step start_prometheus:\n%s", bytes.TrimSpace(out))
 	if err != nil {
 		t.Fatalf("start Prometheus again: %v", err)
 	}

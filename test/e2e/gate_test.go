@@ -18,12 +18,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/danki-dev/danki/internal/demo"
-	"github.com/danki-dev/danki/internal/labdemo"
+	"github.com/danki-dev/danki/lab/scenario"
+	"github.com/danki-dev/danki/lab/traffic"
 	"github.com/danki-dev/danki/test/testenv"
 )
 
-// The gated Deployment of examples/lab/gate and its cluster on the gateway.
+// The gated Deployment of lab/manifests/gate and its cluster on the gateway.
 const (
 	gatedApp     = "app-gated"
 	gatedHost    = "gated.lab"
@@ -38,7 +38,7 @@ var gatedEndpointRq = regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(gatedCluster
 
 // TestLabWarmGate is the warm gate (#16) on the lab: `danki gate` runs out
 // of cluster (the lab's danki binary), its webhook registered on the lab's
-// API server; examples/lab/gate's gated Deployment runs under user traffic
+// API server; lab/manifests/gate's gated Deployment runs under user traffic
 // through the gateway and is scaled 2 → 4. Every gated pod must get no user
 // request before its danki.dev/warm condition is True (Envoy's per-endpoint
 // counters, read before the pod each time), must then become Ready and
@@ -53,7 +53,7 @@ func TestLabWarmGate(t *testing.T) {
 		t.Fatal(err)
 	}
 	logPath := filepath.Join(t.TempDir(), "gate.log")
-	gp, err := labdemo.StartGate(ctx, kube, labdemo.GateOptions{
+	gp, err := scenario.StartGate(ctx, kube, scenario.GateOptions{
 		Danki: filepath.Join(cache, "lab", "bin", "danki"), Kubeconfig: l.kubeconfig, Root: l.root, LogPath: logPath,
 	})
 	if err != nil {
@@ -70,7 +70,7 @@ func TestLabWarmGate(t *testing.T) {
 	})
 	t.Logf("danki gate running, webhook on 127.0.0.1:%d registered", gp.Port)
 
-	l.apply(t, filepath.Join(l.root, "examples", "lab", "20-gateway.yaml"), filepath.Join(l.root, "examples", "lab", "gate", "30-gated.yaml"))
+	l.apply(t, filepath.Join(l.root, "lab", "manifests", "20-gateway.yaml"), filepath.Join(l.root, "lab", "manifests", "gate", "30-gated.yaml"))
 	pods := kube.CoreV1().Pods("default")
 	waitFor(t, ctx, 8*time.Minute, "app-gated: 2 pods warmed by the gate and Ready", func() (bool, string) {
 		return gatedReady(ctx, l, 2)
@@ -94,7 +94,7 @@ func TestLabWarmGate(t *testing.T) {
 		return code == http.StatusOK, fmt.Sprintf("HTTP %d, %v", code, err)
 	})
 
-	users, err := demo.StartTraffic(ctx, demo.TrafficConfig{URL: gatewayURL, QPS: 30, Headers: map[string]string{"Host": gatedHost}})
+	users, err := traffic.StartTraffic(ctx, traffic.TrafficConfig{URL: gatewayURL, QPS: 30, Headers: map[string]string{"Host": gatedHost}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -332,7 +332,7 @@ func watchGate(t *testing.T, ctx context.Context, l *lab) *gateWatch {
 	return w
 }
 
-// gatedCPURequest is the CPU request of examples/lab/gate/30-gated.yaml.
+// gatedCPURequest is the CPU request of lab/manifests/gate/30-gated.yaml.
 const gatedCPURequest = "250m"
 
 // cpuRequests are the pod's first container's CPU request in its spec and

@@ -19,7 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// The gRPC lab example (examples/lab/grpc).
+// The gRPC lab example (lab/manifests/grpc).
 const (
 	grpcRollout       = "app-grpc"
 	grpcWarmupStep    = 1 // steps: setCanaryScale, danki/warmup, setWeight 50, pause
@@ -46,7 +46,7 @@ func TestLabGRPCWarmup(t *testing.T) {
 	})
 	l := startLab(t)
 	up = true
-	dir := filepath.Join(l.root, "examples", "lab")
+	dir := filepath.Join(l.root, "lab", "manifests")
 	l.apply(t, filepath.Join(dir, "20-gateway.yaml"), filepath.Join(dir, "grpc"))
 	rollouts := l.argo.ArgoprojV1alpha1().Rollouts("default")
 	getRO := func() (*v1alpha1.Rollout, error) { return rollouts.Get(l.ctx, grpcRollout, metav1.GetOptions{}) }
@@ -64,7 +64,7 @@ func TestLabGRPCWarmup(t *testing.T) {
 		t.Fatal(err)
 	}
 	if step := ro.Spec.Strategy.Canary.Steps[grpcWarmupStep].Plugin; step == nil || step.Name != "danki/warmup" || !strings.Contains(string(step.Config), `"grpc"`) {
-		t.Fatalf("step %d of examples/lab/grpc is not a danki/warmup with gRPC requests", grpcWarmupStep)
+		t.Fatalf("step %d of lab/manifests/grpc is not a danki/warmup with gRPC requests", grpcWarmupStep)
 	}
 
 	t.Log("image → danki.dev/sample-app-grpc:v2")

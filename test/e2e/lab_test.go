@@ -34,7 +34,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 )
 
-// Where the lab listens (test/lab/mesh.sh defaults).
+// Where the lab listens (lab/scripts/mesh.sh defaults).
 const (
 	gatewayURL    = "http://127.0.0.1:18080/"
 	envoyAdminURL = "http://127.0.0.1:15000"
@@ -51,7 +51,7 @@ const (
 func TestLabCanarySplit(t *testing.T) {
 	l := startLab(t)
 	ctx, kube, argo, root := l.ctx, l.kube, l.argo, l.root
-	l.apply(t, filepath.Join(root, "examples", "lab"))
+	l.apply(t, filepath.Join(root, "lab", "manifests"))
 	rollouts := argo.ArgoprojV1alpha1().Rollouts("default")
 	l.waitHealthy(t, 2)
 	assertJVMPods(t, ctx, kube, 2)
@@ -167,14 +167,14 @@ func startLab(t *testing.T) *lab {
 	t.Cleanup(func() {
 		// down.sh fails when anything the lab started (the controller's
 		// plugin processes included) outlives it.
-		if err := script(t, context.Background(), root, "test/lab/down.sh"); err != nil {
-			t.Errorf("test/lab/down.sh: %v", err)
+		if err := script(t, context.Background(), root, "lab/scripts/down.sh"); err != nil {
+			t.Errorf("lab/scripts/down.sh: %v", err)
 		}
 		assertAllGone(t, started, filepath.Join(cache, "lab", "bin", "sample-app.jar"))
 	})
 	t.Log("lab up …")
-	if err := script(t, ctx, root, "test/lab/up.sh"); err != nil {
-		t.Fatalf("test/lab/up.sh: %v", err)
+	if err := script(t, ctx, root, "lab/scripts/up.sh"); err != nil {
+		t.Fatalf("lab/scripts/up.sh: %v", err)
 	}
 	started = alivePIDs(t, filepath.Join(run, "pids"))
 	if len(started) < 8 {
@@ -390,7 +390,7 @@ func oneRequest(ctx context.Context, client *http.Client, i int) (string, error)
 
 // assertWarmupWritesRollBack sends marked writes the way danki's warm-up
 // does, straight to each pod's IP (the gateway's route strips the marker
-// from user requests, examples/lab/20-gateway.yaml), and checks through the
+// from user requests, lab/manifests/20-gateway.yaml), and checks through the
 // gateway that nothing was kept.
 func assertWarmupWritesRollBack(t *testing.T, ctx context.Context, kube kubernetes.Interface) {
 	t.Helper()

@@ -31,7 +31,7 @@ import (
 // /orders/count stays 0: the sample app skips writes for a -shadow Host).
 func TestLabMirrorWarmup(t *testing.T) {
 	l := startLab(t)
-	dir := filepath.Join(l.root, "examples", "lab")
+	dir := filepath.Join(l.root, "lab", "manifests")
 	l.apply(t, filepath.Join(dir, "10-services.yaml"), filepath.Join(dir, "20-gateway.yaml"), filepath.Join(dir, "danki"))
 	l.waitHealthy(t, 2)
 	waitFor(t, l.ctx, 2*time.Minute, "the gateway answers", func() (bool, string) {

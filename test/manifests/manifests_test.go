@@ -55,7 +55,7 @@ var notServerObjects = map[string]string{
 // renders them.
 var kustomizations = []string{"deploy", "deploy/http"}
 
-// TestManifests applies every manifest danki ships to a real API server with
+// TestManifests applies every manifest danki ships (and the lab's) to a real API server with
 // the real Istio and Argo Rollouts CRDs (server-side dry run, strict field
 // validation), shows that broken manifests are refused, and checks the
 // install's RBAC against danki's own client calls.
@@ -67,9 +67,9 @@ func TestManifests(t *testing.T) {
 	}
 	k := newKubectl(t, e.Config)
 
-	files := yamlFiles(t, filepath.Join(root, "examples"))
+	files := append(yamlFiles(t, filepath.Join(root, "examples")), yamlFiles(t, filepath.Join(root, "lab", "manifests"))...)
 	if len(files) < 10 {
-		t.Fatalf("found only %d YAML files under examples/: is the walk broken?", len(files))
+		t.Fatalf("found only %d YAML files under examples/ and lab/manifests/: is the walk broken?", len(files))
 	}
 	rendered := map[string]string{}
 	for _, dir := range kustomizations {

@@ -1,5 +1,5 @@
 // Package testenv starts a real Kubernetes API server (controller-runtime
-// envtest, with the kube-apiserver and etcd that test/lab/build.sh builds) and
+// envtest, with the kube-apiserver and etcd that lab/scripts/build.sh builds) and
 // installs the real Istio and Argo Rollouts CRDs, read from the modules pinned
 // in go.mod. Tests get typed Kubernetes, Istio and Argo Rollouts clients.
 //

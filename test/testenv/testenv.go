@@ -99,7 +99,7 @@ func New() (*Env, error) {
 func (e *Env) Stop() error { return e.env.Stop() }
 
 // BinDir is the directory with kube-apiserver and etcd: $KUBEBUILDER_ASSETS if
-// set, else <cache>/lab/bin where test/lab/build.sh puts them.
+// set, else <cache>/lab/bin where lab/scripts/build.sh puts them.
 func BinDir() (string, error) {
 	dir := os.Getenv("KUBEBUILDER_ASSETS")
 	if dir == "" {

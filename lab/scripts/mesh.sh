@@ -1,0 +1,306 @@
+#!/usr/bin/env bash
+# The lab's data plane and rollout machinery, on top of the control plane
+# lab/scripts/up.sh starts:
+#
+#   - a network namespace (danki-lab) + veth pair: host end danki-lab0
+#     10.244.0.1/24, namespace end danki-lab1 holding the pod IPs 10.244.0.x
+#   - the lab runner (`danki-lab runner`, lab/cmd/danki-lab): runs the lab
+#     node's pods as local processes inside that namespace (the sample app's
+#     JVM per pod)
+#   - istiod (pilot-discovery 1.27.0) out of cluster, and a real Envoy 1.40 as
+#     the ingress gateway on 127.0.0.1
+#   - Prometheus on 127.0.0.1 scraping Envoy and the pods every second
+#   - the Argo Rollouts controller v1.10.2 with danki's plugins registered
+#
+# It builds danki (the plugins) and danki-lab (the runner) on every `up`; a
+# failed build stops it.
+#
+#   lab/scripts/mesh.sh up      # needs root (network namespace); idempotent
+#   lab/scripts/mesh.sh down    # stops only what `up` started
+#   lab/scripts/mesh.sh info    # prints where things are
+set -euo pipefail
+# shellcheck source=lab/scripts/lib.sh
+source "$(dirname "$0")/lib.sh"
+
+HOST_IP=${HOST_IP:-10.244.0.1}
+NS_IP=${NS_IP:-10.244.0.2}
+ISTIOD_GRPC_PORT=${ISTIOD_GRPC_PORT:-15010}
+ISTIOD_HTTP_PORT=${ISTIOD_HTTP_PORT:-15080}
+ISTIOD_MONITORING_PORT=${ISTIOD_MONITORING_PORT:-15014}
+ENVOY_ADMIN_PORT=${ENVOY_ADMIN_PORT:-15000}
+GATEWAY_PORT=${GATEWAY_PORT:-18080}
+PROMETHEUS_PORT=${PROMETHEUS_PORT:-19090}
+ARGO_METRICS_PORT=${ARGO_METRICS_PORT:-18090}
+ARGO_HEALTHZ_PORT=${ARGO_HEALTHZ_PORT:-18091}
+ISTIO_VERSION=1.27.0
+ISTIO_MODULE=istio.io/istio@v0.0.0-20250808040725-7359d8be2504 # tag 1.27.0
+ARGO_MODULE=github.com/argoproj/argo-rollouts@v1.10.2
+# The sample app's JVM flags: Nagle off (else ~40 ms per keep-alive reply)
+# and a realistic heap.
+SAMPLE_APP_JAVA=${SAMPLE_APP_JAVA:-java -Xmx256m -Xss512k -XX:+UseG1GC -Dsun.net.httpserver.nodelay=true}
+
+export GOTOOLCHAIN=${GOTOOLCHAIN:-auto} GOFLAGS=-buildvcs=false
+
+# moddir MODULE@VERSION: the module's directory in the module cache.
+moddir() { GOFLAGS=-mod=mod GONOSUMDB=istio.io go mod download -json "$1" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p'; }
+
+netns_up() {
+	[ "$(id -u)" = 0 ] || die "the lab's pod network needs root (ip netns, veth): run make lab-up as root"
+	if ! ip netns list | grep -qw "$NETNS"; then
+		ip netns add "$NETNS"
+		log "network namespace $NETNS: created"
+	fi
+	if ! ip link show "$HOST_DEV" >/dev/null 2>&1; then
+		ip link add "$HOST_DEV" type veth peer name "$NS_DEV" netns "$NETNS"
+		ip addr add "$HOST_IP/${LAB_POD_CIDR#*/}" dev "$HOST_DEV"
+		ip link set "$HOST_DEV" up
+		ip -n "$NETNS" addr add "$NS_IP/${LAB_POD_CIDR#*/}" dev "$NS_DEV"
+		ip -n "$NETNS" link set "$NS_DEV" up
+		ip -n "$NETNS" link set lo up
+		ip -n "$NETNS" route add default via "$HOST_IP"
+		log "veth $HOST_DEV ($HOST_IP) <-> $NETNS/$NS_DEV ($NS_IP): pods get ${LAB_POD_CIDR%.*}.x"
+	fi
+}
+
+netns_down() {
+	if ip netns list 2>/dev/null | grep -qw "$NETNS"; then
+		# Anything still running in the namespace is a pod process the runner
+		# started (the namespace is the lab's own).
+		local pid left
+		left=$(ip netns pids "$NETNS" 2>/dev/null || true)
+		for pid in $left; do kill -KILL "$pid" 2>/dev/null || true; done
+		[ -z "$left" ] || log "killed leftover pod processes: ${left//$'\n'/ }"
+		ip netns del "$NETNS"
+		log "network namespace $NETNS: deleted"
+	fi
+	# Deleting the namespace deletes the veth pair; be sure.
+	if ip link show "$HOST_DEV" >/dev/null 2>&1; then ip link del "$HOST_DEV"; fi
+}
+
+build_parts() {
+	"$here/build.sh" prometheus istiod argo envoy sample-app sample-app-grpc
+	build_danki danki danki-lab
+}
+
+install_crds() {
+	local istio argo
+	istio=$(moddir "$ISTIO_MODULE")
+	argo=$(moddir "$ARGO_MODULE")
+	{ [ -d "$istio" ] && [ -d "$argo" ]; } || die "go mod download $ISTIO_MODULE / $ARGO_MODULE (for their CRDs) failed"
+	kubectl_lab apply --server-side --force-conflicts -f "$istio/manifests/charts/base/files/crd-all.gen.yaml" >/dev/null
+	local f
+	for f in "$argo"/manifests/crds/*-crd.yaml; do
+		kubectl_lab apply --server-side --force-conflicts -f "$f" >/dev/null
+	done
+	kubectl_lab wait --for=condition=Established --timeout=60s \
+		crd/virtualservices.networking.istio.io crd/gateways.networking.istio.io \
+		crd/destinationrules.networking.istio.io crd/rollouts.argoproj.io crd/analysistemplates.argoproj.io >/dev/null
+	log "CRDs: Istio ($ISTIO_VERSION, crd-all.gen.yaml) and Argo Rollouts (manifests/crds) installed"
+}
+
+start_runner() {
+	mkdir -p "$logs/pods" "$run/prometheus"
+	start lab-runner "$bin/danki-lab" runner --kubeconfig "$kubeconfig" --node "$LAB_NODE" \
+		--netns "$NETNS" --device "$NS_DEV" --host-ip "$HOST_IP" --log-dir "$logs/pods" --stop-grace 5s \
+		--prometheus-file-sd "$run/prometheus/pods.json" \
+		--image "danki.dev/sample-app=$SAMPLE_APP_JAVA -jar $bin/sample-app.jar" \
+		--image "danki.dev/sample-app-grpc=$SAMPLE_APP_JAVA -jar $bin/sample-app-grpc.jar"
+	wait_for lab-runner 30 grep -q "lab runner started" "$logs/lab-runner.log"
+}
+
+start_istiod() {
+	kubectl_lab create namespace istio-system --dry-run=client -o yaml | kubectl_lab apply -f - >/dev/null
+	mkdir -p "$run/istiod"
+	cat >"$run/istiod/mesh.yaml" <<MESH
+# Istio mesh config for the out-of-cluster istiod. No auto mTLS: the gateway
+# has no SDS certificates (clusters would wait for them forever).
+rootNamespace: istio-system
+enableAutoMtls: false
+defaultConfig:
+  discoveryAddress: 127.0.0.1:$ISTIOD_GRPC_PORT
+MESH
+	# istiod is out of cluster: no CA, no xDS auth, plain-HTTP Envoys.
+	(cd "$run/istiod" && start istiod env POD_NAMESPACE=istio-system ENABLE_CA_SERVER=false XDS_AUTH=false \
+		PILOT_ENABLE_METADATA_EXCHANGE=false PILOT_ENABLE_ALPN_FILTER=false \
+		"$bin/pilot-discovery" discovery --kubeconfig "$kubeconfig" \
+		--meshConfig "$run/istiod/mesh.yaml" --networksConfig /dev/null --clusterID Kubernetes \
+		--grpcAddr "127.0.0.1:$ISTIOD_GRPC_PORT" --httpAddr "127.0.0.1:$ISTIOD_HTTP_PORT" \
+		--monitoringAddr "127.0.0.1:$ISTIOD_MONITORING_PORT" --secureGRPCAddr "" --httpsAddr "" \
+		--ctrlz_address 127.0.0.1 --log_output_level "default:info,ads:warn")
+	wait_for istiod 90 curl -fsS "http://127.0.0.1:$ISTIOD_HTTP_PORT/ready"
+}
+
+write_envoy_bootstrap() {
+	mkdir -p "$run/envoy"
+	# A router (gateway) node: istiod matches Gateways to it by LABELS.
+	cat >"$run/envoy/bootstrap.yaml" <<BOOTSTRAP
+node:
+  id: router~127.0.0.1~gw.istio-system~istio-system.svc.cluster.local
+  cluster: istio-ingressgateway.istio-system
+  metadata:
+    ISTIO_VERSION: "$ISTIO_VERSION"
+    CLUSTER_ID: Kubernetes
+    NAMESPACE: istio-system
+    NAME: gw
+    WORKLOAD_NAME: istio-ingressgateway
+    LABELS: {istio: ingressgateway, app: istio-ingressgateway}
+    INSTANCE_IPS: 127.0.0.1
+admin:
+  address: {socket_address: {address: 127.0.0.1, port_value: $ENVOY_ADMIN_PORT}}
+dynamic_resources:
+  ads_config:
+    api_type: GRPC
+    transport_api_version: V3
+    grpc_services: [{envoy_grpc: {cluster_name: xds-grpc}}]
+  cds_config: {ads: {}, resource_api_version: V3}
+  lds_config: {ads: {}, resource_api_version: V3}
+static_resources:
+  clusters:
+  - name: xds-grpc
+    type: STATIC
+    connect_timeout: 1s
+    typed_extension_protocol_options:
+      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+        explicit_http_config: {http2_protocol_options: {}}
+    load_assignment:
+      cluster_name: xds-grpc
+      endpoints: [{lb_endpoints: [{endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: $ISTIOD_GRPC_PORT}}}}]}]
+# Istio's stats tags (tools/packaging/common/envoy_bootstrap.json): without
+# them Envoy cuts cluster names like outbound|8080||app-stable.default.svc…
+# at the first dot.
+stats_config:
+  use_all_default_tags: false
+  stats_tags:
+  - {tag_name: cluster_name, regex: '^cluster(\.(.+);)'}
+  - {tag_name: http_conn_manager_prefix, regex: '^http\.(((?:[_.[:digit:]\w]*|[_\[\]aAbBcCdDeEfF[:digit:]\w\:]*));\.)'}
+  - {tag_name: thread_name, regex: '^server(\.(.+))\.watchdog'}
+  - {tag_name: tcp_prefix, regex: '^tcp\.((.*?)\.)\w+?$'}
+  - {tag_name: response_code, regex: '_rq(_(\d{3}))$'}
+  - {tag_name: response_code_class, regex: '_rq(_(\dxx))$'}
+  - {tag_name: http_conn_manager_listener_prefix, regex: '^listener(?=\.).*?\.http\.(((?:[_.[:digit:]]*|[_\[\]aAbBcCdDeEfF[:digit:]]*))\.)'}
+  - {tag_name: listener_address, regex: '^listener\.(((?:[_.[:digit:]]*|[_\[\]aAbBcCdDeEfF[:digit:]]*))\.)'}
+BOOTSTRAP
+}
+
+start_envoy() {
+	write_envoy_bootstrap
+	start envoy "$bin/envoy" -c "$run/envoy/bootstrap.yaml" --disable-hot-restart --log-level warn --concurrency 2
+	wait_for envoy 30 curl -fsS "http://127.0.0.1:$ENVOY_ADMIN_PORT/ready"
+}
+
+write_prometheus_config() {
+	mkdir -p "$run/prometheus/data"
+	cat >"$run/prometheus/prometheus.yml" <<PROM
+# Generated by lab/scripts/mesh.sh.
+global: {scrape_interval: 1s, evaluation_interval: 1s}
+scrape_configs:
+- job_name: envoy-gateway
+  metrics_path: /stats/prometheus
+  static_configs: [{targets: ["127.0.0.1:$ENVOY_ADMIN_PORT"], labels: {gateway: istio-ingressgateway}}]
+- job_name: pods
+  # The lab runner lists the pods annotated prometheus.io/scrape: "true" here
+  # (Debian's Prometheus is built without kubernetes_sd).
+  file_sd_configs: [{files: ["$run/prometheus/pods.json"], refresh_interval: 1s}]
+PROM
+}
+
+start_prometheus() {
+	write_prometheus_config
+	start prometheus "$bin/prometheus" --config.file "$run/prometheus/prometheus.yml" \
+		--storage.tsdb.path "$run/prometheus/data" --storage.tsdb.retention.time 6h \
+		--web.listen-address "127.0.0.1:$PROMETHEUS_PORT" --web.enable-lifecycle --log.level warn
+	wait_for prometheus 30 curl -fsS "http://127.0.0.1:$PROMETHEUS_PORT/-/ready"
+}
+
+start_argo() {
+	kubectl_lab create namespace argo-rollouts --dry-run=client -o yaml | kubectl_lab apply -f - >/dev/null
+	# danki's one binary serves the three plugin kinds (`danki plugin`). Its
+	# args are the operator's policy (docs/security.md): the lab's Prometheus
+	# is the one tenant configs may query, and the capacity checks of the lab
+	# e2e ramp to 600 qps, above the default cap of 500.
+	local plugin_args='["plugin", "--prometheus", "http://127.0.0.1:'"$PROMETHEUS_PORT"'", "--max-qps", "1000"]'
+	kubectl_lab apply -f - >/dev/null <<CONFIG
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: argo-rollouts-config, namespace: argo-rollouts}
+data:
+  metricProviderPlugins: |
+    - name: danki/latency
+      location: file://$bin/danki
+      args: $plugin_args
+  trafficRouterPlugins: |
+    - name: danki/istio
+      location: file://$bin/danki
+      args: $plugin_args
+  stepPlugins: |
+    - name: danki/warmup
+      location: file://$bin/danki
+      args: $plugin_args
+CONFIG
+	mkdir -p "$run/argo"
+	# The controller copies plugins into ./plugin-bin: run it in its own dir.
+	# Its metrics and healthz servers listen on all interfaces (0.0.0.0 is
+	# hard-coded in v1.10.2; only the ports can be chosen). KUBECONFIG is for
+	# the plugin processes it starts: they inherit its environment, not its
+	# --kubeconfig flag, and out of cluster there is no service account.
+	(cd "$run/argo" && rm -rf plugin-bin &&
+		start argo-rollouts env POD_NAMESPACE=argo-rollouts KUBECONFIG="$kubeconfig" "$bin/rollouts-controller" --kubeconfig "$kubeconfig" --leader-elect=false \
+		--metricsPort "$ARGO_METRICS_PORT" --healthzPort "$ARGO_HEALTHZ_PORT" --loglevel info --logformat text \
+		--rollout-resync 60)
+	wait_for argo-rollouts 90 curl -fsS "http://127.0.0.1:$ARGO_HEALTHZ_PORT/healthz"
+}
+
+info() {
+	cat <<INFO
+danki lab:
+  kubeconfig      $kubeconfig     (kubectl --kubeconfig $kubeconfig get pods -A)
+  API server      https://127.0.0.1:$APISERVER_PORT
+  gateway         http://127.0.0.1:$GATEWAY_PORT/     (Envoy $("$bin/envoy" --version 2>/dev/null | sed -n 's/.*\/\(1\.[0-9.]*\)\/.*/\1/p'), Istio Gateway + VirtualService)
+  Envoy admin     http://127.0.0.1:$ENVOY_ADMIN_PORT/   (/stats/prometheus, /config_dump, /clusters)
+  istiod          127.0.0.1:$ISTIOD_GRPC_PORT (xDS), http://127.0.0.1:$ISTIOD_HTTP_PORT/debug
+  Prometheus      http://127.0.0.1:$PROMETHEUS_PORT/
+  Argo Rollouts   healthz :$ARGO_HEALTHZ_PORT, metrics :$ARGO_METRICS_PORT (all interfaces)
+  pod network     $LAB_POD_CIDR in netns $NETNS (host end $HOST_DEV $HOST_IP)
+  logs            $logs (pods: $logs/pods)
+try:  kubectl --kubeconfig $kubeconfig apply -f lab/manifests/ && curl -s http://127.0.0.1:$GATEWAY_PORT/
+INFO
+}
+
+up() {
+	build_parts
+	netns_up
+	install_crds
+	start_runner
+	start_istiod
+	start_envoy
+	start_prometheus
+	start_argo
+	info
+}
+
+down() {
+	# Clients first; the runner stops its pod processes on TERM.
+	local name
+	for name in argo-rollouts prometheus envoy istiod; do
+		stop "$name"
+	done
+	# The runner's TERM takes a while: each pod gets --stop-grace (5 s) to
+	# exit, a JVM KILLed under its CPU quota exits slowly, and each cgroup
+	# may stay busy up to 15 s more. Killing the runner early leaves its
+	# cgroups behind (down.sh then fails), so it gets a minute.
+	stop lab-runner 60
+	netns_down
+	rm -rf "$run/prometheus/data" "$run/argo/plugin-bin"
+}
+
+case ${1:-} in
+up) up ;;
+down) down ;;
+info) info ;;
+step) # debugging: run single steps, e.g. mesh.sh step netns_up start_runner
+	shift
+	for f in "$@"; do "$f"; done ;;
+configs) write_envoy_bootstrap && write_prometheus_config && log "wrote $run/envoy/bootstrap.yaml $run/prometheus/prometheus.yml" ;;
+*) echo "usage: $0 up|down|info|configs|step FUNC…" >&2; exit 2 ;;
+esac
