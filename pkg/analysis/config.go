@@ -28,7 +28,7 @@ const (
 // Defaults applied by WithDefaults. They are documented in docs/latency.md.
 const (
 	// WindowCumulative makes every check look at everything since the
-	// analysis started (the AnalysisRun's start, or the Gate's creation), so
+	// analysis started (the AnalysisRun's start, or the ramp's gate start), so
 	// the sample grows from check to check — the setting under which the tail
 	// test's anytime guarantee holds exactly.
 	WindowCumulative = "cumulative"

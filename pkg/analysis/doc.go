@@ -26,8 +26,9 @@
 // Config follows pkg/config's convention: ParseConfig decodes JSON or
 // YAML strictly, WithDefaults returns a copy with defaults, Validate is
 // pure, and Compile returns the Rules an Analyzer judges by. Analyzer runs
-// one analysis; Gate wraps it for pkg/shift; the Argo Rollouts metric plugin
-// danki/latency (package rollouts) and `danki analyze` use the same Config.
+// one analysis; pkg/shift's LatencyGate wraps it for the ramp; the Argo
+// Rollouts metric plugin danki/latency (package rollouts) and `danki
+// analyze` use the same Config.
 // See docs/latency.md.
 //
 // Inside the Argo Rollouts controller every config is a tenant's: the

@@ -1,11 +1,13 @@
 package analysis
 
 import (
+	"context"
 	"encoding/json"
 	"math"
 	"math/rand/v2"
 	"sort"
 	"strconv"
+	"time"
 
 	"github.com/danki-dev/danki/pkg/config"
 )
@@ -124,4 +126,16 @@ func window(text string) Window { return Window{Duration: *dur(text)} }
 // no Prometheus address; the source itself is replaced in tests).
 func tailOnly() Config {
 	return Config{Source: SourceFortio, Fortio: &FortioConfig{Canary: "c.json", Stable: "s.json"}, TailTest: &TailTestConfig{}}
+}
+
+// fixedSource returns a canned sample (or error).
+type fixedSource struct {
+	sample *Sample
+	err    error
+	window time.Duration
+}
+
+func (f *fixedSource) Fetch(_ context.Context, w time.Duration) (*Sample, error) {
+	f.window = w
+	return f.sample, f.err
 }

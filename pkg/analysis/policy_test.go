@@ -25,7 +25,6 @@ func TestZeroPolicyAllowsNoPrometheus(t *testing.T) {
 		"NewAnalyzer":   func() error { _, err := NewAnalyzer(cfg); return err },
 		"NewPrometheus": func() error { _, err := NewPrometheus(cfg, nil); return err },
 		"NewStableTail": func() error { _, err := NewStableTail(cfg, time.Minute, nil); return err },
-		"NewGate":       func() error { _, err := NewGate(cfg); return err },
 	} {
 		if err := build(); err == nil || !strings.Contains(err.Error(), "prometheus.address") || !strings.Contains(err.Error(), "none is") {
 			t.Errorf("%s without a policy: %v, want a refusal naming prometheus.address", name, err)

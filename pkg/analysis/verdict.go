@@ -22,6 +22,10 @@ const (
 	Error        Phase = "Error"
 )
 
+// ErrInconclusive is returned (wrapped) by a gate's Check (shift.LatencyGate)
+// when there is not enough data for a verdict yet: the caller keeps holding.
+var ErrInconclusive = errors.New("latency analysis inconclusive")
+
 // Verdict is the outcome with every number it was decided on.
 type Verdict struct {
 	Phase   Phase      `json:"phase"`

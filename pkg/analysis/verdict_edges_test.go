@@ -2,7 +2,6 @@ package analysis
 
 import (
 	"context"
-	"errors"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -226,13 +225,6 @@ func TestEmptySampleIsError(t *testing.T) {
 			v := a.Analyze(context.Background(), time.Time{})
 			if v.Phase != Error || !strings.Contains(v.Summary, tc.want) {
 				t.Errorf("%s %q, want Error with %q", v.Phase, v.Summary, tc.want)
-			}
-			g, err := NewGate(cfg, WithLogger(quiet), WithSource(&fixedSource{sample: tc.sample}))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if pass, _, err := g.Check(context.Background()); pass || err == nil || errors.Is(err, ErrInconclusive) {
-				t.Errorf("gate: pass %v err %v, want an error", pass, err)
 			}
 		})
 	}
