@@ -4,15 +4,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/danki-dev/danki/pkg/analysis"
 	"github.com/danki-dev/danki/pkg/config"
-	"github.com/danki-dev/danki/pkg/latency"
 	"github.com/danki-dev/danki/pkg/policy"
 	"github.com/danki-dev/danki/pkg/warmup"
 	"github.com/spf13/cobra"
@@ -219,8 +216,8 @@ func runAnalyze(cmd *cobra.Command, f *analyzeFlags) error {
 		if err := enc.Encode(v); err != nil {
 			return err
 		}
-	} else {
-		printAnalyzeVerdict(out, cfg, v)
+	} else if err := v.WriteTable(out, cfg.Source); err != nil {
+		return err
 	}
 	switch v.Phase {
 	case analysis.Pass:
@@ -476,127 +473,3 @@ var analyzeFlagNames = strings.NewReplacer(
 )
 
 func analyzeFlagError(err error) error { return errors.New(analyzeFlagNames.Replace(err.Error())) }
-
-// printAnalyzeVerdict prints canary vs stable per percentile, the checks and the
-// one-line summary.
-func printAnalyzeVerdict(out io.Writer, cfg analysis.Config, v analysis.Verdict) {
-	checks := map[string][]analysis.Check{}
-	for _, c := range v.Checks {
-		row := strings.TrimPrefix(c.Name, "ratio:")
-		checks[row] = append(checks[row], c)
-	}
-	fmt.Fprintf(out, "danki analyze: source %s, window %s\n\n", cfg.Source, v.Window)
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "\tcanary\tstable\tcanary/stable\tSLO\tresult")
-	c, s := v.Canary, v.Stable
-	if c == nil {
-		c = &analysis.SideStats{}
-	}
-	fmt.Fprintf(tw, "requests\t%s\t%s\t\t\t\n", analyzeRequests(c), analyzeRequests(s))
-	if c.ErrorRate != nil || checks["error-rate"] != nil {
-		fmt.Fprintf(tw, "error rate\t%s\t%s\t\t%s\t%s\n", analyzePercent(c.ErrorRate), analyzePercent(analyzeErrorRate(s)), analyzeSLO(checks["error-rate"]), analyzeResult(checks["error-rate"]))
-	}
-	for _, key := range analyzePercentiles {
-		label := strings.Replace(key, "p999", "p99.9", 1)
-		cv, sv := c.Percentile(key), s.Percentile(key)
-		ratio := ""
-		if cv != nil && sv != nil && *sv > 0 {
-			ratio = fmt.Sprintf("%.2f", *cv / *sv)
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", label, analyzeMillis(cv), analyzeMillis(sv), ratio, analyzeSLO(checks[key]), analyzeResult(checks[key]))
-	}
-	if c.Max != nil || checks["max"] != nil {
-		var sMax *float64
-		if s != nil {
-			sMax = s.Max
-		}
-		fmt.Fprintf(tw, "max\t%s\t%s\t\t%s\t%s\n", analyzeMillis(c.Max), analyzeMillis(sMax), analyzeSLO(checks["max"]), analyzeResult(checks["max"]))
-	}
-	if t := v.Tail; t != nil {
-		fmt.Fprintf(tw, "> %s (stable p%g bound)\t%.2f%%\t%.2f%%\t\te=%.3g, fail at %g (%g%%)\t%s\n",
-			latency.FormatMs(t.ThresholdMs), t.Quantile*100,
-			100*t.CanaryRate, 100*t.StableRate, t.EValue, t.RejectAt, t.Confidence*100, analyzeResult(checks["tail-test"]))
-	} else if cs := checks["tail-test"]; cs != nil {
-		fmt.Fprintf(tw, "tail test\t\t\t\t\t%s\n", analyzeResult(cs))
-	}
-	for _, cs := range v.Checks {
-		if strings.HasPrefix(cs.Name, "query") && cs.Value != nil {
-			fmt.Fprintf(tw, "%s\t%.4g\t\t\t≤ %g\t%s\n", cs.Name, *cs.Value, cs.Limit, strings.ToLower(string(cs.Phase)))
-		}
-	}
-	_ = tw.Flush()
-
-	fmt.Fprintln(out)
-	for _, cs := range v.Checks {
-		fmt.Fprintf(out, "  %-12s %s\n", strings.ToUpper(string(cs.Phase)), cs.Message)
-	}
-	if len(v.Checks) > 0 {
-		fmt.Fprintln(out)
-	}
-	fmt.Fprintln(out, v.Summary)
-}
-
-func analyzeRequests(s *analysis.SideStats) string {
-	switch {
-	case s == nil:
-		return "-"
-	case s.Requests != nil:
-		return strconv.FormatFloat(*s.Requests, 'f', 0, 64)
-	}
-	return strconv.FormatFloat(s.Count, 'f', 0, 64)
-}
-
-func analyzeErrorRate(s *analysis.SideStats) *float64 {
-	if s == nil {
-		return nil
-	}
-	return s.ErrorRate
-}
-
-func analyzeMillis(v *float64) string {
-	switch {
-	case v == nil:
-		return "-"
-	case *v >= 1000:
-		return fmt.Sprintf("%.2fs", *v/1000)
-	case *v >= 100:
-		return fmt.Sprintf("%.0fms", *v)
-	case *v >= 10:
-		return fmt.Sprintf("%.1fms", *v)
-	}
-	return fmt.Sprintf("%.2fms", *v)
-}
-
-func analyzePercent(v *float64) string {
-	if v == nil {
-		return "-"
-	}
-	return fmt.Sprintf("%.2f%%", 100**v)
-}
-
-func analyzeSLO(cs []analysis.Check) string {
-	var parts []string
-	for _, c := range cs {
-		switch c.Unit {
-		case "ms":
-			parts = append(parts, "≤ "+analyzeMillis(&c.Limit))
-		case "ratio":
-			parts = append(parts, fmt.Sprintf("≤ %g× stable", c.Limit))
-		case "fraction":
-			parts = append(parts, fmt.Sprintf("≤ %.2f%%", 100*c.Limit))
-		}
-	}
-	return strings.Join(parts, ", ")
-}
-
-// analyzeResult is the worst result of a row's checks.
-func analyzeResult(cs []analysis.Check) string {
-	worst := ""
-	rank := map[analysis.Phase]int{analysis.Pass: 1, analysis.Inconclusive: 2, analysis.Fail: 3}
-	for _, c := range cs {
-		if rank[c.Phase] > rank[analysis.Phase(worst)] {
-			worst = string(c.Phase)
-		}
-	}
-	return strings.ToLower(worst)
-}
