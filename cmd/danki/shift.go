@@ -4,12 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/danki-dev/danki/pkg/analysis"
@@ -173,62 +171,9 @@ and canary destinations and the routes danki manages, and show the ramp state.`,
 			if err != nil {
 				return err
 			}
-			return printStatus(cmd.OutOrStdout(), t, st)
+			return st.WriteTable(cmd.OutOrStdout(), t)
 		},
 	}
-}
-
-func printStatus(w io.Writer, t shift.Target, st *shift.Status) error {
-	head := "VirtualService " + t.String()
-	if st.CanaryWeight >= 0 {
-		head += fmt.Sprintf("  canary weight %d%%", st.CanaryWeight)
-	}
-	if r := st.Ramp; r != nil {
-		switch r.Phase {
-		case shift.PhaseRamping:
-			head += "  " + r.Progress(r.Weight)
-		default:
-			head += fmt.Sprintf("  ramp %s toward %d%%", strings.ToLower(string(r.Phase)), r.Target)
-			if r.Reason != "" {
-				head += " (" + r.Reason + ")"
-			}
-		}
-	}
-	fmt.Fprintln(w, head)
-	if st.Problem != "" {
-		fmt.Fprintln(w, "problem: "+st.Problem)
-	}
-	if st.RampProblem != "" {
-		fmt.Fprintln(w, "ramp state: "+st.RampProblem+" (--canary-weight 0 always works and clears it)")
-	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "KIND\tROUTE\tMANAGED\tDESTINATION\tROLE\tWEIGHT")
-	dash := func(s string) string {
-		if s == "" {
-			return "-"
-		}
-		return s
-	}
-	for _, r := range st.Routes {
-		route := fmt.Sprintf("[%d]", r.Index)
-		if r.Name != "" {
-			route += " " + r.Name
-		}
-		if len(r.Destinations) == 0 {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t-\t-\t-\n", r.Kind, route, dash(r.Managed))
-		}
-		for _, d := range r.Destinations {
-			dest := d.Host
-			if d.Subset != "" {
-				dest += "/" + d.Subset
-			}
-			if d.Port != 0 {
-				dest += fmt.Sprintf(":%d", d.Port)
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", r.Kind, route, dash(r.Managed), dest, dash(d.Role), d.Weight)
-		}
-	}
-	return tw.Flush()
 }
 
 func newShiftSetCmd(o *shiftOptions) *cobra.Command {
