@@ -4,11 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"math"
 	"slices"
 	"strings"
-	"text/template"
 	"time"
 
 	"github.com/danki-dev/danki/pkg/config"
@@ -42,12 +40,7 @@ const (
 	// DefaultMaxErrorRate applies when latency SLOs are set without
 	// slo.maxErrorRate: fast failures (an instant 503) make a failing
 	// canary look fast, so latency is never judged without errors.
-	DefaultMaxErrorRate   = 0.01
-	DefaultIstioReporter  = "source"
-	DefaultResponseCode   = "response_code"
-	DefaultClusterLabel   = "cluster_name"
-	DefaultPromQLUnit     = "s"
-	defaultErrorCodeRegex = "5.."
+	DefaultMaxErrorRate = 0.01
 )
 
 // Config is the danki/latency configuration: the object under
@@ -131,112 +124,6 @@ func (w *Window) UnmarshalJSON(b []byte) error {
 	}
 	*w = Window{Duration: d}
 	return nil
-}
-
-// PrometheusConfig says how to reach Prometheus.
-type PrometheusConfig struct {
-	// Address is the Prometheus base URL. In the plugins it must be one
-	// the operator allows (--prometheus in the plugin's args), and that
-	// entry's credentials are used.
-	Address string `json:"address"`
-	// BearerToken (inline) or BearerTokenSecret (a Secret in the
-	// AnalysisRun's or Rollout's own namespace, read at every request)
-	// authenticate to Prometheus instead of the operator's credentials.
-	BearerToken       string        `json:"bearerToken,omitempty"`
-	BearerTokenSecret *SecretKeyRef `json:"bearerTokenSecret,omitempty"`
-	// BearerTokenFile (re-read on every request, so rotated tokens work)
-	// and CAFile name files on danki's machine: only the command line
-	// (danki analyze) may use them; in the plugins those files are the
-	// controller's, and the operator's --prometheus entry holds them.
-	BearerTokenFile string `json:"bearerTokenFile,omitempty"`
-	// CAFile verifies an https Prometheus; InsecureSkipVerify skips that
-	// (command line only).
-	CAFile             string `json:"caFile,omitempty"`
-	InsecureSkipVerify bool   `json:"insecureSkipVerify,omitempty"`
-
-	// noRedirects: the client follows no redirect, which would carry the
-	// credentials to another address (set under a tenant policy).
-	noRedirects bool
-}
-
-// IstioConfig selects canary and stable traffic in Istio's standard metrics
-// (istio_request_duration_milliseconds_bucket, istio_requests_total).
-type IstioConfig struct {
-	// Reporter label: "destination" (the server sidecar, default) or "source"
-	// (the client side, e.g. an ingress gateway).
-	Reporter string         `json:"reporter,omitempty"`
-	Canary   IstioSelector  `json:"canary"`
-	Stable   *IstioSelector `json:"stable,omitempty"`
-}
-
-// IstioSelector picks one version's series; every field set becomes an
-// equality matcher.
-type IstioSelector struct {
-	Workload  string            `json:"workload,omitempty"`  // destination_workload
-	Namespace string            `json:"namespace,omitempty"` // destination_workload_namespace
-	Service   string            `json:"service,omitempty"`   // destination_service, e.g. app-canary.default.svc.cluster.local
-	Version   string            `json:"version,omitempty"`   // destination_version
-	Labels    map[string]string `json:"labels,omitempty"`    // any other label
-}
-
-// EnvoyConfig selects canary and stable upstream clusters in Envoy's cluster
-// metrics (envoy_cluster_upstream_rq_time_bucket, envoy_cluster_upstream_rq).
-type EnvoyConfig struct {
-	// CanaryCluster and StableCluster are cluster names, e.g.
-	// outbound|8080||app-canary.default.svc.cluster.local.
-	CanaryCluster string `json:"canaryCluster"`
-	StableCluster string `json:"stableCluster,omitempty"`
-	// ClusterLabel names the label holding the cluster name: "cluster_name"
-	// with Istio's stats tags (default), "envoy_cluster_name" with plain
-	// Envoy's.
-	ClusterLabel string `json:"clusterLabel,omitempty"`
-	// ResponseCodeLabel names the response-code label of
-	// envoy_cluster_upstream_rq: "response_code" with Istio's stats tags
-	// (default), "envoy_response_code" with Envoy's own.
-	ResponseCodeLabel string `json:"responseCodeLabel,omitempty"`
-	// Labels are extra equality matchers for both sides (e.g. job).
-	Labels map[string]string `json:"labels,omitempty"`
-}
-
-// PromQLConfig is a custom query set. Queries are Go text/template with
-// << and >> as delimiters (Argo resolves every {{…}} in a metric itself and
-// fails on the ones it does not know): <<.Selector>> is this side's label
-// matchers, <<.Window>> the range ("5m"), <<.Side>> "canary" or "stable",
-// <<.Canary>> and <<.Stable>> both sides' matchers.
-type PromQLConfig struct {
-	Canary string `json:"canary"`           // label matchers, e.g. app="checkout",version="v2"
-	Stable string `json:"stable,omitempty"` // label matchers of the stable version
-	// Histogram must return one series per "le" (sum by (le) (increase(…[<<.Window>>]))).
-	Histogram string `json:"histogram,omitempty"`
-	// Requests and Errors return one number each: requests and failed
-	// requests in the window. An empty Errors result counts as zero errors.
-	Requests string `json:"requests,omitempty"`
-	Errors   string `json:"errors,omitempty"`
-	// Unit of the histogram's le label: "s" (Prometheus convention, default) or "ms".
-	Unit string `json:"unit,omitempty"`
-}
-
-// FortioConfig reads fortio result JSON (fortio's -json output, or what
-// danki's warm-up step writes) from files or http(s) URLs.
-type FortioConfig struct {
-	Canary string `json:"canary"`
-	Stable string `json:"stable,omitempty"`
-}
-
-// QueryCheck is a PromQL value check, e.g. the fraction of time the canary
-// spends in GC pauses. The query is a template like PromQLConfig's and must
-// return a single number.
-type QueryCheck struct {
-	Name  string `json:"name"`
-	Query string `json:"query"`
-	// Canary and Stable are label matchers for <<.Selector>>; they default to
-	// promql.canary and promql.stable.
-	Canary string `json:"canary,omitempty"`
-	Stable string `json:"stable,omitempty"`
-	// Max is the limit for the canary's value; MaxRatio the limit for
-	// canary ÷ stable (at least 1). At least one is required.
-	Max      *config.Number `json:"max,omitempty"`
-	MaxRatio *config.Number `json:"maxRatio,omitempty"`
 }
 
 // SLO holds the latency limits. Percentile limits are durations; ratio
@@ -396,27 +283,15 @@ func (c Config) WithDefaults() Config {
 		d.MinTailCount = numberPtr(DefaultMinTailCount)
 	}
 	if c.Istio != nil {
-		ic := *c.Istio
-		if ic.Reporter == "" {
-			ic.Reporter = DefaultIstioReporter
-		}
+		ic := c.Istio.withDefaults()
 		d.Istio = &ic
 	}
 	if c.Envoy != nil {
-		ec := *c.Envoy
-		if ec.ResponseCodeLabel == "" {
-			ec.ResponseCodeLabel = DefaultResponseCode
-		}
-		if ec.ClusterLabel == "" {
-			ec.ClusterLabel = DefaultClusterLabel
-		}
+		ec := c.Envoy.withDefaults()
 		d.Envoy = &ec
 	}
 	if c.PromQL != nil {
-		pc := *c.PromQL
-		if pc.Unit == "" {
-			pc.Unit = DefaultPromQLUnit
-		}
+		pc := c.PromQL.withDefaults()
 		d.PromQL = &pc
 	}
 	if c.Load != nil {
@@ -527,7 +402,7 @@ func (c Config) compileSource(p *config.Errors, r *Rules) {
 		p.Addf(name, "set, but source is %q; remove it or set source: %s", c.Source, name)
 	}
 	if c.readsPrometheus() {
-		c.compilePrometheus(p)
+		c.Prometheus.compile(p)
 	} else if c.Prometheus != nil {
 		p.Addf("prometheus", "set, but source is %s, which does not read Prometheus; remove it", c.Source)
 	}
@@ -536,50 +411,21 @@ func (c Config) compileSource(p *config.Errors, r *Rules) {
 		return
 	}
 
+	// Each source's block checks itself (istio.go … load.go); here is only
+	// what it can measure.
 	switch c.Source {
 	case SourceIstio:
-		ic := c.Istio
-		if ic.Reporter != "destination" && ic.Reporter != "source" {
-			p.Addf("istio.reporter", "%q is not an Istio reporter; use source or destination", ic.Reporter)
-		}
-		compileIstioSelector(p, "istio.canary", ic.Reporter, &ic.Canary)
-		if ic.Stable != nil {
-			compileIstioSelector(p, "istio.stable", ic.Reporter, ic.Stable)
-		}
-		r.hasLatency, r.hasRequests, r.hasStable = true, true, ic.Stable != nil
+		c.Istio.compile(p)
+		r.hasLatency, r.hasRequests, r.hasStable = true, true, c.Istio.Stable != nil
 	case SourceEnvoy:
-		ec := c.Envoy
-		if ec.CanaryCluster == "" {
-			p.Addf("envoy.canaryCluster", "missing; set the canary's cluster name, e.g. outbound|8080||app-canary.default.svc.cluster.local")
-		}
-		for field, label := range map[string]string{"envoy.responseCodeLabel": ec.ResponseCodeLabel, "envoy.clusterLabel": ec.ClusterLabel} {
-			if !model.LegacyValidation.IsValidLabelName(label) {
-				p.Addf(field, "%q is not a Prometheus label name", label)
-			}
-		}
-		compileLabels(p, "envoy.labels", ec.Labels)
-		r.hasLatency, r.hasRequests, r.hasStable = true, true, ec.StableCluster != ""
+		c.Envoy.compile(p)
+		r.hasLatency, r.hasRequests, r.hasStable = true, true, c.Envoy.StableCluster != ""
 	case SourcePromQL:
+		c.PromQL.compile(p)
 		pc := c.PromQL
-		if pc.Canary == "" {
-			p.Addf("promql.canary", "missing; set the label matchers that select the canary's series, e.g. app=\"checkout\",version=\"v2\"")
-		}
-		if pc.Unit != "s" && pc.Unit != "ms" {
-			p.Addf("promql.unit", "%q is not a unit; use s (seconds, the Prometheus convention) or ms", pc.Unit)
-		}
-		for _, f := range []struct{ name, text string }{{"histogram", pc.Histogram}, {"requests", pc.Requests}, {"errors", pc.Errors}} {
-			if f.text != "" {
-				compileTemplate(p, "promql."+f.name, f.text)
-			}
-		}
-		if pc.Errors != "" && pc.Requests == "" {
-			p.Addf("promql.requests", "missing; promql.errors needs it as the error rate's denominator")
-		}
 		r.hasLatency, r.hasRequests, r.hasStable = pc.Histogram != "", pc.Requests != "", pc.Stable != ""
 	case SourceFortio:
-		if c.Fortio.Canary == "" {
-			p.Addf("fortio.canary", "missing; set the path or http(s) URL of the canary's fortio result JSON")
-		}
+		c.Fortio.compile(p)
 		r.hasLatency, r.hasRequests, r.hasStable = true, true, c.Fortio.Stable != ""
 	case SourceLoad:
 		c.Load.compile(p)
@@ -594,65 +440,6 @@ func (c Config) readsPrometheus() bool { return c.Source != SourceFortio && c.So
 // rawLatencies reports whether the source keeps every request's latency
 // (or at least the raw maximum), so slo.max can be checked.
 func (c Config) rawLatencies() bool { return c.Source == SourceFortio || c.Source == SourceLoad }
-
-func (c Config) compilePrometheus(p *config.Errors) {
-	pc := c.Prometheus
-	if pc == nil || pc.Address == "" {
-		p.Addf("prometheus.address", "missing; set the Prometheus URL, e.g. http://prometheus.istio-system:9090")
-		return
-	}
-	if !strings.HasPrefix(pc.Address, "http://") && !strings.HasPrefix(pc.Address, "https://") {
-		p.Addf("prometheus.address", "%q is not an http(s) URL; write it like http://prometheus.istio-system:9090", pc.Address)
-	}
-	if pc.BearerToken != "" && pc.BearerTokenFile != "" {
-		p.Addf("prometheus.bearerTokenFile", "set together with prometheus.bearerToken; keep only one")
-	}
-	if ref := pc.BearerTokenSecret; ref != nil {
-		if pc.BearerToken != "" || pc.BearerTokenFile != "" {
-			p.Addf("prometheus.bearerTokenSecret", "set together with prometheus.bearerToken or bearerTokenFile; keep only one")
-		}
-		if ref.Name == "" {
-			p.Addf("prometheus.bearerTokenSecret.name", "missing; name a Secret in the AnalysisRun's (or Rollout's) own namespace")
-		}
-		if ref.Key == "" {
-			p.Addf("prometheus.bearerTokenSecret.key", "missing; name the Secret's key that holds the token, e.g. token")
-		}
-	}
-}
-
-func compileIstioSelector(p *config.Errors, field, reporter string, s *IstioSelector) {
-	if s.Workload == "" && s.Service == "" && s.Version == "" && len(s.Labels) == 0 {
-		p.Addf(field, "selects nothing; set at least one of workload, service, version or labels (e.g. service: app-canary.default.svc.cluster.local)")
-	}
-	if reporter == "destination" && s.Service != "" {
-		// The server sidecar labels destination_service with one of the
-		// Services its pod belongs to; Argo's canary pods belong to the
-		// canary Service and the root Service (and after promotion stable's),
-		// so that label cannot tell canary from stable.
-		p.Addf(field+".service", "with istio.reporter destination, Istio labels destination_service with any one of the Services the pod belongs to, so it cannot tell Argo's canary from stable; use reporter: source (the default: the gateway's or client sidecars' view of the Service they routed to), or select by version or labels")
-	}
-	compileLabels(p, field+".labels", s.Labels)
-}
-
-func compileLabels(p *config.Errors, field string, labels map[string]string) {
-	for _, k := range slices.Sorted(maps.Keys(labels)) {
-		if !model.LegacyValidation.IsValidLabelName(k) {
-			p.Addf(field, "%q is not a Prometheus label name", k)
-		}
-	}
-}
-
-func compileTemplate(p *config.Errors, field, text string) {
-	t, err := parseQueryTemplate(field, text)
-	if err != nil {
-		p.Addf(field, "%v", err)
-		return
-	}
-	var b strings.Builder
-	if err := t.Execute(&b, QueryData{Selector: `a="b"`, Window: "5m", Side: "canary", Canary: `a="b"`, Stable: `a="c"`}); err != nil {
-		p.Addf(field, "%v (fields: <<.Selector>> <<.Window>> <<.Side>> <<.Canary>> <<.Stable>>)", err)
-	}
-}
 
 func (c Config) compileWindow(p *config.Errors, r *Rules) {
 	if c.Window.Cumulative {
@@ -774,45 +561,6 @@ func stableField(source string) string {
 	return "fortio.stable"
 }
 
-func (c Config) compileQueries(p *config.Errors, r *Rules) {
-	if len(c.Queries) > 0 && !c.readsPrometheus() {
-		p.Addf("queries", "need Prometheus, but source is %s; use source istio, envoy or promql", c.Source)
-		return
-	}
-	seen := map[string]bool{}
-	for i, q := range c.Queries {
-		field := fmt.Sprintf("queries[%d]", i)
-		if q.Name == "" {
-			p.Addf(field+".name", "missing; name the check, e.g. gc-pause-fraction")
-		} else if seen[q.Name] {
-			p.Addf(field+".name", "%q is used twice; names must be unique", q.Name)
-		}
-		seen[q.Name] = true
-		if q.Query == "" {
-			p.Addf(field+".query", "missing; write the PromQL, e.g. sum(rate(jvm_gc_pause_seconds_sum{<<.Selector>>}[<<.Window>>]))")
-		} else {
-			compileTemplate(p, field+".query", q.Query)
-		}
-		if q.Canary == "" && strings.Contains(q.Query, ".Selector") {
-			p.Addf(field+".canary", "missing; set the label matchers of the canary's series (or promql.canary)")
-		}
-		rule := queryRule{name: q.Name}
-		if q.Max != nil {
-			rule.max = compilePositive(p, field+".max", float64(*q.Max))
-		}
-		if q.MaxRatio != nil {
-			rule.maxRatio, _ = compileRatio(p, field+".maxRatio", float64(*q.MaxRatio))
-			if q.Stable == "" && strings.Contains(q.Query, ".Selector") {
-				p.Addf(field+".stable", "missing; maxRatio compares with stable, set the stable's label matchers (or promql.stable)")
-			}
-		}
-		if q.Max == nil && q.MaxRatio == nil {
-			p.Addf(field, "set max and/or maxRatio")
-		}
-		r.queries = append(r.queries, rule)
-	}
-}
-
 // compileLatency turns a latency limit into milliseconds.
 func compileLatency(p *config.Errors, field string, v config.Duration) (float64, bool) {
 	if v <= 0 {
@@ -856,17 +604,4 @@ func compilePositive(p *config.Errors, field string, f float64) float64 {
 		return 0
 	}
 	return f
-}
-
-// QueryData is what a PromQL template sees.
-type QueryData struct {
-	Selector string // this side's label matchers
-	Window   string // PromQL range, e.g. 5m
-	Side     string // canary or stable
-	Canary   string // the canary's label matchers
-	Stable   string // the stable's label matchers
-}
-
-func parseQueryTemplate(name, text string) (*template.Template, error) {
-	return template.New(name).Delims("<<", ">>").Option("missingkey=error").Parse(text)
 }

@@ -17,6 +17,20 @@ import (
 	"github.com/danki-dev/danki/pkg/policy"
 )
 
+// FortioConfig reads fortio result JSON (fortio's -json output, or what
+// danki's warm-up step writes) from files or http(s) URLs.
+type FortioConfig struct {
+	Canary string `json:"canary"`
+	Stable string `json:"stable,omitempty"`
+}
+
+// compile checks the fortio block; problems are added under "fortio.".
+func (fc FortioConfig) compile(p *config.Errors) {
+	if fc.Canary == "" {
+		p.Addf("fortio.canary", "missing; set the path or http(s) URL of the canary's fortio result JSON")
+	}
+}
+
 // Fortio is a Source that reads fortio HTTP result JSON (fhttp.HTTPRunnerResults,
 // what `fortio load -json` writes and what danki's warm-up step emits) from
 // files or http(s) URLs. Unlike Prometheus histograms, fortio keeps the raw

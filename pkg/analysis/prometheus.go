@@ -7,10 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -18,6 +20,7 @@ import (
 	"text/template"
 	"time"
 
+	"github.com/danki-dev/danki/pkg/config"
 	"github.com/prometheus/client_golang/api"
 	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
 	promconfig "github.com/prometheus/common/config"
@@ -25,22 +28,45 @@ import (
 	"k8s.io/client-go/kubernetes"
 )
 
-// Built-in query sets. <<.Selector>> and <<.Window>> are filled per side and
-// per check. Counts come from increase() of the *bucket* series so that the
-// percentiles and the tail test see the same requests.
-const (
-	istioHistogram = `sum by (le) (increase(istio_request_duration_milliseconds_bucket{<<.Selector>>}[<<.Window>>]))`
-	istioRequests  = `sum(increase(istio_requests_total{<<.Selector>>}[<<.Window>>]))`
-	istioErrors    = `sum(increase(istio_requests_total{<<.Selector>>,response_code=~"` + defaultErrorCodeRegex + `"}[<<.Window>>]))`
+// PrometheusConfig says how to reach Prometheus.
+type PrometheusConfig struct {
+	// Address is the Prometheus base URL. In the plugins it must be one
+	// the operator allows (--prometheus in the plugin's args), and that
+	// entry's credentials are used.
+	Address string `json:"address"`
+	// BearerToken (inline) or BearerTokenSecret (a Secret in the
+	// AnalysisRun's or Rollout's own namespace, read at every request)
+	// authenticate to Prometheus instead of the operator's credentials.
+	BearerToken       string        `json:"bearerToken,omitempty"`
+	BearerTokenSecret *SecretKeyRef `json:"bearerTokenSecret,omitempty"`
+	// BearerTokenFile (re-read on every request, so rotated tokens work)
+	// and CAFile name files on danki's machine: only the command line
+	// (danki analyze) may use them; in the plugins those files are the
+	// controller's, and the operator's --prometheus entry holds them.
+	BearerTokenFile string `json:"bearerTokenFile,omitempty"`
+	// CAFile verifies an https Prometheus; InsecureSkipVerify skips that
+	// (command line only).
+	CAFile             string `json:"caFile,omitempty"`
+	InsecureSkipVerify bool   `json:"insecureSkipVerify,omitempty"`
 
-	envoyHistogram = `sum by (le) (increase(envoy_cluster_upstream_rq_time_bucket{<<.Selector>>}[<<.Window>>]))`
-	// envoy_cluster_upstream_rq holds every request twice under one name
-	// when Istio's stats tags are used: once per response_code and once per
-	// response_code_class (upstream_rq_2xx …). Only the series that carry
-	// the response-code label count each request once. %s is that label.
-	envoyRequests = `sum(increase(envoy_cluster_upstream_rq{<<.Selector>>,%s!=""}[<<.Window>>]))`
-	envoyErrors   = `sum(increase(envoy_cluster_upstream_rq{<<.Selector>>,%s=~"` + defaultErrorCodeRegex + `"}[<<.Window>>]))`
-)
+	// noRedirects: the client follows no redirect, which would carry the
+	// credentials to another address (set under a tenant policy).
+	noRedirects bool
+}
+
+// defaultErrorCodeRegex is the response codes Istio's and Envoy's built-in
+// queries count as errors.
+const defaultErrorCodeRegex = "5.."
+
+// promQueries is a Prometheus source's query set (istio.go, envoy.go,
+// promql.go build theirs): both sides' label matchers for <<.Selector>>
+// and the query templates.
+type promQueries struct {
+	canary, stable              string
+	hasStable                   bool
+	histogram, requests, errors string
+	leScale                     float64 // le label × leScale = milliseconds
+}
 
 // Prometheus is a Source that reads Istio's or Envoy's standard metrics, or a
 // custom PromQL query set, through the Prometheus HTTP API.
@@ -167,37 +193,19 @@ func newPrometheusWithAPI(cfg Config, rules *Rules, promAPI promv1.API, logger *
 		logger:  logger,
 	}
 
-	var canary, stable string // label matchers
-	var histogram, requests, errorsQuery string
-	leScale := 1.0
-	hasStable := false
+	// The source's query set (istio.go, envoy.go, promql.go).
+	var q promQueries
 	switch cfg.Source {
 	case SourceIstio:
-		ic := cfg.Istio
-		canary = istioMatchers(ic.Reporter, ic.Canary)
-		if ic.Stable != nil {
-			stable, hasStable = istioMatchers(ic.Reporter, *ic.Stable), true
-		}
-		histogram, requests, errorsQuery = istioHistogram, istioRequests, istioErrors
+		q = cfg.Istio.queries()
 	case SourceEnvoy:
-		ec := cfg.Envoy
-		canary = envoyMatchers(ec.ClusterLabel, ec.CanaryCluster, ec.Labels)
-		if ec.StableCluster != "" {
-			stable, hasStable = envoyMatchers(ec.ClusterLabel, ec.StableCluster, ec.Labels), true
-		}
-		histogram = envoyHistogram
-		requests = fmt.Sprintf(envoyRequests, ec.ResponseCodeLabel)
-		errorsQuery = fmt.Sprintf(envoyErrors, ec.ResponseCodeLabel)
+		q = cfg.Envoy.queries()
 	case SourcePromQL:
-		pc := cfg.PromQL
-		canary, stable, hasStable = pc.Canary, pc.Stable, pc.Stable != ""
-		histogram, requests, errorsQuery = pc.Histogram, pc.Requests, pc.Errors
-		if pc.Unit == "s" {
-			leScale = 1000
-		}
+		q = cfg.PromQL.queries()
 	default:
 		return nil, fmt.Errorf("source %q does not read Prometheus", cfg.Source)
 	}
+	canary, stable, hasStable, leScale := q.canary, q.stable, q.hasStable, q.leScale
 
 	mk := func(name, text string) (*template.Template, error) {
 		if text == "" {
@@ -216,13 +224,13 @@ func newPrometheusWithAPI(cfg Config, rules *Rules, promAPI promv1.API, logger *
 			s.data.Selector = stable
 		}
 		var err error
-		if s.histogram, err = mk("histogram", histogram); err != nil {
+		if s.histogram, err = mk("histogram", q.histogram); err != nil {
 			return nil, err
 		}
-		if s.requests, err = mk("requests", requests); err != nil {
+		if s.requests, err = mk("requests", q.requests); err != nil {
 			return nil, err
 		}
-		if s.errors, err = mk("errors", errorsQuery); err != nil {
+		if s.errors, err = mk("errors", q.errors); err != nil {
 			return nil, err
 		}
 		for _, q := range cfg.Queries {
@@ -254,31 +262,6 @@ func newPrometheusWithAPI(cfg Config, rules *Rules, promAPI promv1.API, logger *
 		}
 	}
 	return p, nil
-}
-
-func istioMatchers(reporter string, s IstioSelector) string {
-	labels := map[string]string{"reporter": reporter}
-	for k, v := range s.Labels {
-		labels[k] = v
-	}
-	set := func(k, v string) {
-		if v != "" {
-			labels[k] = v
-		}
-	}
-	set("destination_workload", s.Workload)
-	set("destination_workload_namespace", s.Namespace)
-	set("destination_service", s.Service)
-	set("destination_version", s.Version)
-	return matchers(labels)
-}
-
-func envoyMatchers(clusterLabel, cluster string, extra map[string]string) string {
-	labels := map[string]string{clusterLabel: cluster}
-	for k, v := range extra {
-		labels[k] = v
-	}
-	return matchers(labels)
 }
 
 // matchers renders equality matchers in a stable order, quoting values as
@@ -529,4 +512,38 @@ func toMeasured(vec model.Vector, query string) (Measured, error) {
 		return m, nil
 	}
 	return m, fmt.Errorf("query %s returned %d series; it must return one number, wrap it in sum(…) or max(…)", query, len(vec))
+}
+
+// compile checks the prometheus block of a source that reads Prometheus
+// (pc nil: the block is missing).
+func (pc *PrometheusConfig) compile(p *config.Errors) {
+	if pc == nil || pc.Address == "" {
+		p.Addf("prometheus.address", "missing; set the Prometheus URL, e.g. http://prometheus.istio-system:9090")
+		return
+	}
+	if !strings.HasPrefix(pc.Address, "http://") && !strings.HasPrefix(pc.Address, "https://") {
+		p.Addf("prometheus.address", "%q is not an http(s) URL; write it like http://prometheus.istio-system:9090", pc.Address)
+	}
+	if pc.BearerToken != "" && pc.BearerTokenFile != "" {
+		p.Addf("prometheus.bearerTokenFile", "set together with prometheus.bearerToken; keep only one")
+	}
+	if ref := pc.BearerTokenSecret; ref != nil {
+		if pc.BearerToken != "" || pc.BearerTokenFile != "" {
+			p.Addf("prometheus.bearerTokenSecret", "set together with prometheus.bearerToken or bearerTokenFile; keep only one")
+		}
+		if ref.Name == "" {
+			p.Addf("prometheus.bearerTokenSecret.name", "missing; name a Secret in the AnalysisRun's (or Rollout's) own namespace")
+		}
+		if ref.Key == "" {
+			p.Addf("prometheus.bearerTokenSecret.key", "missing; name the Secret's key that holds the token, e.g. token")
+		}
+	}
+}
+
+func compileLabels(p *config.Errors, field string, labels map[string]string) {
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
+		if !model.LegacyValidation.IsValidLabelName(k) {
+			p.Addf(field, "%q is not a Prometheus label name", k)
+		}
+	}
 }
