@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -241,67 +242,27 @@ func (f *analyzeFlags) config(fl *pflag.FlagSet) (analysis.Config, error) {
 	if set("source") {
 		c.Source = f.source
 	}
-	if c.Source != analysis.SourceFortio && c.Source != analysis.SourceLoad && (set("prometheus") || set("bearer-token") || set("bearer-token-file") || set("ca-file") || set("insecure-skip-verify")) {
+	if c.Source != analysis.SourceFortio && c.Source != analysis.SourceLoad && slices.ContainsFunc(analyzePrometheusFlags, func(fd analyzeField) bool { return set(fd.flag) }) {
 		if c.Prometheus == nil {
 			c.Prometheus = &analysis.PrometheusConfig{}
 		}
-		p := c.Prometheus
-		analyzeAssign(set("prometheus"), &p.Address, f.prometheus)
-		analyzeAssign(set("bearer-token"), &p.BearerToken, f.bearerToken)
-		analyzeAssign(set("bearer-token-file"), &p.BearerTokenFile, f.bearerTokenFile)
-		analyzeAssign(set("ca-file"), &p.CAFile, f.caFile)
-		if set("insecure-skip-verify") {
-			p.InsecureSkipVerify = f.insecureSkipVerify
+		if err := f.apply(fl, &c, analyzePrometheusFlags, set); err != nil {
+			return c, err
 		}
 	}
-
-	switch c.Source {
-	case analysis.SourceIstio:
-		if c.Istio == nil {
-			c.Istio = &analysis.IstioConfig{}
+	if src, ok := analyzeSources[c.Source]; ok {
+		src.block(&c)
+		setField := set
+		if src.changedOnly {
+			setField = fl.Changed
 		}
-		ic := c.Istio
-		analyzeAssign(set("reporter"), &ic.Reporter, f.reporter)
-		analyzeAssign(set("canary"), &ic.Canary.Service, f.canary)
-		analyzeAssign(set("canary-workload"), &ic.Canary.Workload, f.canaryWorkload)
-		analyzeAssign(set("canary-version"), &ic.Canary.Version, f.canaryVersion)
-		analyzeAssign(set("workload-namespace"), &ic.Canary.Namespace, f.workloadNamespace)
-		if f.stable != "" || f.stableWorkload != "" || f.stableVersion != "" {
-			if ic.Stable == nil {
-				ic.Stable = &analysis.IstioSelector{}
-			}
-			analyzeAssign(set("stable"), &ic.Stable.Service, f.stable)
-			analyzeAssign(set("stable-workload"), &ic.Stable.Workload, f.stableWorkload)
-			analyzeAssign(set("stable-version"), &ic.Stable.Version, f.stableVersion)
-			analyzeAssign(set("workload-namespace"), &ic.Stable.Namespace, f.workloadNamespace)
-		}
-	case analysis.SourceEnvoy:
-		if c.Envoy == nil {
-			c.Envoy = &analysis.EnvoyConfig{}
-		}
-		analyzeAssign(set("canary"), &c.Envoy.CanaryCluster, f.canary)
-		analyzeAssign(set("stable"), &c.Envoy.StableCluster, f.stable)
-		analyzeAssign(set("response-code-label"), &c.Envoy.ResponseCodeLabel, f.responseCodeLabel)
-	case analysis.SourcePromQL:
-		if c.PromQL == nil {
-			c.PromQL = &analysis.PromQLConfig{}
-		}
-		pc := c.PromQL
-		analyzeAssign(set("canary"), &pc.Canary, f.canary)
-		analyzeAssign(set("stable"), &pc.Stable, f.stable)
-		analyzeAssign(set("histogram-query"), &pc.Histogram, f.histogram)
-		analyzeAssign(set("requests-query"), &pc.Requests, f.requests)
-		analyzeAssign(set("errors-query"), &pc.Errors, f.errorsQuery)
-		analyzeAssign(set("unit"), &pc.Unit, f.unit)
-	case analysis.SourceFortio:
-		if c.Fortio == nil {
-			c.Fortio = &analysis.FortioConfig{}
-		}
-		analyzeAssign(set("canary"), &c.Fortio.Canary, f.canary)
-		analyzeAssign(set("stable"), &c.Fortio.Stable, f.stable)
-	case analysis.SourceLoad:
-		if err := f.loadConfig(fl, &c); err != nil {
+		if err := f.apply(fl, &c, src.fields, setField); err != nil {
 			return c, err
+		}
+		if src.finish != nil {
+			if err := src.finish(f, fl, &c, setField); err != nil {
+				return c, err
+			}
 		}
 	}
 
@@ -371,80 +332,210 @@ func (f *analyzeFlags) config(fl *pflag.FlagSet) (analysis.Config, error) {
 	return c, nil
 }
 
-// loadConfig fills c.Load from the load flags that were set (all of them
-// without --config), with the namespace from -n or the kubeconfig context
-// when pods are looked up.
-func (f *analyzeFlags) loadConfig(fl *pflag.FlagSet, c *analysis.Config) error {
-	if c.Load == nil {
-		c.Load = &analysis.LoadConfig{}
-	}
-	l := c.Load
-	changed := func(name string) bool { return fl.Changed(name) }
-	if changed("url") {
-		l.URLs = f.urls
-	}
-	if changed("stable-url") {
-		l.StableURLs = f.stableURLs
-	}
-	analyzeAssign(changed("service"), &l.Service, f.service)
-	analyzeAssign(changed("stable-service"), &l.StableService, f.stableService)
-	analyzeAssign(changed("selector"), &l.Selector, f.selector)
-	analyzeAssign(changed("pod-template-hash"), &l.PodTemplateHash, f.hash)
-	analyzeAssign(changed("stable-pod-template-hash"), &l.StablePodTemplateHash, f.stableHash)
-	analyzeAssign(changed("health-path"), &l.HealthPath, f.healthPath)
-	if changed("port") {
-		l.Port = intstr.Parse(f.port)
-	}
-	if changed("path") {
-		l.Requests = nil
-		for _, p := range f.paths {
-			l.Requests = append(l.Requests, warmup.RequestSpec{Path: p})
+// analyzeField is one flag that sets one field of the config: a string
+// field (str: set to the flag's value when that is not empty), or any
+// other (set).
+type analyzeField struct {
+	flag string
+	str  func(c *analysis.Config) *string
+	set  func(f *analyzeFlags, c *analysis.Config) error
+}
+
+// analyzeSource is how the flags fill one source's block.
+type analyzeSource struct {
+	// block creates the source's block when --config has none.
+	block func(c *analysis.Config)
+	// changedOnly: a field is set only by a flag given on the command line,
+	// even without --config (the load flags' defaults are not the block's).
+	changedOnly bool
+	fields      []analyzeField
+	// finish sets what is more than one flag to one field.
+	finish func(f *analyzeFlags, fl *pflag.FlagSet, c *analysis.Config, set func(string) bool) error
+}
+
+// apply sets the fields whose flags set reports.
+func (f *analyzeFlags) apply(fl *pflag.FlagSet, c *analysis.Config, fields []analyzeField, set func(string) bool) error {
+	for _, fd := range fields {
+		if !set(fd.flag) {
+			continue
 		}
-	}
-	if changed("count") {
-		l.Count = analyzeNumber(float64(f.count))
-	}
-	if changed("qps") {
-		l.QPS = analyzeNumber(f.qps)
-	}
-	if changed("connections") {
-		l.Connections = analyzeNumber(float64(f.connections))
-	}
-	if changed("stable-qps") {
-		l.StableQPS = analyzeNumber(f.stableQPS)
-	}
-	if changed("warm-up") {
-		l.WarmUp = &f.warmUp
-	}
-	for name, dst := range map[string]*config.Duration{"duration": &l.Duration, "request-timeout": &l.RequestTimeout} {
-		v := map[string]string{"duration": f.duration, "request-timeout": f.reqTimeout}[name]
-		if changed(name) {
-			d, err := config.ParseDuration(v)
-			if err != nil {
-				return fmt.Errorf("--%s: %w", name, err)
+		if fd.str != nil {
+			if v := fl.Lookup(fd.flag).Value.String(); v != "" {
+				*fd.str(c) = v
 			}
-			*dst = config.Duration(d)
+			continue
+		}
+		if err := fd.set(f, c); err != nil {
+			return err
 		}
 	}
-	if l.Namespace == "" && len(l.URLs) == 0 {
+	return nil
+}
+
+// analyzePrometheusFlags set the prometheus block of the sources that read
+// Prometheus.
+var analyzePrometheusFlags = []analyzeField{
+	{flag: "prometheus", str: func(c *analysis.Config) *string { return &c.Prometheus.Address }},
+	{flag: "bearer-token", str: func(c *analysis.Config) *string { return &c.Prometheus.BearerToken }},
+	{flag: "bearer-token-file", str: func(c *analysis.Config) *string { return &c.Prometheus.BearerTokenFile }},
+	{flag: "ca-file", str: func(c *analysis.Config) *string { return &c.Prometheus.CAFile }},
+	{flag: "insecure-skip-verify", set: func(f *analyzeFlags, c *analysis.Config) error {
+		c.Prometheus.InsecureSkipVerify = f.insecureSkipVerify
+		return nil
+	}},
+}
+
+// analyzeSources are, per source, the flags that set its block's fields.
+var analyzeSources = map[string]analyzeSource{
+	analysis.SourceIstio: {
+		block: func(c *analysis.Config) {
+			if c.Istio == nil {
+				c.Istio = &analysis.IstioConfig{}
+			}
+		},
+		fields: []analyzeField{
+			{flag: "reporter", str: func(c *analysis.Config) *string { return &c.Istio.Reporter }},
+			{flag: "canary", str: func(c *analysis.Config) *string { return &c.Istio.Canary.Service }},
+			{flag: "canary-workload", str: func(c *analysis.Config) *string { return &c.Istio.Canary.Workload }},
+			{flag: "canary-version", str: func(c *analysis.Config) *string { return &c.Istio.Canary.Version }},
+			{flag: "workload-namespace", str: func(c *analysis.Config) *string { return &c.Istio.Canary.Namespace }},
+		},
+		finish: analyzeIstioStable,
+	},
+	analysis.SourceEnvoy: {
+		block: func(c *analysis.Config) {
+			if c.Envoy == nil {
+				c.Envoy = &analysis.EnvoyConfig{}
+			}
+		},
+		fields: []analyzeField{
+			{flag: "canary", str: func(c *analysis.Config) *string { return &c.Envoy.CanaryCluster }},
+			{flag: "stable", str: func(c *analysis.Config) *string { return &c.Envoy.StableCluster }},
+			{flag: "response-code-label", str: func(c *analysis.Config) *string { return &c.Envoy.ResponseCodeLabel }},
+		},
+	},
+	analysis.SourcePromQL: {
+		block: func(c *analysis.Config) {
+			if c.PromQL == nil {
+				c.PromQL = &analysis.PromQLConfig{}
+			}
+		},
+		fields: []analyzeField{
+			{flag: "canary", str: func(c *analysis.Config) *string { return &c.PromQL.Canary }},
+			{flag: "stable", str: func(c *analysis.Config) *string { return &c.PromQL.Stable }},
+			{flag: "histogram-query", str: func(c *analysis.Config) *string { return &c.PromQL.Histogram }},
+			{flag: "requests-query", str: func(c *analysis.Config) *string { return &c.PromQL.Requests }},
+			{flag: "errors-query", str: func(c *analysis.Config) *string { return &c.PromQL.Errors }},
+			{flag: "unit", str: func(c *analysis.Config) *string { return &c.PromQL.Unit }},
+		},
+	},
+	analysis.SourceFortio: {
+		block: func(c *analysis.Config) {
+			if c.Fortio == nil {
+				c.Fortio = &analysis.FortioConfig{}
+			}
+		},
+		fields: []analyzeField{
+			{flag: "canary", str: func(c *analysis.Config) *string { return &c.Fortio.Canary }},
+			{flag: "stable", str: func(c *analysis.Config) *string { return &c.Fortio.Stable }},
+		},
+	},
+	analysis.SourceLoad: {
+		block: func(c *analysis.Config) {
+			if c.Load == nil {
+				c.Load = &analysis.LoadConfig{}
+			}
+		},
+		changedOnly: true,
+		fields: []analyzeField{
+			{flag: "url", set: func(f *analyzeFlags, c *analysis.Config) error { c.Load.URLs = f.urls; return nil }},
+			{flag: "stable-url", set: func(f *analyzeFlags, c *analysis.Config) error { c.Load.StableURLs = f.stableURLs; return nil }},
+			{flag: "service", str: func(c *analysis.Config) *string { return &c.Load.Service }},
+			{flag: "stable-service", str: func(c *analysis.Config) *string { return &c.Load.StableService }},
+			{flag: "selector", str: func(c *analysis.Config) *string { return &c.Load.Selector }},
+			{flag: "pod-template-hash", str: func(c *analysis.Config) *string { return &c.Load.PodTemplateHash }},
+			{flag: "stable-pod-template-hash", str: func(c *analysis.Config) *string { return &c.Load.StablePodTemplateHash }},
+			{flag: "health-path", str: func(c *analysis.Config) *string { return &c.Load.HealthPath }},
+			{flag: "port", set: func(f *analyzeFlags, c *analysis.Config) error { c.Load.Port = intstr.Parse(f.port); return nil }},
+			{flag: "path", set: func(f *analyzeFlags, c *analysis.Config) error {
+				c.Load.Requests = nil
+				for _, p := range f.paths {
+					c.Load.Requests = append(c.Load.Requests, warmup.RequestSpec{Path: p})
+				}
+				return nil
+			}},
+			{flag: "count", set: func(f *analyzeFlags, c *analysis.Config) error {
+				c.Load.Count = analyzeNumber(float64(f.count))
+				return nil
+			}},
+			{flag: "qps", set: func(f *analyzeFlags, c *analysis.Config) error { c.Load.QPS = analyzeNumber(f.qps); return nil }},
+			{flag: "connections", set: func(f *analyzeFlags, c *analysis.Config) error {
+				c.Load.Connections = analyzeNumber(float64(f.connections))
+				return nil
+			}},
+			{flag: "stable-qps", set: func(f *analyzeFlags, c *analysis.Config) error {
+				c.Load.StableQPS = analyzeNumber(f.stableQPS)
+				return nil
+			}},
+			{flag: "warm-up", set: func(f *analyzeFlags, c *analysis.Config) error { c.Load.WarmUp = &f.warmUp; return nil }},
+			{flag: "duration", set: func(f *analyzeFlags, c *analysis.Config) error {
+				return analyzeDuration("duration", f.duration, &c.Load.Duration)
+			}},
+			{flag: "request-timeout", set: func(f *analyzeFlags, c *analysis.Config) error {
+				return analyzeDuration("request-timeout", f.reqTimeout, &c.Load.RequestTimeout)
+			}},
+		},
+		finish: analyzeLoadNamespace,
+	},
+}
+
+// analyzeIstioStableFlags set istio.stable: one flag, --workload-namespace,
+// sets both sides' namespace.
+var analyzeIstioStableFlags = []analyzeField{
+	{flag: "stable", str: func(c *analysis.Config) *string { return &c.Istio.Stable.Service }},
+	{flag: "stable-workload", str: func(c *analysis.Config) *string { return &c.Istio.Stable.Workload }},
+	{flag: "stable-version", str: func(c *analysis.Config) *string { return &c.Istio.Stable.Version }},
+	{flag: "workload-namespace", str: func(c *analysis.Config) *string { return &c.Istio.Stable.Namespace }},
+}
+
+// analyzeIstioStable fills istio.stable when a stable selector is given:
+// without one there is no stable side, whatever --workload-namespace says.
+func analyzeIstioStable(f *analyzeFlags, fl *pflag.FlagSet, c *analysis.Config, set func(string) bool) error {
+	if f.stable == "" && f.stableWorkload == "" && f.stableVersion == "" {
+		return nil
+	}
+	if c.Istio.Stable == nil {
+		c.Istio.Stable = &analysis.IstioSelector{}
+	}
+	return f.apply(fl, c, analyzeIstioStableFlags, set)
+}
+
+// analyzeLoadNamespace sets load.namespace from -n or the kubeconfig
+// context when pods are looked up.
+func analyzeLoadNamespace(f *analyzeFlags, _ *pflag.FlagSet, c *analysis.Config, _ func(string) bool) error {
+	if c.Load.Namespace == "" && len(c.Load.URLs) == 0 {
 		ns, err := f.kube.namespace()
 		if err != nil {
 			return fmt.Errorf("kubeconfig namespace: %w (give -n, or --url)", err)
 		}
-		l.Namespace = ns
+		c.Load.Namespace = ns
 	}
+	return nil
+}
+
+// analyzeDuration parses the duration flag --name into dst.
+func analyzeDuration(name, v string, dst *config.Duration) error {
+	d, err := config.ParseDuration(v)
+	if err != nil {
+		return fmt.Errorf("--%s: %w", name, err)
+	}
+	*dst = config.Duration(d)
 	return nil
 }
 
 func analyzeNumber(v float64) *config.Number {
 	n := config.Number(v)
 	return &n
-}
-
-func analyzeAssign(ok bool, dst *string, v string) {
-	if ok && v != "" {
-		*dst = v
-	}
 }
 
 // analyzeFlagNames translates config field paths in validation errors into the

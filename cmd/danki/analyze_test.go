@@ -258,3 +258,27 @@ func TestAnalyzeLoadSource(t *testing.T) {
 		t.Fatalf("--qps 0: %v; want an error naming load.qps", err)
 	}
 }
+
+// Every flag of the per-source tables is one of danki analyze's flags
+// (apply looks string flags up by name), and a string field's flag is a
+// string flag.
+func TestAnalyzeFieldTablesNameItsFlags(t *testing.T) {
+	fl := newAnalyzeCmd().Flags()
+	tables := map[string][]analyzeField{"prometheus": analyzePrometheusFlags, "istio.stable": analyzeIstioStableFlags}
+	for name, src := range analyzeSources {
+		tables[name] = src.fields
+	}
+	for name, fields := range tables {
+		for _, fd := range fields {
+			flag := fl.Lookup(fd.flag)
+			switch {
+			case flag == nil:
+				t.Errorf("%s: --%s is no flag of danki analyze", name, fd.flag)
+			case (fd.str == nil) == (fd.set == nil):
+				t.Errorf("%s: --%s sets neither or both a string field and another", name, fd.flag)
+			case fd.str != nil && flag.Value.Type() != "string":
+				t.Errorf("%s: --%s is a %s flag, set as a string field", name, fd.flag, flag.Value.Type())
+			}
+		}
+	}
+}
