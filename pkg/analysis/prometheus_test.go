@@ -6,7 +6,6 @@ import (
 	"io"
 	"log"
 	"log/slog"
-	"math"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -108,48 +107,6 @@ func healthyIstio(p *testutil.Prometheus, rng *rand.Rand, canaryDist lognormal) 
 	return c
 }
 
-func TestPrometheusIstioQueriesAndPass(t *testing.T) {
-	rng := rand.New(rand.NewPCG(11, 12))
-	fake := testutil.NewPrometheus(t)
-	canaryHist := healthyIstio(fake, rng, typical)
-	v := analyze(t, istioConfig(fake.URL))
-	if v.Phase != Pass {
-		t.Fatalf("phase %s, want Pass: %s", v.Phase, v.Summary)
-	}
-	const c, s = `destination_service="app-canary.default.svc.cluster.local",reporter="source"`, `destination_service="app-stable.default.svc.cluster.local",reporter="source"`
-	want := []string{
-		`sum by (le) (increase(istio_request_duration_milliseconds_bucket{` + c + `}[5m]))`,
-		`sum(increase(istio_requests_total{` + c + `}[5m]))`,
-		`sum(increase(istio_requests_total{` + c + `,response_code=~"5.."}[5m]))`,
-		`sum by (le) (increase(istio_request_duration_milliseconds_bucket{` + s + `}[5m]))`,
-		`sum(increase(istio_requests_total{` + s + `}[5m]))`,
-		`sum(increase(istio_requests_total{` + s + `,response_code=~"5.."}[5m]))`,
-	}
-	got := fake.Queries()
-	for _, w := range want {
-		if !containsString(got, w) {
-			t.Errorf("query not sent: %s\nsent: %q", w, got)
-		}
-	}
-	if len(got) != len(want) {
-		t.Errorf("sent %d queries, want %d", len(got), len(want))
-	}
-	// The verdict carries the numbers: canary p99 is histogram_quantile's.
-	cp99 := canaryHist.Quantile(0.99)
-	if v.Canary.P99 == nil || *v.Canary.P99 != cp99 {
-		t.Errorf("canary p99 %v, want %v", v.Canary.P99, cp99)
-	}
-	if v.Canary.ErrorRate == nil || math.Abs(*v.Canary.ErrorRate-4.0/2000) > 1e-12 {
-		t.Errorf("canary error rate %v, want 0.002", v.Canary.ErrorRate)
-	}
-	if v.Tail == nil || v.Tail.ThresholdMs != 100 || v.Tail.Rejected {
-		t.Errorf("tail test %+v, want threshold 100 ms, not rejected", v.Tail)
-	}
-	if !strings.HasPrefix(v.Summary, "Pass: all SLOs hold | canary p99") {
-		t.Errorf("summary %q", v.Summary)
-	}
-}
-
 func TestPrometheusSlowCanaryFails(t *testing.T) {
 	rng := rand.New(rand.NewPCG(13, 14))
 	slow := typical
@@ -163,98 +120,6 @@ func TestPrometheusSlowCanaryFails(t *testing.T) {
 	for _, w := range []string{"p99 canary/stable", "> 1.5", "tail test", "canary's tail is heavier"} {
 		if !strings.Contains(v.Summary, w) {
 			t.Errorf("summary %q does not name the breach %q", v.Summary, w)
-		}
-	}
-}
-
-func TestPrometheusEnvoyQueries(t *testing.T) {
-	rng := rand.New(rand.NewPCG(15, 16))
-	c := sampleHistogram(rng, typical, 1000)
-	const canary, stable = "outbound|8080||app-canary.default.svc.cluster.local", "outbound|8080||app-stable.default.svc.cluster.local"
-	fake := testutil.NewPrometheus(t)
-	addHistogram(fake, "envoy_cluster_upstream_rq_time", map[string]string{"cluster_name": canary}, c, 1)
-	addHistogram(fake, "envoy_cluster_upstream_rq_time", map[string]string{"cluster_name": stable}, c, 1)
-	for _, cl := range []string{canary, stable} {
-		fake.Add("envoy_cluster_upstream_rq", map[string]string{"cluster_name": cl, "response_code": "200"}, 1000)
-		fake.Add("envoy_cluster_upstream_rq", map[string]string{"cluster_name": cl, "response_code_class": "2xx"}, 1000)
-	}
-	cfg := Config{
-		Source:     SourceEnvoy,
-		Prometheus: &PrometheusConfig{Address: fake.URL},
-		Envoy:      &EnvoyConfig{CanaryCluster: canary, StableCluster: stable},
-		Window:     window("90s"),
-		SLO:        SLO{P99: dur("1s"), MaxErrorRate: number("1%")},
-	}
-	v := analyze(t, cfg)
-	if v.Phase != Pass {
-		t.Fatalf("phase %s: %s", v.Phase, v.Summary)
-	}
-	for _, w := range []string{
-		`sum by (le) (increase(envoy_cluster_upstream_rq_time_bucket{cluster_name="` + canary + `"}[1m30s]))`,
-		`sum(increase(envoy_cluster_upstream_rq{cluster_name="` + canary + `",response_code!=""}[1m30s]))`,
-		`sum(increase(envoy_cluster_upstream_rq{cluster_name="` + canary + `",response_code=~"5.."}[1m30s]))`,
-		`sum by (le) (increase(envoy_cluster_upstream_rq_time_bucket{cluster_name="` + stable + `"}[1m30s]))`,
-	} {
-		if !containsString(fake.Queries(), w) {
-			t.Errorf("query not sent: %s\nsent: %q", w, fake.Queries())
-		}
-	}
-	// No errors series at all means zero errors, not missing data.
-	if v.Canary.ErrorRate == nil || *v.Canary.ErrorRate != 0 {
-		t.Errorf("error rate %v, want 0 when the errors query is empty", v.Canary.ErrorRate)
-	}
-}
-
-func TestPrometheusCustomPromQLAndQueries(t *testing.T) {
-	rng := rand.New(rand.NewPCG(17, 18))
-	c := sampleHistogram(rng, typical, 1000)
-	fake := testutil.NewPrometheus(t)
-	for _, version := range []string{"v2", "v1"} {
-		labels := map[string]string{"app": "checkout", "version": version}
-		addHistogram(fake, "http_server_requests_seconds", labels, c, 1000)
-		fake.Add("http_server_requests_seconds_count", map[string]string{"app": "checkout", "version": version, "status": "200"}, 999)
-		fake.Add("http_server_requests_seconds_count", map[string]string{"app": "checkout", "version": version, "status": "500"}, 1)
-	}
-	fake.Add("jvm_gc_pause_seconds_sum", map[string]string{"pod": "app-v2-abc"}, 0.09)
-	fake.Add("jvm_gc_pause_seconds_sum", map[string]string{"pod": "app-v1-def"}, 0.03)
-	cfg := Config{
-		Source:     SourcePromQL,
-		Prometheus: &PrometheusConfig{Address: fake.URL},
-		PromQL: &PromQLConfig{
-			Canary:    `app="checkout",version="v2"`,
-			Stable:    `app="checkout",version="v1"`,
-			Histogram: `sum by (le) (increase(http_server_requests_seconds_bucket{<<.Selector>>}[<<.Window>>]))`,
-			Requests:  `sum(increase(http_server_requests_seconds_count{<<.Selector>>}[<<.Window>>]))`,
-			Errors:    `sum(increase(http_server_requests_seconds_count{<<.Selector>>,status=~"5.."}[<<.Window>>]))`,
-		},
-		Queries: []QueryCheck{{
-			Name:     "gc-pause-fraction",
-			Query:    `sum(rate(jvm_gc_pause_seconds_sum{<<.Selector>>}[<<.Window>>]))`,
-			Canary:   `pod=~"app-v2.*"`,
-			Stable:   `pod=~"app-v1.*"`,
-			Max:      number("0.05"),
-			MaxRatio: number("2"),
-		}},
-		Window: window("2m"),
-		SLO:    SLO{P99: dur("250ms"), Ratio: RatioSLO{P50: number("1.1")}},
-	}
-	v := analyze(t, cfg)
-	if v.Phase != Fail {
-		t.Fatalf("phase %s, want Fail on GC: %s", v.Phase, v.Summary)
-	}
-	if !strings.Contains(v.Summary, "gc-pause-fraction 0.09 > 0.05") || !strings.Contains(v.Summary, "gc-pause-fraction canary/stable 3.00") {
-		t.Errorf("summary %q does not name the GC breach", v.Summary)
-	}
-	// le in seconds was converted to milliseconds.
-	if want := c.Quantile(0.99); v.Canary.P99 == nil || math.Abs(*v.Canary.P99-want) > 1e-9 {
-		t.Errorf("canary p99 %v ms, want %v ms (le labels were seconds)", v.Canary.P99, want)
-	}
-	if !containsString(fake.Queries(), `sum by (le) (increase(http_server_requests_seconds_bucket{app="checkout",version="v2"}[2m]))`) {
-		t.Errorf("custom histogram query not rendered as expected: %q", fake.Queries())
-	}
-	for _, c := range v.Checks {
-		if c.Name == "p99" && c.Phase != Pass {
-			t.Errorf("p99 check %s: %s", c.Phase, c.Message)
 		}
 	}
 }

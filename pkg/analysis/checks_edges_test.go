@@ -138,43 +138,6 @@ func TestNaNResultSaysNaN(t *testing.T) {
 	}
 }
 
-// TestEnvoyRequestsCountedOnce: Istio's Envoy exports envoy_cluster_upstream_rq
-// per response_code and per response_code_class; summing both halved the
-// error rate (1.5 % read as 0.75 % and passed a 1 % SLO).
-func TestEnvoyRequestsCountedOnce(t *testing.T) {
-	rng := rand.New(rand.NewPCG(75, 76))
-	const canary = "outbound|8080||app-canary.default.svc.cluster.local"
-	fake := testutil.NewPrometheus(t)
-	addEnvoy(fake, canary, sampleHistogram(rng, typical, 2000), 2000, 30)
-	cfg := Config{Source: SourceEnvoy, Prometheus: &PrometheusConfig{Address: fake.URL},
-		Envoy: &EnvoyConfig{CanaryCluster: canary}, Window: window("5m"), SLO: SLO{MaxErrorRate: number("1%")}}
-	v := analyze(t, cfg)
-	if v.Phase != Fail || v.Canary.ErrorRate == nil || math.Abs(*v.Canary.ErrorRate-0.015) > 1e-12 || !strings.Contains(v.Summary, "error rate 1.50% > 1.00% SLO (30 of 2000)") {
-		t.Fatalf("%s %q (error rate %v), want Fail at 1.50%% (30 of 2000)", v.Phase, v.Summary, v.Canary.ErrorRate)
-	}
-}
-
-// TestEnvoyPlainLabels: plain Envoy names its labels envoy_cluster_name and
-// envoy_response_code.
-func TestEnvoyPlainLabels(t *testing.T) {
-	rng := rand.New(rand.NewPCG(77, 78))
-	const canary = "app-canary"
-	fake := testutil.NewPrometheus(t)
-	addHistogram(fake, "envoy_cluster_upstream_rq_time", map[string]string{"envoy_cluster_name": canary}, sampleHistogram(rng, typical, 1000), 1)
-	fake.Add("envoy_cluster_upstream_rq", map[string]string{"envoy_cluster_name": canary, "envoy_response_code": "200"}, 995)
-	fake.Add("envoy_cluster_upstream_rq", map[string]string{"envoy_cluster_name": canary, "envoy_response_code": "503"}, 5)
-	cfg := Config{Source: SourceEnvoy, Prometheus: &PrometheusConfig{Address: fake.URL},
-		Envoy:  &EnvoyConfig{CanaryCluster: canary, ClusterLabel: "envoy_cluster_name", ResponseCodeLabel: "envoy_response_code"},
-		Window: window("5m"), SLO: SLO{P99: dur("1s"), MaxErrorRate: number("1%")}}
-	v := analyze(t, cfg)
-	if v.Phase != Pass || v.Canary.ErrorRate == nil || *v.Canary.ErrorRate != 0.005 {
-		t.Fatalf("%s %q, want Pass at 0.50%% errors", v.Phase, v.Summary)
-	}
-	if !containsString(fake.Queries(), `sum(increase(envoy_cluster_upstream_rq{envoy_cluster_name="app-canary",envoy_response_code!=""}[5m]))`) {
-		t.Errorf("queries %q do not use the configured labels", fake.Queries())
-	}
-}
-
 // TestLatencySLOsAreJudgedWithErrors: fast 503s make a failing canary look
 // fast; latency SLOs without slo.maxErrorRate get the default 1 %.
 func TestLatencySLOsAreJudgedWithErrors(t *testing.T) {
@@ -227,18 +190,5 @@ func TestEmptySampleIsError(t *testing.T) {
 				t.Errorf("%s %q, want Error with %q", v.Phase, v.Summary, tc.want)
 			}
 		})
-	}
-}
-
-// TestIstioDestinationReporterCannotSelectByService: with reporter
-// destination, destination_service is any one of the pod's Services.
-func TestIstioDestinationReporterCannotSelectByService(t *testing.T) {
-	_, err := ParseConfig([]byte(`{"source":"istio","prometheus":{"address":"http://p:9090"},"istio":{"reporter":"destination","canary":{"service":"app-canary.default.svc.cluster.local"}},"slo":{"p99":"1s"}}`))
-	if err == nil || !strings.Contains(err.Error(), "istio.canary.service: with istio.reporter destination") || !strings.Contains(err.Error(), "reporter: source") {
-		t.Fatalf("err %v, want one naming istio.canary.service and the fix", err)
-	}
-	c, err := ParseConfig([]byte(`{"source":"istio","prometheus":{"address":"http://p:9090"},"istio":{"reporter":"destination","canary":{"version":"v2"}},"slo":{"p99":"1s"}}`))
-	if err != nil || c.Istio.Reporter != "destination" {
-		t.Fatalf("reporter destination with a version selector: %v", err)
 	}
 }
