@@ -25,6 +25,8 @@ import (
 	"github.com/danki-dev/danki/pkg/policy"
 	"github.com/danki-dev/danki/pkg/shift"
 	"github.com/danki-dev/danki/pkg/warmup"
+	"k8s.io/utils/clock"
+	testingclock "k8s.io/utils/clock/testing"
 )
 
 const ns = "shop"
@@ -128,16 +130,26 @@ func (f *fixture) run(t *testing.T, mutate func(*Config)) *Run {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	return &Run{Config: c, Warmup: warmup.Config{}.WithDefaults(), Shifter: f.shifter, Target: target(), Source: src,
-		Now: func() time.Time { return clock },
-		Sleep: func(ctx context.Context, d time.Duration) error {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			clock = clock.Add(d)
-			return nil
-		}}
+		Clock: &pollClock{FakeClock: testingclock.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))}}
+}
+
+// pollClock is a fake clock whose timers fire at once: each poll moves it
+// on by its duration, after onPoll (if set) saw the poll's number. A poll
+// for which onPoll returns false leaves the clock (and its timer) still.
+type pollClock struct {
+	*testingclock.FakeClock
+	polls  int
+	onPoll func(n int) (step bool)
+}
+
+func (c *pollClock) NewTimer(d time.Duration) clock.Timer {
+	t := c.FakeClock.NewTimer(d)
+	c.polls++
+	if c.onPoll == nil || c.onPoll(c.polls) {
+		c.Step(d)
+	}
+	return t
 }
 
 // assertClean fails unless the VirtualService is back to its original spec
@@ -203,15 +215,13 @@ func TestMirrorWarmupConvergesRaisesAndRemoves(t *testing.T) {
 func TestMirrorWarmupCountsRequestsAtWeightAsUsers(t *testing.T) {
 	f := newFixture(t, func(i int) int { return 40 - 8*i })
 	r := f.run(t, nil)
-	sleeps := 0
-	inner := r.Sleep
-	r.Sleep = func(c context.Context, d time.Duration) error {
-		if sleeps++; sleeps == 4 {
+	r.Clock.(*pollClock).onPoll = func(n int) bool {
+		if n == 4 {
 			if err := f.shifter.SetWeight(context.Background(), target(), 10); err != nil {
 				t.Errorf("set weight: %v", err)
 			}
 		}
-		return inner(c, d)
+		return true
 	}
 	res, err := r.Execute(context.Background(), nil)
 	if err != nil {
@@ -246,19 +256,17 @@ func TestMirrorWarmupAbortRemovesMirror(t *testing.T) {
 	f := newFixture(t, func(i int) int { return 50 })
 	r := f.run(t, nil)
 	ctx, cancel := context.WithCancel(context.Background())
-	sleeps := 0
-	inner := r.Sleep
-	r.Sleep = func(c context.Context, d time.Duration) error {
-		sleeps++
-		if sleeps == 8 {
+	r.Clock.(*pollClock).onPoll = func(n int) bool {
+		if n == 8 {
 			// The mirror is there mid-run, at a raised share.
 			st, err := f.shifter.WarmupMirrorState(context.Background(), target())
 			if err != nil || st == nil || st.Percent != 2 {
 				t.Errorf("mid-run mirror state %+v, %v; want 2%%", st, err)
 			}
 			cancel() // Argo's abort: the supervisor cancels the run
+			return false
 		}
-		return inner(c, d)
+		return true
 	}
 	_, err := r.Execute(ctx, nil)
 	if !errors.Is(ctx.Err(), context.Canceled) || err == nil {

@@ -31,6 +31,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
+	testingclock "k8s.io/utils/clock/testing"
 )
 
 var (
@@ -232,10 +233,10 @@ func TestAPIServerHeaderAndMirrorRoutes(t *testing.T) {
 
 func TestAPIServerRampPersistsEveryStep(t *testing.T) {
 	s, c, ns := apiServer(t, virtualService("reviews", hostSpec()))
-	clk := &clock{now: t0}
+	clk := testingclock.NewFakeClock(t0)
 	g := &scriptedGate{answers: []verdict{pass, breach, pass}}
 	mk := func() *Ramp {
-		return &Ramp{Shifter: s, Target: inNS(managedTarget(), ns), Plan: Plan{Step: 20, Interval: 30 * time.Second, MaxBreaches: 3}, Gate: g, Now: clk.Now}
+		return &Ramp{Shifter: s, Target: inNS(managedTarget(), ns), Plan: Plan{Step: 20, Interval: 30 * time.Second, MaxBreaches: 3}, Gate: g, Clock: clk}
 	}
 	var trail []string
 	for range 12 {
@@ -254,7 +255,7 @@ func TestAPIServerRampPersistsEveryStep(t *testing.T) {
 		if d.Action == ActionDone {
 			break
 		}
-		clk.now = clk.now.Add(30 * time.Second)
+		clk.Step(30 * time.Second)
 	}
 	// 0→20 (start), 20 passes →40, 40 breaches →20 (inc 10), →30, passes →40,
 	// passes →50, passes → done.

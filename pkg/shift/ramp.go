@@ -11,6 +11,7 @@ import (
 	"github.com/danki-dev/danki/pkg/config"
 	networking "istio.io/api/networking/v1"
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
+	"k8s.io/utils/clock"
 )
 
 // ErrRampFailed is wrapped by the error of a ramp that hit MaxBreaches.
@@ -30,30 +31,16 @@ type Ramp struct {
 	// may be empty). The gate's window start kept in the state belongs to
 	// one canary: a different one starts a new window.
 	Canary string
-	// Now and Sleep default to the real clock; tests replace them.
-	Now   func() time.Time
-	Sleep func(ctx context.Context, d time.Duration) error
+	// Clock tells the time and times Run's waits; nil is the real clock
+	// (tests use a fake one).
+	Clock clock.WithTicker
 }
 
-func (r *Ramp) now() time.Time {
-	if r.Now != nil {
-		return r.Now()
+func (r *Ramp) clock() clock.WithTicker {
+	if r.Clock != nil {
+		return r.Clock
 	}
-	return time.Now()
-}
-
-func (r *Ramp) sleep(ctx context.Context, d time.Duration) error {
-	if r.Sleep != nil {
-		return r.Sleep(ctx, d)
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
+	return clock.RealClock{}
 }
 
 // readWeights returns the managed routes' canary weights (lowest first
@@ -110,7 +97,7 @@ func (r *Ramp) Tick(ctx context.Context, target int, extras ...Extra) (Decision,
 	if err := validateExtras(target, extras); err != nil {
 		return Decision{}, fmt.Errorf("ramp on VirtualService %s: %w", r.Target, err)
 	}
-	now := r.now()
+	now := r.clock().Now()
 	var (
 		dec     Decision
 		decided bool
@@ -220,7 +207,7 @@ func (r *Ramp) Verify(ctx context.Context, target int, extras ...Extra) (Verific
 	st := v.State
 	var problem error
 	if st != nil {
-		problem = st.Check(len(r.Plan.Weights) > 0, r.now())
+		problem = st.Check(len(r.Plan.Weights) > 0, r.clock().Now())
 	}
 	switch {
 	case st == nil || st.Target != target:
@@ -289,8 +276,12 @@ func (r *Ramp) Run(ctx context.Context, target int, poll time.Duration, progress
 		if d.Wait > 0 && d.Wait < wait {
 			wait = d.Wait
 		}
-		if err := r.sleep(ctx, wait); err != nil {
-			return d, err
+		t := r.clock().NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return d, ctx.Err()
+		case <-t.C():
 		}
 	}
 }

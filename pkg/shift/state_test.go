@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/danki-dev/danki/pkg/analysis"
+	testingclock "k8s.io/utils/clock/testing"
 )
 
 // TestAbortIgnoresTheStoredState: going to 0 works whatever the ramp
@@ -27,7 +28,7 @@ func TestAbortIgnoresTheStoredState(t *testing.T) {
 			vs := virtualService("reviews", withWeights(hostSpec(), [4]any{KindHTTP, 1, 0, 60}, [4]any{KindHTTP, 1, 1, 40}))
 			vs.Annotations[RampAnnotation] = raw
 			s, _ := newFake(t, vs)
-			c := &clock{now: t0}
+			c := testingclock.NewFakeClock(t0)
 			r := freshRamp(s, c, &scriptedGate{answers: []verdict{pass}})
 			r.Plan.Step = -1 // not even a bad plan may keep users on the canary
 			d, err := r.Tick(ctx, 0)
@@ -215,12 +216,12 @@ func TestRampTickWarnsWhileHolding(t *testing.T) {
 	logs := &records{}
 	s, _ := newFake(t, virtualService("reviews", hostSpec()))
 	s.log = slog.New(logs)
-	c := &clock{now: t0}
+	c := testingclock.NewFakeClock(t0)
 	g := &scriptedGate{answers: []verdict{{err: errors.New("prometheus unreachable")}}}
 	if _, err := freshRamp(s, c, g).Tick(ctx, 40); err != nil { // 0 → 20
 		t.Fatal(err)
 	}
-	c.now = c.now.Add(30 * time.Second)
+	c.Step(30 * time.Second)
 	if d, err := freshRamp(s, c, g).Tick(ctx, 40); err != nil || d.Action != ActionHold {
 		t.Fatalf("%+v %v", d, err)
 	}
@@ -264,7 +265,7 @@ func (r *records) all() []string {
 // target keeps it, a new canary or an abort starts a new one.
 func TestGateWindowSurvivesRestarts(t *testing.T) {
 	s, _ := newFake(t, virtualService("reviews", hostSpec()))
-	c := &clock{now: t0}
+	c := testingclock.NewFakeClock(t0)
 	g := &scriptedGate{answers: []verdict{pass}}
 	tick := func(target int, canary string) Decision {
 		t.Helper()
@@ -278,12 +279,12 @@ func TestGateWindowSurvivesRestarts(t *testing.T) {
 	}
 	tick(40, "abc") // 0 → 20: the window starts now
 	for range 3 {
-		c.now = c.now.Add(30 * time.Second)
+		c.Step(30 * time.Second)
 		tick(40, "abc")
 	}
-	c.now = c.now.Add(30 * time.Second)
+	c.Step(30 * time.Second)
 	tick(60, "abc") // the next Argo step: same canary, same window
-	c.now = c.now.Add(30 * time.Second)
+	c.Step(30 * time.Second)
 	tick(60, "abc")
 	if len(g.sinces) < 2 {
 		t.Fatalf("gate asked %d times", len(g.sinces))
@@ -294,10 +295,10 @@ func TestGateWindowSurvivesRestarts(t *testing.T) {
 		}
 	}
 	// A new canary starts its own window.
-	c.now = c.now.Add(30 * time.Second)
-	newCanary := c.now
+	c.Step(30 * time.Second)
+	newCanary := c.Now()
 	tick(80, "def")
-	c.now = c.now.Add(30 * time.Second)
+	c.Step(30 * time.Second)
 	tick(80, "def")
 	if last := g.sinces[len(g.sinces)-1]; !last.Equal(newCanary) {
 		t.Fatalf("a new canary judged from %s, want %s", last, newCanary)
@@ -307,8 +308,8 @@ func TestGateWindowSurvivesRestarts(t *testing.T) {
 	}
 	// An abort clears it: the next ramp starts a new window.
 	tick(0, "def")
-	c.now = c.now.Add(time.Minute)
-	restart := c.now
+	c.Step(time.Minute)
+	restart := c.Now()
 	tick(20, "def")
 	if st := rampState(t, readVS(t, s, "reviews")); !st.GateSince.Equal(restart) {
 		t.Fatalf("after an abort the window starts at %s, want %s", st.GateSince, restart)
