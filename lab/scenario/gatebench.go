@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/danki-dev/danki/lab/traffic"
+	"github.com/danki-dev/danki/pkg/wellknown"
 )
 
 // GateWay is one of the three ways a new pod meets its users in the gate
@@ -768,7 +769,7 @@ func gatePods(pods []corev1.Pod, events []GateEvent) []GatePod {
 				gp.Ready, gp.ReadyAfter = true, max(c.LastTransitionTime.Sub(events[ev].At), 0)
 			case c.Type == corev1.ContainersReady && c.Status == corev1.ConditionTrue:
 				gp.Started, gp.StartedAfter = true, max(c.LastTransitionTime.Sub(events[ev].At), 0)
-			case string(c.Type) == "danki.dev/warm":
+			case c.Type == wellknown.WarmCondition:
 				gp.Warm = c.Message
 			}
 		}

@@ -24,6 +24,7 @@ import (
 	"github.com/danki-dev/danki/pkg/latency"
 	"github.com/danki-dev/danki/pkg/shift"
 	"github.com/danki-dev/danki/pkg/warmup"
+	"github.com/danki-dev/danki/pkg/wellknown"
 	"k8s.io/utils/clock"
 )
 
@@ -252,7 +253,7 @@ func (r *Run) Execute(ctx context.Context, report func(string)) (res Result, err
 		if rerr := Remove(ctx, r.Shifter, r.Target); rerr != nil {
 			log.Error("warm-up mirror NOT removed", "virtualService", r.Target.String(), "err", rerr)
 			if err == nil {
-				err = fmt.Errorf("remove the warm-up mirror from VirtualService %s (annotation %s): %w", r.Target, shift.MirrorAnnotation, rerr)
+				err = fmt.Errorf("remove the warm-up mirror from VirtualService %s (annotation %s): %w", r.Target, wellknown.MirrorAnnotation, rerr)
 			}
 		}
 	}()

@@ -25,6 +25,7 @@ import (
 	"github.com/danki-dev/danki/pkg/policy"
 	"github.com/danki-dev/danki/pkg/shift"
 	"github.com/danki-dev/danki/pkg/warmup"
+	"github.com/danki-dev/danki/pkg/wellknown"
 	"k8s.io/utils/clock"
 	testingclock "k8s.io/utils/clock/testing"
 )
@@ -76,7 +77,7 @@ func newFixture(t *testing.T, slow func(i int) int) *fixture {
 	f.shifter = shift.New(f.cs, nil)
 	f.cs.PrependReactor("update", "virtualservices", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		obj := a.(k8stesting.UpdateAction).GetObject().(*networkingv1.VirtualService)
-		st, err := shift.ParseMirrorState(obj.Annotations[shift.MirrorAnnotation])
+		st, err := shift.ParseMirrorState(obj.Annotations[wellknown.MirrorAnnotation])
 		if err != nil {
 			t.Errorf("bad mirror state written: %v", err)
 		}
@@ -163,7 +164,7 @@ func (f *fixture) assertClean(t *testing.T) {
 	if !proto.Equal(spec(), &vs.Spec) {
 		t.Fatalf("VirtualService not restored: %v", &vs.Spec)
 	}
-	if _, ok := vs.Annotations[shift.MirrorAnnotation]; ok {
+	if _, ok := vs.Annotations[wellknown.MirrorAnnotation]; ok {
 		t.Fatalf("mirror annotation left: %v", vs.Annotations)
 	}
 }

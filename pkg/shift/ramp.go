@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/danki-dev/danki/pkg/config"
+	"github.com/danki-dev/danki/pkg/wellknown"
 	networking "istio.io/api/networking/v1"
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
 	"k8s.io/utils/clock"
@@ -112,7 +113,7 @@ func (r *Ramp) Tick(ctx context.Context, target int, extras ...Extra) (Decision,
 		if err != nil {
 			return err
 		}
-		raw := vs.Annotations[RampAnnotation]
+		raw := vs.Annotations[wellknown.RampAnnotation]
 		var prev *State
 		if target != 0 {
 			if prev, err = parseState(raw); err != nil {
@@ -137,7 +138,7 @@ func (r *Ramp) Tick(ctx context.Context, target int, extras ...Extra) (Decision,
 		if err := applyWeights(vs, r.Target, m, dec.Weight, extras); err != nil {
 			return err
 		}
-		setAnnotation(&vs.ObjectMeta, RampAnnotation, dec.State.encode())
+		setAnnotation(&vs.ObjectMeta, wellknown.RampAnnotation, dec.State.encode())
 		return nil
 	})
 	if err != nil {
@@ -198,7 +199,7 @@ func (r *Ramp) Verify(ctx context.Context, target int, extras ...Extra) (Verific
 		v.Reason = fmt.Sprintf("canary weight %d%%, want 0%%", current)
 		return v, nil
 	}
-	if v.State, err = parseState(vs.Annotations[RampAnnotation]); err != nil {
+	if v.State, err = parseState(vs.Annotations[wellknown.RampAnnotation]); err != nil {
 		// Unverified, not an error: Argo reads a VerifyWeight error as "no
 		// verdict", and at the end of the steps would promote.
 		v.Reason = fmt.Sprintf("ramp state unreadable: %v", err)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/danki-dev/danki/pkg/wellknown"
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -37,8 +38,8 @@ func freshRamp(s *Shifter, c clock.WithTicker, g Gate) *Ramp {
 func rampState(t *testing.T, vs *networkingv1.VirtualService) State {
 	t.Helper()
 	var st State
-	if err := json.Unmarshal([]byte(vs.Annotations[RampAnnotation]), &st); err != nil {
-		t.Fatalf("ramp annotation %q: %v", vs.Annotations[RampAnnotation], err)
+	if err := json.Unmarshal([]byte(vs.Annotations[wellknown.RampAnnotation]), &st); err != nil {
+		t.Fatalf("ramp annotation %q: %v", vs.Annotations[wellknown.RampAnnotation], err)
 	}
 	return st
 }
@@ -124,7 +125,7 @@ func TestRampFailureIsReportedByVerifyAndAbortClears(t *testing.T) {
 		t.Fatalf("abort: %+v %v", d, err)
 	}
 	vs = readVS(t, s, "reviews")
-	if _, ok := vs.Annotations[RampAnnotation]; ok || canaryWeight(vs) != 0 {
+	if _, ok := vs.Annotations[wellknown.RampAnnotation]; ok || canaryWeight(vs) != 0 {
 		t.Fatalf("after abort: annotations %v weight %d", vs.Annotations, canaryWeight(vs))
 	}
 	if v, err := freshRamp(s, c, g).Verify(ctx, 0); err != nil || !v.Verified {
@@ -222,7 +223,7 @@ func TestRampConflictAsksTheGateOnce(t *testing.T) {
 
 func TestRampErrors(t *testing.T) {
 	vs := virtualService("reviews", hostSpec())
-	vs.Annotations[RampAnnotation] = `{"phase":"Sideways"}`
+	vs.Annotations[wellknown.RampAnnotation] = `{"phase":"Sideways"}`
 	s, cs := newFake(t, vs)
 	c := testingclock.NewFakeClock(t0)
 	_, err := freshRamp(s, c, nil).Tick(ctx, 40)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/danki-dev/danki/pkg/analysis"
+	"github.com/danki-dev/danki/pkg/wellknown"
 	testingclock "k8s.io/utils/clock/testing"
 )
 
@@ -26,7 +27,7 @@ func TestAbortIgnoresTheStoredState(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			vs := virtualService("reviews", withWeights(hostSpec(), [4]any{KindHTTP, 1, 0, 60}, [4]any{KindHTTP, 1, 1, 40}))
-			vs.Annotations[RampAnnotation] = raw
+			vs.Annotations[wellknown.RampAnnotation] = raw
 			s, _ := newFake(t, vs)
 			c := testingclock.NewFakeClock(t0)
 			r := freshRamp(s, c, &scriptedGate{answers: []verdict{pass}})
@@ -36,13 +37,13 @@ func TestAbortIgnoresTheStoredState(t *testing.T) {
 				t.Fatalf("Tick(0) with annotation %s: %+v %v, want an abort", raw, d, err)
 			}
 			got := readVS(t, s, "reviews")
-			if _, ok := got.Annotations[RampAnnotation]; ok || canaryWeight(got) != 0 || got.Spec.Http[1].Route[0].Weight != 100 {
+			if _, ok := got.Annotations[wellknown.RampAnnotation]; ok || canaryWeight(got) != 0 || got.Spec.Http[1].Route[0].Weight != 100 {
 				t.Fatalf("after the abort: annotation %q, weights %d/%d; want cleared and 100/0",
-					got.Annotations[RampAnnotation], got.Spec.Http[1].Route[0].Weight, canaryWeight(got))
+					got.Annotations[wellknown.RampAnnotation], got.Spec.Http[1].Route[0].Weight, canaryWeight(got))
 			}
 			// Verify(0) never reads the state either.
 			vs2 := virtualService("reviews", hostSpec())
-			vs2.Annotations[RampAnnotation] = raw
+			vs2.Annotations[wellknown.RampAnnotation] = raw
 			s2, _ := newFake(t, vs2)
 			if v, err := freshRamp(s2, c, nil).Verify(ctx, 0); err != nil || !v.Verified {
 				t.Fatalf("Verify(0) with annotation %s: %+v %v", raw, v, err)
@@ -55,7 +56,7 @@ func TestAbortIgnoresTheStoredState(t *testing.T) {
 // finds out what is wrong; it must not fail on the annotation.
 func TestGetShowsACorruptStateInsteadOfFailing(t *testing.T) {
 	vs := virtualService("reviews", hostSpec())
-	vs.Annotations[RampAnnotation] = "{not json"
+	vs.Annotations[wellknown.RampAnnotation] = "{not json"
 	s, _ := newFake(t, vs)
 	st, err := s.Get(ctx, hostTarget())
 	if err != nil {
@@ -65,7 +66,7 @@ func TestGetShowsACorruptStateInsteadOfFailing(t *testing.T) {
 		t.Fatalf("status %+v: want the routes, no ramp, and the problem named", st)
 	}
 	vs = virtualService("reviews", hostSpec())
-	vs.Annotations[RampAnnotation] = `{"target":60,"weight":20,"lastGood":50,"increment":10,"phase":"Ramping"}`
+	vs.Annotations[wellknown.RampAnnotation] = `{"target":60,"weight":20,"lastGood":50,"increment":10,"phase":"Ramping"}`
 	s, _ = newFake(t, vs)
 	if st, err = s.Get(ctx, hostTarget()); err != nil || st.Ramp == nil || !strings.Contains(st.RampProblem, "lastGood: 50 is not 0–weight (20)") {
 		t.Fatalf("inconsistent state: %+v %v", st, err)
@@ -370,17 +371,17 @@ func TestAfterTheOutageInconclusiveIsAnAnswer(t *testing.T) {
 // above 0 still refuses it, naming the annotation.
 func TestAbortIgnoresACorruptExtrasAnnotation(t *testing.T) {
 	vs := virtualService("reviews", withWeights(hostSpec(), [4]any{KindHTTP, 1, 0, 60}, [4]any{KindHTTP, 1, 1, 40}))
-	vs.Annotations[ExtrasAnnotation] = "{not json"
+	vs.Annotations[wellknown.ExtrasAnnotation] = "{not json"
 	s, _ := newFake(t, vs)
-	if err := s.SetWeight(ctx, hostTarget(), 20); err == nil || !strings.Contains(err.Error(), "annotation "+ExtrasAnnotation) {
+	if err := s.SetWeight(ctx, hostTarget(), 20); err == nil || !strings.Contains(err.Error(), "annotation "+wellknown.ExtrasAnnotation) {
 		t.Fatalf("SetWeight(20) with a corrupt extras annotation: err = %v, want it named", err)
 	}
 	if err := s.SetWeight(ctx, hostTarget(), 0); err != nil {
 		t.Fatalf("SetWeight(0) with a corrupt extras annotation: %v", err)
 	}
 	got := readVS(t, s, "reviews")
-	if _, ok := got.Annotations[ExtrasAnnotation]; ok || canaryWeight(got) != 0 || got.Spec.Http[1].Route[0].Weight != 100 {
+	if _, ok := got.Annotations[wellknown.ExtrasAnnotation]; ok || canaryWeight(got) != 0 || got.Spec.Http[1].Route[0].Weight != 100 {
 		t.Fatalf("after the abort: annotation %q, weights %d/%d; want cleared and 100/0",
-			got.Annotations[ExtrasAnnotation], got.Spec.Http[1].Route[0].Weight, canaryWeight(got))
+			got.Annotations[wellknown.ExtrasAnnotation], got.Spec.Http[1].Route[0].Weight, canaryWeight(got))
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/danki-dev/danki/lab/traffic"
 	"github.com/danki-dev/danki/pkg/capacity"
 	"github.com/danki-dev/danki/pkg/warmup"
+	"github.com/danki-dev/danki/pkg/wellknown"
 	"github.com/danki-dev/danki/test/testenv"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -956,10 +957,10 @@ func (d *dankiLab) capacityGood(t *testing.T) {
 		}
 		return ro.Status.Phase == v1alpha1.RolloutPhaseHealthy && ro.Status.StableRS == ro.Status.CurrentPodHash, describe(ro)
 	})
-	history, err := capacity.ParseHistory(ro.Annotations[capacity.HistoryAnnotation])
+	history, err := capacity.ParseHistory(ro.Annotations[wellknown.CapacityKneesAnnotation])
 	k, ok := history.Of(ro.Status.StableRS)
 	if err != nil || !ok || k.QPS < 40 {
-		t.Fatalf("annotation %s = %q (%v): want the new stable %s's knee, ≥ minQPS 40", capacity.HistoryAnnotation, ro.Annotations[capacity.HistoryAnnotation], err, ro.Status.StableRS)
+		t.Fatalf("annotation %s = %q (%v): want the new stable %s's knee, ≥ minQPS 40", wellknown.CapacityKneesAnnotation, ro.Annotations[wellknown.CapacityKneesAnnotation], err, ro.Status.StableRS)
 	}
 	t.Logf("knee recorded for %s: %.0f qps (capped: %v)", k.Revision, k.QPS, k.Capped)
 }

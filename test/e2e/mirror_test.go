@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/danki-dev/danki/pkg/shift"
+	"github.com/danki-dev/danki/pkg/wellknown"
 )
 
 // TestLabMirrorWarmup is the mirror source end to end (issue #18): users
@@ -92,7 +93,7 @@ func TestLabMirrorWarmup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := vs.Annotations[shift.MirrorAnnotation]; ok || len(vs.Spec.Http[0].Mirrors) > 0 || len(vs.Spec.Http) != 1 {
+	if _, ok := vs.Annotations[wellknown.MirrorAnnotation]; ok || len(vs.Spec.Http[0].Mirrors) > 0 || len(vs.Spec.Http) != 1 {
 		t.Fatalf("mirror left on the VirtualService: annotations %v, http %v", vs.Annotations, vs.Spec.Http)
 	}
 	waitFor(t, l.ctx, time.Minute, "Envoy's route config has no mirror", func() (bool, string) {
