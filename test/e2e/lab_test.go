@@ -238,28 +238,6 @@ func script(t *testing.T, ctx context.Context, root, path string) error {
 	return err
 }
 
-func waitFor(t *testing.T, ctx context.Context, limit time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	start := time.Now()
-	deadline := start.Add(limit)
-	last := ""
-	for {
-		ok, state := cond()
-		if ok {
-			t.Logf("%s (after %.1f s)", what, time.Since(start).Seconds())
-			return
-		}
-		if state != last {
-			t.Logf("waiting for %s: %s", what, state)
-			last = state
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			t.Fatalf("%s: not reached after %s; last state: %s", what, limit, state)
-		}
-		time.Sleep(time.Second)
-	}
-}
-
 // assertJVMPods checks that n pods of the sample app run, each as a real
 // java process whose PID the runner reported as the container ID.
 func assertJVMPods(t *testing.T, ctx context.Context, kube kubernetes.Interface, n int) {
@@ -321,10 +299,6 @@ func envoyReady() (bool, string) {
 		fmt.Sprintf("weight-50 routes %v, healthy endpoints %v", weights, healthy)
 }
 
-func adminGet(path string) (string, error) {
-	return get(context.Background(), envoyAdminURL+path)
-}
-
 // sendRequests sends n GETs through the gateway on `workers` keep-alive
 // connections and counts which version answered (X-Version header, checked
 // against the JSON body).
@@ -359,33 +333,6 @@ func sendRequests(ctx context.Context, n, workers int) (map[string]int, []error)
 	close(next)
 	wg.Wait()
 	return counts, errs
-}
-
-func oneRequest(ctx context.Context, client *http.Client, i int) (string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, gatewayURL+"?seed="+strconv.Itoa(i), nil)
-	if err != nil {
-		return "", err
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return "", err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("request %d: status %d: %s", i, resp.StatusCode, bytes.TrimSpace(body))
-	}
-	var doc struct{ Version string }
-	if err := json.Unmarshal(body, &doc); err != nil {
-		return "", fmt.Errorf("request %d: body %q: %w", i, body, err)
-	}
-	if h := resp.Header.Get("X-Version"); h != doc.Version {
-		return "", fmt.Errorf("request %d: X-Version %q but body says %q", i, h, doc.Version)
-	}
-	return doc.Version, nil
 }
 
 // assertWarmupWritesRollBack sends marked writes the way danki's warm-up

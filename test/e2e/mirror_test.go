@@ -244,25 +244,16 @@ func userRequest(ctx context.Context, client *http.Client, i int, post bool) (st
 		method, url = http.MethodPost, gatewayURL+"orders"
 		body = strings.NewReader(`{"email":"user@example.com","lines":[{"sku":"ABC-0001-abcdef","qty":2,"price":"4.50"}]}`)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, url, body)
-	if err != nil {
-		return "", err
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
+	resp, b, err := send(ctx, client, method, url, "", body)
 	if err != nil {
 		return "", err
 	}
 	if resp.StatusCode >= 300 {
 		return "", fmt.Errorf("%s %s: status %d", method, url, resp.StatusCode)
 	}
-	var doc struct{ Version string }
-	if err := json.Unmarshal(b, &doc); err != nil {
-		return "", fmt.Errorf("%s %s: body %q: %w", method, url, b, err)
+	v, err := versionOf(b)
+	if err != nil {
+		return "", fmt.Errorf("%s %s: %w", method, url, err)
 	}
-	return doc.Version, nil
+	return v, nil
 }
