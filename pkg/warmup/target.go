@@ -28,7 +28,7 @@ type Target struct {
 	// only), probed before load when the config sets no healthPath.
 	HealthURL string `json:"healthURL,omitempty"`
 	// Warmed: the danki warm gate already warmed this pod (its
-	// GateCondition is True), so Run sends it nothing.
+	// wellknown.WarmCondition is True), so Run sends it nothing.
 	Warmed bool `json:"warmed,omitempty"`
 	// GRPC: the pod's port is a gRPC port (named grpc or grpc-*, or
 	// appProtocol grpc), so the health wait defaults to the gRPC health
