@@ -59,6 +59,16 @@ func (l *lab) waitRollout(t *testing.T, ns, name string, limit time.Duration, wh
 	return last
 }
 
+// waitHealthy waits until Rollout default/name is Healthy with n available
+// pods.
+func (l *lab) waitHealthy(t *testing.T, name string, n int32) {
+	t.Helper()
+	l.waitRollout(t, "default", name, 5*time.Minute, fmt.Sprintf("Rollout %s Healthy with %d available pods", name, n), func(ro *v1alpha1.Rollout) (bool, string) {
+		return ro.Status.Phase == v1alpha1.RolloutPhaseHealthy && ro.Status.AvailableReplicas == n,
+			fmt.Sprintf("phase %s, %d available: %s", ro.Status.Phase, ro.Status.AvailableReplicas, ro.Status.Message)
+	})
+}
+
 // send sends one request (with Host host, unless "") and reads the answer:
 // the response (nil if none came), what was read of its body, and the
 // first error.

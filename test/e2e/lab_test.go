@@ -53,7 +53,7 @@ func TestLabCanarySplit(t *testing.T) {
 	ctx, kube, argo, root := l.ctx, l.kube, l.argo, l.root
 	l.apply(t, filepath.Join(root, "lab", "manifests"))
 	rollouts := argo.ArgoprojV1alpha1().Rollouts("default")
-	l.waitHealthy(t, 2)
+	l.waitHealthy(t, "app", 2)
 	assertJVMPods(t, ctx, kube, 2)
 
 	t.Log("image → danki.dev/sample-app:v2")
@@ -61,11 +61,7 @@ func TestLabCanarySplit(t *testing.T) {
 	if _, err := rollouts.Patch(ctx, "app", types.JSONPatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		t.Fatalf("set image v2: %v", err)
 	}
-	waitFor(t, ctx, 5*time.Minute, "Rollout app paused at setWeight 50 with a ready canary", func() (bool, string) {
-		ro, err := rollouts.Get(ctx, "app", metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
+	l.waitRollout(t, "default", "app", 5*time.Minute, "Rollout app paused at setWeight 50 with a ready canary", func(ro *v1alpha1.Rollout) (bool, string) {
 		w := ro.Status.Canary.Weights
 		if w == nil {
 			return false, fmt.Sprintf("phase %s, no weights yet", ro.Status.Phase)
@@ -199,20 +195,6 @@ func (l *lab) apply(t *testing.T, paths ...string) {
 			t.Fatalf("kubectl apply -f %s: %v\n%s", p, err, out)
 		}
 	}
-}
-
-// waitHealthy waits until Rollout default/app is Healthy with n available pods.
-func (l *lab) waitHealthy(t *testing.T, n int32) {
-	t.Helper()
-	rollouts := l.argo.ArgoprojV1alpha1().Rollouts("default")
-	waitFor(t, l.ctx, 5*time.Minute, fmt.Sprintf("Rollout app Healthy with %d available pods", n), func() (bool, string) {
-		ro, err := rollouts.Get(l.ctx, "app", metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		return ro.Status.Phase == v1alpha1.RolloutPhaseHealthy && ro.Status.AvailableReplicas == n,
-			fmt.Sprintf("phase %s, %d available: %s", ro.Status.Phase, ro.Status.AvailableReplicas, ro.Status.Message)
-	})
 }
 
 // script runs a lab script, streaming its progress into the test log.

@@ -34,7 +34,7 @@ func TestLabMirrorWarmup(t *testing.T) {
 	l := startLab(t)
 	dir := filepath.Join(l.root, "lab", "manifests")
 	l.apply(t, filepath.Join(dir, "10-services.yaml"), filepath.Join(dir, "20-gateway.yaml"), filepath.Join(dir, "danki"))
-	l.waitHealthy(t, 2)
+	l.waitHealthy(t, "app", 2)
 	waitFor(t, l.ctx, 2*time.Minute, "the gateway answers", func() (bool, string) {
 		_, err := oneRequest(l.ctx, http.DefaultClient, 0)
 		return err == nil, fmt.Sprint(err)
