@@ -26,8 +26,6 @@ import (
 	"github.com/danki-dev/danki/pkg/shift"
 	"github.com/danki-dev/danki/pkg/warmup"
 	"github.com/danki-dev/danki/pkg/wellknown"
-	"k8s.io/utils/clock"
-	testingclock "k8s.io/utils/clock/testing"
 )
 
 const ns = "shop"
@@ -132,25 +130,7 @@ func (f *fixture) run(t *testing.T, mutate func(*Config)) *Run {
 		t.Fatal(err)
 	}
 	return &Run{Config: c, Warmup: warmup.Config{}.WithDefaults(), Shifter: f.shifter, Target: target(), Source: src,
-		Clock: &pollClock{FakeClock: testingclock.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))}}
-}
-
-// pollClock is a fake clock whose timers fire at once: each poll moves it
-// on by its duration, after onPoll (if set) saw the poll's number. A poll
-// for which onPoll returns false leaves the clock (and its timer) still.
-type pollClock struct {
-	*testingclock.FakeClock
-	polls  int
-	onPoll func(n int) (step bool)
-}
-
-func (c *pollClock) NewTimer(d time.Duration) clock.Timer {
-	t := c.FakeClock.NewTimer(d)
-	c.polls++
-	if c.onPoll == nil || c.onPoll(c.polls) {
-		c.Step(d)
-	}
-	return t
+		Clock: testutil.NewStepClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))}
 }
 
 // assertClean fails unless the VirtualService is back to its original spec
@@ -216,7 +196,7 @@ func TestMirrorWarmupConvergesRaisesAndRemoves(t *testing.T) {
 func TestMirrorWarmupCountsRequestsAtWeightAsUsers(t *testing.T) {
 	f := newFixture(t, func(i int) int { return 40 - 8*i })
 	r := f.run(t, nil)
-	r.Clock.(*pollClock).onPoll = func(n int) bool {
+	r.Clock.(*testutil.StepClock).OnTimer = func(n int) bool {
 		if n == 4 {
 			if err := f.shifter.SetWeight(context.Background(), target(), 10); err != nil {
 				t.Errorf("set weight: %v", err)
@@ -257,7 +237,7 @@ func TestMirrorWarmupAbortRemovesMirror(t *testing.T) {
 	f := newFixture(t, func(i int) int { return 50 })
 	r := f.run(t, nil)
 	ctx, cancel := context.WithCancel(context.Background())
-	r.Clock.(*pollClock).onPoll = func(n int) bool {
+	r.Clock.(*testutil.StepClock).OnTimer = func(n int) bool {
 		if n == 8 {
 			// The mirror is there mid-run, at a raised share.
 			st, err := f.shifter.WarmupMirrorState(context.Background(), target())

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/danki-dev/danki/internal/testutil"
 	"github.com/danki-dev/danki/pkg/wellknown"
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -16,16 +17,6 @@ import (
 	"k8s.io/utils/clock"
 	testingclock "k8s.io/utils/clock/testing"
 )
-
-// steppingClock is a fake clock whose timers fire at once: each wait moves
-// it on by its duration, so Run loops without sleeping.
-type steppingClock struct{ *testingclock.FakeClock }
-
-func (c steppingClock) NewTimer(d time.Duration) clock.Timer {
-	t := c.FakeClock.NewTimer(d)
-	c.Step(d)
-	return t
-}
 
 // freshRamp is a new Ramp each call, as after a plugin restart: nothing
 // survives in memory.
@@ -157,7 +148,7 @@ func TestRampAbortFromMidRampIsImmediate(t *testing.T) {
 
 func TestRampRunLoopsToTheTarget(t *testing.T) {
 	s, _ := newFake(t, virtualService("reviews", hostSpec()))
-	c := steppingClock{testingclock.NewFakeClock(t0)}
+	c := testutil.NewStepClock(t0)
 	r := freshRamp(s, c, nil)
 	var moves []int
 	d, err := r.Run(ctx, 50, 10*time.Second, func(d Decision) {
@@ -175,7 +166,7 @@ func TestRampRunLoopsToTheTarget(t *testing.T) {
 
 func TestRampRunReportsFailure(t *testing.T) {
 	s, _ := newFake(t, virtualService("reviews", hostSpec()))
-	r := freshRamp(s, steppingClock{testingclock.NewFakeClock(t0)}, &scriptedGate{answers: []verdict{breach}})
+	r := freshRamp(s, testutil.NewStepClock(t0), &scriptedGate{answers: []verdict{breach}})
 	_, err := r.Run(ctx, 50, time.Second, nil)
 	if !errors.Is(err, ErrRampFailed) {
 		t.Fatalf("run with a breaching gate: %v, want ErrRampFailed", err)
