@@ -17,6 +17,7 @@ import (
 	"github.com/argoproj/argo-rollouts/utils/plugin/types"
 	"github.com/danki-dev/danki/pkg/policy"
 	"github.com/danki-dev/danki/pkg/shift"
+	"github.com/danki-dev/danki/pkg/wellknown"
 	"github.com/danki-dev/danki/test/testenv"
 	goplugin "github.com/hashicorp/go-plugin"
 	networking "istio.io/api/networking/v1"
@@ -250,7 +251,7 @@ func exampleHostLevel(t *testing.T, e *testenv.Env) {
 	if names := routeNames(got); !slices.Equal(names, []string{"health", "primary"}) || primary() != 0 {
 		t.Fatalf("after abort: routes %v canary %d", names, primary())
 	}
-	if _, ok := got.Annotations[shift.RampAnnotation]; ok {
+	if _, ok := got.Annotations[wellknown.RampAnnotation]; ok {
 		t.Fatal("abort left the ramp annotation")
 	}
 	if got.Spec.Http[1].Timeout.AsDuration() != 10*time.Second || got.Spec.Http[1].Retries.GetAttempts() != 2 {

@@ -17,6 +17,7 @@ import (
 	"github.com/argoproj/argo-rollouts/utils/plugin/types"
 	"github.com/danki-dev/danki/pkg/policy"
 	"github.com/danki-dev/danki/pkg/shift"
+	"github.com/danki-dev/danki/pkg/wellknown"
 	goplugin "github.com/hashicorp/go-plugin"
 	networking "istio.io/api/networking/v1"
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
@@ -234,7 +235,7 @@ func TestRPCAbortIsImmediate(t *testing.T) {
 	if w := weights(vs, 1); w[0] != 100 || w[1] != 0 {
 		t.Fatalf("after abort weights %v, want [100 0]", w)
 	}
-	if _, ok := vs.Annotations[shift.RampAnnotation]; ok {
+	if _, ok := vs.Annotations[wellknown.RampAnnotation]; ok {
 		t.Fatal("abort left the ramp state")
 	}
 	if v, err := f.plugin.VerifyWeight(ro, 0, nil); err.HasError() || v != types.Verified {
@@ -566,7 +567,7 @@ func TestRPCAbortWhateverTheRampAnnotationHolds(t *testing.T) {
 		f.clock.Add(30 * time.Second)
 	}
 	vs := f.vs(t)
-	vs.Annotations[shift.RampAnnotation] = `{"target": 60, "weight":` // cut off mid-write
+	vs.Annotations[wellknown.RampAnnotation] = `{"target": 60, "weight":` // cut off mid-write
 	if _, err := f.istio.NetworkingV1().VirtualServices(trNS).Update(context.Background(), vs, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -580,7 +581,7 @@ func TestRPCAbortWhateverTheRampAnnotationHolds(t *testing.T) {
 	if w := weights(vs, 1); !slices.Equal(w, []int32{100, 0}) {
 		t.Fatalf("after the abort weights %v, want [100 0]", w)
 	}
-	if raw, ok := vs.Annotations[shift.RampAnnotation]; ok {
+	if raw, ok := vs.Annotations[wellknown.RampAnnotation]; ok {
 		t.Fatalf("the abort left the ramp annotation %q", raw)
 	}
 	if v, err := f.plugin.VerifyWeight(ro, 0, nil); err.HasError() || v != types.Verified {
@@ -682,7 +683,7 @@ func TestRPCNoVerdictIsBoundedAndShown(t *testing.T) {
 // Rollout gets an event saying so.
 func TestRPCInconsistentRampStateRestartsWithAnEvent(t *testing.T) {
 	vs := trVirtualService(trDest("reviews-stable", "", 80), trDest("reviews-canary", "", 20))
-	vs.Annotations = map[string]string{shift.RampAnnotation: `{"target":60,"weight":20,"lastGood":50,"increment":10,"phase":"Ramping","lastChange":"2025-03-01T11:00:00Z"}`}
+	vs.Annotations = map[string]string{wellknown.RampAnnotation: `{"target":60,"weight":20,"lastGood":50,"increment":10,"phase":"Ramping","lastChange":"2025-03-01T11:00:00Z"}`}
 	f := newTRFixture(t, vs)
 	f.impl.router.GateFor = func(json.RawMessage) (shift.Gate, error) {
 		return gateFunc(func(context.Context) (bool, string, error) { return false, "p99 900ms > 500ms", nil }), nil

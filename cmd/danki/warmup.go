@@ -23,6 +23,7 @@ import (
 	"github.com/danki-dev/danki/pkg/config"
 	"github.com/danki-dev/danki/pkg/latency"
 	"github.com/danki-dev/danki/pkg/warmup"
+	"github.com/danki-dev/danki/pkg/wellknown"
 )
 
 // warmupFlags are the `danki warmup` flags that do not map 1:1 onto
@@ -155,8 +156,8 @@ See docs/warmup.md.`,
 	fl.StringVar(&f.cfg.GRPCDescriptorSet, "grpc-descriptor-set", "", "FileDescriptorSet file with the gRPC services (default: the server's reflection service)")
 	fl.StringArrayVar(&f.cfg.GRPCSafeMethods, "grpc-safe-method", nil, "gRPC method known to be read-only, callable without --allow-side-effects (repeatable)")
 	fl.BoolVar(&f.cfg.AllowSideEffects, "allow-side-effects", false, "allow HTTP methods other than GET, HEAD, OPTIONS and gRPC methods not marked read-only (the app must honour the marker)")
-	fl.StringVar(&f.cfg.MarkerHeader, "marker-header", warmup.DefaultMarkerHeader, "header set to 1 on every warm-up request")
-	fl.StringVar(&f.cfg.MarkerHeaderConfirm, "marker-header-confirm", "", "the same header as --marker-header again: needed with --allow-side-effects and a marker other than "+warmup.DefaultMarkerHeader+" (the app must check that header)")
+	fl.StringVar(&f.cfg.MarkerHeader, "marker-header", wellknown.MarkerHeader, "header set to 1 on every warm-up request")
+	fl.StringVar(&f.cfg.MarkerHeaderConfirm, "marker-header-confirm", "", "the same header as --marker-header again: needed with --allow-side-effects and a marker other than "+wellknown.MarkerHeader+" (the app must check that header)")
 	fl.Int64Var(&f.cfg.Seed, "seed", 0, "seed for random template fields (0: random)")
 
 	fl.BoolVar(&f.cfg.CompareToStable, "compare-to-stable", false, "also load stable pods and require p99 within --stable-ratio of theirs")

@@ -17,6 +17,7 @@ import (
 
 	"github.com/danki-dev/danki/internal/testutil"
 	"github.com/danki-dev/danki/pkg/shift"
+	"github.com/danki-dev/danki/pkg/wellknown"
 )
 
 // runWarmupMirror runs `danki warmup mirror ARGS` against a fake Istio
@@ -95,7 +96,7 @@ func TestWarmupMirrorConvergesAndRemovesTheMirror(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !proto.Equal(&vs.Spec, &after.Spec) || after.Annotations[shift.MirrorAnnotation] != "" {
+	if !proto.Equal(&vs.Spec, &after.Spec) || after.Annotations[wellknown.MirrorAnnotation] != "" {
 		t.Fatalf("VirtualService not restored: %v %v", after.Annotations, &after.Spec)
 	}
 }

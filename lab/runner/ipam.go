@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"sync"
 	"time"
+
+	"k8s.io/utils/clock"
 )
 
 // ipam hands out pod IPs from the node's pod CIDR. The first addresses are
@@ -21,7 +23,7 @@ type ipam struct {
 	// for it had gone FAILED while nobody held it: Envoy, Prometheus and the
 	// warm-up still tried the old pod), which failed a warm-up in the lab.
 	released map[netip.Addr]time.Time
-	now      func() time.Time
+	clock    clock.PassiveClock
 }
 
 // reuseAfter is how long a freed address rests before it is handed out
@@ -38,7 +40,7 @@ func newIPAM(cidr string) (*ipam, error) {
 	if !p.Addr().Is4() || p.Bits() > 29 {
 		return nil, fmt.Errorf("pod CIDR %q: need an IPv4 prefix of /29 or wider", cidr)
 	}
-	return &ipam{prefix: p.Masked(), used: map[netip.Addr]string{}, released: map[netip.Addr]time.Time{}, now: time.Now}, nil
+	return &ipam{prefix: p.Masked(), used: map[netip.Addr]string{}, released: map[netip.Addr]time.Time{}, clock: clock.RealClock{}}, nil
 }
 
 // allocate returns the address already held by key, prefer (if free and in
@@ -67,7 +69,7 @@ func (a *ipam) allocate(key string, prefer netip.Addr) (netip.Addr, error) {
 			if _, taken := a.used[ip]; taken {
 				continue
 			}
-			if at, ok := a.released[ip]; rested && ok && a.now().Sub(at) < reuseAfter {
+			if at, ok := a.released[ip]; rested && ok && a.clock.Since(at) < reuseAfter {
 				continue
 			}
 			a.used[ip] = key
@@ -82,7 +84,7 @@ func (a *ipam) release(ip netip.Addr) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	delete(a.used, ip)
-	a.released[ip] = a.now()
+	a.released[ip] = a.clock.Now()
 }
 
 // usable: inside the prefix, past the reserved addresses, not broadcast.

@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes/fake"
+	testingclock "k8s.io/utils/clock/testing"
 )
 
 // The test binary doubles as a pod's process: with LABRUNNER_TEST_SERVE=1 it
@@ -133,8 +134,8 @@ func TestIPAMRestsFreedAddresses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	a.now = func() time.Time { return now }
+	clk := testingclock.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	a.clock = clk
 	for i := 0; i < 2; i++ {
 		if _, err := a.allocate(fmt.Sprint("pod", i), netip.Addr{}); err != nil {
 			t.Fatal(err)
@@ -144,7 +145,7 @@ func TestIPAMRestsFreedAddresses(t *testing.T) {
 	if ip, _ := a.allocate("new", netip.Addr{}); ip.String() != "10.244.0.5" {
 		t.Fatalf("a new pod got %s; want 10.244.0.5, not the address freed a moment ago", ip)
 	}
-	now = now.Add(reuseAfter + time.Second)
+	clk.Step(reuseAfter + time.Second)
 	a.release(netip.MustParseAddr("10.244.0.5")) // freed just now: resting
 	if ip, _ := a.allocate("later", netip.Addr{}); ip.String() != "10.244.0.3" {
 		t.Fatalf("after the rest: got %s, want the lowest rested address 10.244.0.3", ip)

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -33,48 +32,32 @@ import (
 // danki under steady user traffic, to count how often the warm-up (or the
 // gate) turns a good version away (issue #14 §3).
 type AAConfig struct {
-	// Root is the repository root (for lab/manifests); Kubeconfig the lab's.
-	Root, Kubeconfig string
-	// GatewayURL is where users' requests enter (the lab's Envoy).
-	GatewayURL string
-	// QPS is the steady user traffic.
-	QPS float64
+	// Common: QPS default 80, Settle (users on the first v1 pods before
+	// run 1) default 45 s.
+	Common
 	// Runs is how many rollouts of the same version.
 	Runs int
-	// Settle is how long users warm the first v1 pods before run 1; Between
-	// how long users have the new stable pods to themselves between runs
-	// (after the old pods are gone).
-	Settle, Between time.Duration
+	// Between is how long users have the new stable pods to themselves
+	// between runs (after the old pods are gone).
+	Between time.Duration
 	// Timeout bounds one rollout.
 	Timeout time.Duration
 	// OnRun is called after each run with the result so far (to write
 	// partial results: a 20-run A/A is long, and an interrupted one should
 	// still say what it saw).
 	OnRun func(*AAResult)
-	Log   *slog.Logger
 }
 
 func (c AAConfig) withDefaults() AAConfig {
-	if c.GatewayURL == "" {
-		c.GatewayURL = "http://127.0.0.1:18080/"
-	}
-	if c.QPS == 0 {
-		c.QPS = 80
-	}
+	c.Common = c.Common.withDefaults(80, 45*time.Second)
 	if c.Runs == 0 {
 		c.Runs = 20
-	}
-	if c.Settle == 0 {
-		c.Settle = 45 * time.Second
 	}
 	if c.Between == 0 {
 		c.Between = 5 * time.Second
 	}
 	if c.Timeout == 0 {
 		c.Timeout = 6 * time.Minute
-	}
-	if c.Log == nil {
-		c.Log = slog.Default()
 	}
 	return c
 }
@@ -162,7 +145,7 @@ func AA(ctx context.Context, cfg AAConfig) (*AAResult, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lab kubeconfig %s (is the lab up? make lab-up): %w", cfg.Kubeconfig, err)
 	}
-	l := &lab{cfg: Config{Root: cfg.Root, Kubeconfig: cfg.Kubeconfig, Log: cfg.Log}.withDefaults(),
+	l := &lab{cfg: Config{Common: Common{Root: cfg.Root, Kubeconfig: cfg.Kubeconfig, Log: cfg.Log}}.withDefaults(),
 		kube: kubernetes.NewForConfigOrDie(rc), argo: argoclient.NewForConfigOrDie(rc), istio: istioclient.NewForConfigOrDie(rc)}
 	ex := filepath.Join(cfg.Root, "lab", "manifests")
 	manifest, steps, err := aaManifest(filepath.Join(ex, "danki", "30-rollout.yaml"))

@@ -86,7 +86,7 @@ func TestEnvoySlowStartWaitsForThePush(t *testing.T) {
 		_, _ = io.WriteString(w, envoyDump)
 	}))
 	defer srv.Close()
-	l := &lab{cfg: Config{EnvoyAdminURL: srv.URL, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}}
+	l := &lab{cfg: Config{Common: Common{EnvoyAdminURL: srv.URL, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}}}
 	got := l.envoySlowStart(context.Background())
 	if calls.Load() < 3 || !strings.Contains(got, "app-canary.default.svc.cluster.local: ROUND_ROBIN, round_robin_lb_config.slow_start_config") ||
 		!strings.Contains(got, "app-stable.default.svc.cluster.local: LEAST_REQUEST, least_request_lb_config.slow_start_config") {

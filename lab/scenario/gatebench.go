@@ -3,7 +3,6 @@ package scenario
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -18,6 +17,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/danki-dev/danki/lab/traffic"
+	"github.com/danki-dev/danki/pkg/wellknown"
 )
 
 // GateWay is one of the three ways a new pod meets its users in the gate
@@ -133,19 +133,15 @@ const (
 
 // GateBenchConfig is one gate bench run.
 type GateBenchConfig struct {
-	// Root is the repository (lab/manifests, deploy/gate); Kubeconfig the
-	// lab's; Danki the danki binary that runs `danki gate`.
-	Root, Kubeconfig, Danki string
-	// GatewayURL is where users enter; EnvoyAdminURL the gateway's admin API.
-	GatewayURL, EnvoyAdminURL string
-	// QPS is the user traffic per way (each host gets this much).
-	QPS float64
-	// Settle: users alone on the fresh pods before anything is measured (it
-	// warms them). Steady: the measured steady state before each event
-	// (default After: the same number of requests on both sides, so a
-	// p99.9 or max is not compared with one from half the samples).
-	// After: the measured stretch after each event.
-	Settle, Steady, After time.Duration
+	// Common: Danki runs `danki gate`; QPS is per way (each host gets this
+	// much), default 40; Settle (users alone on the fresh pods, which warms
+	// them) default 90 s.
+	Common
+	// Steady: the measured steady state before each event (default After:
+	// the same number of requests on both sides, so a p99.9 or max is not
+	// compared with one from half the samples). After: the measured stretch
+	// after each event.
+	Steady, After time.Duration
 	// GateLog is where the gate's log goes; GateMaxConcurrent, when > 0,
 	// its --max-concurrent (warm-ups at once).
 	GateLog           string
@@ -169,22 +165,10 @@ type GateBenchConfig struct {
 	// minute is a few thousand requests, too few for a p99.9 on a noisy
 	// machine.
 	Repeat int
-	Log    *slog.Logger
 }
 
 func (c GateBenchConfig) withDefaults() GateBenchConfig {
-	if c.GatewayURL == "" {
-		c.GatewayURL = "http://127.0.0.1:18080/"
-	}
-	if c.EnvoyAdminURL == "" {
-		c.EnvoyAdminURL = "http://127.0.0.1:15000"
-	}
-	if c.QPS == 0 {
-		c.QPS = 40
-	}
-	if c.Settle == 0 {
-		c.Settle = 90 * time.Second
-	}
+	c.Common = c.Common.withDefaults(40, 90*time.Second)
 	if c.After == 0 {
 		c.After = time.Minute
 	}
@@ -199,9 +183,6 @@ func (c GateBenchConfig) withDefaults() GateBenchConfig {
 	}
 	if c.Repeat < 1 {
 		c.Repeat = 1
-	}
-	if c.Log == nil {
-		c.Log = slog.Default()
 	}
 	return c
 }
@@ -310,7 +291,7 @@ func GateBench(ctx context.Context, cfg GateBenchConfig) (res *GateBenchResult, 
 		return nil, fmt.Errorf("lab kubeconfig %s (is the lab up? make lab-up): %w", cfg.Kubeconfig, err)
 	}
 	kube := kubernetes.NewForConfigOrDie(rc)
-	b := &gateBench{cfg: cfg, kube: kube, lab: &lab{cfg: Config{Kubeconfig: cfg.Kubeconfig, EnvoyAdminURL: cfg.EnvoyAdminURL, Log: cfg.Log}, kube: kube}, want: map[string]int32{}}
+	b := &gateBench{cfg: cfg, kube: kube, lab: &lab{cfg: Config{Common: Common{Kubeconfig: cfg.Kubeconfig, EnvoyAdminURL: cfg.EnvoyAdminURL, Log: cfg.Log}}, kube: kube}, want: map[string]int32{}}
 	log := cfg.Log
 
 	log.Info("starting danki gate out of cluster", "danki", cfg.Danki, "log", cfg.GateLog)
@@ -768,7 +749,7 @@ func gatePods(pods []corev1.Pod, events []GateEvent) []GatePod {
 				gp.Ready, gp.ReadyAfter = true, max(c.LastTransitionTime.Sub(events[ev].At), 0)
 			case c.Type == corev1.ContainersReady && c.Status == corev1.ConditionTrue:
 				gp.Started, gp.StartedAfter = true, max(c.LastTransitionTime.Sub(events[ev].At), 0)
-			case string(c.Type) == "danki.dev/warm":
+			case c.Type == wellknown.WarmCondition:
 				gp.Warm = c.Message
 			}
 		}

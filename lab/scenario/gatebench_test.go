@@ -16,6 +16,7 @@ import (
 	"github.com/danki-dev/danki/lab/traffic"
 	"github.com/danki-dev/danki/pkg/gate"
 	"github.com/danki-dev/danki/pkg/policy"
+	"github.com/danki-dev/danki/pkg/wellknown"
 )
 
 // samplesAt makes one sample per 10 ms in [from, from+d) with latency lat,
@@ -94,7 +95,7 @@ func TestGatePodsByEvent(t *testing.T) {
 			p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(*ready)})
 		}
 		if warm != "" {
-			p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: gate.ConditionWarm, Status: corev1.ConditionTrue, Message: warm})
+			p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: wellknown.WarmCondition, Status: corev1.ConditionTrue, Message: warm})
 		}
 		return p
 	}
@@ -166,7 +167,7 @@ func TestGateExamples(t *testing.T) {
 		if got, want := d.Spec.Template.Spec.Containers[0].Resources, deps[0].Spec.Template.Spec.Containers[0].Resources; !got.Limits.Cpu().Equal(*want.Limits.Cpu()) || got.Requests.Memory().Cmp(*want.Requests.Memory()) != 0 {
 			t.Errorf("%s: resources differ from app-cold's", d.Name)
 		}
-		ann, opted := d.Spec.Template.Annotations[gate.AnnotationWarmUp]
+		ann, opted := d.Spec.Template.Annotations[wellknown.WarmUpAnnotation]
 		if opted != (w.Deployment == "app-gated") {
 			t.Errorf("%s: opted in to the gate: %v", d.Name, opted)
 		}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"os"
 	"os/exec"
@@ -29,17 +28,12 @@ import (
 
 // Config is one demo run.
 type Config struct {
-	// Root is the repository root (for lab/manifests); Kubeconfig the lab's.
-	Root, Kubeconfig string
-	// GatewayURL is where users' requests enter (the lab's Envoy), and
-	// EnvoyAdminURL its admin API (for counting requests per cluster).
-	GatewayURL, EnvoyAdminURL string
-	// QPS is the steady user traffic.
-	QPS float64
-	// Settle is how long users warm the freshly started v1 pods before
-	// anything is measured; Before and After are the measured steady
-	// stretches around each rollout.
-	Settle, Before, After time.Duration
+	// Common: QPS default 80, Settle (users on the freshly started v1 pods)
+	// default 45 s.
+	Common
+	// Before and After are the measured steady stretches around each
+	// rollout.
+	Before, After time.Duration
 	// Timeout bounds one rollout.
 	Timeout time.Duration
 	// Oracle also measures how long a fresh pod takes to stop improving
@@ -57,23 +51,11 @@ type Config struct {
 	// SkipBadVersion leaves out the bad version's rollout (make bench: it
 	// yields no ratio, and make demo measures it).
 	SkipBadVersion bool
-	Log            *slog.Logger
 }
 
 // Defaults for Config fields left zero.
 func (c Config) withDefaults() Config {
-	if c.GatewayURL == "" {
-		c.GatewayURL = "http://127.0.0.1:18080/"
-	}
-	if c.EnvoyAdminURL == "" {
-		c.EnvoyAdminURL = "http://127.0.0.1:15000"
-	}
-	if c.QPS == 0 {
-		c.QPS = 80
-	}
-	if c.Settle == 0 {
-		c.Settle = 45 * time.Second
-	}
+	c.Common = c.Common.withDefaults(80, 45*time.Second)
 	if c.Before == 0 {
 		c.Before = 30 * time.Second
 	}
@@ -82,9 +64,6 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Timeout == 0 {
 		c.Timeout = 10 * time.Minute
-	}
-	if c.Log == nil {
-		c.Log = slog.Default()
 	}
 	return c
 }

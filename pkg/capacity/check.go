@@ -27,7 +27,7 @@ type Check struct {
 	// stops well past the floor instead of looking for a knee nobody needs.
 	MinQPS float64 `json:"minQPS"`
 	// MinRatioToPrevious fails a knee below this share of the stable
-	// revision's, as recorded when it was the canary (HistoryAnnotation).
+	// revision's, as recorded when it was the canary (wellknown.CapacityKneesAnnotation).
 	// Default 0.8; 0 compares with minQPS only. The first rollout, with
 	// nothing recorded, passes this part with a note.
 	MinRatioToPrevious *float64 `json:"minRatioToPrevious,omitempty"`

@@ -5,14 +5,14 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/danki-dev/danki/pkg/wellknown"
 )
 
-// HistoryAnnotation is the Rollout annotation the danki/warmup step keeps
-// its capacity knees in: one entry per revision (pod-template hash) that
-// passed the check as a canary, so the next rollout compares its canary
-// with the revision it replaces — measured the same way, at weight 0,
-// never on a pod serving users.
-const HistoryAnnotation = "danki.dev/capacity-knees"
+// HistoryAnnotation is wellknown.CapacityKneesAnnotation (the Rollout
+// annotation of the knees: one entry per revision that passed the check as
+// a canary, measured at weight 0), for rollouts/step.go until it moves.
+const HistoryAnnotation = wellknown.CapacityKneesAnnotation
 
 // historyLimit bounds the annotation: the stable revision's knee is the
 // one compared with; a few more survive an aborted rollout or two.
@@ -39,7 +39,7 @@ func ParseHistory(raw string) (History, error) {
 		return h, nil
 	}
 	if err := json.Unmarshal([]byte(raw), &h); err != nil {
-		return nil, fmt.Errorf("annotation %s: not a JSON list of knees (remove it to start a new history): %w", HistoryAnnotation, err)
+		return nil, fmt.Errorf("annotation %s: not a JSON list of knees (remove it to start a new history): %w", wellknown.CapacityKneesAnnotation, err)
 	}
 	return h, nil
 }

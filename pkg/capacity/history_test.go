@@ -13,6 +13,7 @@ import (
 
 	"github.com/danki-dev/danki/pkg/policy"
 	"github.com/danki-dev/danki/pkg/warmup"
+	"github.com/danki-dev/danki/pkg/wellknown"
 )
 
 func TestHistoryKeepsTheNewestKneePerRevision(t *testing.T) {
@@ -37,8 +38,8 @@ func TestHistoryKeepsTheNewestKneePerRevision(t *testing.T) {
 	if err != nil || len(back) != len(h) || back[2] != h[2] {
 		t.Errorf("round trip: %+v, %v", back, err)
 	}
-	if _, err := ParseHistory("{broken"); err == nil || !strings.Contains(err.Error(), HistoryAnnotation) {
-		t.Errorf("broken annotation: %v; want an error naming %s", err, HistoryAnnotation)
+	if _, err := ParseHistory("{broken"); err == nil || !strings.Contains(err.Error(), wellknown.CapacityKneesAnnotation) {
+		t.Errorf("broken annotation: %v; want an error naming %s", err, wellknown.CapacityKneesAnnotation)
 	}
 }
 

@@ -37,6 +37,7 @@ import (
 
 	"github.com/danki-dev/danki/pkg/policy"
 	"github.com/danki-dev/danki/pkg/warmup"
+	"github.com/danki-dev/danki/pkg/wellknown"
 )
 
 // benchTargetEnv makes the test binary a warm-up target (TestMain): the
@@ -189,7 +190,7 @@ func benchReview(b *testing.B) []byte {
 	b.Helper()
 	pod := corev1.Pod{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
 		ObjectMeta: metav1.ObjectMeta{Name: "app-7d9c-x2x4z", Namespace: "shop", Labels: map[string]string{"app": "app"},
-			Annotations: map[string]string{AnnotationWarmUp: `{"qps": 50}`}},
+			Annotations: map[string]string{wellknown.WarmUpAnnotation: `{"qps": 50}`}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.example.com/app:v2",
 			Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}}}}}}
 	raw, err := json.Marshal(&pod)

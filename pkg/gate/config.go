@@ -12,16 +12,7 @@ import (
 	"github.com/danki-dev/danki/pkg/config"
 	"github.com/danki-dev/danki/pkg/policy"
 	"github.com/danki-dev/danki/pkg/warmup"
-)
-
-// Names the gate uses on pods.
-const (
-	// AnnotationWarmUp opts a pod in: "true", or its warm-up Config as JSON
-	// or YAML. "false" opts out.
-	AnnotationWarmUp = "danki.dev/warm-up"
-	// ConditionWarm is the readiness gate's condition type; the
-	// danki/warmup step skips pods where it is True.
-	ConditionWarm = warmup.GateCondition
+	"github.com/danki-dev/danki/pkg/wellknown"
 )
 
 // Condition reasons.
@@ -55,7 +46,7 @@ const (
 	DefaultRetryBackoff = 30 * time.Second
 )
 
-// Config is a pod's warm-up configuration, from AnnotationWarmUp: the
+// Config is a pod's warm-up configuration, from wellknown.WarmUpAnnotation: the
 // warm-up's fields (requests, qps, deadline, the stopping rule …) plus the
 // gate's own.
 type Config struct {
@@ -111,7 +102,7 @@ func (m *YieldMode) UnmarshalJSON(b []byte) error {
 
 // OptedIn reports whether the annotation asks for the gate.
 func OptedIn(annotations map[string]string) bool {
-	v, ok := annotations[AnnotationWarmUp]
+	v, ok := annotations[wellknown.WarmUpAnnotation]
 	return ok && strings.TrimSpace(v) != "false"
 }
 
@@ -124,7 +115,7 @@ func ParseConfig(annotation string, p policy.Policy) (Config, error) {
 	var c Config
 	if v := strings.TrimSpace(annotation); v != "" && v != "true" {
 		if err := config.Decode([]byte(v), &c); err != nil {
-			return c, fmt.Errorf("annotation %s: %w", AnnotationWarmUp, err)
+			return c, fmt.Errorf("annotation %s: %w", wellknown.WarmUpAnnotation, err)
 		}
 	}
 	c.Config.Policy = &p
@@ -153,7 +144,7 @@ func ParseConfig(annotation string, p policy.Policy) (Config, error) {
 		errs.Addf("compareToStable", "the gate warms one pod on its own; there is no stable version to compare with (use the danki/warmup step in a rollout)")
 	}
 	if err := errs.Err(); err != nil {
-		return c, fmt.Errorf("annotation %s: %w", AnnotationWarmUp, err)
+		return c, fmt.Errorf("annotation %s: %w", wellknown.WarmUpAnnotation, err)
 	}
 	return c, nil
 }

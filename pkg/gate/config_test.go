@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/danki-dev/danki/pkg/policy"
+	"github.com/danki-dev/danki/pkg/wellknown"
 )
 
 func TestParseConfig(t *testing.T) {
@@ -35,7 +36,7 @@ func TestParseConfig(t *testing.T) {
 		`{"cpuBudget": "lots"}`:                            `cpuBudget: want cores or a share of the CPU request, got "lots"`,
 		`{"cpuBudget": "-50%"}`:                            "cpuBudget: must not be negative",
 	} {
-		if _, err := ParseConfig(cfg, policy.Local()); err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), AnnotationWarmUp) {
+		if _, err := ParseConfig(cfg, policy.Local()); err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), wellknown.WarmUpAnnotation) {
 			t.Errorf("%s: %v; want an error naming the annotation and %q", cfg, err, want)
 		}
 	}
@@ -45,7 +46,7 @@ func TestParseConfig(t *testing.T) {
 	if c, err = ParseConfig("cpuBudget: 50%", policy.Local()); err != nil || c.CPUBudget == nil || c.CPUBudget.Of(0.25) != 0.125 {
 		t.Errorf("cpuBudget 50%%: %v, %v; want half the request", c.CPUBudget, err)
 	}
-	if !OptedIn(map[string]string{AnnotationWarmUp: "true"}) || OptedIn(map[string]string{AnnotationWarmUp: "false"}) || OptedIn(nil) {
+	if !OptedIn(map[string]string{wellknown.WarmUpAnnotation: "true"}) || OptedIn(map[string]string{wellknown.WarmUpAnnotation: "false"}) || OptedIn(nil) {
 		t.Error("OptedIn: true opts in, false and no annotation do not")
 	}
 }
@@ -67,17 +68,17 @@ func TestInjectorPatchesOnlyOptedInPods(t *testing.T) {
 		return &corev1.Pod{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
 			ObjectMeta: metav1.ObjectMeta{Name: "p", Annotations: ann}, Spec: corev1.PodSpec{ReadinessGates: gates}}
 	}
-	r := review(pod(map[string]string{AnnotationWarmUp: "true"}, corev1.PodReadinessGate{ConditionType: "other"}))
+	r := review(pod(map[string]string{wellknown.WarmUpAnnotation: "true"}, corev1.PodReadinessGate{ConditionType: "other"}))
 	paths := map[string]bool{}
 	for _, p := range r.Patches {
 		paths[p.Path] = true
 	}
 	if !r.Allowed || len(r.Patches) != 2 || !paths["/spec/readinessGates/1"] || !paths["/metadata/labels"] {
-		t.Fatalf("opted-in pod: allowed %v, patches %+v; want the gate added after the existing one, and the label %s", r.Allowed, r.Patches, LabelGated)
+		t.Fatalf("opted-in pod: allowed %v, patches %+v; want the gate added after the existing one, and the label %s", r.Allowed, r.Patches, wellknown.GatedLabel)
 	}
 	for name, p := range map[string]*corev1.Pod{
 		"no annotation": pod(nil),
-		"opted out":     pod(map[string]string{AnnotationWarmUp: "false"}),
+		"opted out":     pod(map[string]string{wellknown.WarmUpAnnotation: "false"}),
 	} {
 		if r := review(p); !r.Allowed || len(r.Patches) != 0 {
 			t.Errorf("%s: allowed %v, patches %+v; want allowed unchanged", name, r.Allowed, r.Patches)

@@ -1,12 +1,12 @@
 // Package gate is danki's warm gate: a small Kubernetes controller that keeps
 // a new pod out of every load balancer until it is warm.
 //
-// A pod opts in with the annotation danki.dev/warm-up (AnnotationWarmUp):
+// A pod opts in with the annotation danki.dev/warm-up (wellknown.WarmUpAnnotation):
 // "true" for the defaults, or a warm-up configuration, the danki/warmup
 // step's schema (docs/warmup.md) plus onFailure, retries, port and yieldCPU. The
 // mutating webhook (Injector) adds the readiness gate danki.dev/warm
-// (ConditionWarm) to such pods as they are created, and the label
-// LabelGated: the gate's cache holds only pods with it. The API server sends
+// (wellknown.WarmCondition) to such pods as they are created, and the label
+// wellknown.GatedLabel: the gate's cache holds only pods with it. The API server sends
 // the webhook only opted-in pods (deploy/gate's matchConditions). Kubernetes
 // counts a pod with a readiness gate Ready only when the gate's condition is
 // True, so until then its
@@ -23,7 +23,7 @@
 // gets the kernel's least CPU weight, so the users' pods on its node run
 // first. What it puts back is never more than the pod's own request, from
 // records on the pod that its author cannot write (see
-// AnnotationCPURequests). A warm-up that fails
+// wellknown.CPURequestsAnnotation). A warm-up that fails
 // is retried with back-off; after the last attempt the pod stays un-ready
 // (onFailure: stayUnready, the default: fail closed) or becomes Ready anyway
 // (becomeReady: fail open), with an Event either way. A pod deleted, or

@@ -27,6 +27,7 @@ import (
 	"github.com/danki-dev/danki/internal/testutil"
 	"github.com/danki-dev/danki/pkg/gate"
 	"github.com/danki-dev/danki/pkg/policy"
+	"github.com/danki-dev/danki/pkg/wellknown"
 	"github.com/danki-dev/danki/test/testenv"
 )
 
@@ -282,8 +283,8 @@ func TestGateOnAPIServer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := pod.Annotations[gate.AnnotationCPURequests]; got != `{"app":"500m"}` {
-			t.Fatalf("webhook recorded %s=%q; want {\"app\":\"500m\"}", gate.AnnotationCPURequests, got)
+		if got := pod.Annotations[wellknown.CPURequestsAnnotation]; got != `{"app":"500m"}` {
+			t.Fatalf("webhook recorded %s=%q; want {\"app\":\"500m\"}", wellknown.CPURequestsAnnotation, got)
 		}
 		markContainersReady(t, ctx, kube, pod)
 		cpu := func(p *corev1.Pod) string { return p.Spec.Containers[0].Resources.Requests.Cpu().String() }
@@ -311,19 +312,19 @@ func TestGateOnAPIServer(t *testing.T) {
 		srv.HealthPath = "/healthz"
 		p := newPod("forged-record", `{"qps": 400, "healthPath": "/healthz"}`, serverPort(t, srv.URL))
 		// The pod lists the gate itself and brings its own record.
-		p.Spec.ReadinessGates = []corev1.PodReadinessGate{{ConditionType: gate.ConditionWarm}}
-		p.Annotations[gate.AnnotationCPURequests] = `{"app":"32"}`
-		p.Annotations[gate.AnnotationCPURequestsSignature] = "forged"
+		p.Spec.ReadinessGates = []corev1.PodReadinessGate{{ConditionType: wellknown.WarmCondition}}
+		p.Annotations[wellknown.CPURequestsAnnotation] = `{"app":"32"}`
+		p.Annotations[wellknown.CPURequestsSignatureAnnotation] = "forged"
 		p.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m")}
 		p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("64")}
 		pod, err := kube.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := pod.Annotations[gate.AnnotationCPURequests]; got != `{"app":"500m"}` {
-			t.Fatalf("admitted with %s=%q; want the webhook's own {\"app\":\"500m\"}", gate.AnnotationCPURequests, got)
+		if got := pod.Annotations[wellknown.CPURequestsAnnotation]; got != `{"app":"500m"}` {
+			t.Fatalf("admitted with %s=%q; want the webhook's own {\"app\":\"500m\"}", wellknown.CPURequestsAnnotation, got)
 		}
-		if sig := pod.Annotations[gate.AnnotationCPURequestsSignature]; sig == "" || sig == "forged" {
+		if sig := pod.Annotations[wellknown.CPURequestsSignatureAnnotation]; sig == "" || sig == "forged" {
 			t.Fatalf("admitted with signature %q; want the webhook's", sig)
 		}
 		markContainersReady(t, ctx, kube, pod)
@@ -532,7 +533,7 @@ func newPod(name, annotation string, port int) *corev1.Pod {
 		}}},
 	}
 	if annotation != "" {
-		p.Annotations = map[string]string{gate.AnnotationWarmUp: annotation}
+		p.Annotations = map[string]string{wellknown.WarmUpAnnotation: annotation}
 	}
 	return p
 }
@@ -565,7 +566,7 @@ func createOwnedPod(t *testing.T, ctx context.Context, kube kubernetes.Interface
 	t.Helper()
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, OwnerReferences: []metav1.OwnerReference{owner},
-			Annotations: map[string]string{gate.AnnotationWarmUp: `{"qps": 300, "healthPath": "/healthz"}`}},
+			Annotations: map[string]string{wellknown.WarmUpAnnotation: `{"qps": 300, "healthPath": "/healthz"}`}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app:v1",
 			Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: int32(port)}}}}},
 	}
@@ -587,7 +588,7 @@ func markReady(t *testing.T, ctx context.Context, kube kubernetes.Interface, pod
 		cur.Status.Conditions = []corev1.PodCondition{
 			{Type: corev1.ContainersReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
 			{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
-			{Type: gate.ConditionWarm, Status: corev1.ConditionTrue, Reason: gate.ReasonWarm, LastTransitionTime: now},
+			{Type: wellknown.WarmCondition, Status: corev1.ConditionTrue, Reason: gate.ReasonWarm, LastTransitionTime: now},
 		}
 		_, err := kube.CoreV1().Pods(ns).UpdateStatus(ctx, cur, metav1.UpdateOptions{})
 		return err
@@ -649,7 +650,7 @@ func waitPod(t *testing.T, ctx context.Context, kube kubernetes.Interface, name 
 
 func warmCondition(p *corev1.Pod) *corev1.PodCondition {
 	for i := range p.Status.Conditions {
-		if p.Status.Conditions[i].Type == gate.ConditionWarm {
+		if p.Status.Conditions[i].Type == wellknown.WarmCondition {
 			return &p.Status.Conditions[i]
 		}
 	}

@@ -32,6 +32,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/danki-dev/danki/pkg/policy"
+	"github.com/danki-dev/danki/pkg/wellknown"
 )
 
 // LeaderElectionID names the gate's leader-election Lease.
@@ -102,12 +103,12 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	}
 	mo := ctrl.Options{
 		Scheme: scheme,
-		// The gate caches only the pods its webhook gated (LabelGated),
+		// The gate caches only the pods its webhook gated (wellknown.GatedLabel),
 		// without their managedFields: its memory follows the pods that
 		// opted in, not every pod of the cluster.
 		Cache: cache.Options{
 			ByObject: map[client.Object]cache.ByObject{
-				&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{LabelGated: "true"})},
+				&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{wellknown.GatedLabel: "true"})},
 			},
 			DefaultTransform: cache.TransformStripManagedFields(),
 		},

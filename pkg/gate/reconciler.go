@@ -18,6 +18,7 @@ import (
 
 	"github.com/danki-dev/danki/pkg/policy"
 	"github.com/danki-dev/danki/pkg/warmup"
+	"github.com/danki-dev/danki/pkg/wellknown"
 )
 
 // DefaultMaxConcurrent caps the warm-ups running at once: each sends load
@@ -45,7 +46,7 @@ type eventRecorder interface {
 // eventAction is the Events' action: what the gate was doing.
 const eventAction = "WarmUp"
 
-// Reconciler warms pods that carry the readiness gate ConditionWarm and
+// Reconciler warms pods that carry the readiness gate wellknown.WarmCondition and
 // sets the condition (see the package documentation).
 type Reconciler struct {
 	Client client.Client
@@ -164,7 +165,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		r.stop(pod.UID, "containers not ready")
 		r.forget(pod.UID)
 		// yieldCPU fromStart: the JVM starts at the least CPU weight too.
-		if cfg, err := ParseConfig(pod.Annotations[AnnotationWarmUp], r.Policy); err == nil && cfg.YieldCPU == YieldFromStart && pod.Spec.NodeName != "" {
+		if cfg, err := ParseConfig(pod.Annotations[wellknown.WarmUpAnnotation], r.Policy); err == nil && cfg.YieldCPU == YieldFromStart && pod.Spec.NodeName != "" {
 			r.lowerCPU(ctx, r.Log.With("pod", pod.Namespace+"/"+pod.Name), &pod, "starting")
 		}
 		if c := condition(&pod); c != nil && c.Status == corev1.ConditionFalse && c.Reason == ReasonWaiting {
@@ -185,7 +186,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if done {
 		return reconcile.Result{}, nil
 	}
-	cfg, err := ParseConfig(pod.Annotations[AnnotationWarmUp], r.Policy)
+	cfg, err := ParseConfig(pod.Annotations[wellknown.WarmUpAnnotation], r.Policy)
 	var target warmup.Target
 	if err == nil {
 		// The budget is a share of the request the pod was created with,
@@ -500,7 +501,7 @@ func (r *Reconciler) setCondition(ctx context.Context, pod *corev1.Pod, status c
 	if len(message) > 1000 {
 		message = message[:1000] + "…"
 	}
-	return r.patchCondition(ctx, &cur, false, ConditionWarm, status, reason, message)
+	return r.patchCondition(ctx, &cur, false, wellknown.WarmCondition, status, reason, message)
 }
 
 // patchCondition sets the condition of type t on cur, the pod as read from
@@ -534,10 +535,10 @@ func (r *Reconciler) patchCondition(ctx context.Context, cur *corev1.Pod, lock b
 	return nil
 }
 
-// HasGate reports whether the pod carries the readiness gate ConditionWarm.
+// HasGate reports whether the pod carries the readiness gate wellknown.WarmCondition.
 func HasGate(pod *corev1.Pod) bool {
 	for _, g := range pod.Spec.ReadinessGates {
-		if g.ConditionType == ConditionWarm {
+		if g.ConditionType == wellknown.WarmCondition {
 			return true
 		}
 	}
@@ -550,7 +551,9 @@ func IsWarm(pod *corev1.Pod) bool {
 	return c != nil && c.Status == corev1.ConditionTrue
 }
 
-func condition(pod *corev1.Pod) *corev1.PodCondition { return podCondition(pod, ConditionWarm) }
+func condition(pod *corev1.Pod) *corev1.PodCondition {
+	return podCondition(pod, wellknown.WarmCondition)
+}
 
 // podCondition is the pod's condition of type t, nil if it has none.
 func podCondition(pod *corev1.Pod, t corev1.PodConditionType) *corev1.PodCondition {

@@ -18,7 +18,7 @@ import (
 )
 
 // RecordKey is the gate's HMAC-SHA256 key for the records it keeps on pods
-// of their CPU requests (AnnotationCPURequestsSignature, ConditionCPUYield):
+// of their CPU requests (wellknown.CPURequestsSignatureAnnotation, wellknown.CPUYieldCondition):
 // a record that does not verify against it was not written by this gate —
 // a pod's author wrote or changed it — and the gate refuses it. Every
 // replica of the gate (they all serve the webhook) uses the same key, from

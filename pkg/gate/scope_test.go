@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/danki-dev/danki/pkg/gate"
+	"github.com/danki-dev/danki/pkg/wellknown"
 )
 
 // testCABundlePatched: the webhook configuration trusted another CA when
@@ -65,13 +66,13 @@ func webhookCalls(t *testing.T) float64 {
 
 // testWebhookScope: the API server sends the webhook only pods that opted
 // in (matchConditions) outside excluded namespaces (namespaceSelector);
-// every pod it gates, those gated by their template too, gets LabelGated.
+// every pod it gates, those gated by their template too, gets wellknown.GatedLabel.
 func testWebhookScope(t *testing.T, ctx context.Context, kube kubernetes.Interface) {
 	before := webhookCalls(t)
 	createPod(t, ctx, kube, "scope-plain", "", 8080)
 	createPod(t, ctx, kube, "scope-opted-out", "false", 8080)
 	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
-		Name: "tenant-off", Labels: map[string]string{"danki.dev/warm-gate": "disabled"}}}, metav1.CreateOptions{}); err != nil {
+		Name: "tenant-off", Labels: map[string]string{wellknown.WarmGateNamespaceLabel: "disabled"}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	excluded := newPod("scope-excluded", "true", 8080)
@@ -87,7 +88,7 @@ func testWebhookScope(t *testing.T, ctx context.Context, kube kubernetes.Interfa
 	// pod above been sent, its call (answered before that pod was even
 	// stored) would show too.
 	on := createPod(t, ctx, kube, "scope-on", "true", 8080)
-	if !gate.HasGate(on) || on.Labels[gate.LabelGated] != "true" {
+	if !gate.HasGate(on) || on.Labels[wellknown.GatedLabel] != "true" {
 		t.Fatalf("opted-in pod: gate %v, labels %v", gate.HasGate(on), on.Labels)
 	}
 	deadline := time.Now().Add(10 * time.Second)
@@ -100,13 +101,13 @@ func testWebhookScope(t *testing.T, ctx context.Context, kube kubernetes.Interfa
 	// A pod whose template lists the gate, without the annotation, is sent
 	// too: it gets the label the cache selects on.
 	hand := newPod("scope-hand-gated", "", 8080)
-	hand.Spec.ReadinessGates = []corev1.PodReadinessGate{{ConditionType: gate.ConditionWarm}}
+	hand.Spec.ReadinessGates = []corev1.PodReadinessGate{{ConditionType: wellknown.WarmCondition}}
 	got, err := kube.CoreV1().Pods(ns).Create(ctx, hand, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Labels[gate.LabelGated] != "true" {
-		t.Fatalf("a pod gated by its template was not labelled %s: %v", gate.LabelGated, got.Labels)
+	if got.Labels[wellknown.GatedLabel] != "true" {
+		t.Fatalf("a pod gated by its template was not labelled %s: %v", wellknown.GatedLabel, got.Labels)
 	}
 }
 
@@ -117,7 +118,7 @@ func testCacheScope(t *testing.T, ctx context.Context, kube kubernetes.Interface
 	// A pod with the gate but not the label (made while the webhook was
 	// down, say): not the gate's to see.
 	unlabelled := newPod("cache-unlabelled", "", 8080)
-	unlabelled.Spec.ReadinessGates = []corev1.PodReadinessGate{{ConditionType: gate.ConditionWarm}}
+	unlabelled.Spec.ReadinessGates = []corev1.PodReadinessGate{{ConditionType: wellknown.WarmCondition}}
 	unlabelled.Namespace = "tenant-off" // the webhook does not see this namespace
 	if _, err := kube.CoreV1().Pods("tenant-off").Create(ctx, unlabelled, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -152,8 +153,8 @@ func testCacheScope(t *testing.T, ctx context.Context, kube kubernetes.Interface
 		t.Fatal(err)
 	}
 	for _, p := range list.Items {
-		if p.Labels[gate.LabelGated] != "true" {
-			t.Fatalf("the gate's cache lists %s/%s, not labelled %s", p.Namespace, p.Name, gate.LabelGated)
+		if p.Labels[wellknown.GatedLabel] != "true" {
+			t.Fatalf("the gate's cache lists %s/%s, not labelled %s", p.Namespace, p.Name, wellknown.GatedLabel)
 		}
 	}
 }

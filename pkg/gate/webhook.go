@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/danki-dev/danki/pkg/wellknown"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 )
@@ -13,18 +14,13 @@ import (
 // WebhookPath is where the mutating webhook is served.
 const WebhookPath = "/mutate-pods"
 
-// LabelGated marks the pods the webhook gated ("true"). The gate's pod cache
-// holds only pods with it (Options, docs/gate.md "Blast radius"): a pod given
-// the readiness gate some other way needs the label too.
-const LabelGated = "danki.dev/gated"
-
 // Injector is the mutating admission webhook: it adds the readiness gate
-// ConditionWarm to pods created with AnnotationWarmUp, so users never edit
+// wellknown.WarmCondition to pods created with wellknown.WarmUpAnnotation, so users never edit
 // readinessGates by hand, and records their containers' CPU requests,
-// signed (AnnotationCPURequests; stampCPURequests), for the gate to restore:
+// signed (wellknown.CPURequestsAnnotation; stampCPURequests), for the gate to restore:
 // on every pod with the gate, also one that lists it already, replacing any
 // record the pod came with. Every pod it leaves with the gate gets the label
-// LabelGated, so that the gate's cache holds it. Other pods pass unchanged
+// wellknown.GatedLabel, so that the gate's cache holds it. Other pods pass unchanged
 // (the API server sends it none: deploy/gate/webhook.yaml's
 // matchConditions). It never denies a pod: a bad warm-up configuration shows
 // on the pod's condition and in an Event, where the Reconciler finds it.
@@ -49,7 +45,7 @@ func (i *Injector) Handle(_ context.Context, req admission.Request) admission.Re
 		return admission.Allowed("")
 	}
 	if !gated {
-		pod.Spec.ReadinessGates = append(pod.Spec.ReadinessGates, corev1.PodReadinessGate{ConditionType: ConditionWarm})
+		pod.Spec.ReadinessGates = append(pod.Spec.ReadinessGates, corev1.PodReadinessGate{ConditionType: wellknown.WarmCondition})
 	}
 	// The CPU requests as created, for the gate to put back after it
 	// lowered them while warming (Config.YieldCPU): always the webhook's
@@ -58,7 +54,7 @@ func (i *Injector) Handle(_ context.Context, req admission.Request) admission.Re
 	if pod.Labels == nil {
 		pod.Labels = map[string]string{}
 	}
-	pod.Labels[LabelGated] = "true"
+	pod.Labels[wellknown.GatedLabel] = "true"
 	mutated, err := json.Marshal(&pod)
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("encode the gated pod: %w", err))

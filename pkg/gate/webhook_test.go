@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"testing"
 
+	"github.com/danki-dev/danki/pkg/wellknown"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -14,7 +15,7 @@ import (
 )
 
 // TestInjectorLabelsGatedPods: every pod the webhook leaves with the gate
-// carries LabelGated (the cache holds only those), a pod that listed the
+// carries wellknown.GatedLabel (the cache holds only those), a pod that listed the
 // gate itself too; other pods pass untouched.
 func TestInjectorLabelsGatedPods(t *testing.T) {
 	scheme := runtime.NewScheme()
@@ -22,7 +23,7 @@ func TestInjectorLabelsGatedPods(t *testing.T) {
 		t.Fatal(err)
 	}
 	inj := NewInjector(admission.NewDecoder(scheme))
-	handGated := []corev1.PodReadinessGate{{ConditionType: ConditionWarm}}
+	handGated := []corev1.PodReadinessGate{{ConditionType: wellknown.WarmCondition}}
 	for _, tc := range []struct {
 		name        string
 		annotations map[string]string
@@ -30,11 +31,11 @@ func TestInjectorLabelsGatedPods(t *testing.T) {
 		gates       []corev1.PodReadinessGate
 		wantPatch   bool
 	}{
-		{"opted in", map[string]string{AnnotationWarmUp: "true"}, nil, nil, true},
+		{"opted in", map[string]string{wellknown.WarmUpAnnotation: "true"}, nil, nil, true},
 		{"gated by its template", nil, nil, handGated, true},
-		{"gated and labelled already", nil, map[string]string{LabelGated: "true"}, handGated, false},
+		{"gated and labelled already", nil, map[string]string{wellknown.GatedLabel: "true"}, handGated, false},
 		{"not opted in", nil, nil, nil, false},
-		{"opted out", map[string]string{AnnotationWarmUp: "false"}, nil, nil, false},
+		{"opted out", map[string]string{wellknown.WarmUpAnnotation: "false"}, nil, nil, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pod := corev1.Pod{
@@ -60,7 +61,7 @@ func TestInjectorLabelsGatedPods(t *testing.T) {
 			var labelled, gated bool
 			for _, p := range resp.Patches {
 				switch {
-				case p.Path == "/metadata/labels" && p.Value.(map[string]any)[LabelGated] == "true",
+				case p.Path == "/metadata/labels" && p.Value.(map[string]any)[wellknown.GatedLabel] == "true",
 					p.Path == "/metadata/labels/danki.dev~1gated" && p.Value == "true":
 					labelled = true
 				case p.Path == "/spec/readinessGates" || p.Path == "/spec/readinessGates/0":
@@ -68,7 +69,7 @@ func TestInjectorLabelsGatedPods(t *testing.T) {
 				}
 			}
 			if !labelled {
-				t.Fatalf("no %s label in %+v", LabelGated, resp.Patches)
+				t.Fatalf("no %s label in %+v", wellknown.GatedLabel, resp.Patches)
 			}
 			if tc.gates == nil && !gated {
 				t.Fatalf("no readiness gate in %+v", resp.Patches)

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/danki-dev/danki/pkg/wellknown"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -29,15 +30,15 @@ import (
 // from records a pod's author cannot write, and both survive a restart of
 // the gate mid-warm-up, since they live on the pod:
 //
-//   - AnnotationCPURequests, the requests at admission, is always written
+//   - wellknown.CPURequestsAnnotation, the requests at admission, is always written
 //     by the webhook (a value the pod came with is replaced) and signed
 //     with the gate's RecordKey over the namespace and the value
-//     (AnnotationCPURequestsSignature). A pod whose record does not verify
+//     (wellknown.CPURequestsSignatureAnnotation). A pod whose record does not verify
 //     — written or changed by hand, or created while the webhook was down —
 //     is refused: a Warning Event and a log line, and it warms at its full
 //     weight, never resized. A signed record copied from another pod of the
 //     same namespace verifies, but only bounds the restore (below).
-//   - ConditionCPUYield, written by the gate through pods/status (which a
+//   - wellknown.CPUYieldCondition, written by the gate through pods/status (which a
 //     pod's author cannot write; a pod's status is reset when it is
 //     created) before it lowers a request: the requests it lowered them
 //     from, as the pod's spec had them at that moment (the resize is
@@ -49,15 +50,8 @@ import (
 // record (so with yieldCPU fromStart, lowered as soon as the pod is
 // scheduled, it is bounded by the request the pod was admitted with). A
 // gate restarted mid-warm-up reads both from the pod and does the same.
-const (
-	AnnotationCPURequests          = "danki.dev/cpu-requests"
-	AnnotationCPURequestsSignature = "danki.dev/cpu-requests-signature"
-	// ConditionCPUYield is True while the gate has the pod's CPU request
-	// lowered; its message is a yieldRecord. It is not a readiness gate.
-	ConditionCPUYield corev1.PodConditionType = "danki.dev/cpu-yield"
-)
 
-// ConditionCPUYield's reasons.
+// wellknown.CPUYieldCondition's reasons.
 const (
 	ReasonLowered  = "Lowered"
 	ReasonRestored = "Restored"
@@ -84,7 +78,7 @@ const YieldCPURequest = "1m"
 // restored CPU request before it sets the condition anyway.
 const actuateWait = 15 * time.Second
 
-// recordCPURequests is the webhook's value of AnnotationCPURequests for
+// recordCPURequests is the webhook's value of wellknown.CPURequestsAnnotation for
 // pod, "" when no container requests CPU.
 func recordCPURequests(pod *corev1.Pod) string {
 	m := map[string]string{}
@@ -101,12 +95,12 @@ func recordCPURequests(pod *corev1.Pod) string {
 }
 
 // stampCPURequests is the webhook's part: it replaces whatever
-// AnnotationCPURequests and its signature the pod came with by the pod's
+// wellknown.CPURequestsAnnotation and its signature the pod came with by the pod's
 // own CPU requests, signed with key for namespace (the admission request's:
 // the pod's may be empty). A pod that requests no CPU gets neither.
 func stampCPURequests(pod *corev1.Pod, namespace string, key RecordKey) {
-	delete(pod.Annotations, AnnotationCPURequests)
-	delete(pod.Annotations, AnnotationCPURequestsSignature)
+	delete(pod.Annotations, wellknown.CPURequestsAnnotation)
+	delete(pod.Annotations, wellknown.CPURequestsSignatureAnnotation)
 	rec := recordCPURequests(pod)
 	if rec == "" {
 		return
@@ -114,27 +108,27 @@ func stampCPURequests(pod *corev1.Pod, namespace string, key RecordKey) {
 	if pod.Annotations == nil {
 		pod.Annotations = map[string]string{}
 	}
-	pod.Annotations[AnnotationCPURequests] = rec
+	pod.Annotations[wellknown.CPURequestsAnnotation] = rec
 	if len(key) > 0 {
-		pod.Annotations[AnnotationCPURequestsSignature] = key.sign(signAdmission, namespace, rec)
+		pod.Annotations[wellknown.CPURequestsSignatureAnnotation] = key.sign(signAdmission, namespace, rec)
 	}
 }
 
 // errNotSigned: a record that does not verify against the gate's key.
 var errNotSigned = errors.New("not signed by this gate (written or changed by hand, or the pod was created while the webhook was not called)")
 
-// verifiedCPURequests reads AnnotationCPURequests if its signature verifies
+// verifiedCPURequests reads wellknown.CPURequestsAnnotation if its signature verifies
 // against key: nil, nil without a record; an error wrapping errNotSigned
 // for a record that does not verify.
 func verifiedCPURequests(pod *corev1.Pod, key RecordKey) (map[string]resource.Quantity, error) {
-	v, ok := pod.Annotations[AnnotationCPURequests]
+	v, ok := pod.Annotations[wellknown.CPURequestsAnnotation]
 	if !ok {
 		return nil, nil
 	}
-	if !key.verify(pod.Annotations[AnnotationCPURequestsSignature], signAdmission, pod.Namespace, v) {
-		return nil, fmt.Errorf("annotation %s: %w", AnnotationCPURequests, errNotSigned)
+	if !key.verify(pod.Annotations[wellknown.CPURequestsSignatureAnnotation], signAdmission, pod.Namespace, v) {
+		return nil, fmt.Errorf("annotation %s: %w", wellknown.CPURequestsAnnotation, errNotSigned)
 	}
-	return parseRequests("annotation "+AnnotationCPURequests, v)
+	return parseRequests("annotation "+wellknown.CPURequestsAnnotation, v)
 }
 
 func parseRequests(what, v string) (map[string]resource.Quantity, error) {
@@ -153,33 +147,33 @@ func parseRequests(what, v string) (map[string]resource.Quantity, error) {
 	return out, nil
 }
 
-// yieldRecord is ConditionCPUYield's message: the requests the gate lowered
+// yieldRecord is wellknown.CPUYieldCondition's message: the requests the gate lowered
 // the containers from, and its signature.
 type yieldRecord struct {
 	From map[string]string `json:"from"`
 	Sig  string            `json:"sig"`
 }
 
-// loweredFrom reads ConditionCPUYield: the requests the gate lowered the
+// loweredFrom reads wellknown.CPUYieldCondition: the requests the gate lowered the
 // pod's containers from, nil when it has none lowered; an error wrapping
 // errNotSigned when the record does not verify against key for this pod.
 func loweredFrom(pod *corev1.Pod, key RecordKey) (map[string]resource.Quantity, error) {
-	c := podCondition(pod, ConditionCPUYield)
+	c := podCondition(pod, wellknown.CPUYieldCondition)
 	if c == nil || c.Status != corev1.ConditionTrue {
 		return nil, nil
 	}
 	var rec yieldRecord
 	if err := json.Unmarshal([]byte(c.Message), &rec); err != nil {
-		return nil, fmt.Errorf("condition %s: %w", ConditionCPUYield, err)
+		return nil, fmt.Errorf("condition %s: %w", wellknown.CPUYieldCondition, err)
 	}
 	from, _ := json.Marshal(rec.From) // keys sorted: as signed
 	if !key.verify(rec.Sig, signLowered, pod.Namespace, pod.Name, string(pod.UID), string(from)) {
-		return nil, fmt.Errorf("condition %s: %w", ConditionCPUYield, errNotSigned)
+		return nil, fmt.Errorf("condition %s: %w", wellknown.CPUYieldCondition, errNotSigned)
 	}
-	return parseRequests("condition "+string(ConditionCPUYield), string(from))
+	return parseRequests("condition "+string(wellknown.CPUYieldCondition), string(from))
 }
 
-// loweredRecord is ConditionCPUYield's message for from on pod.
+// loweredRecord is wellknown.CPUYieldCondition's message for from on pod.
 func loweredRecord(pod *corev1.Pod, key RecordKey, from map[string]resource.Quantity) string {
 	m := map[string]string{}
 	for name, q := range from {
@@ -240,7 +234,7 @@ func yieldPlan(pod *corev1.Pod, key RecordKey) (rec map[string]resource.Quantity
 	case err != nil:
 		return nil, err.Error(), false
 	case rec == nil:
-		return nil, "no " + AnnotationCPURequests + " annotation (the webhook records it; a pod given the gate by hand keeps its CPU weight)", false
+		return nil, "no " + wellknown.CPURequestsAnnotation + " annotation (the webhook records it; a pod given the gate by hand keeps its CPU weight)", false
 	case len(rec) == 0:
 		return nil, "no container requests CPU", false
 	case pod.Status.QOSClass != corev1.PodQOSBurstable:
@@ -264,7 +258,7 @@ func yieldPlan(pod *corev1.Pod, key RecordKey) (rec map[string]resource.Quantity
 // lowerCPU lowers the pod's recorded containers' CPU request to
 // YieldCPURequest through the pods/resize subresource (nothing to do when
 // it is lowered already) and reports whether it is low. First it records
-// what it lowers them from (ConditionCPUYield, signed) on the pod as it is
+// what it lowers them from (wellknown.CPUYieldCondition, signed) on the pod as it is
 // now, and the resize applies only to that version of the pod: what a
 // restore puts back is what the spec had. When the pod cannot yield (see
 // yieldPlan: a record that is not the gate's own is refused with a Warning
@@ -328,7 +322,7 @@ func (r *Reconciler) lowerCPU(ctx context.Context, log *slog.Logger, pod *corev1
 		}
 		// Write ahead: the record first, then the resize, each only if the
 		// pod did not change since it was read.
-		if err := r.patchCondition(ctx, &cur, true, ConditionCPUYield, corev1.ConditionTrue, ReasonLowered, loweredRecord(&cur, r.RecordKey, record)); err != nil {
+		if err := r.patchCondition(ctx, &cur, true, wellknown.CPUYieldCondition, corev1.ConditionTrue, ReasonLowered, loweredRecord(&cur, r.RecordKey, record)); err != nil {
 			return err
 		}
 		only := map[string]resource.Quantity{}
@@ -356,7 +350,7 @@ func (r *Reconciler) lowerCPU(ctx context.Context, log *slog.Logger, pod *corev1
 var errGone = errors.New("pod gone")
 
 // restoreCPU puts back the CPU request of each container the gate lowered
-// (ConditionCPUYield; its request is still YieldCPURequest: another value
+// (wellknown.CPUYieldCondition; its request is still YieldCPURequest: another value
 // is someone else's resize, left alone) — the request it was lowered from,
 // no higher than the signed admission record — and waits for the kubelet
 // to apply it. A pod gone or going needs nothing back.
@@ -407,7 +401,7 @@ func (r *Reconciler) restoreCPU(ctx context.Context, log *slog.Logger, pod *core
 	// The record goes only if the pod is as read (and resized): a pod read
 	// from a cache a little behind, still showing its request unlowered,
 	// keeps its record for the next restore.
-	if err := r.patchCondition(ctx, &cur, true, ConditionCPUYield, corev1.ConditionFalse, ReasonRestored, "restored: "+formatRequests(back)); err != nil {
+	if err := r.patchCondition(ctx, &cur, true, wellknown.CPUYieldCondition, corev1.ConditionFalse, ReasonRestored, "restored: "+formatRequests(back)); err != nil {
 		log.Info("the record of the lowered CPU request stays (the pod changed meanwhile)", "error", err)
 	}
 	if len(back) == 0 {

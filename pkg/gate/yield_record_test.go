@@ -15,6 +15,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/danki-dev/danki/pkg/wellknown"
 	"github.com/danki-dev/danki/test/testenv"
 )
 
@@ -67,9 +68,9 @@ func TestYieldRecordOnAPIServer(t *testing.T) {
 	// A Burstable pod listing the gate, its container requesting cpu.
 	pod := func(name, cpu string, annotations map[string]string) *corev1.Pod {
 		p := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Annotations: map[string]string{AnnotationWarmUp: "true"}},
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Annotations: map[string]string{wellknown.WarmUpAnnotation: "true"}},
 			Spec: corev1.PodSpec{
-				ReadinessGates: []corev1.PodReadinessGate{{ConditionType: ConditionWarm}},
+				ReadinessGates: []corev1.PodReadinessGate{{ConditionType: wellknown.WarmCondition}},
 				Containers: []corev1.Container{{Name: "app", Image: "app:v1", Resources: corev1.ResourceRequirements{
 					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu)},
 					Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("64")},
@@ -115,8 +116,8 @@ func TestYieldRecordOnAPIServer(t *testing.T) {
 			name        string
 			annotations map[string]string
 		}{
-			{"forged-unsigned", map[string]string{AnnotationCPURequests: `{"app":"32"}`}},
-			{"forged-bad-signature", map[string]string{AnnotationCPURequests: `{"app":"32"}`, AnnotationCPURequestsSignature: "bm90IGEgc2lnbmF0dXJl"}},
+			{"forged-unsigned", map[string]string{wellknown.CPURequestsAnnotation: `{"app":"32"}`}},
+			{"forged-bad-signature", map[string]string{wellknown.CPURequestsAnnotation: `{"app":"32"}`, wellknown.CPURequestsSignatureAnnotation: "bm90IGEgc2lnbmF0dXJl"}},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				p := create(t, pod(tc.name, "500m", tc.annotations))
@@ -143,7 +144,7 @@ func TestYieldRecordOnAPIServer(t *testing.T) {
 		big := pod("big", "32", nil)
 		copied := stamped(big) // as the webhook signed it for the 32-CPU pod
 		p := create(t, pod("replayed", "500m", map[string]string{
-			AnnotationCPURequests: copied[AnnotationCPURequests], AnnotationCPURequestsSignature: copied[AnnotationCPURequestsSignature]}))
+			wellknown.CPURequestsAnnotation: copied[wellknown.CPURequestsAnnotation], wellknown.CPURequestsSignatureAnnotation: copied[wellknown.CPURequestsSignatureAnnotation]}))
 		r, _ := newReconciler()
 		if !r.lowerCPU(ctx, log, p, "warming") {
 			t.Fatal("not lowered")
@@ -170,7 +171,7 @@ func TestYieldRecordOnAPIServer(t *testing.T) {
 		if err := c.Get(ctx, client.ObjectKeyFromObject(p), &lowered); err != nil {
 			t.Fatal(err)
 		}
-		if cond := podCondition(&lowered, ConditionCPUYield); cond == nil || cond.Status != corev1.ConditionTrue || !strings.Contains(cond.Message, `"app":"500m"`) {
+		if cond := podCondition(&lowered, wellknown.CPUYieldCondition); cond == nil || cond.Status != corev1.ConditionTrue || !strings.Contains(cond.Message, `"app":"500m"`) {
 			t.Fatalf("no record of the lowered request on the pod: %+v", cond)
 		}
 		second, _ := newReconciler() // remembers nothing of the first
@@ -182,13 +183,13 @@ func TestYieldRecordOnAPIServer(t *testing.T) {
 		if err := c.Get(ctx, client.ObjectKeyFromObject(p), &restored); err != nil {
 			t.Fatal(err)
 		}
-		if cond := podCondition(&restored, ConditionCPUYield); cond == nil || cond.Status != corev1.ConditionFalse {
+		if cond := podCondition(&restored, wellknown.CPUYieldCondition); cond == nil || cond.Status != corev1.ConditionFalse {
 			t.Fatalf("record not cleared after the restore: %+v", cond)
 		}
 	})
 
 	t.Run("fromStart: the restore is bounded by the signed admission-time request", func(t *testing.T) {
-		p := pod("from-start", "500m", map[string]string{AnnotationWarmUp: `{"yieldCPU": "fromStart"}`})
+		p := pod("from-start", "500m", map[string]string{wellknown.WarmUpAnnotation: `{"yieldCPU": "fromStart"}`})
 		p.Annotations = stamped(p) // 500m at admission
 		create(t, p)
 		// Raised after admission by someone else's resize.

@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/danki-dev/danki/pkg/policy"
+	"github.com/danki-dev/danki/pkg/wellknown"
 )
 
 var testKey = RecordKey("0123456789abcdef0123456789abcdef")
@@ -22,8 +23,8 @@ func TestYieldPlan(t *testing.T) {
 			Status: corev1.PodStatus{QOSClass: qos},
 		}
 		if annotation != "" {
-			p.Annotations[AnnotationCPURequests] = annotation
-			p.Annotations[AnnotationCPURequestsSignature] = testKey.sign(signAdmission, "shop", annotation)
+			p.Annotations[wellknown.CPURequestsAnnotation] = annotation
+			p.Annotations[wellknown.CPURequestsSignatureAnnotation] = testKey.sign(signAdmission, "shop", annotation)
 		}
 		if policy != "" {
 			p.Spec.Containers[0].ResizePolicy = []corev1.ContainerResizePolicy{{ResourceName: corev1.ResourceCPU, RestartPolicy: policy}}
@@ -39,11 +40,11 @@ func TestYieldPlan(t *testing.T) {
 		{"burstable, in-place resize policy", pod(corev1.PodQOSBurstable, `{"app":"250m"}`, corev1.NotRequired), "app=250m"},
 		{"restarts on resize", pod(corev1.PodQOSBurstable, `{"app":"250m"}`, corev1.RestartContainer), "RestartContainer"},
 		{"guaranteed", pod(corev1.PodQOSGuaranteed, `{"app":"250m"}`, ""), "QoS class Guaranteed"},
-		{"gate by hand, no record", pod(corev1.PodQOSBurstable, "", ""), "no " + AnnotationCPURequests},
+		{"gate by hand, no record", pod(corev1.PodQOSBurstable, "", ""), "no " + wellknown.CPURequestsAnnotation},
 		{"bad record", pod(corev1.PodQOSBurstable, `{"app":"lots"}`, ""), "container app"},
 		{"record changed by hand", func() *corev1.Pod {
 			p := pod(corev1.PodQOSBurstable, `{"app":"250m"}`, "")
-			p.Annotations[AnnotationCPURequests] = `{"app":"32"}`
+			p.Annotations[wellknown.CPURequestsAnnotation] = `{"app":"32"}`
 			return p
 		}(), "not signed by this gate"},
 		{"record signed for another namespace", func() *corev1.Pod {
@@ -72,7 +73,7 @@ func TestWithRecordedRequests(t *testing.T) {
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Resources: corev1.ResourceRequirements{
 			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(YieldCPURequest)}}}}},
 	}
-	p.Status.Conditions = []corev1.PodCondition{{Type: ConditionCPUYield, Status: corev1.ConditionTrue,
+	p.Status.Conditions = []corev1.PodCondition{{Type: wellknown.CPUYieldCondition, Status: corev1.ConditionTrue,
 		Message: loweredRecord(p, testKey, map[string]resource.Quantity{"app": resource.MustParse("500m")})}}
 	got := withRecordedRequests(p, testKey)
 	if q := got.Spec.Containers[0].Resources.Requests.Cpu().String(); q != "500m" {
@@ -92,12 +93,12 @@ func TestWithRecordedRequests(t *testing.T) {
 func TestStampCPURequests(t *testing.T) {
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{
-			AnnotationCPURequests: `{"app":"32"}`, AnnotationCPURequestsSignature: "forged"}},
+			wellknown.CPURequestsAnnotation: `{"app":"32"}`, wellknown.CPURequestsSignatureAnnotation: "forged"}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Resources: corev1.ResourceRequirements{
 			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m")}}}}},
 	}
 	stampCPURequests(p, "shop", testKey)
-	if got := p.Annotations[AnnotationCPURequests]; got != `{"app":"500m"}` {
+	if got := p.Annotations[wellknown.CPURequestsAnnotation]; got != `{"app":"500m"}` {
 		t.Fatalf("record %s; want the pod's own {\"app\":\"500m\"}", got)
 	}
 	p.Namespace = "shop"
@@ -112,9 +113,9 @@ func TestStampCPURequests(t *testing.T) {
 	}
 	// No CPU request: no record at all, the pod's own removed.
 	p.Spec.Containers[0].Resources.Requests = nil
-	p.Annotations[AnnotationCPURequests] = `{"app":"32"}`
+	p.Annotations[wellknown.CPURequestsAnnotation] = `{"app":"32"}`
 	stampCPURequests(p, "shop", testKey)
-	if _, ok := p.Annotations[AnnotationCPURequests]; ok {
+	if _, ok := p.Annotations[wellknown.CPURequestsAnnotation]; ok {
 		t.Fatalf("record left: %v", p.Annotations)
 	}
 }

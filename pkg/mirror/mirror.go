@@ -24,6 +24,8 @@ import (
 	"github.com/danki-dev/danki/pkg/latency"
 	"github.com/danki-dev/danki/pkg/shift"
 	"github.com/danki-dev/danki/pkg/warmup"
+	"github.com/danki-dev/danki/pkg/wellknown"
+	"k8s.io/utils/clock"
 )
 
 // Modes: mirror only, or the synthetic warm-up first (the coldest part,
@@ -166,9 +168,9 @@ type Run struct {
 	Target  shift.Target
 	Source  analysis.Source
 	Log     *slog.Logger
-	// Now and Sleep default to the real clock; tests replace them.
-	Now   func() time.Time
-	Sleep func(ctx context.Context, d time.Duration) error
+	// Clock tells the time and times the polls; nil is the real clock
+	// (tests use a fake one).
+	Clock clock.WithTicker
 }
 
 // Result is what a mirror warm-up measured.
@@ -216,25 +218,11 @@ func (r Result) Summary() string {
 	return fmt.Sprintf("not converged on mirrored traffic: %s (%d mirrored requests, %d windows, mirror at %g%%); %s; %s", r.Reason, r.Requests, len(r.Windows), r.Percent, warmup.Trend(r.Windows, 6), r.traffic())
 }
 
-func (r *Run) now() time.Time {
-	if r.Now != nil {
-		return r.Now()
+func (r *Run) clock() clock.WithTicker {
+	if r.Clock != nil {
+		return r.Clock
 	}
-	return time.Now()
-}
-
-func (r *Run) sleep(ctx context.Context, d time.Duration) error {
-	if r.Sleep != nil {
-		return r.Sleep(ctx, d)
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
+	return clock.RealClock{}
 }
 
 // Remove removes the mirror (idempotent), even when ctx has ended: it is
@@ -265,7 +253,7 @@ func (r *Run) Execute(ctx context.Context, report func(string)) (res Result, err
 		if rerr := Remove(ctx, r.Shifter, r.Target); rerr != nil {
 			log.Error("warm-up mirror NOT removed", "virtualService", r.Target.String(), "err", rerr)
 			if err == nil {
-				err = fmt.Errorf("remove the warm-up mirror from VirtualService %s (annotation %s): %w", r.Target, shift.MirrorAnnotation, rerr)
+				err = fmt.Errorf("remove the warm-up mirror from VirtualService %s (annotation %s): %w", r.Target, wellknown.MirrorAnnotation, rerr)
 			}
 		}
 	}()
@@ -276,7 +264,8 @@ func (r *Run) Execute(ctx context.Context, report func(string)) (res Result, err
 	if err := r.Shifter.SetWarmupMirror(ctx, r.Target, shift.WarmupMirror{Percent: res.Percent, Methods: c.Methods}); err != nil {
 		return res, err
 	}
-	raisedAt := r.now()
+	clk := r.clock()
+	raisedAt := clk.Now()
 	windowStart := raisedAt
 	// The open window's highest canary weight, and whether a look failed.
 	windowWeight, windowBlind := 0, false
@@ -290,11 +279,15 @@ func (r *Run) Execute(ctx context.Context, report func(string)) (res Result, err
 	}
 	look()
 	for {
-		if err := r.sleep(ctx, c.Poll.D()); err != nil {
-			res.Reason = fmt.Sprintf("stopped: %v", err)
+		t := clk.NewTimer(c.Poll.D())
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			res.Reason = fmt.Sprintf("stopped: %v", ctx.Err())
 			return res, fmt.Errorf("mirror warm-up %s", res.Summary())
+		case <-t.C():
 		}
-		now := r.now()
+		now := clk.Now()
 		look()
 		sample, ferr := r.Source.Fetch(ctx, now.Sub(windowStart))
 		if ferr != nil {

@@ -25,6 +25,7 @@ import (
 	"github.com/danki-dev/danki/pkg/policy"
 	"github.com/danki-dev/danki/pkg/shift"
 	"github.com/danki-dev/danki/pkg/warmup"
+	"github.com/danki-dev/danki/pkg/wellknown"
 )
 
 const ns = "shop"
@@ -74,7 +75,7 @@ func newFixture(t *testing.T, slow func(i int) int) *fixture {
 	f.shifter = shift.New(f.cs, nil)
 	f.cs.PrependReactor("update", "virtualservices", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		obj := a.(k8stesting.UpdateAction).GetObject().(*networkingv1.VirtualService)
-		st, err := shift.ParseMirrorState(obj.Annotations[shift.MirrorAnnotation])
+		st, err := shift.ParseMirrorState(obj.Annotations[wellknown.MirrorAnnotation])
 		if err != nil {
 			t.Errorf("bad mirror state written: %v", err)
 		}
@@ -128,16 +129,8 @@ func (f *fixture) run(t *testing.T, mutate func(*Config)) *Run {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	return &Run{Config: c, Warmup: warmup.Config{}.WithDefaults(), Shifter: f.shifter, Target: target(), Source: src,
-		Now: func() time.Time { return clock },
-		Sleep: func(ctx context.Context, d time.Duration) error {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			clock = clock.Add(d)
-			return nil
-		}}
+		Clock: testutil.NewStepClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))}
 }
 
 // assertClean fails unless the VirtualService is back to its original spec
@@ -151,7 +144,7 @@ func (f *fixture) assertClean(t *testing.T) {
 	if !proto.Equal(spec(), &vs.Spec) {
 		t.Fatalf("VirtualService not restored: %v", &vs.Spec)
 	}
-	if _, ok := vs.Annotations[shift.MirrorAnnotation]; ok {
+	if _, ok := vs.Annotations[wellknown.MirrorAnnotation]; ok {
 		t.Fatalf("mirror annotation left: %v", vs.Annotations)
 	}
 }
@@ -203,15 +196,13 @@ func TestMirrorWarmupConvergesRaisesAndRemoves(t *testing.T) {
 func TestMirrorWarmupCountsRequestsAtWeightAsUsers(t *testing.T) {
 	f := newFixture(t, func(i int) int { return 40 - 8*i })
 	r := f.run(t, nil)
-	sleeps := 0
-	inner := r.Sleep
-	r.Sleep = func(c context.Context, d time.Duration) error {
-		if sleeps++; sleeps == 4 {
+	r.Clock.(*testutil.StepClock).OnTimer = func(n int) bool {
+		if n == 4 {
 			if err := f.shifter.SetWeight(context.Background(), target(), 10); err != nil {
 				t.Errorf("set weight: %v", err)
 			}
 		}
-		return inner(c, d)
+		return true
 	}
 	res, err := r.Execute(context.Background(), nil)
 	if err != nil {
@@ -246,19 +237,17 @@ func TestMirrorWarmupAbortRemovesMirror(t *testing.T) {
 	f := newFixture(t, func(i int) int { return 50 })
 	r := f.run(t, nil)
 	ctx, cancel := context.WithCancel(context.Background())
-	sleeps := 0
-	inner := r.Sleep
-	r.Sleep = func(c context.Context, d time.Duration) error {
-		sleeps++
-		if sleeps == 8 {
+	r.Clock.(*testutil.StepClock).OnTimer = func(n int) bool {
+		if n == 8 {
 			// The mirror is there mid-run, at a raised share.
 			st, err := f.shifter.WarmupMirrorState(context.Background(), target())
 			if err != nil || st == nil || st.Percent != 2 {
 				t.Errorf("mid-run mirror state %+v, %v; want 2%%", st, err)
 			}
 			cancel() // Argo's abort: the supervisor cancels the run
+			return false
 		}
-		return inner(c, d)
+		return true
 	}
 	_, err := r.Execute(ctx, nil)
 	if !errors.Is(ctx.Err(), context.Canceled) || err == nil {

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/danki-dev/danki/pkg/wellknown"
 	"github.com/danki-dev/danki/test/testenv"
 	"google.golang.org/protobuf/proto"
 	networking "istio.io/api/networking/v1"
@@ -31,6 +32,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
+	testingclock "k8s.io/utils/clock/testing"
 )
 
 var (
@@ -150,7 +152,7 @@ func TestAPIServerHostLevelWeightsOnEveryKind(t *testing.T) {
 	}
 	got := apiVS(t, c, ns, "reviews")
 	assertSpec(t, withWeights(hostSpecNS(ns), [4]any{KindHTTP, 1, 0, 80}, [4]any{KindHTTP, 1, 1, 20}), &got.Spec)
-	if got.Annotations["owner"] != "team-a" || got.Annotations[ExtrasAnnotation] != "" {
+	if got.Annotations["owner"] != "team-a" || got.Annotations[wellknown.ExtrasAnnotation] != "" {
 		t.Fatalf("annotations %v", got.Annotations)
 	}
 }
@@ -232,10 +234,10 @@ func TestAPIServerHeaderAndMirrorRoutes(t *testing.T) {
 
 func TestAPIServerRampPersistsEveryStep(t *testing.T) {
 	s, c, ns := apiServer(t, virtualService("reviews", hostSpec()))
-	clk := &clock{now: t0}
+	clk := testingclock.NewFakeClock(t0)
 	g := &scriptedGate{answers: []verdict{pass, breach, pass}}
 	mk := func() *Ramp {
-		return &Ramp{Shifter: s, Target: inNS(managedTarget(), ns), Plan: Plan{Step: 20, Interval: 30 * time.Second, MaxBreaches: 3}, Gate: g, Now: clk.Now}
+		return &Ramp{Shifter: s, Target: inNS(managedTarget(), ns), Plan: Plan{Step: 20, Interval: 30 * time.Second, MaxBreaches: 3}, Gate: g, Clock: clk}
 	}
 	var trail []string
 	for range 12 {
@@ -254,7 +256,7 @@ func TestAPIServerRampPersistsEveryStep(t *testing.T) {
 		if d.Action == ActionDone {
 			break
 		}
-		clk.now = clk.now.Add(30 * time.Second)
+		clk.Step(30 * time.Second)
 	}
 	// 0→20 (start), 20 passes →40, 40 breaches →20 (inc 10), →30, passes →40,
 	// passes →50, passes → done.
@@ -269,7 +271,7 @@ func TestAPIServerRampPersistsEveryStep(t *testing.T) {
 		t.Fatal(err)
 	}
 	vs := apiVS(t, c, ns, "reviews")
-	if _, ok := vs.Annotations[RampAnnotation]; ok || canaryWeight(vs) != 0 {
+	if _, ok := vs.Annotations[wellknown.RampAnnotation]; ok || canaryWeight(vs) != 0 {
 		t.Fatalf("after abort: %v, weight %d", vs.Annotations, canaryWeight(vs))
 	}
 }
@@ -441,7 +443,7 @@ func TestAPIServerWarmupMirror(t *testing.T) {
 	}
 	after := apiVS(t, c, ns, "reviews")
 	assertSpec(t, subsetSpec(), &after.Spec)
-	if _, ok := after.Annotations[MirrorAnnotation]; ok {
+	if _, ok := after.Annotations[wellknown.MirrorAnnotation]; ok {
 		t.Fatalf("annotation left: %v", after.Annotations)
 	}
 }
@@ -454,7 +456,7 @@ func TestAPIServerDankisRoutesStripTheMarkerAndRemovalKeepsForeignRoutes(t *test
 	spec := specWithPayments("payments")
 	spec.Http[2].Headers = primaryHeaders()
 	vs := virtualService("reviews", spec)
-	vs.Annotations[MirrorAnnotation] = `{"percent":5,"destination":{"host":"reviews-canary"},"added":["payments"]}`
+	vs.Annotations[wellknown.MirrorAnnotation] = `{"percent":5,"destination":{"host":"reviews-canary"},"added":["payments"]}`
 	s, c, ns := apiServer(t, vs)
 	orig := apiVS(t, c, ns, "reviews")
 	tg := inNS(managedTarget("header-canary", "mirror-canary", "payments"), ns)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/danki-dev/danki/pkg/wellknown"
 	"google.golang.org/protobuf/proto"
 	networking "istio.io/api/networking/v1"
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
@@ -62,9 +63,9 @@ func (s *Shifter) UpdateHashes(ctx context.Context, t Target, canaryHash, stable
 
 func setSubsetHashes(dr *networkingv1.DestinationRule, cfg *Subsets, canaryHash, stableHash string, extras []ExtraSubset) error {
 	var added []string
-	if raw := dr.Annotations[ExtraSubsetsAnnotation]; raw != "" {
+	if raw := dr.Annotations[wellknown.ExtraSubsetsAnnotation]; raw != "" {
 		if err := json.Unmarshal([]byte(raw), &added); err != nil {
-			return fmt.Errorf("annotation %s on DestinationRule %s/%s: %w: fix or delete the annotation", ExtraSubsetsAnnotation, dr.Namespace, dr.Name, err)
+			return fmt.Errorf("annotation %s on DestinationRule %s/%s: %w: fix or delete the annotation", wellknown.ExtraSubsetsAnnotation, dr.Namespace, dr.Name, err)
 		}
 	}
 	setHash := func(sub *networking.Subset, hash string) { setOrDelete(&sub.Labels, PodTemplateHashLabel, hash) }
@@ -100,6 +101,6 @@ func setSubsetHashes(dr *networkingv1.DestinationRule, cfg *Subsets, canaryHash,
 		b, _ := json.Marshal(nowAdded)
 		value = string(b)
 	}
-	setAnnotation(&dr.ObjectMeta, ExtraSubsetsAnnotation, value)
+	setAnnotation(&dr.ObjectMeta, wellknown.ExtraSubsetsAnnotation, value)
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/danki-dev/danki/pkg/wellknown"
 	"google.golang.org/protobuf/proto"
 	networking "istio.io/api/networking/v1"
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
@@ -214,8 +215,8 @@ func TestUpdateHashesKeepsSubsetsInStepWithReplicaSets(t *testing.T) {
 	want.Subsets = append(want.Subsets, &networking.Subset{Name: "exp", Labels: map[string]string{PodTemplateHashLabel: "e1"}})
 	dr := readDR(t, s)
 	assertSpec(t, want, &dr.Spec)
-	if dr.Annotations[ExtraSubsetsAnnotation] != `["exp"]` {
-		t.Fatalf("%s = %q", ExtraSubsetsAnnotation, dr.Annotations[ExtraSubsetsAnnotation])
+	if dr.Annotations[wellknown.ExtraSubsetsAnnotation] != `["exp"]` {
+		t.Fatalf("%s = %q", wellknown.ExtraSubsetsAnnotation, dr.Annotations[wellknown.ExtraSubsetsAnnotation])
 	}
 
 	// Experiment over, canary promoted: the added subset goes, the foreign
@@ -228,7 +229,7 @@ func TestUpdateHashesKeepsSubsetsInStepWithReplicaSets(t *testing.T) {
 	want.Subsets[0].Labels[PodTemplateHashLabel] = "c4n4ry"
 	dr = readDR(t, s)
 	assertSpec(t, want, &dr.Spec)
-	if _, ok := dr.Annotations[ExtraSubsetsAnnotation]; ok {
+	if _, ok := dr.Annotations[wellknown.ExtraSubsetsAnnotation]; ok {
 		t.Fatal("extra-subsets annotation left behind")
 	}
 	// Host-level routing has no subsets to update.

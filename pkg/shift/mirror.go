@@ -8,16 +8,15 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/danki-dev/danki/pkg/wellknown"
 	"google.golang.org/protobuf/proto"
 	networking "istio.io/api/networking/v1"
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
 )
 
-// MirrorAnnotation holds the warm-up mirror's MirrorState (JSON) on the
-// VirtualService. The mirror lives on the object, not in a process: whoever
-// reads the annotation (a restarted plugin, an abort, `danki shift`) can
-// remove exactly what was added.
-const MirrorAnnotation = "danki.dev/warmup-mirror"
+// MirrorAnnotation is wellknown.MirrorAnnotation, for rollouts/step*.go
+// until it moves.
+const MirrorAnnotation = wellknown.MirrorAnnotation
 
 // mirrorRouteName names the route added above a primary http route when
 // the mirror is limited to some methods.
@@ -37,7 +36,7 @@ type WarmupMirror struct {
 	Methods []string
 }
 
-// MirrorState is what the warm-up mirror added, kept in MirrorAnnotation.
+// MirrorState is what the warm-up mirror added, kept in wellknown.MirrorAnnotation.
 type MirrorState struct {
 	Percent float64  `json:"percent"`
 	Methods []string `json:"methods,omitempty"`
@@ -55,14 +54,14 @@ type MirrorDestination struct {
 	Subset string `json:"subset,omitempty"`
 }
 
-// ParseMirrorState reads MirrorAnnotation's value; nil for none.
+// ParseMirrorState reads wellknown.MirrorAnnotation's value; nil for none.
 func ParseMirrorState(raw string) (*MirrorState, error) {
 	if strings.TrimSpace(raw) == "" {
 		return nil, nil
 	}
 	var st MirrorState
 	if err := json.Unmarshal([]byte(raw), &st); err != nil {
-		return nil, fmt.Errorf("annotation %s: %w: delete the annotation and any mirrors to the canary on the managed routes", MirrorAnnotation, err)
+		return nil, fmt.Errorf("annotation %s: %w: delete the annotation and any mirrors to the canary on the managed routes", wellknown.MirrorAnnotation, err)
 	}
 	return &st, nil
 }
@@ -82,7 +81,7 @@ func (w WarmupMirror) validate() error {
 
 // SetWarmupMirror mirrors w.Percent % of the managed http routes' requests
 // to the canary, or changes the percentage of the mirror already there; in
-// one Update with the state in MirrorAnnotation. Weights are not touched;
+// one Update with the state in wellknown.MirrorAnnotation. Weights are not touched;
 // foreign routes are not touched. A primary route that already has its own
 // single mirror (spec.http[].mirror) is refused: Istio allows mirror or
 // mirrors on a route, not both.
@@ -106,7 +105,7 @@ func (s *Shifter) SetWarmupMirror(ctx context.Context, t Target, w WarmupMirror)
 			return err
 		}
 		b, _ := json.Marshal(st)
-		setAnnotation(&vs.ObjectMeta, MirrorAnnotation, string(b))
+		setAnnotation(&vs.ObjectMeta, wellknown.MirrorAnnotation, string(b))
 		return nil
 	})
 	if err == nil {
@@ -130,13 +129,13 @@ func (s *Shifter) RemoveWarmupMirror(ctx context.Context, t Target) (bool, error
 		if err != nil {
 			return err
 		}
-		_, annotated := vs.Annotations[MirrorAnnotation]
+		_, annotated := vs.Annotations[wellknown.MirrorAnnotation]
 		removed, kept := stripMirror(vs, t, m)
 		had = removed || annotated
 		for _, name := range kept {
 			s.log.Warn("a route has the name of danki's warm-up mirror route but is not one danki built: left as it is", "virtualService", t.String(), "route", name)
 		}
-		setAnnotation(&vs.ObjectMeta, MirrorAnnotation, "")
+		setAnnotation(&vs.ObjectMeta, wellknown.MirrorAnnotation, "")
 		return nil
 	})
 	if errors.Is(err, ErrNotFound) {
@@ -154,7 +153,7 @@ func (s *Shifter) WarmupMirrorState(ctx context.Context, t Target) (*MirrorState
 	if err != nil {
 		return nil, err
 	}
-	return ParseMirrorState(vs.Annotations[MirrorAnnotation])
+	return ParseMirrorState(vs.Annotations[wellknown.MirrorAnnotation])
 }
 
 // stripMirror removes danki's warm-up mirror copies (isOwnWarmupCopy: the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/danki-dev/danki/pkg/wellknown"
 	"google.golang.org/protobuf/proto"
 	networking "istio.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -39,7 +40,7 @@ func TestWarmupMirrorAddChangeRemoveHostLevel(t *testing.T) {
 	stripped := proto.Clone(&vs.Spec).(*networking.VirtualService)
 	stripped.Http[1].Mirrors = nil
 	assertSpec(t, orig, stripped)
-	st, err := ParseMirrorState(vs.Annotations[MirrorAnnotation])
+	st, err := ParseMirrorState(vs.Annotations[wellknown.MirrorAnnotation])
 	if err != nil || st == nil || st.Percent != 5 || st.Destination.Host != "reviews-canary" {
 		t.Fatalf("state = %+v, %v", st, err)
 	}
@@ -62,7 +63,7 @@ func TestWarmupMirrorAddChangeRemoveHostLevel(t *testing.T) {
 	}
 	vs = readVS(t, s, "reviews")
 	assertSpec(t, orig, &vs.Spec)
-	if _, ok := vs.Annotations[MirrorAnnotation]; ok {
+	if _, ok := vs.Annotations[wellknown.MirrorAnnotation]; ok {
 		t.Fatal("mirror annotation left behind")
 	}
 	// Idempotent: nothing left to remove writes nothing.
@@ -148,7 +149,7 @@ func TestRemoveWarmupMirrorWithoutState(t *testing.T) {
 		t.Fatal(err)
 	}
 	vs := readVS(t, s, "reviews")
-	vs.Annotations[MirrorAnnotation] = "{not json"
+	vs.Annotations[wellknown.MirrorAnnotation] = "{not json"
 	if _, err := cs.NetworkingV1().VirtualServices(ns).Update(ctx, vs, metav1UpdateOptions()); err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +158,7 @@ func TestRemoveWarmupMirrorWithoutState(t *testing.T) {
 	}
 	vs = readVS(t, s, "reviews")
 	assertSpec(t, hostSpec(), &vs.Spec)
-	if _, ok := vs.Annotations[MirrorAnnotation]; ok {
+	if _, ok := vs.Annotations[wellknown.MirrorAnnotation]; ok {
 		t.Fatal("broken annotation left behind")
 	}
 }
@@ -171,7 +172,7 @@ func TestWarmupMirrorRefusals(t *testing.T) {
 	assertErr(t, s.SetWarmupMirror(ctx, hostTarget(), WarmupMirror{Percent: 0}), "percent 0")
 	assertErr(t, s.SetWarmupMirror(ctx, hostTarget(), WarmupMirror{Percent: 101}), "at most 100")
 	assertErr(t, s.SetWarmupMirror(ctx, hostTarget(), WarmupMirror{Percent: 5, Methods: []string{"get"}}), "methods[0]")
-	if _, ok := readVS(t, s, "reviews").Annotations[MirrorAnnotation]; ok {
+	if _, ok := readVS(t, s, "reviews").Annotations[wellknown.MirrorAnnotation]; ok {
 		t.Fatal("a refused mirror wrote its state")
 	}
 	// A missing VirtualService has no mirror to remove.

@@ -8,7 +8,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	networking "istio.io/api/networking/v1"
 
-	"github.com/danki-dev/danki/pkg/warmup"
+	"github.com/danki-dev/danki/pkg/wellknown"
 )
 
 // The routes danki adds to a VirtualService (header and mirror routes,
@@ -16,7 +16,7 @@ import (
 //
 // Headers. Every route danki adds carries the headers block (request and
 // response manipulation) of the primary route it sits above, and danki adds
-// the removal of the warm-up marker header (warmup.DefaultMarkerHeader)
+// the removal of the warm-up marker header (wellknown.MarkerHeader)
 // itself: warm-up requests carry it and applications roll back their
 // writes, so no request from outside may keep it, whichever route Envoy
 // picks.
@@ -28,7 +28,7 @@ import (
 // has a listed or danki-like name stays untouched.
 
 // markerHeader is the header every warm-up request carries.
-const markerHeader = warmup.DefaultMarkerHeader
+const markerHeader = wellknown.MarkerHeader
 
 // isMarker reports whether a header name is the marker (header names are
 // case-insensitive).

@@ -10,6 +10,7 @@ import (
 
 	"github.com/danki-dev/danki/pkg/analysis"
 	"github.com/danki-dev/danki/pkg/config"
+	"github.com/danki-dev/danki/pkg/wellknown"
 )
 
 // Ramp defaults: Step, MaxBreaches and MaxHold fill zero fields of a Plan;
@@ -107,7 +108,7 @@ const (
 	PhaseFailed  Phase = "Failed"  // MaxBreaches breaches; back at the last good weight
 )
 
-// State is the ramp's memory, kept as JSON in the RampAnnotation on the
+// State is the ramp's memory, kept as JSON in the wellknown.RampAnnotation on the
 // VirtualService so that any process (a restarted plugin, the CLI) can carry
 // on. It is checked, never trusted: a state that breaks its invariants
 // (Check) restarts the ramp from the current weight.
@@ -156,12 +157,12 @@ func parseState(raw string) (*State, error) {
 	}
 	var st State
 	if err := json.Unmarshal([]byte(raw), &st); err != nil {
-		return nil, fmt.Errorf("annotation %s: %w: delete the annotation to restart the ramp from the current weight", RampAnnotation, err)
+		return nil, fmt.Errorf("annotation %s: %w: delete the annotation to restart the ramp from the current weight", wellknown.RampAnnotation, err)
 	}
 	switch st.Phase {
 	case PhaseRamping, PhaseDone, PhaseFailed:
 	default:
-		return nil, fmt.Errorf("annotation %s: phase %q is not Ramping, Done or Failed: delete the annotation to restart the ramp from the current weight", RampAnnotation, st.Phase)
+		return nil, fmt.Errorf("annotation %s: phase %q is not Ramping, Done or Failed: delete the annotation to restart the ramp from the current weight", wellknown.RampAnnotation, st.Phase)
 	}
 	return &st, nil
 }
@@ -442,7 +443,7 @@ func (p Plan) resume(prev *State, current, target int, now time.Time) (st State,
 	if prev != nil {
 		if err := prev.Check(len(p.Weights) > 0, now); err != nil {
 			fresh.LastChange, fresh.GateSince = now, now
-			reset = fmt.Errorf("ramp state in annotation %s is inconsistent (%w): restarted the ramp from the current weight %d%%", RampAnnotation, err, current)
+			reset = fmt.Errorf("ramp state in annotation %s is inconsistent (%w): restarted the ramp from the current weight %d%%", wellknown.RampAnnotation, err, current)
 			return fresh, fmt.Sprintf("ramp state inconsistent, restarted from %d%%", current), reset
 		}
 	}

@@ -9,8 +9,10 @@ import (
 	"time"
 
 	"github.com/danki-dev/danki/pkg/config"
+	"github.com/danki-dev/danki/pkg/wellknown"
 	networking "istio.io/api/networking/v1"
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
+	"k8s.io/utils/clock"
 )
 
 // ErrRampFailed is wrapped by the error of a ramp that hit MaxBreaches.
@@ -30,30 +32,16 @@ type Ramp struct {
 	// may be empty). The gate's window start kept in the state belongs to
 	// one canary: a different one starts a new window.
 	Canary string
-	// Now and Sleep default to the real clock; tests replace them.
-	Now   func() time.Time
-	Sleep func(ctx context.Context, d time.Duration) error
+	// Clock tells the time and times Run's waits; nil is the real clock
+	// (tests use a fake one).
+	Clock clock.WithTicker
 }
 
-func (r *Ramp) now() time.Time {
-	if r.Now != nil {
-		return r.Now()
+func (r *Ramp) clock() clock.WithTicker {
+	if r.Clock != nil {
+		return r.Clock
 	}
-	return time.Now()
-}
-
-func (r *Ramp) sleep(ctx context.Context, d time.Duration) error {
-	if r.Sleep != nil {
-		return r.Sleep(ctx, d)
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
+	return clock.RealClock{}
 }
 
 // readWeights returns the managed routes' canary weights (lowest first
@@ -110,7 +98,7 @@ func (r *Ramp) Tick(ctx context.Context, target int, extras ...Extra) (Decision,
 	if err := validateExtras(target, extras); err != nil {
 		return Decision{}, fmt.Errorf("ramp on VirtualService %s: %w", r.Target, err)
 	}
-	now := r.now()
+	now := r.clock().Now()
 	var (
 		dec     Decision
 		decided bool
@@ -125,7 +113,7 @@ func (r *Ramp) Tick(ctx context.Context, target int, extras ...Extra) (Decision,
 		if err != nil {
 			return err
 		}
-		raw := vs.Annotations[RampAnnotation]
+		raw := vs.Annotations[wellknown.RampAnnotation]
 		var prev *State
 		if target != 0 {
 			if prev, err = parseState(raw); err != nil {
@@ -150,7 +138,7 @@ func (r *Ramp) Tick(ctx context.Context, target int, extras ...Extra) (Decision,
 		if err := applyWeights(vs, r.Target, m, dec.Weight, extras); err != nil {
 			return err
 		}
-		setAnnotation(&vs.ObjectMeta, RampAnnotation, dec.State.encode())
+		setAnnotation(&vs.ObjectMeta, wellknown.RampAnnotation, dec.State.encode())
 		return nil
 	})
 	if err != nil {
@@ -211,7 +199,7 @@ func (r *Ramp) Verify(ctx context.Context, target int, extras ...Extra) (Verific
 		v.Reason = fmt.Sprintf("canary weight %d%%, want 0%%", current)
 		return v, nil
 	}
-	if v.State, err = parseState(vs.Annotations[RampAnnotation]); err != nil {
+	if v.State, err = parseState(vs.Annotations[wellknown.RampAnnotation]); err != nil {
 		// Unverified, not an error: Argo reads a VerifyWeight error as "no
 		// verdict", and at the end of the steps would promote.
 		v.Reason = fmt.Sprintf("ramp state unreadable: %v", err)
@@ -220,7 +208,7 @@ func (r *Ramp) Verify(ctx context.Context, target int, extras ...Extra) (Verific
 	st := v.State
 	var problem error
 	if st != nil {
-		problem = st.Check(len(r.Plan.Weights) > 0, r.now())
+		problem = st.Check(len(r.Plan.Weights) > 0, r.clock().Now())
 	}
 	switch {
 	case st == nil || st.Target != target:
@@ -289,8 +277,12 @@ func (r *Ramp) Run(ctx context.Context, target int, poll time.Duration, progress
 		if d.Wait > 0 && d.Wait < wait {
 			wait = d.Wait
 		}
-		if err := r.sleep(ctx, wait); err != nil {
-			return d, err
+		t := r.clock().NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return d, ctx.Err()
+		case <-t.C():
 		}
 	}
 }

@@ -1,7 +1,6 @@
 package shift
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"slices"
@@ -9,29 +8,29 @@ import (
 	"testing"
 	"time"
 
+	"github.com/danki-dev/danki/internal/testutil"
+	"github.com/danki-dev/danki/pkg/wellknown"
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/utils/clock"
+	testingclock "k8s.io/utils/clock/testing"
 )
-
-type clock struct{ now time.Time }
-
-func (c *clock) Now() time.Time { return c.now }
 
 // freshRamp is a new Ramp each call, as after a plugin restart: nothing
 // survives in memory.
-func freshRamp(s *Shifter, c *clock, g Gate) *Ramp {
+func freshRamp(s *Shifter, c clock.WithTicker, g Gate) *Ramp {
 	tg := hostTarget()
 	tg.HTTPRoutes = []string{"primary"}
-	return &Ramp{Shifter: s, Target: tg, Plan: Plan{Step: 20, Interval: 30 * time.Second, MaxBreaches: 2}, Gate: g, Now: c.Now}
+	return &Ramp{Shifter: s, Target: tg, Plan: Plan{Step: 20, Interval: 30 * time.Second, MaxBreaches: 2}, Gate: g, Clock: c}
 }
 
 func rampState(t *testing.T, vs *networkingv1.VirtualService) State {
 	t.Helper()
 	var st State
-	if err := json.Unmarshal([]byte(vs.Annotations[RampAnnotation]), &st); err != nil {
-		t.Fatalf("ramp annotation %q: %v", vs.Annotations[RampAnnotation], err)
+	if err := json.Unmarshal([]byte(vs.Annotations[wellknown.RampAnnotation]), &st); err != nil {
+		t.Fatalf("ramp annotation %q: %v", vs.Annotations[wellknown.RampAnnotation], err)
 	}
 	return st
 }
@@ -40,7 +39,7 @@ func canaryWeight(vs *networkingv1.VirtualService) int32 { return vs.Spec.Http[1
 
 func TestRampTicksPersistStateAcrossRestarts(t *testing.T) {
 	s, _ := newFake(t, virtualService("reviews", hostSpec()))
-	c := &clock{now: t0}
+	c := testingclock.NewFakeClock(t0)
 	g := &scriptedGate{answers: []verdict{pass}}
 
 	d, err := freshRamp(s, c, g).Tick(ctx, 40)
@@ -62,15 +61,15 @@ func TestRampTicksPersistStateAcrossRestarts(t *testing.T) {
 	}
 
 	// A restarted plugin within the interval holds.
-	c.now = t0.Add(10 * time.Second)
+	c.SetTime(t0.Add(10 * time.Second))
 	if d, err = freshRamp(s, c, g).Tick(ctx, 40); err != nil || d.Action != ActionHold {
 		t.Fatalf("tick within the interval after restart: %+v %v", d, err)
 	}
-	c.now = t0.Add(30 * time.Second)
+	c.SetTime(t0.Add(30 * time.Second))
 	if d, err = freshRamp(s, c, g).Tick(ctx, 40); err != nil || d.Action != ActionMove || d.Weight != 40 {
 		t.Fatalf("tick after the interval: %+v %v", d, err)
 	}
-	c.now = t0.Add(60 * time.Second)
+	c.SetTime(t0.Add(60 * time.Second))
 	if d, err = freshRamp(s, c, g).Tick(ctx, 40); err != nil || d.Action != ActionDone {
 		t.Fatalf("tick at the target: %+v %v", d, err)
 	}
@@ -94,13 +93,13 @@ func TestRampTicksPersistStateAcrossRestarts(t *testing.T) {
 
 func TestRampFailureIsReportedByVerifyAndAbortClears(t *testing.T) {
 	s, _ := newFake(t, virtualService("reviews", hostSpec()))
-	c := &clock{now: t0}
+	c := testingclock.NewFakeClock(t0)
 	g := &scriptedGate{answers: []verdict{breach}}
 	for range 4 {
 		if _, err := freshRamp(s, c, g).Tick(ctx, 60); err != nil {
 			t.Fatal(err)
 		}
-		c.now = c.now.Add(30 * time.Second)
+		c.Step(30 * time.Second)
 	}
 	vs := readVS(t, s, "reviews")
 	if st := rampState(t, vs); st.Phase != PhaseFailed || canaryWeight(vs) != 0 {
@@ -117,7 +116,7 @@ func TestRampFailureIsReportedByVerifyAndAbortClears(t *testing.T) {
 		t.Fatalf("abort: %+v %v", d, err)
 	}
 	vs = readVS(t, s, "reviews")
-	if _, ok := vs.Annotations[RampAnnotation]; ok || canaryWeight(vs) != 0 {
+	if _, ok := vs.Annotations[wellknown.RampAnnotation]; ok || canaryWeight(vs) != 0 {
 		t.Fatalf("after abort: annotations %v weight %d", vs.Annotations, canaryWeight(vs))
 	}
 	if v, err := freshRamp(s, c, g).Verify(ctx, 0); err != nil || !v.Verified {
@@ -127,13 +126,13 @@ func TestRampFailureIsReportedByVerifyAndAbortClears(t *testing.T) {
 
 func TestRampAbortFromMidRampIsImmediate(t *testing.T) {
 	s, _ := newFake(t, virtualService("reviews", hostSpec()))
-	c := &clock{now: t0}
+	c := testingclock.NewFakeClock(t0)
 	g := &scriptedGate{answers: []verdict{pass}}
 	for range 3 {
 		if _, err := freshRamp(s, c, g).Tick(ctx, 100); err != nil {
 			t.Fatal(err)
 		}
-		c.now = c.now.Add(30 * time.Second)
+		c.Step(30 * time.Second)
 	}
 	if w := canaryWeight(readVS(t, s, "reviews")); w != 60 {
 		t.Fatalf("weight %d after three moves, want 60", w)
@@ -149,10 +148,8 @@ func TestRampAbortFromMidRampIsImmediate(t *testing.T) {
 
 func TestRampRunLoopsToTheTarget(t *testing.T) {
 	s, _ := newFake(t, virtualService("reviews", hostSpec()))
-	c := &clock{now: t0}
+	c := testutil.NewStepClock(t0)
 	r := freshRamp(s, c, nil)
-	var slept time.Duration
-	r.Sleep = func(_ context.Context, d time.Duration) error { slept += d; c.now = c.now.Add(d); return nil }
 	var moves []int
 	d, err := r.Run(ctx, 50, 10*time.Second, func(d Decision) {
 		if d.Action == ActionMove {
@@ -162,16 +159,14 @@ func TestRampRunLoopsToTheTarget(t *testing.T) {
 	if err != nil || d.Action != ActionDone {
 		t.Fatalf("run: %+v %v", d, err)
 	}
-	if !slices.Equal(moves, []int{20, 40, 50}) || slept < 90*time.Second {
+	if slept := c.Since(t0); !slices.Equal(moves, []int{20, 40, 50}) || slept < 90*time.Second {
 		t.Fatalf("moves %v after sleeping %s, want [20 40 50] over ≥ 90s", moves, slept)
 	}
 }
 
 func TestRampRunReportsFailure(t *testing.T) {
 	s, _ := newFake(t, virtualService("reviews", hostSpec()))
-	c := &clock{now: t0}
-	r := freshRamp(s, c, &scriptedGate{answers: []verdict{breach}})
-	r.Sleep = func(_ context.Context, d time.Duration) error { c.now = c.now.Add(d); return nil }
+	r := freshRamp(s, testutil.NewStepClock(t0), &scriptedGate{answers: []verdict{breach}})
 	_, err := r.Run(ctx, 50, time.Second, nil)
 	if !errors.Is(err, ErrRampFailed) {
 		t.Fatalf("run with a breaching gate: %v, want ErrRampFailed", err)
@@ -184,12 +179,12 @@ func TestRampRunReportsFailure(t *testing.T) {
 // keeps the unrelated change.
 func TestRampConflictAsksTheGateOnce(t *testing.T) {
 	s, cs := newFake(t, virtualService("reviews", hostSpec()))
-	c := &clock{now: t0}
+	c := testingclock.NewFakeClock(t0)
 	g := &scriptedGate{answers: []verdict{pass}}
 	if _, err := freshRamp(s, c, g).Tick(ctx, 40); err != nil { // 0 → 20, no gate
 		t.Fatal(err)
 	}
-	c.now = c.now.Add(30 * time.Second)
+	c.Step(30 * time.Second)
 	conflicts := 0
 	cs.PrependReactor("update", "virtualservices", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		if conflicts > 0 {
@@ -219,9 +214,9 @@ func TestRampConflictAsksTheGateOnce(t *testing.T) {
 
 func TestRampErrors(t *testing.T) {
 	vs := virtualService("reviews", hostSpec())
-	vs.Annotations[RampAnnotation] = `{"phase":"Sideways"}`
+	vs.Annotations[wellknown.RampAnnotation] = `{"phase":"Sideways"}`
 	s, cs := newFake(t, vs)
-	c := &clock{now: t0}
+	c := testingclock.NewFakeClock(t0)
 	_, err := freshRamp(s, c, nil).Tick(ctx, 40)
 	assertErr(t, err, "annotation danki.dev/ramp", `phase "Sideways"`, "delete the annotation")
 	noWrites(t, cs)

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"k8s.io/utils/clock"
 )
 
 // Reasons of the Warning events a Router records on a rollout.
@@ -86,6 +88,16 @@ type Router struct {
 	// rollout key and reason → when the last one was recorded.
 	lastEvent map[string]time.Time
 }
+
+// nowClock is the real clock reading the time from now (Router.Now). The
+// Router's ramps only Tick: they read the time and never wait.
+type nowClock struct {
+	clock.RealClock
+	now func() time.Time
+}
+
+func (c nowClock) Now() time.Time                  { return c.now() }
+func (c nowClock) Since(t time.Time) time.Duration { return c.now().Sub(t) }
 
 // NewRouter returns a Router whose messages start with name (the plugin's,
 // "danki/istio"). It needs a Shifter (Use) before its first call.
@@ -165,7 +177,7 @@ func (r *Router) ramp(ro Rollout, s *Shifter, target int) (*Ramp, error) {
 		}
 	}
 	b := ro.Binding
-	return &Ramp{Shifter: s, Target: b.Target, Plan: b.Plan, Gate: g, Canary: ro.Canary, Now: r.Now}, nil
+	return &Ramp{Shifter: s, Target: b.Target, Plan: b.Plan, Gate: g, Canary: ro.Canary, Clock: nowClock{now: r.Now}}, nil
 }
 
 // SetWeight starts or continues the ramp toward weight: at most one move

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	testingclock "k8s.io/utils/clock/testing"
 )
 
 func testScope() Scope {
@@ -82,7 +84,7 @@ func (l *rolloutLog) Abort(context.Context) error {
 
 func TestRouterAbortsAFailedRampWithAnEvent(t *testing.T) {
 	s, _ := newFake(t, virtualService("reviews", hostSpec()))
-	c := &clock{now: time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)}
+	c := testingclock.NewFakeClock(time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC))
 	r := NewRouter("danki/istio", nil)
 	r.Now = c.Now
 	var gateRaw string
@@ -104,7 +106,7 @@ func TestRouterAbortsAFailedRampWithAnEvent(t *testing.T) {
 	if err := r.SetWeight(ctx, ro, 60); err != nil { // 0 → 20
 		t.Fatal(err)
 	}
-	c.now = c.now.Add(time.Second)
+	c.Step(time.Second)
 	if err := r.SetWeight(ctx, ro, 60); err != nil { // breach at 20: failed, back to 0
 		t.Fatal(err)
 	}
@@ -136,7 +138,7 @@ func TestRouterAbortsAFailedRampWithAnEvent(t *testing.T) {
 
 func TestRouterRateLimitsNoVerdictEvents(t *testing.T) {
 	s, _ := newFake(t, virtualService("reviews", hostSpec()))
-	c := &clock{now: time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)}
+	c := testingclock.NewFakeClock(time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC))
 	r := NewRouter("danki/istio", nil)
 	r.Now = c.Now
 	r.GateFor = func(json.RawMessage) (Gate, error) {
@@ -153,7 +155,7 @@ func TestRouterRateLimitsNoVerdictEvents(t *testing.T) {
 		if err := r.SetWeight(context.Background(), ro, 20); err != nil {
 			t.Fatal(err)
 		}
-		c.now = c.now.Add(10 * time.Second)
+		c.Step(10 * time.Second)
 	}
 	if len(log.events) != 2 || !strings.HasPrefix(log.events[0], GateNoVerdictReason+": danki/istio: holding 10%") || !strings.Contains(log.events[0], "connection refused") {
 		t.Fatalf("events %q: want two (one a minute) naming the outage", log.events)

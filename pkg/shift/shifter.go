@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strings"
 
+	"github.com/danki-dev/danki/pkg/wellknown"
 	"google.golang.org/protobuf/proto"
 	networking "istio.io/api/networking/v1"
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
@@ -20,15 +21,6 @@ import (
 
 // Annotations danki keeps on the objects it manages.
 const (
-	// RampAnnotation holds the ramp's State (JSON) on the VirtualService.
-	RampAnnotation = "danki.dev/ramp"
-	// ExtrasAnnotation lists the additional destinations danki added to the
-	// managed routes (JSON [{host, subset}]), so it can remove them — and
-	// only them — once they are no longer asked for.
-	ExtrasAnnotation = "danki.dev/extra-destinations"
-	// ExtraSubsetsAnnotation lists the DestinationRule subsets danki added
-	// for additional destinations (JSON [name]).
-	ExtraSubsetsAnnotation = "danki.dev/extra-subsets"
 	// PodTemplateHashLabel is the label Argo Rollouts puts on every pod of a
 	// ReplicaSet; subset-level routing selects the stable and canary pods by
 	// it.
@@ -113,13 +105,13 @@ func (s *Shifter) matcher(ctx context.Context, t Target) (*matcher, error) {
 
 // staleExtras reads the additional destinations danki added earlier.
 func staleExtras(vs *networkingv1.VirtualService) ([]Extra, error) {
-	raw, ok := vs.Annotations[ExtrasAnnotation]
+	raw, ok := vs.Annotations[wellknown.ExtrasAnnotation]
 	if !ok || raw == "" {
 		return nil, nil
 	}
 	var out []Extra
 	if err := json.Unmarshal([]byte(raw), &out); err != nil {
-		return nil, fmt.Errorf("annotation %s on VirtualService %s/%s: %w: fix or delete the annotation", ExtrasAnnotation, vs.Namespace, vs.Name, err)
+		return nil, fmt.Errorf("annotation %s on VirtualService %s/%s: %w: fix or delete the annotation", wellknown.ExtrasAnnotation, vs.Namespace, vs.Name, err)
 	}
 	return out, nil
 }
@@ -196,7 +188,7 @@ func applyWeights(vs *networkingv1.VirtualService, t Target, m *matcher, canary 
 		b, _ := json.Marshal(added)
 		value = string(b)
 	}
-	setAnnotation(&vs.ObjectMeta, ExtrasAnnotation, value)
+	setAnnotation(&vs.ObjectMeta, wellknown.ExtrasAnnotation, value)
 	return nil
 }
 
@@ -214,7 +206,7 @@ func (s *Shifter) SetWeight(ctx context.Context, t Target, canary int, extras ..
 			return err
 		}
 		if canary == 0 {
-			setAnnotation(&vs.ObjectMeta, RampAnnotation, "")
+			setAnnotation(&vs.ObjectMeta, wellknown.RampAnnotation, "")
 		}
 		return nil
 	})

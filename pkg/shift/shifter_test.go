@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/danki-dev/danki/pkg/wellknown"
 	"google.golang.org/protobuf/proto"
 	networking "istio.io/api/networking/v1"
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
@@ -101,8 +102,8 @@ func TestAdditionalDestinationsSumTo100AndAreRemovedWhenDone(t *testing.T) {
 	want := withWeights(hostSpec(), [4]any{KindHTTP, 1, 0, 55}, [4]any{KindHTTP, 1, 1, 20})
 	want.Http[1].Route = append(want.Http[1].Route, dest("reviews-exp-a", 8080, 10), dest("reviews-exp-b", 8080, 15))
 	assertSpec(t, want, &got.Spec)
-	if got.Annotations[ExtrasAnnotation] == "" {
-		t.Fatalf("no %s annotation recording the added destinations", ExtrasAnnotation)
+	if got.Annotations[wellknown.ExtrasAnnotation] == "" {
+		t.Fatalf("no %s annotation recording the added destinations", wellknown.ExtrasAnnotation)
 	}
 	sum := int32(0)
 	for _, d := range got.Spec.Http[1].Route {
@@ -126,8 +127,8 @@ func TestAdditionalDestinationsSumTo100AndAreRemovedWhenDone(t *testing.T) {
 	}
 	got = readVS(t, s, "reviews")
 	assertSpec(t, withWeights(hostSpec(), [4]any{KindHTTP, 1, 0, 80}, [4]any{KindHTTP, 1, 1, 20}), &got.Spec)
-	if _, ok := got.Annotations[ExtrasAnnotation]; ok {
-		t.Fatalf("%s annotation left behind: %v", ExtrasAnnotation, got.Annotations)
+	if _, ok := got.Annotations[wellknown.ExtrasAnnotation]; ok {
+		t.Fatalf("%s annotation left behind: %v", wellknown.ExtrasAnnotation, got.Annotations)
 	}
 }
 
@@ -214,12 +215,12 @@ func TestValidationErrorsNameTheFieldAndWriteNothing(t *testing.T) {
 
 func TestDirectZeroClearsRampState(t *testing.T) {
 	vs := virtualService("reviews", hostSpec())
-	vs.Annotations[RampAnnotation] = "{not json"
+	vs.Annotations[wellknown.RampAnnotation] = "{not json"
 	s, _ := newFake(t, vs)
 	if err := s.SetWeight(ctx, hostTarget(), 0); err != nil {
 		t.Fatalf("abort with an unreadable ramp annotation: %v", err)
 	}
-	if _, ok := readVS(t, s, "reviews").Annotations[RampAnnotation]; ok {
+	if _, ok := readVS(t, s, "reviews").Annotations[wellknown.RampAnnotation]; ok {
 		t.Fatal("SetWeight(0) left the ramp annotation")
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/danki-dev/danki/pkg/analysis"
+	"github.com/danki-dev/danki/pkg/wellknown"
+	testingclock "k8s.io/utils/clock/testing"
 )
 
 // TestAbortIgnoresTheStoredState: going to 0 works whatever the ramp
@@ -25,9 +27,9 @@ func TestAbortIgnoresTheStoredState(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			vs := virtualService("reviews", withWeights(hostSpec(), [4]any{KindHTTP, 1, 0, 60}, [4]any{KindHTTP, 1, 1, 40}))
-			vs.Annotations[RampAnnotation] = raw
+			vs.Annotations[wellknown.RampAnnotation] = raw
 			s, _ := newFake(t, vs)
-			c := &clock{now: t0}
+			c := testingclock.NewFakeClock(t0)
 			r := freshRamp(s, c, &scriptedGate{answers: []verdict{pass}})
 			r.Plan.Step = -1 // not even a bad plan may keep users on the canary
 			d, err := r.Tick(ctx, 0)
@@ -35,13 +37,13 @@ func TestAbortIgnoresTheStoredState(t *testing.T) {
 				t.Fatalf("Tick(0) with annotation %s: %+v %v, want an abort", raw, d, err)
 			}
 			got := readVS(t, s, "reviews")
-			if _, ok := got.Annotations[RampAnnotation]; ok || canaryWeight(got) != 0 || got.Spec.Http[1].Route[0].Weight != 100 {
+			if _, ok := got.Annotations[wellknown.RampAnnotation]; ok || canaryWeight(got) != 0 || got.Spec.Http[1].Route[0].Weight != 100 {
 				t.Fatalf("after the abort: annotation %q, weights %d/%d; want cleared and 100/0",
-					got.Annotations[RampAnnotation], got.Spec.Http[1].Route[0].Weight, canaryWeight(got))
+					got.Annotations[wellknown.RampAnnotation], got.Spec.Http[1].Route[0].Weight, canaryWeight(got))
 			}
 			// Verify(0) never reads the state either.
 			vs2 := virtualService("reviews", hostSpec())
-			vs2.Annotations[RampAnnotation] = raw
+			vs2.Annotations[wellknown.RampAnnotation] = raw
 			s2, _ := newFake(t, vs2)
 			if v, err := freshRamp(s2, c, nil).Verify(ctx, 0); err != nil || !v.Verified {
 				t.Fatalf("Verify(0) with annotation %s: %+v %v", raw, v, err)
@@ -54,7 +56,7 @@ func TestAbortIgnoresTheStoredState(t *testing.T) {
 // finds out what is wrong; it must not fail on the annotation.
 func TestGetShowsACorruptStateInsteadOfFailing(t *testing.T) {
 	vs := virtualService("reviews", hostSpec())
-	vs.Annotations[RampAnnotation] = "{not json"
+	vs.Annotations[wellknown.RampAnnotation] = "{not json"
 	s, _ := newFake(t, vs)
 	st, err := s.Get(ctx, hostTarget())
 	if err != nil {
@@ -64,7 +66,7 @@ func TestGetShowsACorruptStateInsteadOfFailing(t *testing.T) {
 		t.Fatalf("status %+v: want the routes, no ramp, and the problem named", st)
 	}
 	vs = virtualService("reviews", hostSpec())
-	vs.Annotations[RampAnnotation] = `{"target":60,"weight":20,"lastGood":50,"increment":10,"phase":"Ramping"}`
+	vs.Annotations[wellknown.RampAnnotation] = `{"target":60,"weight":20,"lastGood":50,"increment":10,"phase":"Ramping"}`
 	s, _ = newFake(t, vs)
 	if st, err = s.Get(ctx, hostTarget()); err != nil || st.Ramp == nil || !strings.Contains(st.RampProblem, "lastGood: 50 is not 0–weight (20)") {
 		t.Fatalf("inconsistent state: %+v %v", st, err)
@@ -215,12 +217,12 @@ func TestRampTickWarnsWhileHolding(t *testing.T) {
 	logs := &records{}
 	s, _ := newFake(t, virtualService("reviews", hostSpec()))
 	s.log = slog.New(logs)
-	c := &clock{now: t0}
+	c := testingclock.NewFakeClock(t0)
 	g := &scriptedGate{answers: []verdict{{err: errors.New("prometheus unreachable")}}}
 	if _, err := freshRamp(s, c, g).Tick(ctx, 40); err != nil { // 0 → 20
 		t.Fatal(err)
 	}
-	c.now = c.now.Add(30 * time.Second)
+	c.Step(30 * time.Second)
 	if d, err := freshRamp(s, c, g).Tick(ctx, 40); err != nil || d.Action != ActionHold {
 		t.Fatalf("%+v %v", d, err)
 	}
@@ -264,7 +266,7 @@ func (r *records) all() []string {
 // target keeps it, a new canary or an abort starts a new one.
 func TestGateWindowSurvivesRestarts(t *testing.T) {
 	s, _ := newFake(t, virtualService("reviews", hostSpec()))
-	c := &clock{now: t0}
+	c := testingclock.NewFakeClock(t0)
 	g := &scriptedGate{answers: []verdict{pass}}
 	tick := func(target int, canary string) Decision {
 		t.Helper()
@@ -278,12 +280,12 @@ func TestGateWindowSurvivesRestarts(t *testing.T) {
 	}
 	tick(40, "abc") // 0 → 20: the window starts now
 	for range 3 {
-		c.now = c.now.Add(30 * time.Second)
+		c.Step(30 * time.Second)
 		tick(40, "abc")
 	}
-	c.now = c.now.Add(30 * time.Second)
+	c.Step(30 * time.Second)
 	tick(60, "abc") // the next Argo step: same canary, same window
-	c.now = c.now.Add(30 * time.Second)
+	c.Step(30 * time.Second)
 	tick(60, "abc")
 	if len(g.sinces) < 2 {
 		t.Fatalf("gate asked %d times", len(g.sinces))
@@ -294,10 +296,10 @@ func TestGateWindowSurvivesRestarts(t *testing.T) {
 		}
 	}
 	// A new canary starts its own window.
-	c.now = c.now.Add(30 * time.Second)
-	newCanary := c.now
+	c.Step(30 * time.Second)
+	newCanary := c.Now()
 	tick(80, "def")
-	c.now = c.now.Add(30 * time.Second)
+	c.Step(30 * time.Second)
 	tick(80, "def")
 	if last := g.sinces[len(g.sinces)-1]; !last.Equal(newCanary) {
 		t.Fatalf("a new canary judged from %s, want %s", last, newCanary)
@@ -307,8 +309,8 @@ func TestGateWindowSurvivesRestarts(t *testing.T) {
 	}
 	// An abort clears it: the next ramp starts a new window.
 	tick(0, "def")
-	c.now = c.now.Add(time.Minute)
-	restart := c.now
+	c.Step(time.Minute)
+	restart := c.Now()
 	tick(20, "def")
 	if st := rampState(t, readVS(t, s, "reviews")); !st.GateSince.Equal(restart) {
 		t.Fatalf("after an abort the window starts at %s, want %s", st.GateSince, restart)
@@ -369,17 +371,17 @@ func TestAfterTheOutageInconclusiveIsAnAnswer(t *testing.T) {
 // above 0 still refuses it, naming the annotation.
 func TestAbortIgnoresACorruptExtrasAnnotation(t *testing.T) {
 	vs := virtualService("reviews", withWeights(hostSpec(), [4]any{KindHTTP, 1, 0, 60}, [4]any{KindHTTP, 1, 1, 40}))
-	vs.Annotations[ExtrasAnnotation] = "{not json"
+	vs.Annotations[wellknown.ExtrasAnnotation] = "{not json"
 	s, _ := newFake(t, vs)
-	if err := s.SetWeight(ctx, hostTarget(), 20); err == nil || !strings.Contains(err.Error(), "annotation "+ExtrasAnnotation) {
+	if err := s.SetWeight(ctx, hostTarget(), 20); err == nil || !strings.Contains(err.Error(), "annotation "+wellknown.ExtrasAnnotation) {
 		t.Fatalf("SetWeight(20) with a corrupt extras annotation: err = %v, want it named", err)
 	}
 	if err := s.SetWeight(ctx, hostTarget(), 0); err != nil {
 		t.Fatalf("SetWeight(0) with a corrupt extras annotation: %v", err)
 	}
 	got := readVS(t, s, "reviews")
-	if _, ok := got.Annotations[ExtrasAnnotation]; ok || canaryWeight(got) != 0 || got.Spec.Http[1].Route[0].Weight != 100 {
+	if _, ok := got.Annotations[wellknown.ExtrasAnnotation]; ok || canaryWeight(got) != 0 || got.Spec.Http[1].Route[0].Weight != 100 {
 		t.Fatalf("after the abort: annotation %q, weights %d/%d; want cleared and 100/0",
-			got.Annotations[ExtrasAnnotation], got.Spec.Http[1].Route[0].Weight, canaryWeight(got))
+			got.Annotations[wellknown.ExtrasAnnotation], got.Spec.Http[1].Route[0].Weight, canaryWeight(got))
 	}
 }

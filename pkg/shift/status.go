@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/danki-dev/danki/pkg/wellknown"
 )
 
 // Status is what Get found on a VirtualService.
@@ -58,12 +60,12 @@ func (s *Shifter) Get(ctx context.Context, t Target) (*Status, error) {
 	st := &Status{CanaryWeight: -1}
 	// Show the routes whatever the annotation holds: `shift get` is how
 	// one finds out what is wrong.
-	if st.Ramp, err = parseState(vs.Annotations[RampAnnotation]); err != nil {
+	if st.Ramp, err = parseState(vs.Annotations[wellknown.RampAnnotation]); err != nil {
 		st.RampProblem = err.Error()
 	} else if st.Ramp != nil {
 		// Get does not know the plan: accept increment 0 (a ladder's).
 		if err := st.Ramp.Check(true, time.Now()); err != nil {
-			st.RampProblem = fmt.Sprintf("annotation %s is inconsistent: %v", RampAnnotation, err)
+			st.RampProblem = fmt.Sprintf("annotation %s is inconsistent: %v", wellknown.RampAnnotation, err)
 		}
 	}
 	var (

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/danki-dev/danki/pkg/wellknown"
 	"google.golang.org/protobuf/proto"
 	networking "istio.io/api/networking/v1"
 )
@@ -157,7 +158,7 @@ func TestRemoveWarmupMirrorDeletesOnlyItsOwnRoutes(t *testing.T) {
 	// Someone else's mirror on the primary route (an audit copy).
 	spec.Http[3].Mirrors = []*networking.HTTPMirrorPolicy{{Destination: &networking.Destination{Host: "audit.security.svc.cluster.local"}, Percentage: &networking.Percent{Value: 1}}}
 	vs := virtualService("reviews", spec)
-	vs.Annotations[MirrorAnnotation] = `{"percent":5,"destination":{"host":"audit.security.svc.cluster.local"},"added":["payments","ratings","health"]}`
+	vs.Annotations[wellknown.MirrorAnnotation] = `{"percent":5,"destination":{"host":"audit.security.svc.cluster.local"},"added":["payments","ratings","health"]}`
 	s, _ := newFake(t, vs)
 
 	had, err := s.RemoveWarmupMirror(ctx, hostTarget())
@@ -169,7 +170,7 @@ func TestRemoveWarmupMirrorDeletesOnlyItsOwnRoutes(t *testing.T) {
 	}
 	got := readVS(t, s, "reviews")
 	assertSpec(t, spec, &got.Spec)
-	if _, ok := got.Annotations[MirrorAnnotation]; ok {
+	if _, ok := got.Annotations[wellknown.MirrorAnnotation]; ok {
 		t.Fatal("annotation left behind")
 	}
 }
@@ -186,7 +187,7 @@ func TestRemoveWarmupMirrorStillRemovesItsCopyAfterWeightsMoved(t *testing.T) {
 		t.Fatal(err)
 	}
 	vs := readVS(t, s, "reviews")
-	vs.Annotations[MirrorAnnotation] = `{"percent":10,"added":["payments"]}`
+	vs.Annotations[wellknown.MirrorAnnotation] = `{"percent":10,"added":["payments"]}`
 	if _, err := cs.NetworkingV1().VirtualServices(ns).Update(ctx, vs, metav1UpdateOptions()); err != nil {
 		t.Fatal(err)
 	}
@@ -317,7 +318,7 @@ func TestExtrasAnnotationCannotDropAForeignDestination(t *testing.T) {
 	spec := hostSpec()
 	spec.Http[1].Route = append(spec.Http[1].Route, dest("payments.billing.svc.cluster.local", 8080, 0))
 	vs := virtualService("reviews", spec)
-	vs.Annotations[ExtrasAnnotation] = `[{"host":"payments.billing.svc.cluster.local"}]`
+	vs.Annotations[wellknown.ExtrasAnnotation] = `[{"host":"payments.billing.svc.cluster.local"}]`
 	s, cs := newFake(t, vs)
 	tg := hostTarget()
 	tg.HTTPRoutes = []string{"primary"}
@@ -329,7 +330,7 @@ func TestExtrasAnnotationCannotDropAForeignDestination(t *testing.T) {
 	spec = hostSpec()
 	spec.Http[1].Route = []*networking.HTTPRouteDestination{dest("reviews-stable", 8080, 80), dest("reviews-canary", 8080, 10), dest("reviews-exp", 8080, 10)}
 	vs = virtualService("reviews", spec)
-	vs.Annotations[ExtrasAnnotation] = `[{"host":"reviews-exp"}]`
+	vs.Annotations[wellknown.ExtrasAnnotation] = `[{"host":"reviews-exp"}]`
 	s, _ = newFake(t, vs)
 	if err := s.SetWeight(ctx, tg, 20); err != nil {
 		t.Fatal(err)

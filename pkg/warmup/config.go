@@ -11,12 +11,8 @@ import (
 
 	"github.com/danki-dev/danki/pkg/config"
 	"github.com/danki-dev/danki/pkg/policy"
+	"github.com/danki-dev/danki/pkg/wellknown"
 )
-
-// DefaultMarkerHeader is the header every warm-up request carries, with value
-// "1", so the application (or a mesh filter) can tell warm-up traffic apart and
-// keep it free of side effects.
-const DefaultMarkerHeader = "X-Danki-Warmup"
 
 // Defaults for Config fields left at their zero value.
 const (
@@ -278,7 +274,7 @@ func (c Config) WithDefaults() Config {
 		}
 		c.Requests[i].Method = strings.ToUpper(c.Requests[i].Method)
 	}
-	setDefault(&c.MarkerHeader, DefaultMarkerHeader)
+	setDefault(&c.MarkerHeader, wellknown.MarkerHeader)
 	// Defaults never exceed the operator's caps: only values a config
 	// states are refused for them.
 	l := c.limits()

@@ -11,9 +11,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/danki-dev/danki/internal/testutil"
+	"github.com/danki-dev/danki/pkg/wellknown"
 )
 
-// Pods the warm gate has warmed (GateCondition True) are not warmed twice:
+// Pods the warm gate has warmed (wellknown.WarmCondition True) are not warmed twice:
 // the step says so and sends them nothing; the others are warmed as usual.
 func TestRunSkipsPodsTheGateWarmed(t *testing.T) {
 	warm := testutil.NewColdServer(t, testutil.Flat(time.Millisecond))
@@ -39,7 +40,7 @@ func TestPodTargetSeesTheGateCondition(t *testing.T) {
 	if err != nil || tg.URL != "http://10.0.0.7:8080" || tg.Warmed {
 		t.Fatalf("%+v, %v", tg, err)
 	}
-	pod.Status.Conditions = []corev1.PodCondition{{Type: GateCondition, Status: corev1.ConditionTrue}}
+	pod.Status.Conditions = []corev1.PodCondition{{Type: wellknown.WarmCondition, Status: corev1.ConditionTrue}}
 	if tg, _ = PodTarget(pod, intstr.IntOrString{}); !tg.Warmed {
 		t.Fatal("condition True: want Warmed")
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/danki-dev/danki/pkg/config"
 	"github.com/danki-dev/danki/pkg/policy"
+	"github.com/danki-dev/danki/pkg/wellknown"
 )
 
 // policy is the operator's policy the config is bound by: Config.Policy,
@@ -110,7 +111,7 @@ func hasMethodParam(path string) bool {
 // application does not check) would send real writes. It must then be
 // stated twice: markerHeaderConfirm equal to markerHeader.
 func (c Config) checkMarker(errs *config.Errors) {
-	if !c.AllowSideEffects || strings.EqualFold(c.MarkerHeader, DefaultMarkerHeader) {
+	if !c.AllowSideEffects || strings.EqualFold(c.MarkerHeader, wellknown.MarkerHeader) {
 		if c.MarkerHeaderConfirm != "" && !strings.EqualFold(c.MarkerHeaderConfirm, c.MarkerHeader) {
 			errs.Addf("markerHeaderConfirm", "%q differs from markerHeader %q: state the same header twice, or remove markerHeaderConfirm", c.MarkerHeaderConfirm, c.MarkerHeader)
 		}
@@ -118,7 +119,7 @@ func (c Config) checkMarker(errs *config.Errors) {
 	}
 	if !strings.EqualFold(c.MarkerHeaderConfirm, c.MarkerHeader) {
 		errs.Addf("markerHeader", "%q with allowSideEffects: the application must check this header, not %s, to keep the warm-up's writes free of side effects; state it twice to confirm — markerHeaderConfirm: %s (got %q) — or drop markerHeader to use %s",
-			c.MarkerHeader, DefaultMarkerHeader, c.MarkerHeader, c.MarkerHeaderConfirm, DefaultMarkerHeader)
+			c.MarkerHeader, wellknown.MarkerHeader, c.MarkerHeader, c.MarkerHeaderConfirm, wellknown.MarkerHeader)
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 	"golang.org/x/net/http/httpguts"
 
 	"github.com/danki-dev/danki/pkg/config"
+	"github.com/danki-dev/danki/pkg/wellknown"
 )
 
 // RequestSpec is one entry of the warm-up request mix. Path, header values
@@ -112,7 +113,7 @@ func (r RequestSpec) validate(allowSideEffects bool, delims Delims) error {
 // is a config error, not a run whose every request fails. Error paths are
 // relative to the request, like compileRequest's.
 func (c *compiledRequest) sample() (generatedRequest, error) {
-	set := &requestSet{requests: []*compiledRequest{c}, cumul: []int{1}, marker: DefaultMarkerHeader}
+	set := &requestSet{requests: []*compiledRequest{c}, cumul: []int{1}, marker: wellknown.MarkerHeader}
 	g := set.newGenerator(1, 2, &atomic.Int64{})
 	t := g.templates[0]
 	if c.grpc != nil {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/danki-dev/danki/pkg/latency"
+	"github.com/danki-dev/danki/pkg/wellknown"
 )
 
 // userAgent is sent on warm-up and health requests.
@@ -126,7 +127,7 @@ func Run(ctx context.Context, cfg Config, targets []Target, opts Options) (*Resu
 	targets, warmed := splitWarmed(targets)
 	if len(targets) == 0 {
 		res := &Result{Config: cfg, Start: time.Now(), Converged: true,
-			Reason: fmt.Sprintf("all %s already warmed by the danki warm gate (%s True): nothing sent", countPods(len(warmed)), GateCondition)}
+			Reason: fmt.Sprintf("all %s already warmed by the danki warm gate (%s True): nothing sent", countPods(len(warmed)), wellknown.WarmCondition)}
 		for _, t := range warmed {
 			res.Targets = append(res.Targets, TargetResult{Target: t, Converged: true})
 		}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/danki-dev/danki/pkg/config"
 	"github.com/danki-dev/danki/pkg/policy"
+	"github.com/danki-dev/danki/pkg/wellknown"
 )
 
 // Target is one pod (or server) to warm, addressed directly.
@@ -27,7 +28,7 @@ type Target struct {
 	// only), probed before load when the config sets no healthPath.
 	HealthURL string `json:"healthURL,omitempty"`
 	// Warmed: the danki warm gate already warmed this pod (its
-	// GateCondition is True), so Run sends it nothing.
+	// wellknown.WarmCondition is True), so Run sends it nothing.
 	Warmed bool `json:"warmed,omitempty"`
 	// GRPC: the pod's port is a gRPC port (named grpc or grpc-*, or
 	// appProtocol grpc), so the health wait defaults to the gRPC health
@@ -39,9 +40,8 @@ type Target struct {
 	CPURequest float64 `json:"cpuRequest,omitempty"`
 }
 
-// GateCondition is the pod condition (and readiness gate) the danki warm
-// gate (pkg/gate) sets True once it has warmed a pod.
-const GateCondition = "danki.dev/warm"
+// GateCondition is wellknown.WarmCondition, for files being moved.
+const GateCondition = wellknown.WarmCondition
 
 // gateWarmed reports whether the warm gate has warmed the pod.
 func gateWarmed(p *corev1.Pod) bool {
@@ -49,7 +49,7 @@ func gateWarmed(p *corev1.Pod) bool {
 		return false
 	}
 	for _, c := range p.Status.Conditions {
-		if c.Type == GateCondition {
+		if c.Type == wellknown.WarmCondition {
 			return c.Status == corev1.ConditionTrue
 		}
 	}

@@ -4,10 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -44,7 +42,7 @@ func TestLabBlueGreenLoadAnalysis(t *testing.T) {
 	dir := filepath.Join(l.root, "lab", "manifests")
 	l.apply(t, filepath.Join(dir, "20-gateway.yaml"), filepath.Join(dir, "bluegreen"))
 	bg := &blueGreenLab{lab: l, active: "v1"}
-	ro := bg.waitRollout(t, 5*time.Minute, "Rollout app-bg Healthy with 2 available pods", func(ro *v1alpha1.Rollout) (bool, string) {
+	ro := bg.waitRollout(t, bgNamespace, bgRollout, 5*time.Minute, "Rollout app-bg Healthy with 2 available pods", func(ro *v1alpha1.Rollout) (bool, string) {
 		return ro.Status.Phase == v1alpha1.RolloutPhaseHealthy && ro.Status.AvailableReplicas == 2 && ro.Status.BlueGreen.ActiveSelector != "",
 			describeBG(ro)
 	})
@@ -73,20 +71,6 @@ type blueGreenLab struct {
 	version int
 	// active is the version users are on (the active Service's pods).
 	active string
-}
-
-func (b *blueGreenLab) waitRollout(t *testing.T, limit time.Duration, what string, cond func(*v1alpha1.Rollout) (bool, string)) *v1alpha1.Rollout {
-	t.Helper()
-	var last *v1alpha1.Rollout
-	waitFor(t, b.ctx, limit, what, func() (bool, string) {
-		ro, err := b.argo.ArgoprojV1alpha1().Rollouts(bgNamespace).Get(b.ctx, bgRollout, metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		last = ro
-		return cond(ro)
-	})
-	return last
 }
 
 func describeBG(ro *v1alpha1.Rollout) string {
@@ -123,7 +107,7 @@ func (b *blueGreenLab) deploy(t *testing.T, env map[string]string) (newHash, old
 	if _, err := b.argo.ArgoprojV1alpha1().Rollouts(bgNamespace).Patch(b.ctx, bgRollout, types.JSONPatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatalf("roll out %s: %v", version, err)
 	}
-	ro := b.waitRollout(t, time.Minute, version+" is the new ReplicaSet", func(ro *v1alpha1.Rollout) (bool, string) {
+	ro := b.waitRollout(t, bgNamespace, bgRollout, time.Minute, version+" is the new ReplicaSet", func(ro *v1alpha1.Rollout) (bool, string) {
 		return ro.Status.ObservedGeneration == strconv.FormatInt(ro.Generation, 10) && ro.Status.CurrentPodHash != oldHash && ro.Status.CurrentPodHash != "",
 			describeBG(ro)
 	})
@@ -161,7 +145,7 @@ func (b *blueGreenLab) awaitAnalysis(t *testing.T, limit time.Duration, newHash,
 			if run == nil || run.Status.Phase != v1alpha1.AnalysisPhaseSuccessful {
 				t.Fatalf("the active Service moved to %s before the pre-promotion analysis passed: %s", active, describeBG(ro))
 			}
-		} else if n, err := b.podRequests(newHash, p.ips); err == nil {
+		} else if n, err := b.servedRequests(bgNamespace, newHash, p.ips); err == nil {
 			p.markedBefore = n
 		}
 		p.run = run
@@ -248,7 +232,7 @@ func (b *blueGreenLab) goodVersion(t *testing.T) {
 	if n, _ := strconv.ParseInt(ms.Metadata["canaryCount"], 10, 64); n < measuredCount(t, b.lab) {
 		t.Errorf("the measurement judged %s requests to the new pods: want the template's count, %d", ms.Metadata["canaryCount"], measuredCount(t, b.lab))
 	}
-	ro := b.waitRollout(t, 2*time.Minute, "the good version promoted (active = "+newHash+", Healthy)", func(ro *v1alpha1.Rollout) (bool, string) {
+	ro := b.waitRollout(t, bgNamespace, bgRollout, 2*time.Minute, "the good version promoted (active = "+newHash+", Healthy)", func(ro *v1alpha1.Rollout) (bool, string) {
 		if ro.Status.Abort {
 			t.Fatalf("the good version was aborted: %s", describeBG(ro))
 		}
@@ -298,7 +282,7 @@ func (b *blueGreenLab) slowVersion(t *testing.T) {
 			t.Errorf("failed checks %v: want p99 and/or ratio:p99 only (%s)", failed, ms.Message)
 		}
 	}
-	ro := b.waitRollout(t, time.Minute, "the rollout aborted (Degraded), users still on "+oldHash, func(ro *v1alpha1.Rollout) (bool, string) {
+	ro := b.waitRollout(t, bgNamespace, bgRollout, time.Minute, "the rollout aborted (Degraded), users still on "+oldHash, func(ro *v1alpha1.Rollout) (bool, string) {
 		if ro.Status.BlueGreen.ActiveSelector != oldHash {
 			t.Fatalf("the active Service moved to %s after a failed pre-promotion analysis: %s", ro.Status.BlueGreen.ActiveSelector, describeBG(ro))
 		}
@@ -307,7 +291,7 @@ func (b *blueGreenLab) slowVersion(t *testing.T) {
 	t.Logf("aborted: %s", describeBG(ro))
 	// The new pods are still up (abortScaleDownDelaySeconds 30): count what
 	// reached them, at the pods and at Envoy.
-	marked, err := b.podRequests(newHash, p.ips)
+	marked, err := b.servedRequests(bgNamespace, newHash, p.ips)
 	if err != nil {
 		t.Fatalf("read the new pods' request counters: %v", err)
 	}
@@ -382,54 +366,23 @@ func measuredCount(t *testing.T, l *lab) int64 {
 	return cfg.Load.Count
 }
 
-// podRequests sums the "/" requests the pods with the given hash have
-// served (their /metrics; readiness probes go to /healthz) and adds their
-// IPs to ips.
-func (b *blueGreenLab) podRequests(hash string, ips map[string]bool) (int64, error) {
-	pods, err := b.kube.CoreV1().Pods(bgNamespace).List(b.ctx, metav1.ListOptions{LabelSelector: "rollouts-pod-template-hash=" + hash})
-	if err != nil {
-		return 0, err
-	}
-	var total int64
-	for _, p := range pods.Items {
-		if p.Status.PodIP == "" {
-			continue
-		}
-		ips[p.Status.PodIP] = true
-		body, err := get(b.ctx, "http://"+p.Status.PodIP+":8080/metrics")
-		if err != nil {
-			return 0, fmt.Errorf("pod %s: %w", p.Name, err)
-		}
-		for _, m := range requestsSeries.FindAllStringSubmatch(body, -1) {
-			n, _ := strconv.ParseInt(m[1], 10, 64)
-			total += n
-		}
-	}
-	return total, nil
-}
-
-// hostRequests matches Envoy's per-host request counter in admin /clusters:
-// "<cluster>::<ip>:<port>::rq_total::<n>".
-var hostRequests = regexp.MustCompile(`(?m)^([^:\n]+)::(\d+\.\d+\.\d+\.\d+):\d+::rq_total::(\d+)$`)
-
 // envoyHostRequests sums the requests the gateway's Envoy sent to the given
 // pod IPs, in any cluster, and says which clusters have them as hosts (with
 // their counts). The analysis' load goes to pod IPs directly, not through
 // Envoy: everything counted here is a user's request.
 func envoyHostRequests(ips map[string]bool) (int64, []string, error) {
-	out, err := adminGet("/clusters")
+	counts, err := envoyHostCounts()
 	if err != nil {
 		return 0, nil, err
 	}
 	var total int64
 	var where []string
-	for _, m := range hostRequests.FindAllStringSubmatch(out, -1) {
-		if !ips[m[2]] {
+	for _, c := range counts {
+		if !ips[c.ip] {
 			continue
 		}
-		n, _ := strconv.ParseInt(m[3], 10, 64)
-		total += n
-		where = append(where, fmt.Sprintf("%s %s: %d", m[1], m[2], n))
+		total += c.n
+		where = append(where, fmt.Sprintf("%s %s: %d", c.cluster, c.ip, c.n))
 	}
 	return total, where, nil
 }
@@ -437,28 +390,14 @@ func envoyHostRequests(ips map[string]bool) (int64, []string, error) {
 // bgRequest sends one GET through the gateway with Host bluegreen.lab and
 // returns the version that answered.
 func bgRequest(ctx context.Context, client *http.Client, i int) (string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, gatewayURL+"?seed="+strconv.Itoa(i), nil)
-	if err != nil {
-		return "", err
-	}
-	req.Host = bgHost
-	resp, err := client.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
+	resp, body, err := send(ctx, client, http.MethodGet, gatewayURL+"?seed="+strconv.Itoa(i), bgHost, nil)
 	if err != nil {
 		return "", err
 	}
 	if resp.StatusCode != http.StatusOK {
 		return "", fmt.Errorf("status %d: %s", resp.StatusCode, strings.TrimSpace(string(body)))
 	}
-	var doc struct{ Version string }
-	if err := json.Unmarshal(body, &doc); err != nil {
-		return "", fmt.Errorf("body %q: %w", body, err)
-	}
-	return doc.Version, nil
+	return versionOf(body)
 }
 
 func sortedIPs(m map[string]bool) []string {

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"maps"
 	"net/http"
 	"os"
@@ -23,6 +22,7 @@ import (
 	"github.com/danki-dev/danki/lab/traffic"
 	"github.com/danki-dev/danki/pkg/capacity"
 	"github.com/danki-dev/danki/pkg/warmup"
+	"github.com/danki-dev/danki/pkg/wellknown"
 	"github.com/danki-dev/danki/test/testenv"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -59,7 +59,7 @@ func TestLabDankiRollout(t *testing.T) {
 	l := startLab(t)
 	dir := filepath.Join(l.root, "lab", "manifests")
 	l.apply(t, filepath.Join(dir, "10-services.yaml"), filepath.Join(dir, "20-gateway.yaml"), filepath.Join(dir, "danki"))
-	l.waitHealthy(t, 2)
+	l.waitHealthy(t, "app", 2)
 	waitFor(t, l.ctx, 2*time.Minute, "the gateway answers", func() (bool, string) {
 		_, err := oneRequest(l.ctx, http.DefaultClient, 0)
 		return err == nil, fmt.Sprint(err)
@@ -149,7 +149,7 @@ func (d *dankiLab) deploy(t *testing.T, env map[string]string, warm map[string]a
 		t.Fatalf("roll out %s: %v", version, err)
 	}
 	// Wait until the controller has taken the new revision.
-	d.waitRollout(t, time.Minute, version+" is the canary", func(ro *v1alpha1.Rollout) (bool, string) {
+	d.waitRollout(t, "default", "app", time.Minute, version+" is the canary", func(ro *v1alpha1.Rollout) (bool, string) {
 		return ro.Status.ObservedGeneration == strconv.FormatInt(ro.Generation, 10) && canaryImage(ro) == version && ro.Status.CurrentPodHash != ro.Status.StableRS,
 			fmt.Sprintf("phase %s, %s", ro.Status.Phase, ro.Status.Message)
 	})
@@ -159,20 +159,6 @@ func (d *dankiLab) deploy(t *testing.T, env map[string]string, warm map[string]a
 func canaryImage(ro *v1alpha1.Rollout) string {
 	_, tag, _ := strings.Cut(ro.Spec.Template.Spec.Containers[0].Image, ":")
 	return tag
-}
-
-func (d *dankiLab) waitRollout(t *testing.T, limit time.Duration, what string, cond func(*v1alpha1.Rollout) (bool, string)) *v1alpha1.Rollout {
-	t.Helper()
-	var last *v1alpha1.Rollout
-	waitFor(t, d.ctx, limit, what, func() (bool, string) {
-		ro, err := d.argo.ArgoprojV1alpha1().Rollouts("default").Get(d.ctx, "app", metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		last = ro
-		return cond(ro)
-	})
-	return last
 }
 
 func describe(ro *v1alpha1.Rollout) string {
@@ -221,7 +207,7 @@ func warmupStatus(ro *v1alpha1.Rollout) *warmupState {
 func (d *dankiLab) awaitWarmup(t *testing.T, limit time.Duration) *warmupState {
 	t.Helper()
 	var st *warmupState
-	d.waitRollout(t, limit, "danki/warmup finished", func(ro *v1alpha1.Rollout) (bool, string) {
+	d.waitRollout(t, "default", "app", limit, "danki/warmup finished", func(ro *v1alpha1.Rollout) (bool, string) {
 		st = warmupStatus(ro)
 		if st != nil && (st.Phase == v1alpha1.StepPluginPhaseSuccessful || st.Phase == v1alpha1.StepPluginPhaseFailed) {
 			return true, ""
@@ -267,7 +253,7 @@ func (d *dankiLab) goodVersion(t *testing.T) {
 		t.Errorf("first window p99 %s is not ≥ 3× the last window's %s: the canary was not cold, or the warm-up did not measure it", first, last)
 	}
 
-	ro := d.waitRollout(t, 8*time.Minute, "the good version promoted (Healthy, stable = canary)", func(ro *v1alpha1.Rollout) (bool, string) {
+	ro := d.waitRollout(t, "default", "app", 8*time.Minute, "the good version promoted (Healthy, stable = canary)", func(ro *v1alpha1.Rollout) (bool, string) {
 		if ro.Status.Abort {
 			t.Fatalf("the good version was aborted: %s; events: %s", describe(ro), d.events(t, ""))
 		}
@@ -345,7 +331,7 @@ func (d *dankiLab) abortMidRamp(t *testing.T) {
 	if after.canary != before.canary || after.stable-before.stable < 100 {
 		t.Errorf("after the abort Envoy sent %d requests to the canary and %d to stable in 3 s: want 0 and all", after.canary-before.canary, after.stable-before.stable)
 	}
-	d.waitRollout(t, time.Minute, "the rollout is Degraded (aborted)", func(ro *v1alpha1.Rollout) (bool, string) {
+	d.waitRollout(t, "default", "app", time.Minute, "the rollout is Degraded (aborted)", func(ro *v1alpha1.Rollout) (bool, string) {
 		return ro.Status.Phase == v1alpha1.RolloutPhaseDegraded && ro.Status.Abort, describe(ro)
 	})
 }
@@ -428,7 +414,7 @@ func (d *dankiLab) gateBreach(t *testing.T) {
 	if st := d.awaitWarmup(t, 6*time.Minute); st.Phase != v1alpha1.StepPluginPhaseSuccessful {
 		t.Fatalf("warm-up ended %s: %s", st.Phase, st.Message)
 	}
-	d.waitRollout(t, 5*time.Minute, "the ramp's gate aborts the rollout", func(ro *v1alpha1.Rollout) (bool, string) {
+	d.waitRollout(t, "default", "app", 5*time.Minute, "the ramp's gate aborts the rollout", func(ro *v1alpha1.Rollout) (bool, string) {
 		return ro.Status.Abort && ro.Status.Phase == v1alpha1.RolloutPhaseDegraded, describe(ro)
 	})
 	seen := d.settledWeights(t, start, 0, 30*time.Second, "canary weight 0")
@@ -461,7 +447,7 @@ func (d *dankiLab) analysisFails(t *testing.T) {
 	if st := d.awaitWarmup(t, 6*time.Minute); st.Phase != v1alpha1.StepPluginPhaseSuccessful {
 		t.Fatalf("warm-up ended %s: %s", st.Phase, st.Message)
 	}
-	ro := d.waitRollout(t, 5*time.Minute, "the analysis aborts the rollout", func(ro *v1alpha1.Rollout) (bool, string) {
+	ro := d.waitRollout(t, "default", "app", 5*time.Minute, "the analysis aborts the rollout", func(ro *v1alpha1.Rollout) (bool, string) {
 		return ro.Status.Abort && ro.Status.Phase == v1alpha1.RolloutPhaseDegraded, describe(ro)
 	})
 	// The analysis step aborted it (the gate, p99 ≤ 500ms, let it through).
@@ -479,13 +465,13 @@ func (d *dankiLab) analysisFails(t *testing.T) {
 func (d *dankiLab) abortWarmup(t *testing.T) {
 	// A warm-up that would run for minutes.
 	d.deploy(t, nil, map[string]any{"minRequests": 100000, "maxRequests": 200000})
-	ro := d.waitRollout(t, 3*time.Minute, "danki/warmup running", func(ro *v1alpha1.Rollout) (bool, string) {
+	ro := d.waitRollout(t, "default", "app", 3*time.Minute, "danki/warmup running", func(ro *v1alpha1.Rollout) (bool, string) {
 		st := warmupStatus(ro)
 		return st != nil && st.Phase == v1alpha1.StepPluginPhaseRunning, describe(ro)
 	})
 	var n0 int64
 	waitFor(t, d.ctx, 2*time.Minute, "warm-up load on the canary pods", func() (bool, string) {
-		n, err := d.canaryRequests(ro.Status.CurrentPodHash)
+		n, err := d.servedRequests("default", ro.Status.CurrentPodHash, nil)
 		n0 = n
 		return err == nil && n > 500, fmt.Sprintf("%d requests %v", n, err)
 	})
@@ -494,7 +480,7 @@ func (d *dankiLab) abortWarmup(t *testing.T) {
 	// them: their weight is 0) until they stay still for 3 s.
 	last, lastChange := n0, abortedAt
 	for time.Since(lastChange) < 3*time.Second {
-		n, err := d.canaryRequests(ro.Status.CurrentPodHash)
+		n, err := d.servedRequests("default", ro.Status.CurrentPodHash, nil)
 		if err != nil {
 			t.Fatalf("read the canary pods' request counters: %v", err)
 		}
@@ -511,41 +497,15 @@ func (d *dankiLab) abortWarmup(t *testing.T) {
 	}
 }
 
-var requestsSeries = regexp.MustCompile(`(?m)^sample_app_requests_total\{path="/",[^}]*\} (\d+)`)
-
-// canaryRequests sums the "/" requests the canary pods have served (from
-// their /metrics).
-func (d *dankiLab) canaryRequests(hash string) (int64, error) {
-	pods, err := d.kube.CoreV1().Pods("default").List(d.ctx, metav1.ListOptions{LabelSelector: "rollouts-pod-template-hash=" + hash})
-	if err != nil {
-		return 0, err
-	}
-	var total int64
-	for _, p := range pods.Items {
-		if p.Status.PodIP == "" {
-			continue
-		}
-		body, err := get(d.ctx, "http://"+p.Status.PodIP+":8080/metrics")
-		if err != nil {
-			return 0, fmt.Errorf("pod %s: %w", p.Name, err)
-		}
-		for _, m := range requestsSeries.FindAllStringSubmatch(body, -1) {
-			n, _ := strconv.ParseInt(m[1], 10, 64)
-			total += n
-		}
-	}
-	return total, nil
-}
-
 func (d *dankiLab) pluginRestart(t *testing.T) {
 	d.deploy(t, nil, nil)
-	ro := d.waitRollout(t, 3*time.Minute, "danki/warmup running", func(ro *v1alpha1.Rollout) (bool, string) {
+	ro := d.waitRollout(t, "default", "app", 3*time.Minute, "danki/warmup running", func(ro *v1alpha1.Rollout) (bool, string) {
 		st := warmupStatus(ro)
 		return st != nil && st.Phase == v1alpha1.StepPluginPhaseRunning, describe(ro)
 	})
 	// Kill it early in the warm-up (minRequests is 1,500 per pod).
 	waitFor(t, d.ctx, 2*time.Minute, "warm-up load on the canary pods", func() (bool, string) {
-		n, err := d.canaryRequests(ro.Status.CurrentPodHash)
+		n, err := d.servedRequests("default", ro.Status.CurrentPodHash, nil)
 		return err == nil && n > 300, fmt.Sprintf("%d requests %v", n, err)
 	})
 	pid := stepPluginPID(t)
@@ -560,7 +520,7 @@ func (d *dankiLab) pluginRestart(t *testing.T) {
 	if pid2 := stepPluginPID(t); pid2 == pid {
 		t.Fatalf("the danki/warmup plugin process is still %d", pid)
 	}
-	d.waitRollout(t, 3*time.Minute, "the rollout went on to setWeight 20", func(ro *v1alpha1.Rollout) (bool, string) {
+	d.waitRollout(t, "default", "app", 3*time.Minute, "the rollout went on to setWeight 20", func(ro *v1alpha1.Rollout) (bool, string) {
 		if ro.Status.Abort {
 			t.Fatalf("aborted: %s", describe(ro))
 		}
@@ -603,7 +563,7 @@ func (d *dankiLab) neverConverges(t *testing.T) {
 // version replaced mid-rollout); from then on they are this one's.
 func (d *dankiLab) abortedAtWeightZero(t *testing.T, start time.Time, what string) {
 	t.Helper()
-	d.waitRollout(t, time.Minute, "the rollout aborted", func(ro *v1alpha1.Rollout) (bool, string) {
+	d.waitRollout(t, "default", "app", time.Minute, "the rollout aborted", func(ro *v1alpha1.Rollout) (bool, string) {
 		return ro.Status.Abort && ro.Status.Phase == v1alpha1.RolloutPhaseDegraded, describe(ro)
 	})
 	seen := d.settledWeights(t, start, 0, 30*time.Second, "canary weight 0")
@@ -611,21 +571,6 @@ func (d *dankiLab) abortedAtWeightZero(t *testing.T, start time.Time, what strin
 	if first0 < 0 || slices.Max(seen[first0:]) != 0 {
 		t.Errorf("canary weights %s: %s got users", fmtWeights(seen), what)
 	}
-}
-
-// get returns the body of a GET.
-func get(ctx context.Context, url string) (string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return "", err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return string(b), err
 }
 
 // settledWeights waits until the traffic watch has seen the VirtualService
@@ -744,7 +689,7 @@ func (d *dankiLab) abortCorruptState(t *testing.T) {
 	})
 	seen := d.settledWeights(t, start, 0, 10*time.Second, "the traffic watch sees canary weight 0")
 	t.Logf("canary weights: %s", fmtWeights(seen))
-	d.waitRollout(t, time.Minute, "the rollout is Degraded (aborted)", func(ro *v1alpha1.Rollout) (bool, string) {
+	d.waitRollout(t, "default", "app", time.Minute, "the rollout is Degraded (aborted)", func(ro *v1alpha1.Rollout) (bool, string) {
 		return ro.Status.Phase == v1alpha1.RolloutPhaseDegraded && ro.Status.Abort, describe(ro)
 	})
 }
@@ -817,7 +762,7 @@ func (d *dankiLab) prometheusOutage(t *testing.T) {
 	d.startPrometheus(t)
 	down = false
 	restartedAt := time.Now()
-	ro := d.waitRollout(t, 8*time.Minute, "the version promoted after the outage (Healthy, stable = canary)", func(ro *v1alpha1.Rollout) (bool, string) {
+	ro := d.waitRollout(t, "default", "app", 8*time.Minute, "the version promoted after the outage (Healthy, stable = canary)", func(ro *v1alpha1.Rollout) (bool, string) {
 		if ro.Status.Abort {
 			t.Fatalf("aborted after the outage: %s; events: %s", describe(ro), d.events(t, ""))
 		}
@@ -950,16 +895,16 @@ func (d *dankiLab) capacityGood(t *testing.T) {
 	if st.Phase != v1alpha1.StepPluginPhaseSuccessful || !strings.Contains(st.Message, "capacity: knee") || !strings.Contains(st.Message, "recorded for revision") {
 		t.Fatalf("warm-up + capacity check of a good version ended %s: %s; want Successful with its knee recorded", st.Phase, st.Message)
 	}
-	ro := d.waitRollout(t, 8*time.Minute, "the good version promoted (Healthy, stable = canary)", func(ro *v1alpha1.Rollout) (bool, string) {
+	ro := d.waitRollout(t, "default", "app", 8*time.Minute, "the good version promoted (Healthy, stable = canary)", func(ro *v1alpha1.Rollout) (bool, string) {
 		if ro.Status.Abort {
 			t.Fatalf("the good version was aborted: %s", describe(ro))
 		}
 		return ro.Status.Phase == v1alpha1.RolloutPhaseHealthy && ro.Status.StableRS == ro.Status.CurrentPodHash, describe(ro)
 	})
-	history, err := capacity.ParseHistory(ro.Annotations[capacity.HistoryAnnotation])
+	history, err := capacity.ParseHistory(ro.Annotations[wellknown.CapacityKneesAnnotation])
 	k, ok := history.Of(ro.Status.StableRS)
 	if err != nil || !ok || k.QPS < 40 {
-		t.Fatalf("annotation %s = %q (%v): want the new stable %s's knee, ≥ minQPS 40", capacity.HistoryAnnotation, ro.Annotations[capacity.HistoryAnnotation], err, ro.Status.StableRS)
+		t.Fatalf("annotation %s = %q (%v): want the new stable %s's knee, ≥ minQPS 40", wellknown.CapacityKneesAnnotation, ro.Annotations[wellknown.CapacityKneesAnnotation], err, ro.Status.StableRS)
 	}
 	t.Logf("knee recorded for %s: %.0f qps (capped: %v)", k.Revision, k.QPS, k.Capped)
 }
@@ -981,7 +926,7 @@ func (d *dankiLab) capacityKnobUnchecked(t *testing.T) {
 	if st.Phase != v1alpha1.StepPluginPhaseSuccessful {
 		t.Fatalf("warm-up of the capacity-knob version without the check ended %s: %s", st.Phase, st.Message)
 	}
-	ro := d.waitRollout(t, 8*time.Minute, "the capacity-knob version promoted at user load (warm-up, gate and analysis passed)", func(ro *v1alpha1.Rollout) (bool, string) {
+	ro := d.waitRollout(t, "default", "app", 8*time.Minute, "the capacity-knob version promoted at user load (warm-up, gate and analysis passed)", func(ro *v1alpha1.Rollout) (bool, string) {
 		if ro.Status.Abort {
 			t.Fatalf("the capacity-knob version was aborted at user load: %s; events: %s", describe(ro), d.events(t, ""))
 		}

@@ -6,9 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -20,6 +18,7 @@ import (
 
 	"github.com/danki-dev/danki/lab/scenario"
 	"github.com/danki-dev/danki/lab/traffic"
+	"github.com/danki-dev/danki/pkg/wellknown"
 	"github.com/danki-dev/danki/test/testenv"
 )
 
@@ -27,14 +26,9 @@ import (
 const (
 	gatedApp     = "app-gated"
 	gatedHost    = "gated.lab"
-	condWarm     = "danki.dev/warm"
+	condWarm     = wellknown.WarmCondition
 	gatedCluster = `outbound|8080||app-gated.default.svc.cluster.local`
 )
-
-// Envoy's per-endpoint request counter for the gated cluster (admin
-// /clusters): requests the gateway sent to that pod — user requests only,
-// since the gate's warm-up goes straight to the pod IP, not through Envoy.
-var gatedEndpointRq = regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(gatedCluster) + `::(10\.244\.0\.\d+):8080::rq_total::(\d+)$`)
 
 // TestLabWarmGate is the warm gate (#16) on the lab: `danki gate` runs out
 // of cluster (the lab's danki binary), its webhook registered on the lab's
@@ -347,16 +341,20 @@ func cpuRequests(p *corev1.Pod) (spec, applied string) {
 	return spec, applied
 }
 
-// gatedRequests reads Envoy's rq_total per endpoint IP of the gated cluster.
+// gatedRequests reads Envoy's rq_total per endpoint IP (10.244.0.x:8080) of
+// the gated cluster: requests the gateway sent to that pod — user requests
+// only, since the gate's warm-up goes straight to the pod IP, not through
+// Envoy.
 func gatedRequests() (map[string]int64, error) {
-	body, err := adminGet("/clusters")
+	counts, err := envoyHostCounts()
 	if err != nil {
 		return nil, err
 	}
 	rq := map[string]int64{}
-	for _, m := range gatedEndpointRq.FindAllStringSubmatch(body, -1) {
-		n, _ := strconv.ParseInt(m[2], 10, 64)
-		rq[m[1]] = n
+	for _, c := range counts {
+		if c.cluster == gatedCluster && c.port == "8080" && strings.HasPrefix(c.ip, "10.244.0.") {
+			rq[c.ip] = c.n
+		}
 	}
 	return rq, nil
 }
@@ -414,19 +412,4 @@ func gateLogHas(path, msg, ref string) string {
 		}
 	}
 	return ""
-}
-
-// getHost sends one GET through the gateway with the given Host.
-func getHost(ctx context.Context, host string) (int, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, gatewayURL, nil)
-	if err != nil {
-		return 0, err
-	}
-	req.Host = host
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	resp.Body.Close()
-	return resp.StatusCode, nil
 }

@@ -50,14 +50,7 @@ func TestLabGRPCWarmup(t *testing.T) {
 	l.apply(t, filepath.Join(dir, "20-gateway.yaml"), filepath.Join(dir, "grpc"))
 	rollouts := l.argo.ArgoprojV1alpha1().Rollouts("default")
 	getRO := func() (*v1alpha1.Rollout, error) { return rollouts.Get(l.ctx, grpcRollout, metav1.GetOptions{}) }
-	waitFor(t, l.ctx, 5*time.Minute, "Rollout app-grpc Healthy with 2 available pods", func() (bool, string) {
-		ro, err := getRO()
-		if err != nil {
-			return false, err.Error()
-		}
-		return ro.Status.Phase == v1alpha1.RolloutPhaseHealthy && ro.Status.AvailableReplicas == 2,
-			fmt.Sprintf("phase %s, %d available: %s", ro.Status.Phase, ro.Status.AvailableReplicas, ro.Status.Message)
-	})
+	l.waitHealthy(t, grpcRollout, 2)
 
 	ro, err := getRO()
 	if err != nil {
@@ -147,11 +140,7 @@ func TestLabGRPCWarmup(t *testing.T) {
 	}
 
 	// Only after the warm-up does the canary get its weight.
-	waitFor(t, l.ctx, 2*time.Minute, "Rollout app-grpc paused at setWeight 50 after the warm-up", func() (bool, string) {
-		ro, err := getRO()
-		if err != nil {
-			return false, err.Error()
-		}
+	l.waitRollout(t, "default", grpcRollout, 2*time.Minute, "Rollout app-grpc paused at setWeight 50 after the warm-up", func(ro *v1alpha1.Rollout) (bool, string) {
 		w, err := grpcCanaryWeight(l)
 		if err != nil {
 			return false, err.Error()

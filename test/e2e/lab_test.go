@@ -53,7 +53,7 @@ func TestLabCanarySplit(t *testing.T) {
 	ctx, kube, argo, root := l.ctx, l.kube, l.argo, l.root
 	l.apply(t, filepath.Join(root, "lab", "manifests"))
 	rollouts := argo.ArgoprojV1alpha1().Rollouts("default")
-	l.waitHealthy(t, 2)
+	l.waitHealthy(t, "app", 2)
 	assertJVMPods(t, ctx, kube, 2)
 
 	t.Log("image → danki.dev/sample-app:v2")
@@ -61,11 +61,7 @@ func TestLabCanarySplit(t *testing.T) {
 	if _, err := rollouts.Patch(ctx, "app", types.JSONPatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		t.Fatalf("set image v2: %v", err)
 	}
-	waitFor(t, ctx, 5*time.Minute, "Rollout app paused at setWeight 50 with a ready canary", func() (bool, string) {
-		ro, err := rollouts.Get(ctx, "app", metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
+	l.waitRollout(t, "default", "app", 5*time.Minute, "Rollout app paused at setWeight 50 with a ready canary", func(ro *v1alpha1.Rollout) (bool, string) {
 		w := ro.Status.Canary.Weights
 		if w == nil {
 			return false, fmt.Sprintf("phase %s, no weights yet", ro.Status.Phase)
@@ -201,20 +197,6 @@ func (l *lab) apply(t *testing.T, paths ...string) {
 	}
 }
 
-// waitHealthy waits until Rollout default/app is Healthy with n available pods.
-func (l *lab) waitHealthy(t *testing.T, n int32) {
-	t.Helper()
-	rollouts := l.argo.ArgoprojV1alpha1().Rollouts("default")
-	waitFor(t, l.ctx, 5*time.Minute, fmt.Sprintf("Rollout app Healthy with %d available pods", n), func() (bool, string) {
-		ro, err := rollouts.Get(l.ctx, "app", metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		return ro.Status.Phase == v1alpha1.RolloutPhaseHealthy && ro.Status.AvailableReplicas == n,
-			fmt.Sprintf("phase %s, %d available: %s", ro.Status.Phase, ro.Status.AvailableReplicas, ro.Status.Message)
-	})
-}
-
 // script runs a lab script, streaming its progress into the test log.
 func script(t *testing.T, ctx context.Context, root, path string) error {
 	t.Helper()
@@ -236,28 +218,6 @@ func script(t *testing.T, ctx context.Context, root, path string) error {
 	pw.Close()
 	wg.Wait()
 	return err
-}
-
-func waitFor(t *testing.T, ctx context.Context, limit time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	start := time.Now()
-	deadline := start.Add(limit)
-	last := ""
-	for {
-		ok, state := cond()
-		if ok {
-			t.Logf("%s (after %.1f s)", what, time.Since(start).Seconds())
-			return
-		}
-		if state != last {
-			t.Logf("waiting for %s: %s", what, state)
-			last = state
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			t.Fatalf("%s: not reached after %s; last state: %s", what, limit, state)
-		}
-		time.Sleep(time.Second)
-	}
 }
 
 // assertJVMPods checks that n pods of the sample app run, each as a real
@@ -321,10 +281,6 @@ func envoyReady() (bool, string) {
 		fmt.Sprintf("weight-50 routes %v, healthy endpoints %v", weights, healthy)
 }
 
-func adminGet(path string) (string, error) {
-	return get(context.Background(), envoyAdminURL+path)
-}
-
 // sendRequests sends n GETs through the gateway on `workers` keep-alive
 // connections and counts which version answered (X-Version header, checked
 // against the JSON body).
@@ -359,33 +315,6 @@ func sendRequests(ctx context.Context, n, workers int) (map[string]int, []error)
 	close(next)
 	wg.Wait()
 	return counts, errs
-}
-
-func oneRequest(ctx context.Context, client *http.Client, i int) (string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, gatewayURL+"?seed="+strconv.Itoa(i), nil)
-	if err != nil {
-		return "", err
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return "", err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("request %d: status %d: %s", i, resp.StatusCode, bytes.TrimSpace(body))
-	}
-	var doc struct{ Version string }
-	if err := json.Unmarshal(body, &doc); err != nil {
-		return "", fmt.Errorf("request %d: body %q: %w", i, body, err)
-	}
-	if h := resp.Header.Get("X-Version"); h != doc.Version {
-		return "", fmt.Errorf("request %d: X-Version %q but body says %q", i, h, doc.Version)
-	}
-	return doc.Version, nil
 }
 
 // assertWarmupWritesRollBack sends marked writes the way danki's warm-up

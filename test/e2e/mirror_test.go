@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/danki-dev/danki/pkg/shift"
+	"github.com/danki-dev/danki/pkg/wellknown"
 )
 
 // TestLabMirrorWarmup is the mirror source end to end (issue #18): users
@@ -33,7 +34,7 @@ func TestLabMirrorWarmup(t *testing.T) {
 	l := startLab(t)
 	dir := filepath.Join(l.root, "lab", "manifests")
 	l.apply(t, filepath.Join(dir, "10-services.yaml"), filepath.Join(dir, "20-gateway.yaml"), filepath.Join(dir, "danki"))
-	l.waitHealthy(t, 2)
+	l.waitHealthy(t, "app", 2)
 	waitFor(t, l.ctx, 2*time.Minute, "the gateway answers", func() (bool, string) {
 		_, err := oneRequest(l.ctx, http.DefaultClient, 0)
 		return err == nil, fmt.Sprint(err)
@@ -92,7 +93,7 @@ func TestLabMirrorWarmup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := vs.Annotations[shift.MirrorAnnotation]; ok || len(vs.Spec.Http[0].Mirrors) > 0 || len(vs.Spec.Http) != 1 {
+	if _, ok := vs.Annotations[wellknown.MirrorAnnotation]; ok || len(vs.Spec.Http[0].Mirrors) > 0 || len(vs.Spec.Http) != 1 {
 		t.Fatalf("mirror left on the VirtualService: annotations %v, http %v", vs.Annotations, vs.Spec.Http)
 	}
 	waitFor(t, l.ctx, time.Minute, "Envoy's route config has no mirror", func() (bool, string) {
@@ -243,25 +244,16 @@ func userRequest(ctx context.Context, client *http.Client, i int, post bool) (st
 		method, url = http.MethodPost, gatewayURL+"orders"
 		body = strings.NewReader(`{"email":"user@example.com","lines":[{"sku":"ABC-0001-abcdef","qty":2,"price":"4.50"}]}`)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, url, body)
-	if err != nil {
-		return "", err
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
+	resp, b, err := send(ctx, client, method, url, "", body)
 	if err != nil {
 		return "", err
 	}
 	if resp.StatusCode >= 300 {
 		return "", fmt.Errorf("%s %s: status %d", method, url, resp.StatusCode)
 	}
-	var doc struct{ Version string }
-	if err := json.Unmarshal(b, &doc); err != nil {
-		return "", fmt.Errorf("%s %s: body %q: %w", method, url, b, err)
+	v, err := versionOf(b)
+	if err != nil {
+		return "", fmt.Errorf("%s %s: %w", method, url, err)
 	}
-	return doc.Version, nil
+	return v, nil
 }

@@ -3,11 +3,8 @@ package main
 import (
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
-	"os/signal"
 	"path/filepath"
-	"syscall"
 	"time"
 
 	"github.com/danki-dev/danki/lab/scenario"
@@ -51,12 +48,12 @@ non-zero if any run was rejected.`,
 			if runs < 1 {
 				return fmt.Errorf("--runs %d: at least one", runs)
 			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			ctx, stop := interruptible(cmd)
 			defer stop()
-			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+			log := stderrLog(cmd)
 			res, err := scenario.AA(ctx, scenario.AAConfig{
-				Root: root, Kubeconfig: kubeconfig, GatewayURL: gateway, QPS: qps,
-				Runs: runs, Settle: settle, Between: between, Timeout: timeout, Log: log,
+				Common: scenario.Common{Root: root, Kubeconfig: kubeconfig, GatewayURL: gateway, QPS: qps, Settle: settle, Log: log},
+				Runs:   runs, Between: between, Timeout: timeout,
 				OnRun: func(r *scenario.AAResult) {
 					if _, err := scenario.WriteAAResults(out, r); err != nil {
 						log.Warn("could not write partial A/A results", "out", out, "err", err)
@@ -89,7 +86,7 @@ non-zero if any run was rejected.`,
 	f := cmd.Flags()
 	f.StringVar(&root, "root", ".", "the danki repository (for lab/manifests)")
 	f.StringVar(&kubeconfig, "kubeconfig", "", "the lab's kubeconfig")
-	f.StringVar(&gateway, "gateway", "http://127.0.0.1:18080/", "where user traffic enters")
+	f.StringVar(&gateway, "gateway", scenario.DefaultGatewayURL, "where user traffic enters")
 	f.StringVar(&out, "out", "aa-results", "directory for aa.md and aa.json (rewritten after every run)")
 	f.Float64Var(&qps, "qps", 80, "steady user traffic, requests per second")
 	f.IntVar(&runs, "runs", 20, "rollouts of the same version")

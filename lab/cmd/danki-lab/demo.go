@@ -4,11 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
-	"os/signal"
 	"path/filepath"
-	"syscall"
 	"time"
 
 	"github.com/danki-dev/danki/lab/scenario"
@@ -72,13 +69,13 @@ and stops the lab; "make bench" adds --oracle and reports ratios.`,
 			if _, err := os.Stat(filepath.Join(root, "lab", "manifests", "danki")); err != nil {
 				return fmt.Errorf("--root %s: not the danki repository (no lab/manifests/danki): %w", root, err)
 			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			ctx, stop := interruptible(cmd)
 			defer stop()
 			res, err := scenario.Demo(ctx, scenario.Config{
-				Root: root, Kubeconfig: kubeconfig, GatewayURL: gateway, QPS: qps,
-				Settle: settle, Before: before, After: after, Oracle: oracle,
+				Common: scenario.Common{Root: root, Kubeconfig: kubeconfig, GatewayURL: gateway, QPS: qps,
+					Settle: settle, Log: stderrLog(cmd)},
+				Before: before, After: after, Oracle: oracle,
 				Contenders: contenders, Mirror: mirror, SkipBadVersion: skipBad,
-				Log: slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil)),
 			})
 			if err != nil {
 				return err
@@ -104,7 +101,7 @@ and stops the lab; "make bench" adds --oracle and reports ratios.`,
 	f := cmd.Flags()
 	f.StringVar(&root, "root", ".", "the danki repository (for lab/manifests)")
 	f.StringVar(&kubeconfig, "kubeconfig", "", "the lab's kubeconfig")
-	f.StringVar(&gateway, "gateway", "http://127.0.0.1:18080/", "where user traffic enters")
+	f.StringVar(&gateway, "gateway", scenario.DefaultGatewayURL, "where user traffic enters")
 	f.StringVar(&out, "out", "demo-results", "directory for results.json, results.md, latency.svg and latency.png")
 	f.Float64Var(&qps, "qps", 80, "steady user traffic, requests per second")
 	f.DurationVar(&settle, "settle", 45*time.Second, "user traffic on fresh v1 pods before measuring (warms them)")
@@ -133,13 +130,13 @@ func runShortGateBench(ctx context.Context, cmd *cobra.Command, root, kubeconfig
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+	log := stderrLog(cmd)
 	log.Info("the warm gate, short version: no warm-up vs danki gate through a scale-up (full bench: danki-lab gate-bench)")
 	res, err := scenario.GateBench(ctx, scenario.GateBenchConfig{
-		Root: root, Kubeconfig: kubeconfig, Danki: danki, GatewayURL: gateway,
-		Settle: 30 * time.Second, GateLog: filepath.Join(dir, "gate.log"), Log: log,
-		Ways:   []scenario.GateWay{scenario.GateWays[0], scenario.GateWays[2], scenario.GateControl},
-		Events: []string{scenario.EventScaleUp},
+		Common:  scenario.Common{Root: root, Kubeconfig: kubeconfig, Danki: danki, GatewayURL: gateway, Settle: 30 * time.Second, Log: log},
+		GateLog: filepath.Join(dir, "gate.log"),
+		Ways:    []scenario.GateWay{scenario.GateWays[0], scenario.GateWays[2], scenario.GateControl},
+		Events:  []string{scenario.EventScaleUp},
 	})
 	if err != nil {
 		return fmt.Errorf("the warm gate's short bench: %w", err)

@@ -4,10 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -87,9 +85,9 @@ A lab it started is stopped again (lab/scripts/down.sh).`,
 			if danki == "" {
 				danki = filepath.Join(cache, "lab", "bin", "danki")
 			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			ctx, stop := interruptible(cmd)
 			defer stop()
-			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+			log := stderrLog(cmd)
 			if !labRunning(filepath.Join(cache, "lab", "run", "pids")) {
 				log.Info("starting the lab (lab/scripts/up.sh); stopped again at the end")
 				defer func() {
@@ -107,9 +105,9 @@ A lab it started is stopped again (lab/scripts/down.sh).`,
 				return err
 			}
 			res, err := scenario.GateBench(ctx, scenario.GateBenchConfig{
-				Root: root, Kubeconfig: kubeconfig, Danki: danki, GatewayURL: gateway, QPS: qps,
-				Settle: settle, Steady: steady, After: after, GateLog: filepath.Join(out, "gate.log"), GateMaxConcurrent: maxConcurrent,
-				Ways: selected, Events: run, NoiseMinutes: noiseMinutes, Repeat: repeat, Log: log,
+				Common: scenario.Common{Root: root, Kubeconfig: kubeconfig, Danki: danki, GatewayURL: gateway, QPS: qps, Settle: settle, Log: log},
+				Steady: steady, After: after, GateLog: filepath.Join(out, "gate.log"), GateMaxConcurrent: maxConcurrent,
+				Ways: selected, Events: run, NoiseMinutes: noiseMinutes, Repeat: repeat,
 			})
 			if err != nil {
 				return err
@@ -122,7 +120,7 @@ A lab it started is stopped again (lab/scripts/down.sh).`,
 	f.StringVar(&cache, "cache", "", "the lab's cache (default $DANKI_CACHE or <root>/.cache)")
 	f.StringVar(&kubeconfig, "kubeconfig", "", "the lab's kubeconfig (default <cache>/lab/kubeconfig)")
 	f.StringVar(&danki, "danki", "", "the danki binary that runs `danki gate` (default <cache>/lab/bin/danki, the lab's)")
-	f.StringVar(&gateway, "gateway", "http://127.0.0.1:18080/", "where user traffic enters")
+	f.StringVar(&gateway, "gateway", scenario.DefaultGatewayURL, "where user traffic enters")
 	f.StringVar(&out, "out", "gate-bench-results", "directory for gatebench.md, gatebench.json, gatebench.svg, gatebench.png and gate.log")
 	f.Float64Var(&qps, "qps", 40, "steady user traffic per way (per host), requests per second")
 	f.DurationVar(&settle, "settle", 90*time.Second, "users alone on the fresh pods before measuring (warms them)")

@@ -10,8 +10,11 @@
 package main
 
 import (
+	"context"
 	"log/slog"
 	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/spf13/cobra"
 )
@@ -45,4 +48,16 @@ plugins and the CLI are the danki binary.`,
 	root.PersistentFlags().BoolVarP(&verbose, "verbose", "v", false, "log debug messages to stderr")
 	root.AddCommand(newRunnerCmd(), newDemoCmd(), newAACmd(), newGateBenchCmd())
 	return root
+}
+
+// interruptible is cmd's context, ended by an interrupt (Ctrl-C) or SIGTERM:
+// every subcommand stops, and cleans up, on either.
+func interruptible(cmd *cobra.Command) (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+}
+
+// stderrLog is a subcommand's log: text on stderr (stdout is for its
+// report).
+func stderrLog(cmd *cobra.Command) *slog.Logger {
+	return slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 }

@@ -6,8 +6,6 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/danki-dev/danki/lab/runner"
@@ -79,7 +77,7 @@ Deleted pods are stopped (SIGTERM, then SIGKILL after --stop-grace).`,
 			if err != nil {
 				return err
 			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			ctx, stop := interruptible(cmd)
 			defer stop()
 			return r.Run(ctx)
 		},

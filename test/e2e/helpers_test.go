@@ -1,0 +1,195 @@
+package e2e
+
+// Helpers every lab test shares: waiting, one HTTP request, the sample
+// app's and the gateway Envoy's request counts.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/argoproj/argo-rollouts/pkg/apis/rollouts/v1alpha1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// waitFor polls cond every second until it holds, logging each new state,
+// and fails the test after limit (or once ctx has ended).
+func waitFor(t *testing.T, ctx context.Context, limit time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	start := time.Now()
+	deadline := start.Add(limit)
+	last := ""
+	for {
+		ok, state := cond()
+		if ok {
+			t.Logf("%s (after %.1f s)", what, time.Since(start).Seconds())
+			return
+		}
+		if state != last {
+			t.Logf("waiting for %s: %s", what, state)
+			last = state
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			t.Fatalf("%s: not reached after %s; last state: %s", what, limit, state)
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// waitRollout waits (waitFor) until cond holds for the Rollout ns/name and
+// returns the last one read.
+func (l *lab) waitRollout(t *testing.T, ns, name string, limit time.Duration, what string, cond func(*v1alpha1.Rollout) (bool, string)) *v1alpha1.Rollout {
+	t.Helper()
+	var last *v1alpha1.Rollout
+	waitFor(t, l.ctx, limit, what, func() (bool, string) {
+		ro, err := l.argo.ArgoprojV1alpha1().Rollouts(ns).Get(l.ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		last = ro
+		return cond(ro)
+	})
+	return last
+}
+
+// waitHealthy waits until Rollout default/name is Healthy with n available
+// pods.
+func (l *lab) waitHealthy(t *testing.T, name string, n int32) {
+	t.Helper()
+	l.waitRollout(t, "default", name, 5*time.Minute, fmt.Sprintf("Rollout %s Healthy with %d available pods", name, n), func(ro *v1alpha1.Rollout) (bool, string) {
+		return ro.Status.Phase == v1alpha1.RolloutPhaseHealthy && ro.Status.AvailableReplicas == n,
+			fmt.Sprintf("phase %s, %d available: %s", ro.Status.Phase, ro.Status.AvailableReplicas, ro.Status.Message)
+	})
+}
+
+// send sends one request (with Host host, unless "") and reads the answer:
+// the response (nil if none came), what was read of its body, and the
+// first error.
+func send(ctx context.Context, client *http.Client, method, url, host string, body io.Reader) (*http.Response, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, method, url, body)
+	if err != nil {
+		return nil, nil, err
+	}
+	if host != "" {
+		req.Host = host
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp, b, err
+}
+
+// get returns the body of a GET.
+func get(ctx context.Context, url string) (string, error) {
+	_, b, err := send(ctx, http.DefaultClient, http.MethodGet, url, "", nil)
+	return string(b), err
+}
+
+// adminGet GETs a path of the gateway Envoy's admin interface.
+func adminGet(path string) (string, error) {
+	return get(context.Background(), envoyAdminURL+path)
+}
+
+// versionOf reads the version from the sample app's JSON answer.
+func versionOf(body []byte) (string, error) {
+	var doc struct{ Version string }
+	if err := json.Unmarshal(body, &doc); err != nil {
+		return "", fmt.Errorf("body %q: %w", body, err)
+	}
+	return doc.Version, nil
+}
+
+// oneRequest sends one GET through the gateway and returns the version that
+// answered (X-Version header, checked against the JSON body).
+func oneRequest(ctx context.Context, client *http.Client, i int) (string, error) {
+	resp, body, err := send(ctx, client, http.MethodGet, gatewayURL+"?seed="+strconv.Itoa(i), "", nil)
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("request %d: status %d: %s", i, resp.StatusCode, strings.TrimSpace(string(body)))
+	}
+	v, err := versionOf(body)
+	if err != nil {
+		return "", fmt.Errorf("request %d: %w", i, err)
+	}
+	if h := resp.Header.Get("X-Version"); h != v {
+		return "", fmt.Errorf("request %d: X-Version %q but body says %q", i, h, v)
+	}
+	return v, nil
+}
+
+// getHost sends one GET through the gateway with the given Host and returns
+// its status.
+func getHost(ctx context.Context, host string) (int, error) {
+	resp, _, err := send(ctx, http.DefaultClient, http.MethodGet, gatewayURL, host, nil)
+	if resp == nil {
+		return 0, err
+	}
+	return resp.StatusCode, nil
+}
+
+var requestsSeries = regexp.MustCompile(`(?m)^sample_app_requests_total\{path="/",[^}]*\} (\d+)`)
+
+// servedRequests sums the "/" requests the pods of namespace ns with the
+// given pod-template hash have served (their /metrics; readiness probes go
+// to /healthz) and adds their IPs to ips (unless nil).
+func (l *lab) servedRequests(ns, hash string, ips map[string]bool) (int64, error) {
+	pods, err := l.kube.CoreV1().Pods(ns).List(l.ctx, metav1.ListOptions{LabelSelector: "rollouts-pod-template-hash=" + hash})
+	if err != nil {
+		return 0, err
+	}
+	var total int64
+	for _, p := range pods.Items {
+		if p.Status.PodIP == "" {
+			continue
+		}
+		if ips != nil {
+			ips[p.Status.PodIP] = true
+		}
+		body, err := get(l.ctx, "http://"+p.Status.PodIP+":8080/metrics")
+		if err != nil {
+			return 0, fmt.Errorf("pod %s: %w", p.Name, err)
+		}
+		for _, m := range requestsSeries.FindAllStringSubmatch(body, -1) {
+			n, _ := strconv.ParseInt(m[1], 10, 64)
+			total += n
+		}
+	}
+	return total, nil
+}
+
+// hostRequests matches Envoy's per-host request counter in admin /clusters:
+// "<cluster>::<ip>:<port>::rq_total::<n>".
+var hostRequests = regexp.MustCompile(`(?m)^([^:\n]+)::(\d+\.\d+\.\d+\.\d+):(\d+)::rq_total::(\d+)$`)
+
+// hostCount is one of the gateway Envoy's per-host request counters: the
+// requests it sent to ip:port in cluster.
+type hostCount struct {
+	cluster, ip, port string
+	n                 int64
+}
+
+// envoyHostCounts reads the gateway Envoy's per-host request counters.
+func envoyHostCounts() ([]hostCount, error) {
+	out, err := adminGet("/clusters")
+	if err != nil {
+		return nil, err
+	}
+	var counts []hostCount
+	for _, m := range hostRequests.FindAllStringSubmatch(out, -1) {
+		n, _ := strconv.ParseInt(m[4], 10, 64)
+		counts = append(counts, hostCount{cluster: m[1], ip: m[2], port: m[3], n: n})
+	}
+	return counts, nil
+}
