@@ -12,10 +12,10 @@ import (
 // labCommand is a danki-lab command line in Markdown: an inline code span
 // (`danki-lab gate-bench --repeat 3`, possibly wrapped over two lines) or a
 // code block line, with or without its bin/ directory
-// (.cache/lab/bin/danki-lab …).
+// (.cache/lab/bin/danki-lab …) or run from source (go run ./lab/cmd/danki-lab …).
 var (
 	labSpan = regexp.MustCompile("`(?:[^`\\s]*/)?danki-lab ([^`]+)`")
-	labLine = regexp.MustCompile(`^(?:\S*bin/)?danki-lab (.+)$`)
+	labLine = regexp.MustCompile(`^(?:\S*bin/|go run \S*/)?danki-lab (.+)$`)
 )
 
 // TestDocsLabCommandLinesParse keeps the docs true to danki-lab: every
@@ -53,7 +53,7 @@ func TestDocsLabCommandCheckCanFail(t *testing.T) {
 			t.Errorf("danki-lab %s passed", line)
 		}
 	}
-	if got := labCommandLines("a `danki-lab gate-bench\n--repeat 3` b\n```sh\n.cache/lab/bin/danki-lab results x  # c\n```\n"); strings.Join(got, "|") != "results x|gate-bench --repeat 3" {
+	if got := labCommandLines("a `danki-lab gate-bench\n--repeat 3` b\n```sh\n.cache/lab/bin/danki-lab results x  # c\ngo run ./lab/cmd/danki-lab aa\n```\n"); strings.Join(got, "|") != "results x|aa|gate-bench --repeat 3" {
 		t.Fatalf("labCommandLines = %q", got)
 	}
 }
