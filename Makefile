@@ -1,4 +1,5 @@
-# danki — see README.md. `make demo` runs the main job, `make test` the tests.
+# danki — see README.md. `make demo` runs the main job, `make test` the tests;
+# the lab's targets: lab/README.md.
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -76,10 +77,10 @@ lint: $(TOOLS)/staticcheck ## gofmt, go vet, staticcheck, shellcheck
 $(TOOLS)/staticcheck:
 	GOBIN=$(TOOLS) go install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 
-bench: ## Go benchmarks, then (root) the lab bench: baseline, Istio slow start, a fixed 100-request warm-up, danki warming on mirrored traffic and danki side by side (warm-up lengths, ratios ÷ danki) + oracle warm-up length, the gate bench, the BlueGreen load test, the capacity knees; in bench-results/
+bench: ## Go benchmarks, then (root) the lab bench: baseline, Istio slow start, a fixed 100-request warm-up, danki warming on mirrored traffic and danki side by side (warm-up lengths, ratios ÷ danki) + oracle warm-up length, the gate bench, the BlueGreen load test, the capacity knees; in bench-results/, then rewrites lab/RESULTS.md
 	lab/scripts/bench.sh
 
-demo: ## the main job (root): baseline vs danki rollout of a cold-starting JVM app under user traffic, then the warm gate's short bench; tables + charts in demo-results/
+demo: ## the main job (root): baseline vs danki rollout of a cold-starting JVM app under user traffic, then the warm gate's short bench; tables + charts in demo-results/ (lab/README.md)
 	lab/scripts/demo.sh
 
 aa: ## (root) issue #14's lab A/A: the same version rolled out AA_RUNS times (default 20) with danki's defaults — is a good version ever rejected? aa-results/

@@ -2,6 +2,7 @@ package rollouts
 
 import (
 	"os"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -53,5 +54,62 @@ func TestReadmeRolloutExample(t *testing.T) {
 	}
 	if warmups != 1 {
 		t.Fatalf("README snippet has %d danki/warmup steps, want 1", warmups)
+	}
+}
+
+// TestDocsInstallRegistrationBlock keeps the one written-out plugin registration
+// (docs/install.md; every other page links to it) true to what deploy/
+// installs and to the plugins danki serves: the block is
+// deploy/argo-rollouts-config.yaml's data, and it registers each plugin once
+// under its kind, started as `danki plugin`.
+func TestDocsInstallRegistrationBlock(t *testing.T) {
+	data, err := os.ReadFile("../docs/install.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(data)
+	const open = "  ```yaml\n  data:\n"
+	start := strings.Index(doc, open)
+	if start < 0 {
+		t.Fatal("docs/install.md has no indented ```yaml block starting with data: (the registration)")
+	}
+	block := doc[start+len("  ```yaml\n"):]
+	block = block[:strings.Index(block, "  ```")]
+	var lines []string
+	for l := range strings.SplitSeq(block, "\n") {
+		lines = append(lines, strings.TrimPrefix(l, "  "))
+	}
+	var documented, installed struct {
+		Data map[string]string `json:"data"`
+	}
+	if err := yaml.UnmarshalStrict([]byte(strings.Join(lines, "\n")), &documented); err != nil {
+		t.Fatalf("docs/install.md registration block: %v", err)
+	}
+	raw, err := os.ReadFile("../deploy/argo-rollouts-config.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(raw, &installed); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(documented.Data, installed.Data) {
+		t.Fatalf("docs/install.md's registration block is not deploy/argo-rollouts-config.yaml's data:\n%v\nvs\n%v", documented.Data, installed.Data)
+	}
+	for key, plugin := range map[string]string{
+		"stepPlugins":           WarmupPluginName,
+		"trafficRouterPlugins":  TrafficRouterName,
+		"metricProviderPlugins": LatencyPluginName,
+	} {
+		var entries []struct {
+			Name     string   `json:"name"`
+			Location string   `json:"location"`
+			Args     []string `json:"args"`
+		}
+		if err := yaml.UnmarshalStrict([]byte(documented.Data[key]), &entries); err != nil {
+			t.Fatalf("%s: %v", key, err)
+		}
+		if len(entries) != 1 || entries[0].Name != plugin || len(entries[0].Args) == 0 || entries[0].Args[0] != "plugin" {
+			t.Errorf("%s = %+v, want one entry %s with args [\"plugin\", …]", key, entries, plugin)
+		}
 	}
 }

@@ -8,15 +8,15 @@ import (
 	"testing"
 )
 
-// TestDocsCommandLinesParse keeps README.md and docs/ true to the CLI: every
-// `danki …` command line in their code blocks must name a real command and
-// only flags it has, with values its flags accept.
+// TestDocsCommandLinesParse keeps README.md, docs/ and lab/README.md true to
+// the CLI: every `danki …` command line in their code blocks must name a real
+// command and only flags it has, with values its flags accept.
 func TestDocsCommandLinesParse(t *testing.T) {
 	files, err := filepath.Glob("../../docs/*.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	files = append(files, "../../README.md")
+	files = append(files, "../../README.md", "../../lab/README.md")
 	checked := 0
 	for _, file := range files {
 		for _, line := range docCommandLines(t, file) {

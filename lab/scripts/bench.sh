@@ -14,6 +14,7 @@
 # BlueGreen pre-promotion load test (TestLabBlueGreenLoadAnalysis); then the
 # capacity check: knee accuracy on known capacities and the lab's two
 # versions' knees (TestKneeOfKnownCapacities, TestLabDankiRollout/capacity).
+# Last, lab/RESULTS.md is rewritten from these results (danki-lab results).
 set -euo pipefail
 # shellcheck source=lab/scripts/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -32,8 +33,18 @@ awk 'BEGIN { print "[" } /^Benchmark/ {
 	printf "}"
 } END { print "\n]" }' "$out/go-bench.txt" >"$out/go-bench.json"
 
+# rewrite_results DIR: lab/RESULTS.md from DIR's result files (danki-lab
+# results), the machine described as in summary.md.
+rewrite_results() {
+	local machine
+	machine="$(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')), $(free -g | awk '/^Mem:/ {print $2}') GiB RAM"
+	log "bench: rewriting lab/RESULTS.md from $1"
+	go run ./lab/cmd/danki-lab results --out "$repo/lab/RESULTS.md" --machine "$machine" "$1"
+}
+
 if [ "$(id -u)" != 0 ]; then
 	log "bench: not root — the lab bench (rollouts in the lab) needs root; Go benchmarks only"
+	rewrite_results "$out"
 	exit 0
 fi
 # The lab bench, repeated: each run puts baseline, the contenders (Istio slow
@@ -96,3 +107,6 @@ go test -count=1 -run 'TestLabDankiRollout/capacity' -v -timeout 30m ./test/e2e/
 } >>"$summary"
 cat "$summary"
 log "bench: results in $out (summary.md, run-N/{results.md,results.json,latency.svg,latency.png}, go-bench.txt, go-bench.json)"
+# lab/RESULTS.md: one dated table per scenario this bench measured, from its
+# result files; the scenarios it did not measure keep their tables.
+rewrite_results "$out"

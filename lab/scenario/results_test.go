@@ -1,0 +1,210 @@
+package scenario
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/danki-dev/danki/lab/traffic"
+	"github.com/danki-dev/danki/pkg/latency"
+)
+
+const msec = time.Millisecond
+
+// fixtureScenario builds a scenario's before/during/after stats from p50, p99,
+// p99.9 and max each.
+func fixtureScenario(name string, took time.Duration, before, during, after [4]time.Duration) traffic.Scenario {
+	ph := func(n string, v [4]time.Duration) traffic.PhaseStats {
+		return traffic.PhaseStats{Name: n, Summary: latency.Summary{Count: 2400, P50: v[0], P99: v[1], P999: v[2], Max: v[3]}}
+	}
+	return traffic.Scenario{Name: name, RolloutDuration: took, Phases: []traffic.PhaseStats{ph("before", before), ph("during", during), ph("after", after)}}
+}
+
+func writeFixture(t *testing.T, path string, v any) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	data, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRewriteResults: bench-results as make bench leaves them (two runs, the
+// gate bench, go-bench.json) rewrite RESULTS.md: the later run's tables
+// replace the old ones, the A/A section no result measured stays, the
+// header is the writer's.
+func TestRewriteResults(t *testing.T) {
+	dir := t.TempDir()
+	bench := filepath.Join(dir, "bench-results")
+	start := time.Date(2026, 11, 24, 15, 2, 0, 0, time.UTC)
+	run := func(at time.Time, dankiDuringP99 time.Duration) *Result {
+		warmStart := at.Add(10 * time.Minute)
+		return &Result{
+			Scenarios: []traffic.Scenario{
+				fixtureScenario(Baseline, 62*time.Second, [4]time.Duration{2 * msec, 5310 * time.Microsecond, 9 * msec, 11 * msec},
+					[4]time.Duration{2780 * time.Microsecond, 8090 * time.Microsecond, 40600 * time.Microsecond, 422 * msec},
+					[4]time.Duration{2910 * time.Microsecond, 22800 * time.Microsecond, 541 * msec, 580 * msec}),
+				fixtureScenario(DankiMirror, 200*time.Second, [4]time.Duration{2 * msec, 15 * msec, 20 * msec, 30 * msec},
+					[4]time.Duration{5720 * time.Microsecond, 31200 * time.Microsecond, 88600 * time.Microsecond, 126 * msec},
+					[4]time.Duration{5140 * time.Microsecond, 12500 * time.Microsecond, 22100 * time.Microsecond, 45100 * time.Microsecond}),
+				fixtureScenario(Danki, 171*time.Second, [4]time.Duration{2 * msec, 5380 * time.Microsecond, 9 * msec, 11 * msec},
+					[4]time.Duration{2660 * time.Microsecond, dankiDuringP99, 27600 * time.Microsecond, 81600 * time.Microsecond},
+					[4]time.Duration{2510 * time.Microsecond, 4540 * time.Microsecond, 11700 * time.Microsecond, 17 * msec}),
+			},
+			Runs: []Run{
+				{Scenario: DankiMirror, WarmupStart: warmStart, WarmupEnd: warmStart.Add(79 * time.Second), WarmupMirrored: 3958},
+				{Scenario: Danki, WarmupStart: warmStart, WarmupEnd: warmStart.Add(100 * time.Second), WarmupRequests: 1950},
+			},
+			Traffic: traffic.Result{Start: at},
+			Oracle: &Oracle{WarmAfter: 500, Curve: []traffic.WarmupBucket{
+				{First: 1, Last: 1, Summary: latency.Summary{P50: 277 * msec, P99: 277 * msec, Max: 277 * msec}},
+				{First: 1001, Last: 5003, Summary: latency.Summary{P50: 1990 * time.Microsecond, P99: 3800 * time.Microsecond, Max: 8360 * time.Microsecond}},
+			}},
+		}
+	}
+	writeFixture(t, filepath.Join(bench, "run-1", "results.json"), run(start, 99*msec))
+	writeFixture(t, filepath.Join(bench, "run-2", "results.json"), run(start.Add(20*time.Minute), 7160*time.Microsecond))
+	writeFixture(t, filepath.Join(bench, "gate", "gatebench.json"), &GateBenchResult{
+		From: start.Add(time.Hour),
+		Ways: []GateWayResult{
+			{GateWay: GateWay{Name: "no warm-up"}, Ratios: []GateRatio{{Event: EventScaleUp, P99: 3.14, P999: 41.3, Max: 35.5}, {Event: EventPodKill, P99: 1.69, P999: 9.04, Max: 29.3}}},
+			{GateWay: GateWay{Name: "JVM start only (control)"}, Ratios: []GateRatio{{Event: EventScaleUp, P99: 1.22, P999: 3.78, Max: 4.92}, {Event: EventQuiet, P99: 0.96, P999: 1, Max: 0.99}}},
+		},
+	})
+	goBench := filepath.Join(bench, "go-bench.json")
+	if err := os.WriteFile(goBench, []byte(`[
+{"name":"BenchmarkTailTest-2","n":2000000,"ns/op":550,"B/op":0,"allocs/op":0},
+{"name":"BenchmarkUsersDuringWarmup/ramp+guard-2","n":1,"ns/op":0,"user-p99-ratio":1.06}
+]`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	at := start.Add(2 * time.Hour)
+	if err := os.Chtimes(goBench, at, at); err != nil {
+		t.Fatal(err)
+	}
+
+	results := filepath.Join(dir, "RESULTS.md")
+	old := "# old header\n\nold words\n\n## " + ResultsRollouts + "\n\nMeasured long ago.\n\n| stale |\n\n" +
+		"## " + ResultsAA + "\n\nMeasured 2026-11-26 on a machine.\n\n| runs |\n|---:|\n| 20 |\n"
+	if err := os.WriteFile(results, []byte(old), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sections, err := CollectResults([]string{bench}, "2 CPUs (Xeon), 24 GiB RAM")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := RewriteResults(results, sections); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(results)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := string(data)
+	want := resultsHeader +
+		"## " + ResultsRollouts + "\n\nMeasured 2026-11-24 15:22 UTC on 2 CPUs (Xeon), 24 GiB RAM; `danki-lab demo` (" + filepath.ToSlash(filepath.Join(bench, "run-2", "results.json")) + ").\n\n" +
+		"| rollout | time | before p99 | during p50 | p99 | p99.9 | max | after p50 | p99 | p99.9 | max |\n" +
+		"|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n" +
+		"| baseline | 1m2s | 5.31ms | 2.78ms | 8.09ms | 40.6ms | 422ms | 2.91ms | 22.8ms | 541ms | 580ms |\n" +
+		"| danki (mirror) | 3m20s | 15.0ms | 5.72ms | 31.2ms | 88.6ms | 126ms | 5.14ms | 12.5ms | 22.1ms | 45.1ms |\n" +
+		"| danki | 2m51s | 5.38ms | 2.66ms | 7.16ms | 27.6ms | 81.6ms | 2.51ms | 4.54ms | 11.7ms | 17.0ms |\n" +
+		"\n## " + ResultsSources + "\n\nMeasured 2026-11-24 15:22 UTC on 2 CPUs (Xeon), 24 GiB RAM; `danki-lab demo` (" + filepath.ToSlash(filepath.Join(bench, "run-2", "results.json")) + ").\n\n" +
+		"| rollout | time | warm-up | before p99 | during p50 | p99 | p99.9 | max | after p50 | p99 | p99.9 | max |\n" +
+		"|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n" +
+		"| baseline | 1m2s | – | 5.31ms | 2.78ms | 8.09ms | 40.6ms | 422ms | 2.91ms | 22.8ms | 541ms | 580ms |\n" +
+		"| danki (mirror) | 3m20s | 1m19s, 3958 mirrored | 15.0ms | 5.72ms | 31.2ms | 88.6ms | 126ms | 5.14ms | 12.5ms | 22.1ms | 45.1ms |\n" +
+		"| danki | 2m51s | 1m40s, 1950/pod | 5.38ms | 2.66ms | 7.16ms | 27.6ms | 81.6ms | 2.51ms | 4.54ms | 11.7ms | 17.0ms |\n" +
+		"\n## " + ResultsOracle + "\n\nMeasured 2026-11-24 15:22 UTC on 2 CPUs (Xeon), 24 GiB RAM; `danki-lab demo` (" + filepath.ToSlash(filepath.Join(bench, "run-2", "results.json")) + ").\n\n" +
+		"A fresh pod loaded at the warm-up's pace: warm after 500 requests.\n\n" +
+		"| requests | p50 | p99 | max |\n|---|---:|---:|---:|\n" +
+		"| 1 | 277ms | 277ms | 277ms |\n" +
+		"| 1,001–5,003 | 1.99ms | 3.80ms | 8.36ms |\n" +
+		"\n## " + ResultsGate + "\n\nMeasured 2026-11-24 16:02 UTC on 2 CPUs (Xeon), 24 GiB RAM; `danki-lab gate-bench` (" + filepath.ToSlash(filepath.Join(bench, "gate", "gatebench.json")) + ").\n\n" +
+		"Users' p99, p99.9 and max in the minute after each event ÷ the same way's minute right before it.\n\n" +
+		"| way | scale 2 → 4: p99 | p99.9 | max | pod killed: p99 | p99.9 | max | nothing (a quiet minute): p99 | p99.9 | max |\n" +
+		"|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n" +
+		"| no warm-up | 3.14× | 41.30× | 35.50× | 1.69× | 9.04× | 29.30× | – | – | – |\n" +
+		"| JVM start only (control) | 1.22× | 3.78× | 4.92× | – | – | – | 0.96× | 1.00× | 0.99× |\n" +
+		"\n## " + ResultsAA + "\n\nMeasured 2026-11-26 on a machine.\n\n| runs |\n|---:|\n| 20 |\n" +
+		"\n## " + ResultsGoBench + "\n\nMeasured 2026-11-24 17:02 UTC on 2 CPUs (Xeon), 24 GiB RAM; `go test -bench . ./...` (" + filepath.ToSlash(goBench) + ").\n\n" +
+		"| benchmark | figures |\n|---|---|\n" +
+		"| BenchmarkTailTest | 550 ns/op |\n" +
+		"| BenchmarkUsersDuringWarmup/ramp+guard | 1.06 user-p99-ratio |\n"
+	if got != want {
+		gl, wl := strings.Split(got, "\n"), strings.Split(want, "\n")
+		for i := range min(len(gl), len(wl)) {
+			if gl[i] != wl[i] {
+				t.Fatalf("RESULTS.md line %d:\n got %q\nwant %q\n\nwhole file:\n%s", i+1, gl[i], wl[i], got)
+			}
+		}
+		t.Fatalf("RESULTS.md has %d lines, want %d:\n%s", len(gl), len(wl), got)
+	}
+
+	// Rewriting with the same results changes nothing.
+	if err := RewriteResults(results, sections); err != nil {
+		t.Fatal(err)
+	}
+	again, _ := os.ReadFile(results)
+	if string(again) != got {
+		t.Fatalf("a second rewrite changed the file:\n%s", again)
+	}
+}
+
+// TestCollectResultsEmpty: no result files, no sections (the command
+// refuses rather than rewrite the file with nothing).
+func TestCollectResultsEmpty(t *testing.T) {
+	sections, err := CollectResults([]string{t.TempDir()}, "m")
+	if err != nil || len(sections) != 0 {
+		t.Fatalf("CollectResults(empty) = %v, %v", sections, err)
+	}
+}
+
+// TestCheckedInResultsParse: lab/RESULTS.md is in the writer's shape: its
+// header is the writer's and every section is one the writer knows, with a
+// "Measured" line and a table, and the writer keeps it as it is.
+func TestCheckedInResultsParse(t *testing.T) {
+	data, err := os.ReadFile("../RESULTS.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(data)
+	if !strings.HasPrefix(doc, resultsHeader) {
+		t.Fatal("lab/RESULTS.md does not start with the writer's header (lab/scenario/results.go)")
+	}
+	parts := strings.Split("\n"+doc, "\n## ")[1:]
+	if len(parts) < 5 {
+		t.Fatalf("lab/RESULTS.md has %d sections", len(parts))
+	}
+	for _, part := range parts {
+		title, body, _ := strings.Cut(part, "\n")
+		known := false
+		for _, s := range resultsOrder {
+			known = known || s == title
+		}
+		if !known {
+			t.Errorf("section %q: not one the writer writes", title)
+		}
+		if !strings.HasPrefix(body, "\nMeasured ") || !strings.Contains(body, "\n|---") {
+			t.Errorf("section %q: want a Measured line and a table", title)
+		}
+	}
+	// The writer keeps it byte for byte when no result replaces a section.
+	tmp := filepath.Join(t.TempDir(), "RESULTS.md")
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := RewriteResults(tmp, nil); err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := os.ReadFile(tmp); string(again) != doc {
+		t.Fatalf("RewriteResults changed lab/RESULTS.md with nothing to replace:\n%s", again)
+	}
+}
