@@ -17,7 +17,7 @@ if alive kube-apiserver && alive argo-rollouts; then
 	log "demo: using the running lab (left running afterwards)"
 	build_danki danki-lab
 else
-	log "demo: starting the lab (first run builds istiod, Argo Rollouts, … — see README)"
+	log "demo: starting the lab (first run builds istiod, Argo Rollouts, … — see lab/README.md)"
 	# A teardown that leaves processes behind fails make demo too.
 	trap '"$here/down.sh" || exit 1' EXIT
 	"$here/up.sh" # builds danki-lab too (mesh.sh)
