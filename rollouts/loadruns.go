@@ -54,11 +54,11 @@ func newLoadRuns() *loadRuns {
 // created again under its name, the load stops and the verdict is an Error
 // saying so. log is the measurement's logger.
 func (l *loadRuns) start(log *slog.Logger, run *v1alpha1.AnalysisRun, id string, analyze func(context.Context) analysis.Verdict) *loadJob {
-	check := l.ownerCheck(run, log)
-	return l.Start(id, time.Time{}, jobs.NewProgress[analysis.Verdict]("starting"), func(ctx context.Context, j *loadJob) {
-		if check != nil {
-			go warmup.WatchOwner(ctx, l.ownerEvery, check, log, j.StopWith)
-		}
+	var watch func(context.Context, func(error))
+	if check := l.ownerCheck(run, log); check != nil {
+		watch = func(ctx context.Context, stop func(error)) { warmup.WatchOwner(ctx, l.ownerEvery, check, log, stop) }
+	}
+	return l.StartWatched(id, time.Time{}, jobs.NewProgress[analysis.Verdict]("starting"), watch, func(ctx context.Context, j *loadJob) {
 		v := analyze(analysis.WithProgress(ctx, j.Value.Report))
 		if cause := context.Cause(ctx); errors.Is(cause, warmup.ErrOwnerGone) {
 			v = analysis.Verdict{Phase: analysis.Error, Summary: "load stopped: " + cause.Error(), Error: cause.Error()}

@@ -52,6 +52,14 @@ type Job[V any] struct {
 // or with the cause given to StopWith; once fn returns the job is
 // finished and is forgotten Keep later.
 func (r *Runner[V]) Start(key string, deadline time.Time, value V, fn func(ctx context.Context, j *Job[V])) *Job[V] {
+	return r.StartWatched(key, deadline, value, nil, fn)
+}
+
+// StartWatched is Start with a watch (nil: none) running beside fn for as
+// long as the job runs: it gets the job's context and stops the job with a
+// reason (e.g. warmup.WatchOwner: its owner is gone), which fn finds in
+// context.Cause.
+func (r *Runner[V]) StartWatched(key string, deadline time.Time, value V, watch func(ctx context.Context, stop func(cause error)), fn func(ctx context.Context, j *Job[V])) *Job[V] {
 	ctx, release := context.Background(), context.CancelFunc(func() {})
 	if !deadline.IsZero() {
 		ctx, release = context.WithDeadline(ctx, deadline)
@@ -65,6 +73,9 @@ func (r *Runner[V]) Start(key string, deadline time.Time, value V, fn func(ctx c
 	}
 	r.jobs[key] = j
 	r.mu.Unlock()
+	if watch != nil {
+		go watch(ctx, j.StopWith)
+	}
 	go func() {
 		defer j.Cancel()
 		defer func() {

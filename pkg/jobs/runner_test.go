@@ -149,3 +149,22 @@ func TestRunnerDeadline(t *testing.T) {
 		t.Errorf("cause %v; want the deadline", err)
 	}
 }
+
+// A watch runs beside the job with its context: its stop reaches the job
+// as the cause, and it ends with the job.
+func TestRunnerWatch(t *testing.T) {
+	r := NewRunner[string](time.Hour)
+	gone := errors.New("owner gone")
+	watchEnded := make(chan struct{})
+	causes := make(chan error, 1)
+	j := r.StartWatched("a/1", time.Time{}, "", func(ctx context.Context, stop func(error)) {
+		defer close(watchEnded)
+		stop(gone)
+		<-ctx.Done()
+	}, block(causes))
+	<-j.Done()
+	if err := <-causes; !errors.Is(err, gone) {
+		t.Errorf("cause %v; want the watch's", err)
+	}
+	<-watchEnded
+}

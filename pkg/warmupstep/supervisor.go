@@ -158,8 +158,14 @@ func (s *Supervisor) Start(key RunKey, previous *Status, job Job) Status {
 	// not wait: their load stops within hardStopGrace).
 	s.runs.Cancel(ownerPrefix(key.Owner))
 	r := &supervisedRun{key: key, status: status, pods: map[string]*PodProgress{}}
-	j := s.runs.Start(id, status.StartedAt.Add(cfg.Deadline.D()+deadlineGrace), r, func(ctx context.Context, j *jobs.Job[*supervisedRun]) {
-		j.Value.execute(ctx, log, cfg, job, j.StopWith)
+	var watch func(context.Context, func(error))
+	if job.Owner != nil {
+		watch = func(ctx context.Context, stop func(error)) {
+			warmup.WatchOwner(ctx, job.OwnerEvery, job.Owner, log, stop)
+		}
+	}
+	j := s.runs.StartWatched(id, status.StartedAt.Add(cfg.Deadline.D()+deadlineGrace), r, watch, func(ctx context.Context, j *jobs.Job[*supervisedRun]) {
+		j.Value.execute(ctx, log, cfg, job)
 	})
 	log.Info("warm-up started", "remaining", remaining.Round(time.Second))
 	return j.Value.snapshot()
@@ -218,11 +224,9 @@ func (r *supervisedRun) set(phase Phase, msg string) {
 	r.status.Phase, r.status.Message = phase, msg
 }
 
-// execute runs job; stopWith stops it with a reason (its owner is gone).
-func (r *supervisedRun) execute(ctx context.Context, log *slog.Logger, cfg warmup.Config, job Job, stopWith func(error)) {
-	if job.Owner != nil {
-		go warmup.WatchOwner(ctx, job.OwnerEvery, job.Owner, log, stopWith)
-	}
+// execute runs job; its owner check (Job.Owner) runs beside it as the
+// job's watch (Supervisor.Start).
+func (r *supervisedRun) execute(ctx context.Context, log *slog.Logger, cfg warmup.Config, job Job) {
 	// A run its owner check stopped ends Stopped with the reason, whatever
 	// the load made of its cancelled context.
 	defer func() {
