@@ -154,10 +154,6 @@ func stepIndex(ro *v1alpha1.Rollout) int32 {
 	return 0
 }
 
-func warmupRunKey(ro *v1alpha1.Rollout) warmupstep.RunKey {
-	return warmupstep.RunKey{Owner: ro.Namespace + "/" + ro.Name, Revision: ro.Status.CurrentPodHash, Step: stepIndex(ro)}
-}
-
 // warmupResult turns a warm-up status into the controller's result.
 func warmupResult(st warmupstep.Status, poll time.Duration) types.RpcStepResult {
 	raw, _ := json.Marshal(st)

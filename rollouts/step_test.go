@@ -374,3 +374,8 @@ func TestStepConcurrentRollouts(t *testing.T) {
 }
 
 func stepPtr[T any](v T) *T { return &v }
+
+// warmupRunKey is the supervisor's key of ro's warm-up.
+func warmupRunKey(ro *v1alpha1.Rollout) warmupstep.RunKey {
+	return warmupstep.RunKey{Owner: ro.Namespace + "/" + ro.Name, Revision: ro.Status.CurrentPodHash, Step: stepIndex(ro)}
+}
