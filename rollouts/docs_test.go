@@ -20,7 +20,7 @@ import (
 	dankiconfig "github.com/danki-dev/danki/pkg/config"
 	"github.com/danki-dev/danki/pkg/policy"
 	"github.com/danki-dev/danki/pkg/shift"
-	"github.com/danki-dev/danki/pkg/warmup"
+	"github.com/danki-dev/danki/pkg/warmupstep"
 	"github.com/danki-dev/danki/test/testenv"
 )
 
@@ -31,7 +31,7 @@ var documentedConfigs = []struct {
 	config      reflect.Type
 }{
 	{TrafficRouterName, "../docs/istio-router.md", reflect.TypeFor[shift.RouterConfig]()},
-	{WarmupPluginName, "../docs/warmup.md", reflect.TypeFor[warmup.StepConfig]()},
+	{WarmupPluginName, "../docs/warmup.md", reflect.TypeFor[warmupstep.StepConfig]()},
 	{LatencyPluginName, "../docs/latency.md", reflect.TypeFor[analysis.Config]()},
 }
 
@@ -310,7 +310,7 @@ func checkRolloutConfigs(t *testing.T, where string, ro *v1alpha1.Rollout, count
 			continue
 		}
 		counts[WarmupPluginName]++
-		if _, err := warmup.ParseStepConfig(step.Plugin.Config, policy.Local()); err != nil {
+		if _, err := warmupstep.ParseStepConfig(step.Plugin.Config, policy.Local()); err != nil {
 			t.Errorf("%s: steps[%d] %s: %v", where, i, WarmupPluginName, err)
 		}
 	}

@@ -14,7 +14,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/danki-dev/danki/internal/testutil"
+	"github.com/danki-dev/danki/pkg/jobs"
 	"github.com/danki-dev/danki/pkg/warmup"
+	"github.com/danki-dev/danki/pkg/warmupstep"
 	"github.com/danki-dev/danki/test/testenv"
 )
 
@@ -65,7 +67,7 @@ func TestLoadStopsWhenItsOwnerIsDeletedOnAPIServer(t *testing.T) {
 
 		impl := newWarmupStep(quietLog, tenantPolicy())
 		impl.kube, impl.argo = e.Kube, e.Argo
-		impl.ownerEvery, impl.guardEvery = 100*time.Millisecond, 100*time.Millisecond
+		impl.step.OwnerEvery, impl.step.GuardEvery = 100*time.Millisecond, 100*time.Millisecond
 		p := warmupStepClient(t, impl)
 		cfg := warmupConfigJSON(t, nil, map[string]any{"port": "http", "minRequests": 200000, "maxRequests": 200000, "qps": 100, "deadline": "5m"})
 		res, _ := p.Run(stored, &types.RpcStepContext{Config: cfg})
@@ -77,12 +79,12 @@ func TestLoadStopsWhenItsOwnerIsDeletedOnAPIServer(t *testing.T) {
 		if err := e.Argo.ArgoprojV1alpha1().Rollouts("shop").Delete(ctx, "cart", metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		var st warmup.Status
+		var st warmupstep.Status
 		testutil.WaitFor(t, 10*time.Second, func() bool {
-			st, _ = impl.supervisor.Status(warmupRunKey(stored))
+			st, _ = impl.step.Supervisor.Status(warmupRunKey(stored))
 			return st.Phase.Final()
 		})
-		if st.Phase != warmup.PhaseStopped || !strings.Contains(st.Message, "Rollout shop/cart was deleted") {
+		if st.Phase != warmupstep.PhaseStopped || !strings.Contains(st.Message, "Rollout shop/cart was deleted") {
 			t.Fatalf("warm-up ended %s %q; want Stopped, the Rollout deleted", st.Phase, st.Message)
 		}
 		loadStops(t, srv, 5*time.Second)
@@ -107,9 +109,9 @@ func TestLoadStopsWhenItsOwnerIsDeletedOnAPIServer(t *testing.T) {
 		if err := e.Argo.ArgoprojV1alpha1().AnalysisRuns("shop").Delete(ctx, run.Name, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		r := impl.loads.get(loadID(run, metric))
-		testutil.WaitFor(t, 10*time.Second, func() bool { _, done := r.finished(); return done })
-		if v, _ := r.finished(); !strings.Contains(v.Summary, "AnalysisRun shop/pre-promotion was deleted") {
+		r, _ := impl.loads.Get(loadID(run, metric))
+		testutil.WaitFor(t, 10*time.Second, func() bool { _, done := jobs.Result(r); return done })
+		if v, _ := jobs.Result(r); !strings.Contains(v.Summary, "AnalysisRun shop/pre-promotion was deleted") {
 			t.Fatalf("verdict %s %q; want the AnalysisRun deleted", v.Phase, v.Summary)
 		}
 		loadStops(t, srv, 5*time.Second)

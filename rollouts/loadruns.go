@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
-	"sync"
 	"time"
 
 	"github.com/argoproj/argo-rollouts/pkg/apis/rollouts/v1alpha1"
@@ -15,18 +13,22 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/danki-dev/danki/pkg/analysis"
+	"github.com/danki-dev/danki/pkg/jobs"
 	"github.com/danki-dev/danki/pkg/warmup"
 )
 
-// loadRuns are the load measurements (danki/latency source: load) running
-// in the background: Run starts one, Resume polls it, Terminate and
+// loadJob is one load measurement (danki/latency source: load) in the
+// background: its progress message while it runs, then its verdict.
+type loadJob = jobs.Job[*jobs.Progress[analysis.Verdict]]
+
+// loadRuns are the load measurements running in the background, on a
+// jobs.Runner: Run starts one, Resume polls it, Terminate and
 // GarbageCollect stop it. They live in this process only: after a plugin
 // restart Resume finds nothing and says so. Argo calls neither Terminate
 // nor GarbageCollect for an AnalysisRun that is deleted: each run checks
 // its AnalysisRun every ownerEvery and stops once it is gone.
 type loadRuns struct {
-	mu   sync.Mutex
-	byID map[string]*loadRun
+	*jobs.Runner[*jobs.Progress[analysis.Verdict]]
 
 	// argo reads the AnalysisRuns for the owner check; without a client
 	// (no kubeconfig, no service account: a run outside a cluster) there
@@ -37,22 +39,13 @@ type loadRuns struct {
 	ownerEvery time.Duration
 }
 
-// loadRun is one measurement's load.
-type loadRun struct {
-	cancel  context.CancelFunc
-	done    chan struct{}
-	mu      sync.Mutex
-	status  string // progress while running
-	verdict analysis.Verdict
-}
-
 // finishedLoadsKept bounds how long a finished measurement waits for the
 // Resume that collects it (an AnalysisRun deleted meanwhile never comes).
 const finishedLoadsKept = 30 * time.Minute
 
 func newLoadRuns() *loadRuns {
 	argo := &lazyArgo{}
-	return &loadRuns{byID: map[string]*loadRun{}, argo: argo.get, ownerEvery: warmup.OwnerCheckInterval}
+	return &loadRuns{Runner: jobs.NewRunner[*jobs.Progress[analysis.Verdict]](finishedLoadsKept), argo: argo.get, ownerEvery: warmup.OwnerCheckInterval}
 }
 
 // start runs analyze in the background under id, replacing (and stopping)
@@ -60,36 +53,19 @@ func newLoadRuns() *loadRuns {
 // the measurement belongs to) is checked every ownerEvery: deleted, or
 // created again under its name, the load stops and the verdict is an Error
 // saying so. log is the measurement's logger.
-func (l *loadRuns) start(log *slog.Logger, run *v1alpha1.AnalysisRun, id string, analyze func(context.Context) analysis.Verdict) *loadRun {
-	ctx, stopWith := context.WithCancelCause(context.Background())
-	r := &loadRun{cancel: func() { stopWith(nil) }, done: make(chan struct{}), status: "starting"}
-	ctx = analysis.WithProgress(ctx, func(s string) {
-		r.mu.Lock()
-		r.status = s
-		r.mu.Unlock()
-	})
-	l.mu.Lock()
-	if old := l.byID[id]; old != nil {
-		old.cancel()
-	}
-	l.byID[id] = r
-	l.mu.Unlock()
+func (l *loadRuns) start(log *slog.Logger, run *v1alpha1.AnalysisRun, id string, analyze func(context.Context) analysis.Verdict) *loadJob {
+	var watch func(context.Context, func(error))
 	if check := l.ownerCheck(run, log); check != nil {
-		go warmup.WatchOwner(ctx, l.ownerEvery, check, log, stopWith)
+		watch = func(ctx context.Context, stop func(error)) { warmup.WatchOwner(ctx, l.ownerEvery, check, log, stop) }
 	}
-	go func() {
-		defer close(r.done)
-		v := analyze(ctx)
+	return l.StartWatched(id, time.Time{}, jobs.NewProgress[analysis.Verdict]("starting"), watch, func(ctx context.Context, j *loadJob) {
+		v := analyze(analysis.WithProgress(ctx, j.Value.Report))
 		if cause := context.Cause(ctx); errors.Is(cause, warmup.ErrOwnerGone) {
 			v = analysis.Verdict{Phase: analysis.Error, Summary: "load stopped: " + cause.Error(), Error: cause.Error()}
 			log.Info("danki/latency load test stopped", "reason", cause)
 		}
-		r.mu.Lock()
-		r.verdict = v
-		r.mu.Unlock()
-		time.AfterFunc(finishedLoadsKept, func() { l.forget(id, r) })
-	}()
-	return r
+		j.Value.SetResult(v)
+	})
 }
 
 // ownerCheck checks that run still exists as the same object (UID); nil
@@ -118,63 +94,4 @@ func (l *loadRuns) ownerCheck(run *v1alpha1.AnalysisRun, log *slog.Logger) func(
 		}
 		return nil
 	}
-}
-
-func (l *loadRuns) get(id string) *loadRun {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.byID[id]
-}
-
-// forget drops id if it still is r.
-func (l *loadRuns) forget(id string, r *loadRun) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.byID[id] == r {
-		delete(l.byID, id)
-	}
-}
-
-// stop cancels the runs whose id starts with prefix and waits up to wait
-// for their load to stop; it returns how many it stopped.
-func (l *loadRuns) stop(prefix string, wait time.Duration) int {
-	l.mu.Lock()
-	var runs []*loadRun
-	for id, r := range l.byID {
-		if strings.HasPrefix(id, prefix) {
-			runs = append(runs, r)
-			delete(l.byID, id)
-		}
-	}
-	l.mu.Unlock()
-	deadline := time.After(wait)
-	for _, r := range runs {
-		r.cancel()
-	}
-	for _, r := range runs {
-		select {
-		case <-r.done:
-		case <-deadline:
-			return len(runs)
-		}
-	}
-	return len(runs)
-}
-
-// finished returns the verdict once the run is over.
-func (r *loadRun) finished() (analysis.Verdict, bool) {
-	select {
-	case <-r.done:
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		return r.verdict, true
-	default:
-		return analysis.Verdict{}, false
-	}
-}
-
-func (r *loadRun) progress() string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.status
 }

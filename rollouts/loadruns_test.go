@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/danki-dev/danki/internal/testutil"
+	"github.com/danki-dev/danki/pkg/jobs"
 )
 
 // dispenseTenantLatency serves danki/latency with a tenant's policy
@@ -74,9 +75,9 @@ func TestLoadMeasurementStopsWhenTheAnalysisRunIsGone(t *testing.T) {
 			if err := tc.change(context.Background(), argo, run); err != nil {
 				t.Fatal(err)
 			}
-			r := impl.loads.get(loadID(run, metric))
-			testutil.WaitFor(t, 10*time.Second, func() bool { _, done := r.finished(); return done })
-			v, _ := r.finished()
+			r, _ := impl.loads.Get(loadID(run, metric))
+			testutil.WaitFor(t, 10*time.Second, func() bool { _, done := jobs.Result(r); return done })
+			v, _ := jobs.Result(r)
 			if !strings.Contains(v.Summary, tc.want) {
 				t.Fatalf("verdict %s %q; want it to say %q", v.Phase, v.Summary, tc.want)
 			}

@@ -11,6 +11,7 @@ import (
 	"github.com/argoproj/argo-rollouts/pkg/apis/rollouts/v1alpha1"
 	"github.com/argoproj/argo-rollouts/utils/plugin/types"
 	"github.com/danki-dev/danki/pkg/analysis"
+	"github.com/danki-dev/danki/pkg/jobs"
 	"github.com/danki-dev/danki/pkg/policy"
 	goplugin "github.com/hashicorp/go-plugin"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -120,16 +121,16 @@ func (p *latencyProvider) Resume(run *v1alpha1.AnalysisRun, metric v1alpha1.Metr
 		return p.measure(run, metric, a, m)
 	}
 	id := loadID(run, metric)
-	r := p.loads.get(id)
-	if r == nil {
+	r, ok := p.loads.Get(id)
+	if !ok {
 		return p.finish(m, v1alpha1.AnalysisPhaseError, "the load test of this measurement is gone: the danki plugin process restarted while it ran, and its load stopped with it; the next measurement starts a new one", nil)
 	}
-	v, done := r.finished()
+	v, done := jobs.Result(r)
 	if !done {
-		m.Message = "load test running: " + r.progress()
+		m.Message = "load test running: " + r.Value.Message()
 		return p.resumeLater(m)
 	}
-	p.loads.forget(id, r)
+	p.loads.Forget(id, r)
 	p.logFor(run, metric).Info("danki/latency measurement", "phase", v.Phase, "summary", v.Summary)
 	return p.finish(m, phaseOf(v.Phase), v.Summary, &v)
 }
@@ -157,7 +158,7 @@ func runPrefix(run *v1alpha1.AnalysisRun) string {
 // Inconclusive, never a pass (as Argo's job provider does). A load test's
 // load stops at once (Terminate waits up to a second for it).
 func (p *latencyProvider) Terminate(run *v1alpha1.AnalysisRun, metric v1alpha1.Metric, m v1alpha1.Measurement) v1alpha1.Measurement {
-	if n := p.loads.stop(loadID(run, metric), terminateWait); n > 0 {
+	if n := p.loads.Stop(loadID(run, metric), terminateWait); n > 0 {
 		p.logFor(run, metric).Info("danki/latency load test stopped: measurement terminated")
 	}
 	if m.Phase.Completed() {
@@ -175,7 +176,7 @@ func (p *latencyProvider) Terminate(run *v1alpha1.AnalysisRun, metric v1alpha1.M
 // running one's load is left alone then). Measurements create no objects.
 func (p *latencyProvider) GarbageCollect(run *v1alpha1.AnalysisRun, metric v1alpha1.Metric, _ int) types.RpcError {
 	if run != nil && (run.Status.Phase.Completed() || run.Spec.Terminate) {
-		if n := p.loads.stop(runPrefix(run), terminateWait); n > 0 {
+		if n := p.loads.Stop(runPrefix(run), terminateWait); n > 0 {
 			p.logFor(run, metric).Info("danki/latency load tests stopped: AnalysisRun over", "stopped", n)
 		}
 	}

@@ -9,7 +9,7 @@ import (
 	"github.com/argoproj/argo-rollouts/pkg/apis/rollouts/v1alpha1"
 	"github.com/danki-dev/danki/pkg/analysis"
 	"github.com/danki-dev/danki/pkg/policy"
-	"github.com/danki-dev/danki/pkg/warmup"
+	"github.com/danki-dev/danki/pkg/warmupstep"
 	"sigs.k8s.io/yaml"
 )
 
@@ -47,7 +47,7 @@ func TestReadmeRolloutExample(t *testing.T) {
 	for i, step := range spec.Strategy.Canary.Steps {
 		if step.Plugin != nil && step.Plugin.Name == WarmupPluginName {
 			warmups++
-			if _, err := warmup.ParseStepConfig(step.Plugin.Config, policy.Local()); err != nil {
+			if _, err := warmupstep.ParseStepConfig(step.Plugin.Config, policy.Local()); err != nil {
 				t.Fatalf("README steps[%d] danki/warmup config: %v", i, err)
 			}
 		}

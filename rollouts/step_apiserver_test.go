@@ -16,6 +16,7 @@ import (
 
 	"github.com/danki-dev/danki/pkg/policy"
 	"github.com/danki-dev/danki/pkg/warmup"
+	"github.com/danki-dev/danki/pkg/warmupstep"
 	"github.com/danki-dev/danki/test/testenv"
 )
 
@@ -66,7 +67,7 @@ func TestWarmupExampleOnAPIServer(t *testing.T) {
 	if plugin < 1 || steps[plugin-1].SetCanaryScale == nil || steps[plugin+1].SetWeight == nil {
 		t.Fatalf("example steps: want setCanaryScale, danki/warmup, setWeight; got plugin at %d of %+v", plugin, steps)
 	}
-	cfg, err := warmup.ParseStepConfig(steps[plugin].Plugin.Config, policy.Local())
+	cfg, err := warmupstep.ParseStepConfig(steps[plugin].Plugin.Config, policy.Local())
 	if err != nil {
 		t.Fatalf("example plugin config (as stored by the API server): %v", err)
 	}

@@ -14,7 +14,7 @@ import (
 
 	"github.com/danki-dev/danki/internal/testutil"
 	"github.com/danki-dev/danki/pkg/capacity"
-	"github.com/danki-dev/danki/pkg/warmup"
+	"github.com/danki-dev/danki/pkg/warmupstep"
 )
 
 // The step's capacity block runs on a warm canary pod after the warm-up: a
@@ -149,7 +149,7 @@ func TestStepPollDoesNotRebuildTheRunningJob(t *testing.T) {
 	defer p.Terminate(ro, &types.RpcStepContext{PluginName: WarmupPluginName, Config: cfg})
 	ro.Annotations = map[string]string{capacity.HistoryAnnotation: "not json"}
 	again, rerr := p.Run(ro, &types.RpcStepContext{PluginName: WarmupPluginName, Config: cfg, Status: first.Status})
-	if rerr.HasError() || again.Phase != types.PhaseRunning || warmup.ParseStatus(again.Status).StartedAt != warmup.ParseStatus(first.Status).StartedAt {
+	if rerr.HasError() || again.Phase != types.PhaseRunning || warmupstep.ParseStatus(again.Status).StartedAt != warmupstep.ParseStatus(first.Status).StartedAt {
 		t.Fatalf("poll of the running warm-up: %s %q; want the same run, Running", again.Phase, again.Message)
 	}
 	// A new run (another revision) does read the history, and refuses it.

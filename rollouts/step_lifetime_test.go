@@ -20,6 +20,7 @@ import (
 	"github.com/danki-dev/danki/internal/testutil"
 	"github.com/danki-dev/danki/pkg/policy"
 	"github.com/danki-dev/danki/pkg/warmup"
+	"github.com/danki-dev/danki/pkg/warmupstep"
 )
 
 // tenantPolicy is an operator's policy that lets tenants' configs name the
@@ -71,7 +72,7 @@ func TestStepLoadStopsWhenTheRolloutIsGone(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := newStepLoadServer(t, testutil.Flat(time.Millisecond))
 			impl := newWarmupStep(slog.New(slog.NewTextHandler(io.Discard, nil)), tenantPolicy())
-			impl.ownerEvery = 50 * time.Millisecond
+			impl.step.OwnerEvery = 50 * time.Millisecond
 			ro := stepRollout("cart", "h1", 0)
 			ro.UID = k8stypes.UID("uid-1")
 			argo := argofake.NewSimpleClientset(ro.DeepCopy())
@@ -89,12 +90,12 @@ func TestStepLoadStopsWhenTheRolloutIsGone(t *testing.T) {
 				t.Fatal(err)
 			}
 			key := warmupRunKey(ro)
-			var st warmup.Status
+			var st warmupstep.Status
 			testutil.WaitFor(t, 10*time.Second, func() bool {
-				st, _ = impl.supervisor.Status(key)
+				st, _ = impl.step.Supervisor.Status(key)
 				return st.Phase.Final()
 			})
-			if st.Phase != warmup.PhaseStopped || !strings.Contains(st.Message, tc.want) {
+			if st.Phase != warmupstep.PhaseStopped || !strings.Contains(st.Message, tc.want) {
 				t.Fatalf("warm-up ended %s %q; want Stopped saying %q", st.Phase, st.Message, tc.want)
 			}
 			loadStops(t, srv, 5*time.Second)
@@ -105,7 +106,7 @@ func TestStepLoadStopsWhenTheRolloutIsGone(t *testing.T) {
 	t.Run("unchanged", func(t *testing.T) {
 		srv := newStepLoadServer(t, stepDecay)
 		impl := newWarmupStep(slog.New(slog.NewTextHandler(io.Discard, nil)), tenantPolicy())
-		impl.ownerEvery = 20 * time.Millisecond
+		impl.step.OwnerEvery = 20 * time.Millisecond
 		ro := stepRollout("cart", "h1", 0)
 		ro.UID = "uid-1"
 		impl.argo = argofake.NewSimpleClientset(ro.DeepCopy())
@@ -130,15 +131,15 @@ func TestStepPodGuardIsTheRolloutsOwnPods(t *testing.T) {
 	kube := fake.NewClientset(pod("cart-h1-a", "cart", "h1", "10.0.0.1"), pod("cart-h1-b", "cart", "h1", "10.0.0.2"),
 		pod("cart-old-s", "cart", "old", "10.0.1.1"), pod("other-h1", "other", "h1", "10.0.0.9"))
 	impl := newWarmupStep(slog.New(slog.NewTextHandler(io.Discard, nil)), tenantPolicy())
-	impl.kube, impl.guardEvery = kube, 20*time.Millisecond
+	impl.kube, impl.step.GuardEvery = kube, 20*time.Millisecond
 	ro := stepRollout("cart", "h1", 0) // stable: "old"
 
-	if impl.podGuard(ro, warmup.StepConfig{TargetConfig: warmup.TargetConfig{URLs: []string{"http://127.0.0.1:1"}, StableURLs: []string{"http://127.0.0.1:2"}}}) != nil {
+	if impl.step.PodGuard(impl.rollout(ro), warmupstep.StepConfig{TargetConfig: warmup.TargetConfig{URLs: []string{"http://127.0.0.1:1"}, StableURLs: []string{"http://127.0.0.1:2"}}}) != nil {
 		t.Error("a guard for a run with no pod targets")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	build := impl.podGuard(ro, warmup.StepConfig{})
+	build := impl.step.PodGuard(impl.rollout(ro), warmupstep.StepConfig{})
 	guard, err := build(ctx, []warmup.Target{target("cart-h1-a", "10.0.0.1"), target("cart-h1-b", "10.0.0.2"), target("other-h1", "10.0.0.9")},
 		[]warmup.Target{target("cart-old-s", "10.0.1.1")})
 	if err != nil {

@@ -16,7 +16,7 @@ import (
 
 	"github.com/danki-dev/danki/pkg/policy"
 	"github.com/danki-dev/danki/pkg/shift"
-	"github.com/danki-dev/danki/pkg/warmup"
+	"github.com/danki-dev/danki/pkg/warmupstep"
 )
 
 // mirrorStepFixture is a Rollout routed by danki/istio on a fake Istio API
@@ -94,12 +94,12 @@ func TestStepMirrorModes(t *testing.T) {
 		wantAfter bool
 	}{{"only", true, false}, {"afterSynthetic", false, true}} {
 		raw := strings.Replace(mirrorStepConfig, `"mirror":{`, `"mirror":{"mode":"`+tc.mode+`",`, 1)
-		cfg, err := warmup.ParseStepConfig([]byte(raw), policy.Local())
+		cfg, err := warmupstep.ParseStepConfig([]byte(raw), policy.Local())
 		if err != nil {
 			t.Fatal(err)
 		}
-		var job warmup.Job
-		if err := s.withMirror(ro, cfg, &job); err != nil {
+		var job warmupstep.Job
+		if err := s.step.WithMirror(s.rollout(ro), cfg, &job); err != nil {
 			t.Fatal(err)
 		}
 		if (job.Main != nil) != tc.wantMain || (job.After != nil) != tc.wantAfter {
@@ -108,8 +108,8 @@ func TestStepMirrorModes(t *testing.T) {
 	}
 	// Without the Rollout's danki/istio router there is no VirtualService to mirror on.
 	ro.Spec.Strategy.Canary.TrafficRouting = nil
-	cfg, _ := warmup.ParseStepConfig([]byte(mirrorStepConfig), policy.Local())
-	if err := s.withMirror(ro, cfg, &warmup.Job{}); err == nil || !strings.Contains(err.Error(), "danki/istio") {
+	cfg, _ := warmupstep.ParseStepConfig([]byte(mirrorStepConfig), policy.Local())
+	if err := s.step.WithMirror(s.rollout(ro), cfg, &warmupstep.Job{}); err == nil || !strings.Contains(err.Error(), "danki/istio") {
 		t.Fatalf("withMirror without a traffic router: %v", err)
 	}
 }
@@ -126,7 +126,7 @@ func TestStepMirrorHeldToThePolicyThroughRPC(t *testing.T) {
 		{`{"address":"` + allowed.URL + `","caFile":"` + token + `"}`, "prometheus.caFile"},
 	} {
 		s, ro, _ := mirrorStepFixture(t)
-		s.policy = policy.Policy{Prometheus: []policy.Prometheus{{Address: allowed.URL}},
+		s.step.Policy = policy.Policy{Prometheus: []policy.Prometheus{{Address: allowed.URL}},
 			Network: policy.Network{AllowLoopback: true, AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}}
 		raw := strings.Replace(mirrorStepConfig, `"prometheus":{"address":"http://127.0.0.1:1"}`, `"prometheus":`+tc.prometheus, 1)
 		res, rerr := warmupStepClient(t, s).Run(ro, &types.RpcStepContext{Config: json.RawMessage(raw)})

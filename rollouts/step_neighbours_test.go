@@ -31,7 +31,7 @@ func TestWarmupWatchesUsersThroughTheGatesMetrics(t *testing.T) {
 	const envoyGate = `{"source":"envoy","prometheus":{"address":"http://127.0.0.1:9"},"envoy":{"canaryCluster":"c","stableCluster":"s"},"slo":{"p99":"500ms"}}`
 	cfg := warmup.Config{NeighbourWindow: config.Duration(10 * time.Second)}.WithDefaults()
 
-	sig := s.usersOnStable(rollout(envoyGate), cfg)
+	sig := s.step.UsersOnStable(s.rollout(rollout(envoyGate)), cfg)
 	tail, ok := sig.(*analysis.StableTail)
 	if !ok || tail.Range != 10*time.Second {
 		t.Fatalf("gate with a stable cluster: signal %#v, want a StableTail over 10s", sig)
@@ -42,9 +42,9 @@ func TestWarmupWatchesUsersThroughTheGatesMetrics(t *testing.T) {
 	guardOff := cfg
 	guardOff.NeighbourGuard = &off
 	for name, got := range map[string]warmup.NeighbourSignal{
-		"no stable series": s.usersOnStable(rollout(noStable), cfg),
-		"no gate":          s.usersOnStable(rollout(""), cfg),
-		"guard off":        s.usersOnStable(rollout(envoyGate), guardOff),
+		"no stable series": s.step.UsersOnStable(s.rollout(rollout(noStable)), cfg),
+		"no gate":          s.step.UsersOnStable(s.rollout(rollout("")), cfg),
+		"guard off":        s.step.UsersOnStable(s.rollout(rollout(envoyGate)), guardOff),
 	} {
 		if got != nil {
 			t.Errorf("%s: signal %#v, want none", name, got)

@@ -26,25 +26,25 @@ func TestUsersOnStableHeldToThePolicy(t *testing.T) {
 		  "slo": {"p99": "250ms"}}}`
 	}
 	s := newTestWarmupStep(t)
-	s.policy = policy.Policy{Prometheus: []policy.Prometheus{{Address: allowed.URL}}}
+	s.step.Policy = policy.Policy{Prometheus: []policy.Prometheus{{Address: allowed.URL}}}
 	kube := kubefake.NewClientset(
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "prom", Namespace: trNS}, Data: map[string][]byte{"token": []byte("shop-token")}},
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "prom", Namespace: "kube-system"}, Data: map[string][]byte{"token": []byte("admin-token")}})
 	s.kube = kube
 	cfg := warmup.Config{}.WithDefaults()
 
-	if sig := s.usersOnStable(trRollout(gate(evil.URL, "")), cfg); sig != nil {
+	if sig := s.step.UsersOnStable(s.rollout(trRollout(gate(evil.URL, ""))), cfg); sig != nil {
 		_, err := sig.Latency(context.Background())
 		t.Errorf("a foreign Prometheus is watched (err %v)", err)
 	}
-	if sig := s.usersOnStable(trRollout(gate(allowed.URL, `, "bearerTokenFile": "/var/run/secrets/kubernetes.io/serviceaccount/token"`)), cfg); sig != nil {
+	if sig := s.step.UsersOnStable(s.rollout(trRollout(gate(allowed.URL, `, "bearerTokenFile": "/var/run/secrets/kubernetes.io/serviceaccount/token"`))), cfg); sig != nil {
 		t.Error("a gate naming the controller's token file is watched")
 	}
 	if n := len(evil.Queries()); n != 0 {
 		t.Fatalf("the foreign Prometheus got %d queries", n)
 	}
 
-	sig := s.usersOnStable(trRollout(gate(allowed.URL, `, "bearerTokenSecret": {"name": "prom", "key": "token"}`)), cfg)
+	sig := s.step.UsersOnStable(s.rollout(trRollout(gate(allowed.URL, `, "bearerTokenSecret": {"name": "prom", "key": "token"}`))), cfg)
 	if sig == nil {
 		t.Fatal("the allowed Prometheus is not watched")
 	}

@@ -22,7 +22,7 @@ import (
 
 	"github.com/danki-dev/danki/internal/testutil"
 	"github.com/danki-dev/danki/pkg/policy"
-	"github.com/danki-dev/danki/pkg/warmup"
+	"github.com/danki-dev/danki/pkg/warmupstep"
 )
 
 // newStepLoadServer is a pod stand-in on 127.0.0.1 with the health path
@@ -92,16 +92,16 @@ func warmupConfigJSON(t *testing.T, urls []string, extra map[string]any) json.Ra
 
 // runStepUntilDone calls Run as the controller does, feeding back each returned
 // Status, until the phase is no longer Running.
-func runStepUntilDone(t *testing.T, p rpc.StepPlugin, ro *v1alpha1.Rollout, cfg json.RawMessage, status json.RawMessage, timeout time.Duration) (types.RpcStepResult, []warmup.Status) {
+func runStepUntilDone(t *testing.T, p rpc.StepPlugin, ro *v1alpha1.Rollout, cfg json.RawMessage, status json.RawMessage, timeout time.Duration) (types.RpcStepResult, []warmupstep.Status) {
 	t.Helper()
-	var seen []warmup.Status
+	var seen []warmupstep.Status
 	deadline := time.Now().Add(timeout)
 	for {
 		res, rerr := p.Run(ro, &types.RpcStepContext{PluginName: WarmupPluginName, Config: cfg, Status: status})
 		if rerr.HasError() {
 			t.Fatalf("Run: RpcError %v", rerr)
 		}
-		var st warmup.Status
+		var st warmupstep.Status
 		if err := json.Unmarshal(res.Status, &st); err != nil {
 			t.Fatalf("Run returned status %q: %v", res.Status, err)
 		}
@@ -134,27 +134,27 @@ func TestStepRunConvergesThroughRPC(t *testing.T) {
 	cfg := warmupConfigJSON(t, []string{srv.URL}, nil)
 
 	first, rerr := p.Run(ro, &types.RpcStepContext{Config: cfg})
-	if rerr.HasError() || first.Phase != types.PhaseRunning || first.RequeueAfter != warmup.DefaultPollInterval {
+	if rerr.HasError() || first.Phase != types.PhaseRunning || first.RequeueAfter != warmupstep.DefaultPollInterval {
 		t.Fatalf("first Run = %+v, %v; want Running, RequeueAfter 15s", first, rerr)
 	}
-	st := warmup.ParseStatus(first.Status)
+	st := warmupstep.ParseStatus(first.Status)
 	if st == nil || st.RunID != "shop/cart/h1/0" || st.StartedAt.IsZero() {
 		t.Fatalf("first status %s", first.Status)
 	}
 	// Repeated Runs, with and without the status, report the same warm-up.
 	again, _ := p.Run(ro, &types.RpcStepContext{Config: cfg, Status: first.Status})
-	if st2 := warmup.ParseStatus(again.Status); again.Phase != types.PhaseRunning && again.Phase != types.PhaseSuccessful || st2.StartedAt != st.StartedAt {
+	if st2 := warmupstep.ParseStatus(again.Status); again.Phase != types.PhaseRunning && again.Phase != types.PhaseSuccessful || st2.StartedAt != st.StartedAt {
 		t.Errorf("repeated Run: %+v", again)
 	}
 	res, seen := runStepUntilDone(t, p, ro, cfg, again.Status, 30*time.Second)
 	if res.Phase != types.PhaseSuccessful {
 		t.Fatalf("phase %s: %s", res.Phase, res.Message)
 	}
-	if runs := len(impl.supervisor.Keys()); runs != 1 {
+	if runs := len(impl.step.Supervisor.Keys()); runs != 1 {
 		t.Errorf("%d warm-ups in memory after repeated Runs, want 1", runs)
 	}
 	final := seen[len(seen)-1]
-	if final.Phase != warmup.PhaseConverged || final.Requests == 0 || final.Windows < 3 || final.FirstP99 == "" || final.LastP99 == "" || final.Converged != 1 {
+	if final.Phase != warmupstep.PhaseConverged || final.Requests == 0 || final.Windows < 3 || final.FirstP99 == "" || final.LastP99 == "" || final.Converged != 1 {
 		t.Errorf("final status %+v", final)
 	}
 	for _, want := range []string{"converged: 1/1 targets warm", "requests", "worst p99"} {
@@ -185,7 +185,7 @@ func TestStepFailsWithTrendWhenNotConverging(t *testing.T) {
 			t.Errorf("message %q lacks %q", res.Message, want)
 		}
 	}
-	if st := warmup.ParseStatus(res.Status); st == nil || st.Phase != warmup.PhaseFailed {
+	if st := warmupstep.ParseStatus(res.Status); st == nil || st.Phase != warmupstep.PhaseFailed {
 		t.Errorf("status %s", res.Status)
 	}
 }
@@ -253,15 +253,15 @@ func TestStepRestartedPluginResumes(t *testing.T) {
 	res, _ := warmupStepClient(t, old).Run(ro, &types.RpcStepContext{Config: cfg})
 	testutil.WaitFor(t, 10*time.Second, func() bool { return srv.Load() > 20 })
 	// The process dies: its load stops, only the controller's status remains.
-	old.supervisor.Stop(ro.Namespace + "/" + ro.Name)
-	running := warmup.ParseStatus(res.Status)
-	if running.Phase == warmup.PhaseConverged || running.Phase == warmup.PhaseFailed {
+	old.step.Supervisor.Stop(ro.Namespace + "/" + ro.Name)
+	running := warmupstep.ParseStatus(res.Status)
+	if running.Phase == warmupstep.PhaseConverged || running.Phase == warmupstep.PhaseFailed {
 		t.Fatalf("first status already warmupTerminal: %+v", running)
 	}
 
 	fresh := warmupStepClient(t, newTestWarmupStep(t))
 	first, _ := fresh.Run(ro, &types.RpcStepContext{Config: cfg, Status: res.Status})
-	st := warmup.ParseStatus(first.Status)
+	st := warmupstep.ParseStatus(first.Status)
 	if first.Phase != types.PhaseRunning || st.Restarts != 1 || !st.StartedAt.Equal(running.StartedAt) {
 		t.Fatalf("restarted Run: %s, status %+v (first started %s)", first.Phase, st, running.StartedAt)
 	}
@@ -269,7 +269,7 @@ func TestStepRestartedPluginResumes(t *testing.T) {
 	if done.Phase != types.PhaseSuccessful {
 		t.Fatalf("restarted warm-up: %s %s", done.Phase, done.Message)
 	}
-	if warmup.ParseStatus(done.Status).Restarts != 1 {
+	if warmupstep.ParseStatus(done.Status).Restarts != 1 {
 		t.Errorf("final status lost the restart count: %s", done.Status)
 	}
 
@@ -282,7 +282,7 @@ func TestStepRestartedPluginResumes(t *testing.T) {
 
 	// Restarted too often, or past the deadline: Failed, not wedged.
 	tooMany := *running
-	tooMany.Restarts = warmup.MaxRestarts
+	tooMany.Restarts = warmupstep.MaxRestarts
 	raw, _ := json.Marshal(tooMany)
 	if r, _ := warmupStepClient(t, newTestWarmupStep(t)).Run(ro, &types.RpcStepContext{Config: cfg, Status: raw}); r.Phase != types.PhaseFailed || !strings.Contains(r.Message, "restarted") {
 		t.Errorf("too many restarts: %s %s", r.Phase, r.Message)
@@ -368,9 +368,14 @@ func TestStepConcurrentRollouts(t *testing.T) {
 			})
 		}
 	})
-	if runs := impl.supervisor.Keys(); len(runs) != 4 {
+	if runs := impl.step.Supervisor.Keys(); len(runs) != 4 {
 		t.Errorf("%d runs in memory, want one per rollout: %v", len(runs), runs)
 	}
 }
 
 func stepPtr[T any](v T) *T { return &v }
+
+// warmupRunKey is the supervisor's key of ro's warm-up.
+func warmupRunKey(ro *v1alpha1.Rollout) warmupstep.RunKey {
+	return warmupstep.RunKey{Owner: ro.Namespace + "/" + ro.Name, Revision: ro.Status.CurrentPodHash, Step: stepIndex(ro)}
+}

@@ -19,7 +19,7 @@ import (
 	"github.com/danki-dev/danki/pkg/latency"
 	"github.com/danki-dev/danki/pkg/policy"
 	"github.com/danki-dev/danki/pkg/shift"
-	"github.com/danki-dev/danki/pkg/warmup"
+	"github.com/danki-dev/danki/pkg/warmupstep"
 	istioclient "istio.io/client-go/pkg/clientset/versioned"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -257,7 +257,7 @@ func (l *lab) aaRun(ctx context.Context, cfg AAConfig, i int) (*AARun, error) {
 	generation := ro.Generation
 	deadline := run.Start.Add(cfg.Timeout)
 	var (
-		st                *warmup.Status
+		st                *warmupstep.Status
 		phase, msg        string
 		warmStart, warmed time.Time
 		minStop           int64
@@ -347,7 +347,7 @@ func classifyAA(promoted, aborted bool, phase, msg, gateBreach string) (outcome,
 // fillWarmupFigures sets the run's warm-up figures from the step's last
 // status and message: requests per pod, stop ÷ MinStop, and the canary's
 // and stable's p99 as the warm-up judged them.
-func fillWarmupFigures(run *AARun, st *warmup.Status, msg string, minStop int64, limit func(time.Duration) time.Duration) {
+func fillWarmupFigures(run *AARun, st *warmupstep.Status, msg string, minStop int64, limit func(time.Duration) time.Duration) {
 	run.MinStop = minStop
 	if st == nil {
 		return
@@ -406,12 +406,12 @@ func medianDuration(ds []string) time.Duration {
 // warmupStepStatus returns the danki/warmup step's status for the current
 // canary: its parsed status (nil before the plugin kept one), phase and
 // message; phase "" when the step has not run for this canary yet.
-func warmupStepStatus(ro *v1alpha1.Rollout) (*warmup.Status, string, string) {
+func warmupStepStatus(ro *v1alpha1.Rollout) (*warmupstep.Status, string, string) {
 	for _, s := range ro.Status.Canary.StepPluginStatuses {
 		if s.Name != "danki/warmup" || s.Operation != v1alpha1.StepPluginOperationRun {
 			continue
 		}
-		st := warmup.ParseStatus(s.Status)
+		st := warmupstep.ParseStatus(s.Status)
 		if st != nil && st.CanaryHash != "" && st.CanaryHash != ro.Status.CurrentPodHash {
 			continue // an earlier run's
 		}
@@ -421,14 +421,14 @@ func warmupStepStatus(ro *v1alpha1.Rollout) (*warmup.Status, string, string) {
 }
 
 // warmupStepConfig is the Rollout's danki/warmup step config, defaulted.
-func warmupStepConfig(ro *v1alpha1.Rollout) (warmup.StepConfig, bool) {
+func warmupStepConfig(ro *v1alpha1.Rollout) (warmupstep.StepConfig, bool) {
 	for _, s := range ro.Spec.Strategy.Canary.Steps {
 		if s.Plugin != nil && s.Plugin.Name == "danki/warmup" {
-			c, err := warmup.ParseStepConfig(s.Plugin.Config, policy.Local())
+			c, err := warmupstep.ParseStepConfig(s.Plugin.Config, policy.Local())
 			return c, err == nil
 		}
 	}
-	return warmup.StepConfig{}, false
+	return warmupstep.StepConfig{}, false
 }
 
 // warmupMinStop is the step's earliest stop per pod (0 without the step).

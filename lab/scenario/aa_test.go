@@ -10,7 +10,7 @@ import (
 
 	"github.com/argoproj/argo-rollouts/pkg/apis/rollouts/v1alpha1"
 	"github.com/danki-dev/danki/lab/traffic"
-	"github.com/danki-dev/danki/pkg/warmup"
+	"github.com/danki-dev/danki/pkg/warmupstep"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"sigs.k8s.io/yaml"
 )
@@ -105,7 +105,7 @@ func TestClassifyAA(t *testing.T) {
 func TestFillWarmupFigures(t *testing.T) {
 	limit := func(s time.Duration) time.Duration { return max(2*s, s+5*time.Millisecond) }
 	// Promoted: the canary p99 is the median of the status's last windows.
-	st := &warmup.Status{Requests: 2900, Converged: 2, Pods: []warmup.PodProgress{{Name: "a"}, {Name: "b"}},
+	st := &warmupstep.Status{Requests: 2900, Converged: 2, Pods: []warmupstep.PodProgress{{Name: "a"}, {Name: "b"}},
 		StableP99: "6.1ms", Trend: []string{"5.9ms", "6.3ms", "5.2ms", "40ms", "6.1ms", "5.5ms"}}
 	var run AARun
 	fillWarmupFigures(&run, st, "warm-up converged", 1000, limit)
@@ -117,7 +117,7 @@ func TestFillWarmupFigures(t *testing.T) {
 	}
 	// Rejected: the figures are the ones the rejection names.
 	run = AARun{}
-	fillWarmupFigures(&run, &warmup.Status{Requests: 4800, Pods: []warmup.PodProgress{{}, {}}, StableP99: "5ms", Trend: []string{"9ms"}}, aaRejection, 1000, limit)
+	fillWarmupFigures(&run, &warmupstep.Status{Requests: 4800, Pods: []warmupstep.PodProgress{{}, {}}, StableP99: "5ms", Trend: []string{"9ms"}}, aaRejection, 1000, limit)
 	if run.CanaryP99 != 12400*time.Microsecond || run.StableP99 != 5400*time.Microsecond {
 		t.Errorf("rejected: canary %s, stable %s; want 12.4ms and 5.4ms from the message", run.CanaryP99, run.StableP99)
 	}

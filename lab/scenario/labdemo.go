@@ -19,6 +19,7 @@ import (
 	argoclient "github.com/argoproj/argo-rollouts/pkg/client/clientset/versioned"
 	"github.com/danki-dev/danki/lab/traffic"
 	"github.com/danki-dev/danki/pkg/warmup"
+	"github.com/danki-dev/danki/pkg/warmupstep"
 	istioclient "istio.io/client-go/pkg/clientset/versioned"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -588,7 +589,7 @@ func warmupSummary(ro *v1alpha1.Rollout) warmupDone {
 		if s.Name != "danki/warmup" || s.Operation != v1alpha1.StepPluginOperationRun || s.Phase != v1alpha1.StepPluginPhaseSuccessful {
 			continue
 		}
-		var st warmup.Status
+		var st warmupstep.Status
 		if json.Unmarshal(s.Status, &st) != nil || st.CanaryHash != ro.Status.CurrentPodHash {
 			continue
 		}

@@ -15,7 +15,7 @@ import (
 	"github.com/danki-dev/danki/lab/traffic"
 	"github.com/danki-dev/danki/pkg/latency"
 	"github.com/danki-dev/danki/pkg/policy"
-	"github.com/danki-dev/danki/pkg/warmup"
+	"github.com/danki-dev/danki/pkg/warmupstep"
 	"k8s.io/apimachinery/pkg/api/equality"
 )
 
@@ -239,7 +239,7 @@ func TestContenderExamples(t *testing.T) {
 	if warm < 0 || weight < warm {
 		t.Fatalf("steps %+v: want danki/warmup before the first setWeight", steps)
 	}
-	c, err := warmup.ParseStepConfig(steps[warm].Plugin.Config, policy.Local())
+	c, err := warmupstep.ParseStepConfig(steps[warm].Plugin.Config, policy.Local())
 	if err != nil {
 		t.Fatalf("danki/warmup refuses the config: %v", err)
 	}

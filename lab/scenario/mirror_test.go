@@ -14,7 +14,7 @@ import (
 	"github.com/danki-dev/danki/pkg/latency"
 	"github.com/danki-dev/danki/pkg/mirror"
 	"github.com/danki-dev/danki/pkg/policy"
-	"github.com/danki-dev/danki/pkg/warmup"
+	"github.com/danki-dev/danki/pkg/warmupstep"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"sigs.k8s.io/yaml"
 )
@@ -168,7 +168,7 @@ func TestMirrorExample(t *testing.T) {
 		t.Fatalf("danki/warmup at step %d in danki, %d in mirror: want the same step", i, j)
 	}
 	raw := mr.Spec.Strategy.Canary.Steps[j].Plugin.Config
-	if _, err := warmup.ParseStepConfig(raw, policy.Local()); err != nil {
+	if _, err := warmupstep.ParseStepConfig(raw, policy.Local()); err != nil {
 		t.Fatalf("danki/warmup refuses the mirror example: %v", err)
 	}
 	var step map[string]json.RawMessage

@@ -52,12 +52,11 @@
 // Options.OnProgress.
 //
 // FindTargets resolves a TargetQuery (explicit URLs, or pods waited for in
-// Kubernetes) the same way for both callers. A Supervisor runs warm-ups in
-// the background for callers that poll, keyed by RunKey: Start is
-// idempotent and resumes from a kept Status after a restart, Stop stops the
-// load, finished runs expire. The load itself is pkg/load's paced fortio
-// runner; windows are pkg/latency summaries.
+// Kubernetes) the same way for every caller. The load itself is pkg/load's
+// paced fortio runner; windows are pkg/latency summaries.
 //
-// The package is plain Go: the Argo Rollouts step plugin (rollouts/step.go)
-// and the `danki warmup` command are thin layers over it.
+// The package is the warm-up engine only, plain Go: the danki/warmup step
+// (its config, its background runs and their status) is pkg/warmupstep, and
+// the `danki warmup` command, the gate, source: load, the capacity check
+// and the mirror source use the engine directly.
 package warmup

@@ -105,9 +105,9 @@ func podGRPCPort(p *corev1.Pod, port int32) bool {
 	return false
 }
 
-// healthCheck says what the health wait asks the targets, for status
+// HealthCheck says what the health wait asks the targets, for status
 // messages.
-func (c *Config) healthCheck(targets []Target) string {
+func (c *Config) HealthCheck(targets []Target) string {
 	if c.healthGRPC(targets) {
 		return fmt.Sprintf("grpc.health.v1.Health/Check %q with SERVING", c.HealthService)
 	}

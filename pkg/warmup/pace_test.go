@@ -3,7 +3,6 @@ package warmup
 import (
 	"context"
 	"errors"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -279,106 +278,6 @@ func TestPaceBacksOffWhenThePodSaturates(t *testing.T) {
 		t.Errorf("a pod saturating above 150 qps: %d cuts, full pace (1000) after %d requests; want cuts and never full pace\n%s", tr.PaceCuts, tr.FullPaceAfter, table(res))
 	}
 	t.Logf("%d cuts", tr.PaceCuts)
-}
-
-// The neighbour guard lowers the pace when stable's latency rises, says
-// so in the progress, and lets the pace climb back once stable recovers.
-func TestNeighbourGuardBacksOffAndRecovers(t *testing.T) {
-	var slow atomic.Bool
-	stable := newTestServer(t, func(int64, bool) time.Duration {
-		if slow.Load() {
-			return 25 * time.Millisecond
-		}
-		return time.Millisecond
-	})
-	canary := newTestServer(t, testutil.Flat(time.Millisecond))
-	cfg := fastConfig()
-	cfg.QPS, cfg.StartQPS = 200, 25
-	cfg.StableQPS = 100 // a look every 0.2 s
-	// Well under the 25 ms of a slow stable, well over the noise of a busy
-	// machine.
-	cfg.NeighbourFloor = config.Duration(8 * time.Millisecond)
-	cfg.MinRequests, cfg.MaxRequests = 1_000_000, 1_000_000
-	cfg.Deadline = config.Duration(60 * time.Second)
-
-	var mu sync.Mutex
-	var last Progress
-	var said []string
-	st := &Status{}
-	pods := map[string]*PodProgress{}
-	progress := func(p Progress) {
-		mu.Lock()
-		defer mu.Unlock()
-		st.fold(p, pods)
-		if p.Neighbours != "" {
-			said = append(said, p.Neighbours)
-		}
-		if !p.Stable && p.Target != "" {
-			last = p
-		}
-	}
-	snapshot := func() (Progress, []string, Status) {
-		mu.Lock()
-		defer mu.Unlock()
-		return last, slices.Clone(said), *st
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	type outcome struct {
-		res *Result
-		err error
-	}
-	done := make(chan outcome, 1)
-	go func() {
-		res, err := Run(ctx, cfg, []Target{target(canary)}, Options{Stable: []Target{target(stable)}, OnProgress: progress})
-		done <- outcome{res, err}
-	}()
-
-	waitFor := func(what string, cond func(p Progress, said []string) bool) {
-		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		for {
-			p, s, _ := snapshot()
-			if cond(p, s) {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("no %s within 20 s; last progress %+v, guard said %q", what, p, s)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-	waitFor("full pace", func(p Progress, _ []string) bool { return p.Pace == 200 && p.PaceCap == 0 })
-	before := len(func() []string { _, s, _ := snapshot(); return s }())
-	slow.Store(true)
-	waitFor("back-off", func(p Progress, s []string) bool {
-		return p.PaceCap > 0 && p.PaceCap <= 50 && p.Pace <= p.PaceCap && len(s) > before
-	})
-	// Held down: while stable stays slow, the canary gets at most the cap.
-	p, s, status := snapshot()
-	if !regexp.MustCompile(`^stable p90 [0-9.]+ms above [0-9.]+ms \(its baseline .*\): warm-up pace halved to [0-9.]+ qps per pod \(back-off [0-9]+\)$`).MatchString(s[len(s)-1]) {
-		t.Errorf("back-off message %q, want stable's p90 and the new pace", s[len(s)-1])
-	}
-	if status.Backoffs == 0 || !strings.Contains(status.Message, guardNote+"stable p90") {
-		t.Errorf("status: %d back-offs, message %q; want the back-off in the step's message", status.Backoffs, status.Message)
-	}
-	n0, t0 := canary.Load(), time.Now()
-	time.Sleep(time.Second)
-	if rate := float64(canary.Load()-n0) / time.Since(t0).Seconds(); rate > 2*p.PaceCap+10 {
-		t.Errorf("canary got %.0f qps under a cap of %g", rate, p.PaceCap)
-	}
-	slow.Store(false)
-	waitFor("recovery", func(p Progress, s []string) bool {
-		return p.PaceCap == 0 && p.Pace == 200 && strings.Contains(s[len(s)-1], "free to ramp up to 200 qps per pod again")
-	})
-	cancel()
-	out := <-done
-	if !errors.Is(out.err, context.Canceled) {
-		t.Errorf("err = %v, want context.Canceled", out.err)
-	}
-	if len(out.res.Backoffs) == 0 || out.res.Backoffs[0].StableP90 < 20*time.Millisecond || !strings.Contains(out.res.Summary(), "neighbour guard backed off") {
-		t.Errorf("result back-offs %+v, summary %q", out.res.Backoffs, out.res.Summary())
-	}
 }
 
 // Cancelling a warm-up stops it at once, even while its connections wait

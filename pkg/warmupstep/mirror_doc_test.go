@@ -1,4 +1,4 @@
-package mirror
+package warmupstep
 
 import (
 	"encoding/json"
@@ -8,13 +8,14 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/danki-dev/danki/pkg/mirror"
 	"github.com/danki-dev/danki/pkg/policy"
-	"github.com/danki-dev/danki/pkg/warmup"
 )
 
 // The step example in docs/warmup.md's "Mirrored traffic" section is a
-// valid danki/warmup config with a valid mirror block.
-func TestDocExampleParses(t *testing.T) {
+// valid danki/warmup config with a valid mirror block (moved from
+// pkg/mirror: the step config that holds the block is this package's).
+func TestMirrorDocExampleParses(t *testing.T) {
 	doc, err := os.ReadFile("../../docs/warmup.md")
 	if err != nil {
 		t.Fatal(err)
@@ -37,15 +38,15 @@ func TestDocExampleParses(t *testing.T) {
 	if len(steps) != 1 || steps[0].Plugin.Name != "danki/warmup" {
 		t.Fatalf("example steps %+v", steps)
 	}
-	cfg, err := warmup.ParseStepConfig(steps[0].Plugin.Config, policy.Local())
+	cfg, err := ParseStepConfig(steps[0].Plugin.Config, policy.Local())
 	if err != nil {
 		t.Fatal(err)
 	}
-	mc, err := Parse(cfg.Mirror)
-	if err != nil {
-		t.Fatal(err)
+	if cfg.Mirror == nil {
+		t.Fatal("the example has no mirror block")
 	}
-	if mc.Mode != ModeOnly || mc.MaxPercent != 20 || !mc.AllowSideEffects {
+	mc := *cfg.Mirror
+	if mc.Mode != mirror.ModeOnly || mc.MaxPercent != 20 || !mc.AllowSideEffects {
 		t.Fatalf("mirror block %+v", mc)
 	}
 }

@@ -1,4 +1,4 @@
-package warmup
+package warmupstep
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/danki-dev/danki/internal/testutil"
+	"github.com/danki-dev/danki/pkg/warmup"
 )
 
 // A run whose owner check reports the owner gone stops (Stopped, the
@@ -27,7 +28,7 @@ func TestSupervisorStopsWhenTheOwnerIsGone(t *testing.T) {
 	job.Owner = func(context.Context) error {
 		checks.Add(1)
 		if gone.Load() {
-			return fmt.Errorf("%w: Rollout shop/cart was deleted", ErrOwnerGone)
+			return fmt.Errorf("%w: Rollout shop/cart was deleted", warmup.ErrOwnerGone)
 		}
 		return nil
 	}
@@ -56,8 +57,8 @@ func TestSupervisorJobGuard(t *testing.T) {
 	srv := newTestServer(t, testutil.Flat(time.Millisecond))
 	cfg := fastConfig()
 	job := urlJob(cfg, srv)
-	var got []Target
-	job.Guard = func(_ context.Context, canary, _ []Target) (func(netip.Addr) error, error) {
+	var got []warmup.Target
+	job.Guard = func(_ context.Context, canary, _ []warmup.Target) (func(netip.Addr) error, error) {
 		got = canary
 		return nil, errors.New("list pods: forbidden")
 	}
@@ -82,7 +83,7 @@ func TestSupervisorAfterGetsTheRunGuard(t *testing.T) {
 	srv := newTestServer(t, testutil.Flat(time.Millisecond))
 	job := urlJob(fastConfig(), srv)
 	refused := errors.New("not the rollout's pod any more")
-	job.Guard = func(context.Context, []Target, []Target) (func(netip.Addr) error, error) {
+	job.Guard = func(context.Context, []warmup.Target, []warmup.Target) (func(netip.Addr) error, error) {
 		return func(ip netip.Addr) error {
 			if ip == netip.MustParseAddr("10.0.0.9") {
 				return refused
@@ -91,7 +92,7 @@ func TestSupervisorAfterGetsTheRunGuard(t *testing.T) {
 		}, nil
 	}
 	var seen error
-	job.After = func(ctx context.Context, _ []Target, _ func(string)) (string, error) {
+	job.After = func(ctx context.Context, _ []warmup.Target, _ func(string)) (string, error) {
 		g := RunGuard(ctx)
 		if g == nil {
 			return "", errors.New("no run guard")

@@ -1,18 +1,18 @@
-package warmup
+package warmupstep
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"net/netip"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/danki-dev/danki/pkg/config"
+	"github.com/danki-dev/danki/pkg/jobs"
+	"github.com/danki-dev/danki/pkg/warmup"
 )
 
 // Supervisor limits.
@@ -47,52 +47,55 @@ func (k RunKey) String() string { return fmt.Sprintf("%s/%s/%d", k.Owner, k.Revi
 // Job is a warm-up for the Supervisor to run.
 type Job struct {
 	// Config is the warm-up config; Start applies its defaults.
-	Config Config
+	Config warmup.Config
 	// FindTargets finds the canary (and, for CompareToStable, stable)
 	// targets. It runs in the background; ctx ends at the deadline (plus a
-	// grace) or when the run is stopped. FindTargets with a TargetQuery is
-	// the usual implementation.
-	FindTargets func(ctx context.Context) (canary, stable []Target, err error)
+	// grace) or when the run is stopped. warmup.FindTargets with a
+	// TargetQuery is the usual implementation.
+	FindTargets func(ctx context.Context) (canary, stable []warmup.Target, err error)
 	// After, if set, runs once every target converged, within the same
 	// deadline (e.g. the capacity check on a warm canary pod): report shows
 	// its progress in the status message, its summary is added to the
 	// converged message, and its error fails the run.
-	After func(ctx context.Context, canary []Target, report func(string)) (summary string, err error)
+	After func(ctx context.Context, canary []warmup.Target, report func(string)) (summary string, err error)
 	// Main, if set, replaces the synthetic load (e.g. the mirror source:
 	// warm-up on mirrored user traffic): it runs after the targets are
 	// found, reports its progress like After, its summary is the converged
 	// message and its error fails the run. After still runs once it
 	// succeeded.
-	Main func(ctx context.Context, canary []Target, report func(string)) (summary string, err error)
+	Main func(ctx context.Context, canary []warmup.Target, report func(string)) (summary string, err error)
 	// Neighbours, if set, is the users' own latency on stable for the
-	// neighbour guard (Options.Neighbours).
-	Neighbours NeighbourSignal
-	// Owner, if set, checks every OwnerEvery (default OwnerCheckInterval)
+	// neighbour guard (warmup.Options.Neighbours).
+	Neighbours warmup.NeighbourSignal
+	// Owner, if set, checks every OwnerEvery (default warmup.OwnerCheckInterval)
 	// while the run goes on that its owner still wants it (for the step
 	// plugin: the Rollout exists, with the same UID and canary hash). An
-	// error wrapping ErrOwnerGone, or failures for OwnerUnknownLimit, stop
+	// error wrapping warmup.ErrOwnerGone, or failures for
+	// warmup.OwnerUnknownLimit, stop
 	// the run: PhaseStopped, the reason in the message. Nothing else is
-	// undone (WatchOwner).
+	// undone (warmup.WatchOwner).
 	Owner      func(ctx context.Context) error
 	OwnerEvery time.Duration
 	// Guard, if set, builds the run's Config.Guard once the targets are
-	// found (NewPodGuard: the run's own pods only, re-read while it runs);
+	// found (warmup.NewPodGuard: the run's own pods only, re-read while it runs);
 	// ctx ends with the run. Its error fails the run. An existing
 	// Config.Guard is asked first.
-	Guard func(ctx context.Context, canary, stable []Target) (func(netip.Addr) error, error)
+	Guard func(ctx context.Context, canary, stable []warmup.Target) (func(netip.Addr) error, error)
 }
 
 // Supervisor runs warm-ups in the background for callers that poll: the Argo
 // Rollouts step plugin calls Run again and again while a step runs, from
 // several workers at once, and its process may restart in the middle. Each
 // run is keyed by RunKey; Start is idempotent, Status reports, Stop stops.
-// Finished runs are forgotten FinishedTTL after they end. It is safe for
-// concurrent use.
+// Finished runs are forgotten FinishedTTL after they end (the jobs.Runner's
+// expiry). It is safe for concurrent use.
 type Supervisor struct {
 	log *slog.Logger
 
+	// mu makes Start's look-up, replacement and start one step: two
+	// workers polling the same step start one run.
 	mu   sync.Mutex
-	runs map[RunKey]*supervisedRun
+	runs *jobs.Runner[*supervisedRun]
 }
 
 // NewSupervisor returns a Supervisor that logs to log (nil: slog.Default()).
@@ -100,8 +103,11 @@ func NewSupervisor(log *slog.Logger) *Supervisor {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Supervisor{log: log, runs: map[RunKey]*supervisedRun{}}
+	return &Supervisor{log: log, runs: jobs.NewRunner[*supervisedRun](FinishedTTL)}
 }
+
+// ownerPrefix is the runner key prefix of every run of owner.
+func ownerPrefix(owner string) string { return owner + "/" }
 
 // Start starts the warm-up of key in the background and returns its status
 // at once; it never waits for the load. Called again for the same key it
@@ -124,13 +130,12 @@ func (s *Supervisor) Start(key RunKey, previous *Status, job Job) Status {
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.forgetFinishedLocked()
-	if r, ok := s.runs[key]; ok {
-		if !r.finished() || previous != nil {
-			return r.snapshot()
+	if j, ok := s.runs.Get(id); ok {
+		if !j.Finished() || previous != nil {
+			return j.Value.snapshot()
 		}
 		// A finished run the caller no longer knows about: a retry.
-		delete(s.runs, key)
+		s.runs.Forget(id, j)
 	}
 	status := Status{RunID: id, CanaryHash: key.Revision, Step: key.Step, StartedAt: time.Now().UTC(), Phase: PhaseResolving}
 	if previous != nil {
@@ -151,104 +156,58 @@ func (s *Supervisor) Start(key RunKey, previous *Status, job Job) Status {
 	}
 	// A new revision or step replaces the owner's other runs (cancel does
 	// not wait: their load stops within hardStopGrace).
-	for k, r := range s.runs {
-		if k.Owner == key.Owner {
-			r.cancel()
-			delete(s.runs, k)
+	s.runs.Cancel(ownerPrefix(key.Owner))
+	r := &supervisedRun{key: key, status: status, pods: map[string]*PodProgress{}}
+	var watch func(context.Context, func(error))
+	if job.Owner != nil {
+		watch = func(ctx context.Context, stop func(error)) {
+			warmup.WatchOwner(ctx, job.OwnerEvery, job.Owner, log, stop)
 		}
 	}
-	ctx, cancelDeadline := context.WithDeadline(context.Background(), status.StartedAt.Add(cfg.Deadline.D()+deadlineGrace))
-	ctx, stopWith := context.WithCancelCause(ctx)
-	cancel := func() { stopWith(nil); cancelDeadline() }
-	r := &supervisedRun{owner: key.Owner, cancel: cancel, stopWith: stopWith, done: make(chan struct{}), status: status, pods: map[string]*PodProgress{}}
-	s.runs[key] = r
-	go r.execute(ctx, log, cfg, job)
+	j := s.runs.StartWatched(id, status.StartedAt.Add(cfg.Deadline.D()+deadlineGrace), r, watch, func(ctx context.Context, j *jobs.Job[*supervisedRun]) {
+		j.Value.execute(ctx, log, cfg, job)
+	})
 	log.Info("warm-up started", "remaining", remaining.Round(time.Second))
-	return r.snapshot()
+	return j.Value.snapshot()
 }
 
 // Status returns the status of key's run, if this Supervisor has it.
 func (s *Supervisor) Status(key RunKey) (Status, bool) {
-	s.mu.Lock()
-	r, ok := s.runs[key]
-	s.mu.Unlock()
+	j, ok := s.runs.Get(key.String())
 	if !ok {
 		return Status{}, false
 	}
-	return r.snapshot(), true
+	return j.Value.snapshot(), true
 }
 
 // Stop stops and forgets every run of owner and returns how many were still
 // running. It returns once their load has stopped (no more requests go
 // out), or after StopWait.
 func (s *Supervisor) Stop(owner string) int {
-	s.mu.Lock()
-	var stopping []*supervisedRun
-	for k, r := range s.runs {
-		if k.Owner != owner {
-			continue
-		}
-		if !r.finished() {
-			stopping = append(stopping, r)
-		}
-		r.cancel()
-		delete(s.runs, k)
+	n := s.runs.Stop(ownerPrefix(owner), StopWait)
+	if n > 0 {
+		s.log.Info("warm-up stopped", "owner", owner, "runs", n)
 	}
-	s.mu.Unlock()
-	for _, r := range stopping {
-		select {
-		case <-r.done:
-		case <-time.After(StopWait):
-		}
-	}
-	if len(stopping) > 0 {
-		s.log.Info("warm-up stopped", "owner", owner, "runs", len(stopping))
-	}
-	return len(stopping)
+	return n
 }
 
 // Keys lists the runs in memory, running or finished.
 func (s *Supervisor) Keys() []RunKey {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return slices.SortedFunc(maps.Keys(s.runs), func(a, b RunKey) int { return strings.Compare(a.String(), b.String()) })
-}
-
-func (s *Supervisor) forgetFinishedLocked() {
-	for k, r := range s.runs {
-		if r.finished() && time.Since(r.finishedAt()) > FinishedTTL {
-			delete(s.runs, k)
-		}
+	var keys []RunKey
+	for _, j := range s.runs.Jobs() {
+		keys = append(keys, j.Value.key)
 	}
+	return keys
 }
 
-// supervisedRun is one warm-up running (or finished) in the background.
+// supervisedRun is the state of one warm-up running (or finished) in the
+// background; the jobs.Runner owns its lifetime.
 type supervisedRun struct {
-	owner  string
-	cancel context.CancelFunc
-	// stopWith cancels the run with a reason (its owner is gone).
-	stopWith context.CancelCauseFunc
-	done     chan struct{}
+	key RunKey
 
 	mu     sync.Mutex
 	status Status
 	pods   map[string]*PodProgress
-	ended  time.Time
-}
-
-func (r *supervisedRun) finished() bool {
-	select {
-	case <-r.done:
-		return true
-	default:
-		return false
-	}
-}
-
-func (r *supervisedRun) finishedAt() time.Time {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.ended
 }
 
 func (r *supervisedRun) snapshot() Status {
@@ -263,21 +222,15 @@ func (r *supervisedRun) set(phase Phase, msg string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.status.Phase, r.status.Message = phase, msg
-	if phase.Final() {
-		r.ended = time.Now()
-	}
 }
 
-func (r *supervisedRun) execute(ctx context.Context, log *slog.Logger, cfg Config, job Job) {
-	defer close(r.done)
-	defer r.cancel()
-	if job.Owner != nil {
-		go WatchOwner(ctx, job.OwnerEvery, job.Owner, log, r.stopWith)
-	}
+// execute runs job; its owner check (Job.Owner) runs beside it as the
+// job's watch (Supervisor.Start).
+func (r *supervisedRun) execute(ctx context.Context, log *slog.Logger, cfg warmup.Config, job Job) {
 	// A run its owner check stopped ends Stopped with the reason, whatever
 	// the load made of its cancelled context.
 	defer func() {
-		if cause := context.Cause(ctx); errors.Is(cause, ErrOwnerGone) {
+		if cause := context.Cause(ctx); errors.Is(cause, warmup.ErrOwnerGone) {
 			if r.snapshot().Phase != PhaseConverged {
 				r.set(PhaseStopped, "warm-up stopped: "+cause.Error())
 			}
@@ -311,7 +264,7 @@ func (r *supervisedRun) execute(ctx context.Context, log *slog.Logger, cfg Confi
 			r.set(PhaseFailed, "pod guard: "+err.Error())
 			return
 		}
-		run.Guard = GuardChain(run.Guard, guard)
+		run.Guard = warmup.GuardChain(run.Guard, guard)
 	}
 	names := make([]string, 0, len(canary))
 	r.mu.Lock()
@@ -324,9 +277,9 @@ func (r *supervisedRun) execute(ctx context.Context, log *slog.Logger, cfg Confi
 		r.executeMain(ctx, log, canary, job)
 		return
 	}
-	r.set(PhaseHealth, fmt.Sprintf("waiting for %d pod(s) to answer %s", len(canary), run.healthCheck(canary)))
+	r.set(PhaseHealth, fmt.Sprintf("waiting for %d pod(s) to answer %s", len(canary), run.HealthCheck(canary)))
 	log.Info("warming pods", "pods", names, "stable", len(stable))
-	res, err := Run(ctx, run, canary, Options{Stable: stable, Logger: log, OnProgress: r.onProgress, Neighbours: job.Neighbours})
+	res, err := warmup.Run(ctx, run, canary, warmup.Options{Stable: stable, Logger: log, OnProgress: r.onProgress, Neighbours: job.Neighbours})
 	switch {
 	case err == nil && job.After != nil:
 		log.Info("warm-up converged; checking", "summary", res.Summary())
@@ -359,7 +312,7 @@ func (r *supervisedRun) execute(ctx context.Context, log *slog.Logger, cfg Confi
 
 // executeMain runs Job.Main (instead of the synthetic load), then
 // Job.After.
-func (r *supervisedRun) executeMain(ctx context.Context, log *slog.Logger, canary []Target, job Job) {
+func (r *supervisedRun) executeMain(ctx context.Context, log *slog.Logger, canary []warmup.Target, job Job) {
 	report := func(p string) { r.set(PhaseLoad, p) }
 	r.set(PhaseLoad, "starting")
 	summary, err := job.Main(ctx, canary, report)
@@ -382,7 +335,7 @@ func (r *supervisedRun) executeMain(ctx context.Context, log *slog.Logger, canar
 }
 
 // onProgress folds a warm-up snapshot into the status.
-func (r *supervisedRun) onProgress(p Progress) {
+func (r *supervisedRun) onProgress(p warmup.Progress) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.status.fold(p, r.pods)

@@ -1,4 +1,4 @@
-package warmup
+package warmupstep
 
 import (
 	"encoding/json"
@@ -6,16 +6,24 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/danki-dev/danki/pkg/warmup"
 )
 
-// Phases of a supervised run (Status.Phase), besides PhaseHealth and
-// PhaseLoad.
+// Phase is a supervised run's phase (Status.Phase): the warm-up's own
+// (warmup.Phase: health, load) and the supervisor's around it. It is
+// stored as its string in the status Argo keeps.
+type Phase string
+
+// Phases of a supervised run.
 const (
-	PhaseResolving Phase = "resolving" // finding the targets
-	PhaseChecking  Phase = "checking"  // converged; Job.After runs (e.g. the capacity check)
-	PhaseConverged Phase = "converged" // every target converged
-	PhaseFailed    Phase = "failed"    // did not converge, or could not start
-	PhaseStopped   Phase = "stopped"   // stopped by the caller
+	PhaseHealth          = Phase(warmup.PhaseHealth) // waiting for targets to answer the health check
+	PhaseLoad            = Phase(warmup.PhaseLoad)   // sending warm-up load (or mirroring, Job.Main)
+	PhaseResolving Phase = "resolving"               // finding the targets
+	PhaseChecking  Phase = "checking"                // converged; Job.After runs (e.g. the capacity check)
+	PhaseConverged Phase = "converged"               // every target converged
+	PhaseFailed    Phase = "failed"                  // did not converge, or could not start
+	PhaseStopped   Phase = "stopped"                 // stopped by the caller
 )
 
 // Final reports whether a run in this phase has ended.
@@ -84,10 +92,10 @@ const trendLength = 6
 
 // fold adds a progress snapshot to the status; pods holds every target's
 // latest progress.
-func (st *Status) fold(p Progress, pods map[string]*PodProgress) {
-	st.Phase = p.Phase
+func (st *Status) fold(p warmup.Progress, pods map[string]*PodProgress) {
+	st.Phase = Phase(p.Phase)
 	if p.Target == "" {
-		if p.Phase == PhaseLoad {
+		if p.Phase == warmup.PhaseLoad {
 			st.Message = fmt.Sprintf("warming %d pod(s)", p.Targets)
 		}
 		return

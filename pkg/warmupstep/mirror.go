@@ -1,11 +1,10 @@
-package rollouts
+package warmupstep
 
 import (
 	"context"
 	"fmt"
 	"time"
 
-	"github.com/argoproj/argo-rollouts/pkg/apis/rollouts/v1alpha1"
 	istioclient "istio.io/client-go/pkg/clientset/versioned"
 
 	"github.com/danki-dev/danki/pkg/analysis"
@@ -18,34 +17,34 @@ import (
 // step call (Abort, Terminate, a final Run).
 const mirrorCleanupTimeout = 20 * time.Second
 
-// withMirror adds the mirror source to job (step config `mirror`): the
-// Rollout's danki/istio config names the VirtualService and the canary
-// destination. Mode only replaces the synthetic load (Job.Main);
+// WithMirror adds the mirror source to job (step config `mirror`; none,
+// nothing to add): the Rollout's danki/istio config names the
+// VirtualService and the canary destination. Mode only replaces the synthetic load (Job.Main);
 // afterSynthetic mirrors once the synthetic warm-up converged, before any
 // other check (Job.After).
-func (s *warmupStep) withMirror(ro *v1alpha1.Rollout, cfg warmup.StepConfig, job *warmup.Job) error {
-	mc, err := mirror.Parse(cfg.Mirror)
+func (s *Step) WithMirror(ro Rollout, cfg StepConfig, job *Job) error {
+	if cfg.Mirror == nil {
+		return nil
+	}
+	mc := *cfg.Mirror
+	if ro.RouterErr != nil {
+		return fmt.Errorf("mirror: needs the Rollout's %s traffic router to mirror on its VirtualService: %w", routerName, ro.RouterErr)
+	}
+	ist, err := s.istio()
 	if err != nil {
 		return err
 	}
-	b, err := bind(ro, s.policy)
-	if err != nil {
-		return fmt.Errorf("mirror: needs the Rollout's %s traffic router to mirror on its VirtualService: %w", TrafficRouterName, err)
-	}
-	ist, err := s.istioClient()
-	if err != nil {
-		return err
-	}
-	src, err := mc.NewSource(s.log, analysis.WithPolicy(s.policy), analysis.WithKube(s.kubeClient))
+	src, err := mc.NewSource(s.Log, analysis.WithPolicy(s.Policy), analysis.WithKube(s.kube))
 	if err != nil {
 		return fmt.Errorf("mirror: %w", err)
 	}
-	sh := shift.New(ist, s.log)
+	sh := shift.New(ist, s.Log)
+	target := ro.Router.Target
 	run := func(ctx context.Context, _ []warmup.Target, report func(string)) (string, error) {
 		// prometheus.bearerTokenSecret is read from the Rollout's namespace.
 		ctx = analysis.ForNamespace(ctx, ro.Namespace)
-		r := &mirror.Run{Config: mc, Warmup: cfg.Config, Shifter: sh, Target: b.Target, Source: src,
-			Log: s.log.With("rollout", ro.Namespace+"/"+ro.Name)}
+		r := &mirror.Run{Config: mc, Warmup: cfg.Config, Shifter: sh, Target: target, Source: src,
+			Log: s.Log.With("rollout", ro.owner())}
 		res, err := r.Execute(ctx, report)
 		if err != nil {
 			return "", err
@@ -72,31 +71,27 @@ func (s *warmupStep) withMirror(ro *v1alpha1.Rollout, cfg warmup.StepConfig, job
 // (idempotent: no mirror, no write). It covers the ways out a run in memory
 // cannot: an Abort or Terminate, or a final status handed back, after the
 // plugin process restarted.
-func (s *warmupStep) removeMirror(ro *v1alpha1.Rollout, cfg warmup.StepConfig) {
-	if len(cfg.Mirror) == 0 {
+func (s *Step) removeMirror(ro Rollout, cfg StepConfig) {
+	if cfg.Mirror == nil || ro.RouterErr != nil {
 		return
 	}
-	b, err := bind(ro, s.policy)
+	ist, err := s.istio()
 	if err != nil {
-		return
-	}
-	ist, err := s.istioClient()
-	if err != nil {
-		s.log.Warn("warm-up mirror not checked", "err", err)
+		s.Log.Warn("warm-up mirror not checked", "err", err)
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), mirrorCleanupTimeout)
 	defer cancel()
-	if err := mirror.Remove(ctx, shift.New(ist, s.log), b.Target); err != nil {
-		s.log.Error("warm-up mirror NOT removed", "rollout", ro.Namespace+"/"+ro.Name, "err", err)
+	if err := mirror.Remove(ctx, shift.New(ist, s.Log), ro.Router.Target); err != nil {
+		s.Log.Error("warm-up mirror NOT removed", "rollout", ro.owner(), "err", err)
 	}
 }
 
-func (s *warmupStep) istioClient() (istioclient.Interface, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.istio == nil {
-		return nil, fmt.Errorf("mirror: no Istio client (%v): run the plugin with a kubeconfig or in-cluster service account allowed to update VirtualServices", s.kubeErr)
+// istio is the Istio client for the mirror, or why there is none.
+func (s *Step) istio() (istioclient.Interface, error) {
+	c := s.Clients()
+	if c.Istio == nil {
+		return nil, fmt.Errorf("mirror: no Istio client (%v): run the plugin with a kubeconfig or in-cluster service account allowed to update VirtualServices", c.Err)
 	}
-	return s.istio, nil
+	return c.Istio, nil
 }

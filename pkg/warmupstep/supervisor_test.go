@@ -1,4 +1,4 @@
-package warmup
+package warmupstep
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/danki-dev/danki/internal/testutil"
+	"github.com/danki-dev/danki/pkg/warmup"
 )
 
 func newTestSupervisor() *Supervisor {
@@ -16,9 +17,9 @@ func newTestSupervisor() *Supervisor {
 }
 
 // urlJob warms the test server as a Job.
-func urlJob(cfg Config, srv *testutil.ColdServer) Job {
-	return Job{Config: cfg, FindTargets: func(ctx context.Context) ([]Target, []Target, error) {
-		return FindTargets(ctx, TargetQuery{Canary: TargetSource{URLs: []string{srv.URL}, URLsField: "urls"}})
+func urlJob(cfg warmup.Config, srv *testutil.ColdServer) Job {
+	return Job{Config: cfg, FindTargets: func(ctx context.Context) ([]warmup.Target, []warmup.Target, error) {
+		return warmup.FindTargets(ctx, warmup.TargetQuery{Canary: warmup.TargetSource{URLs: []string{srv.URL}, URLsField: "urls"}})
 	}}
 }
 
@@ -169,7 +170,7 @@ func TestSupervisorNewRevisionReplacesRun(t *testing.T) {
 func TestSupervisorForgetsFinishedRuns(t *testing.T) {
 	srv := newTestServer(t, nil)
 	s := newTestSupervisor()
-	failing := Job{Config: fastConfig(), FindTargets: func(context.Context) ([]Target, []Target, error) {
+	failing := Job{Config: fastConfig(), FindTargets: func(context.Context) ([]warmup.Target, []warmup.Target, error) {
 		return nil, nil, context.DeadlineExceeded
 	}}
 	key := RunKey{Owner: "shop/cart", Revision: "h1"}
@@ -183,9 +184,7 @@ func TestSupervisorForgetsFinishedRuns(t *testing.T) {
 	}
 	waitFinal(t, s, key, 30*time.Second)
 	// Past FinishedTTL a finished run is forgotten at the next Start.
-	s.mu.Lock()
-	s.runs[key].ended = time.Now().Add(-FinishedTTL - time.Minute)
-	s.mu.Unlock()
+	s.runs.Now = func() time.Time { return time.Now().Add(FinishedTTL + time.Minute) }
 	s.Start(RunKey{Owner: "shop/web", Revision: "h1"}, nil, failing)
 	if _, ok := s.Status(key); ok {
 		t.Error("finished run still in memory after FinishedTTL")
