@@ -18,10 +18,10 @@ import (
 	k8stypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/danki-dev/danki/pkg/capacity"
 	"github.com/danki-dev/danki/pkg/policy"
 	"github.com/danki-dev/danki/pkg/warmup"
 	"github.com/danki-dev/danki/pkg/warmupstep"
+	"github.com/danki-dev/danki/pkg/wellknown"
 )
 
 func init() {
@@ -140,7 +140,7 @@ func (s *warmupStep) stop(ro *v1alpha1.Rollout, sc *types.RpcStepContext, how st
 // identity and step, its capacity history and its danki/istio binding.
 func (s *warmupStep) rollout(ro *v1alpha1.Rollout) warmupstep.Rollout {
 	r := warmupstep.Rollout{Rollout: warmupRollout(ro), UID: string(ro.UID), Step: stepIndex(ro),
-		CapacityHistory: ro.Annotations[capacity.HistoryAnnotation]}
+		CapacityHistory: ro.Annotations[wellknown.CapacityKneesAnnotation]}
 	r.Router, r.RouterErr = bind(ro, s.step.Policy)
 	return r
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/danki-dev/danki/internal/testutil"
 	"github.com/danki-dev/danki/pkg/capacity"
 	"github.com/danki-dev/danki/pkg/warmupstep"
+	"github.com/danki-dev/danki/pkg/wellknown"
 )
 
 // The step's capacity block runs on a warm canary pod after the warm-up: a
@@ -89,10 +90,10 @@ func TestStepCapacityComparesWithTheStableRevisionsKnee(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	history, err := capacity.ParseHistory(ro.Annotations[capacity.HistoryAnnotation])
+	history, err := capacity.ParseHistory(ro.Annotations[wellknown.CapacityKneesAnnotation])
 	k, ok := history.Of("r1")
 	if err != nil || !ok || k.QPS < 70 {
-		t.Fatalf("annotation %q (%v): want r1's knee near 100 qps", ro.Annotations[capacity.HistoryAnnotation], err)
+		t.Fatalf("annotation %q (%v): want r1's knee near 100 qps", ro.Annotations[wellknown.CapacityKneesAnnotation], err)
 	}
 
 	// r1 is stable now; r2 has half its capacity.
@@ -109,8 +110,8 @@ func TestStepCapacityComparesWithTheStableRevisionsKnee(t *testing.T) {
 	}
 	t.Logf("second rollout (r2, 50 qps): %s", res.Message)
 	ro, _ = step.argo.ArgoprojV1alpha1().Rollouts("shop").Get(context.Background(), "app", metav1.GetOptions{})
-	if h, _ := capacity.ParseHistory(ro.Annotations[capacity.HistoryAnnotation]); len(h) != 1 {
-		t.Errorf("a failed check recorded a knee: %s", ro.Annotations[capacity.HistoryAnnotation])
+	if h, _ := capacity.ParseHistory(ro.Annotations[wellknown.CapacityKneesAnnotation]); len(h) != 1 {
+		t.Errorf("a failed check recorded a knee: %s", ro.Annotations[wellknown.CapacityKneesAnnotation])
 	}
 }
 
@@ -147,7 +148,7 @@ func TestStepPollDoesNotRebuildTheRunningJob(t *testing.T) {
 		t.Fatalf("first Run: %s %q", first.Phase, first.Message)
 	}
 	defer p.Terminate(ro, &types.RpcStepContext{PluginName: WarmupPluginName, Config: cfg})
-	ro.Annotations = map[string]string{capacity.HistoryAnnotation: "not json"}
+	ro.Annotations = map[string]string{wellknown.CapacityKneesAnnotation: "not json"}
 	again, rerr := p.Run(ro, &types.RpcStepContext{PluginName: WarmupPluginName, Config: cfg, Status: first.Status})
 	if rerr.HasError() || again.Phase != types.PhaseRunning || warmupstep.ParseStatus(again.Status).StartedAt != warmupstep.ParseStatus(first.Status).StartedAt {
 		t.Fatalf("poll of the running warm-up: %s %q; want the same run, Running", again.Phase, again.Message)

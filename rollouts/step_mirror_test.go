@@ -17,6 +17,7 @@ import (
 	"github.com/danki-dev/danki/pkg/policy"
 	"github.com/danki-dev/danki/pkg/shift"
 	"github.com/danki-dev/danki/pkg/warmupstep"
+	"github.com/danki-dev/danki/pkg/wellknown"
 )
 
 // mirrorStepFixture is a Rollout routed by danki/istio on a fake Istio API
@@ -51,7 +52,7 @@ func mirrorLeft(t *testing.T, cs *fake.Clientset) bool {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, annotated := vs.Annotations[shift.MirrorAnnotation]
+	_, annotated := vs.Annotations[wellknown.MirrorAnnotation]
 	return annotated || len(vs.Spec.Http[0].Mirrors) > 0
 }
 

@@ -9,11 +9,6 @@ import (
 	"github.com/danki-dev/danki/pkg/wellknown"
 )
 
-// HistoryAnnotation is wellknown.CapacityKneesAnnotation (the Rollout
-// annotation of the knees: one entry per revision that passed the check as
-// a canary, measured at weight 0), for rollouts/step.go until it moves.
-const HistoryAnnotation = wellknown.CapacityKneesAnnotation
-
 // historyLimit bounds the annotation: the stable revision's knee is the
 // one compared with; a few more survive an aborted rollout or two.
 const historyLimit = 5

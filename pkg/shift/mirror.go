@@ -14,10 +14,6 @@ import (
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
 )
 
-// MirrorAnnotation is wellknown.MirrorAnnotation, for rollouts/step*.go
-// until it moves.
-const MirrorAnnotation = wellknown.MirrorAnnotation
-
 // mirrorRouteName names the route added above a primary http route when
 // the mirror is limited to some methods.
 const mirrorRouteName = "danki-warmup-mirror"

@@ -13,9 +13,9 @@ type testStepConfig struct {
 }
 
 // ParseStepConfig parses a step config's warm-up part as
-// pkg/warmupstep.ParseStepConfig does (strict decode, the policy kept,
-// defaults, Config and TargetConfig checked): pkg/warmupstep imports this
-// package, so this package's tests cannot call it.
+// pkg/warmupstep.ParseStepConfig does: a strict decode, then Resolve (the
+// policy kept, defaults, Config and TargetConfig checked). pkg/warmupstep
+// imports this package, so this package's tests cannot call it.
 func ParseStepConfig(raw []byte, p policy.Policy) (testStepConfig, error) {
 	var c testStepConfig
 	if len(raw) > 0 && string(raw) != "null" {
@@ -23,10 +23,7 @@ func ParseStepConfig(raw []byte, p policy.Policy) (testStepConfig, error) {
 			return c, err
 		}
 	}
-	c.Config.Policy = &p
-	c.Config, c.TargetConfig = c.Config.WithDefaults(), c.TargetConfig.WithDefaults()
-	var errs config.Errors
-	errs.Add("", c.Config.Validate())
-	errs.Add("", c.TargetConfig.Validate(p))
-	return c, errs.Err()
+	var err error
+	c.Config, c.TargetConfig, err = Resolve(c.Config, c.TargetConfig, p)
+	return c, err
 }

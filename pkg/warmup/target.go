@@ -40,9 +40,6 @@ type Target struct {
 	CPURequest float64 `json:"cpuRequest,omitempty"`
 }
 
-// GateCondition is wellknown.WarmCondition, for files being moved.
-const GateCondition = wellknown.WarmCondition
-
 // gateWarmed reports whether the warm gate has warmed the pod.
 func gateWarmed(p *corev1.Pod) bool {
 	if p == nil {
@@ -316,4 +313,18 @@ func (c TargetConfig) podsOf(r Rollout, stable bool) (KubeTargets, error) {
 	}
 	k.Selector = sel.String()
 	return k, nil
+}
+
+// Resolve readies a decoded warm-up and its targets under the operator's
+// policy p: c keeps p (its caps, files and the addresses its connections may
+// go to), both take their defaults, and both are checked, every problem in
+// one error list naming its field. The danki/warmup step's config
+// (pkg/warmupstep) is this plus its own blocks.
+func Resolve(c Config, t TargetConfig, p policy.Policy) (Config, TargetConfig, error) {
+	c.Policy = &p
+	c, t = c.WithDefaults(), t.WithDefaults()
+	var errs config.Errors
+	errs.Add("", c.Validate())
+	errs.Add("", t.Validate(p))
+	return c, t, errs.Err()
 }

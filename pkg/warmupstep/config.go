@@ -54,12 +54,11 @@ func ParseStepConfig(raw []byte, p policy.Policy) (StepConfig, error) {
 			return c, err
 		}
 	}
-	c.Config.Policy = &p
-	c.Config, c.TargetConfig = c.Config.WithDefaults(), c.TargetConfig.WithDefaults()
-	c.PollInterval = cmp.Or(c.PollInterval, config.Duration(DefaultPollInterval))
 	var errs config.Errors
-	errs.Add("", c.Config.Validate())
-	errs.Add("", c.TargetConfig.Validate(p))
+	var err error
+	c.Config, c.TargetConfig, err = warmup.Resolve(c.Config, c.TargetConfig, p)
+	errs.Add("", err)
+	c.PollInterval = cmp.Or(c.PollInterval, config.Duration(DefaultPollInterval))
 	if c.PollInterval.D() <= MinPollInterval {
 		errs.Addf("pollInterval", "%s is too short: Argo Rollouts ignores requeue intervals of 10s or less (and waits 30s); use e.g. \"15s\"", c.PollInterval)
 	}

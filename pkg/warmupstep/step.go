@@ -18,6 +18,7 @@ import (
 	"github.com/danki-dev/danki/pkg/policy"
 	"github.com/danki-dev/danki/pkg/shift"
 	"github.com/danki-dev/danki/pkg/warmup"
+	"github.com/danki-dev/danki/pkg/wellknown"
 )
 
 // routerName is the traffic router whose Rollout config the step reads for
@@ -35,7 +36,7 @@ type Rollout struct {
 	UID string
 	// Step is the index of the step in the Rollout's steps.
 	Step int32
-	// CapacityHistory is the Rollout's capacity.HistoryAnnotation.
+	// CapacityHistory is the Rollout's wellknown.CapacityKneesAnnotation.
 	CapacityHistory string
 	// Router is the Rollout's danki/istio binding (its VirtualService
 	// target and gate); RouterErr says why there is none.
@@ -186,7 +187,7 @@ func (s *Step) capacityCheck(ro Rollout, cfg StepConfig) (func(context.Context, 
 			s.Log.Warn("capacity knee not recorded", "rollout", ro.owner(), "err", rerr)
 			return summary + fmt.Sprintf("; knee NOT recorded for the next rollout: %v", rerr), nil
 		}
-		return summary + fmt.Sprintf("; recorded for revision %s in annotation %s", knee.Revision, capacity.HistoryAnnotation), nil
+		return summary + fmt.Sprintf("; recorded for revision %s in annotation %s", knee.Revision, wellknown.CapacityKneesAnnotation), nil
 	}, nil
 }
 
@@ -301,17 +302,17 @@ func (s *Step) recordKnee(ctx context.Context, ro Rollout, knee capacity.Knee) e
 	if err != nil {
 		return fmt.Errorf("get Rollout %s/%s: %w", ro.Namespace, ro.Name, err)
 	}
-	history, err := capacity.ParseHistory(cur.Annotations[capacity.HistoryAnnotation])
+	history, err := capacity.ParseHistory(cur.Annotations[wellknown.CapacityKneesAnnotation])
 	if err != nil {
 		history = nil // a broken history is replaced, not kept broken
 	}
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
-		capacity.HistoryAnnotation: history.With(knee).String()}}})
+		wellknown.CapacityKneesAnnotation: history.With(knee).String()}}})
 	if err != nil {
 		return fmt.Errorf("capacity history patch: %w", err)
 	}
 	if err := c.Rollouts.MergePatch(ctx, ro.Namespace, ro.Name, patch); err != nil {
-		return fmt.Errorf("annotate Rollout %s/%s with %s: %w", ro.Namespace, ro.Name, capacity.HistoryAnnotation, err)
+		return fmt.Errorf("annotate Rollout %s/%s with %s: %w", ro.Namespace, ro.Name, wellknown.CapacityKneesAnnotation, err)
 	}
 	return nil
 }
