@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"k8s.io/utils/clock"
 )
 
 // Runner runs background jobs keyed by string, each carrying a value V
@@ -17,9 +19,9 @@ type Runner[V any] struct {
 	// keep is how long a finished job stays to answer Get: the poll that
 	// collects it may come late, or never (its owner was deleted).
 	keep time.Duration
-	// Now is the clock expiry is judged by (against the real time a job
-	// ended); tests replace it, before or between calls.
-	Now func() time.Time
+	// Clock tells when a job ended and judges expiry by it; tests set a
+	// fake one before the first Start.
+	Clock clock.PassiveClock
 
 	mu   sync.Mutex
 	jobs map[string]*Job[V]
@@ -28,7 +30,7 @@ type Runner[V any] struct {
 // NewRunner returns a Runner that forgets a finished job keep after it
 // ended.
 func NewRunner[V any](keep time.Duration) *Runner[V] {
-	return &Runner[V]{keep: keep, Now: time.Now, jobs: map[string]*Job[V]{}}
+	return &Runner[V]{keep: keep, Clock: clock.RealClock{}, jobs: map[string]*Job[V]{}}
 }
 
 // Job is one job running (or finished) in the background.
@@ -80,7 +82,7 @@ func (r *Runner[V]) StartWatched(key string, deadline time.Time, value V, watch 
 		defer j.Cancel()
 		defer func() {
 			j.mu.Lock()
-			j.ended = time.Now()
+			j.ended = r.Clock.Now()
 			j.mu.Unlock()
 			close(j.done)
 		}()
@@ -165,7 +167,7 @@ func (r *Runner[V]) take(prefix string) []*Job[V] {
 
 // expireLocked forgets the jobs that finished more than keep ago.
 func (r *Runner[V]) expireLocked() {
-	now := r.Now()
+	now := r.Clock.Now()
 	for key, j := range r.jobs {
 		if ended, ok := j.Ended(); ok && now.Sub(ended) > r.keep {
 			delete(r.jobs, key)

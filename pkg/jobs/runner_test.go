@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	clocktesting "k8s.io/utils/clock/testing"
 )
 
 // block is a job function that runs until its context ends and records
@@ -119,16 +121,20 @@ func TestRunnerStop(t *testing.T) {
 // Runner's clock); a running one never is.
 func TestRunnerExpiry(t *testing.T) {
 	r := NewRunner[string](time.Hour)
+	fake := clocktesting.NewFakePassiveClock(time.Date(2026, 11, 28, 0, 0, 0, 0, time.UTC))
+	r.Clock = fake
 	causes := make(chan error, 1)
 	finished := r.Start("a/1", time.Time{}, "", func(context.Context, *Job[string]) {})
 	running := r.Start("b/1", time.Time{}, "", block(causes))
 	<-finished.Done()
-	ended, _ := finished.Ended()
-	r.Now = func() time.Time { return ended.Add(time.Hour) }
+	if ended, _ := finished.Ended(); !ended.Equal(fake.Now()) {
+		t.Fatalf("ended at %v, want the Runner's clock (%v)", ended, fake.Now())
+	}
+	fake.SetTime(fake.Now().Add(time.Hour))
 	if _, ok := r.Get("a/1"); !ok {
 		t.Fatal("forgotten at exactly Keep")
 	}
-	r.Now = func() time.Time { return ended.Add(time.Hour + time.Second) }
+	fake.SetTime(fake.Now().Add(time.Second))
 	if _, ok := r.Get("a/1"); ok {
 		t.Fatal("finished job kept past Keep")
 	}

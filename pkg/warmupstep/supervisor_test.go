@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	clocktesting "k8s.io/utils/clock/testing"
+
 	"github.com/danki-dev/danki/internal/testutil"
 	"github.com/danki-dev/danki/pkg/warmup"
 )
@@ -170,6 +172,8 @@ func TestSupervisorNewRevisionReplacesRun(t *testing.T) {
 func TestSupervisorForgetsFinishedRuns(t *testing.T) {
 	srv := newTestServer(t, nil)
 	s := newTestSupervisor()
+	fake := clocktesting.NewFakePassiveClock(time.Now())
+	s.runs.Clock = fake
 	failing := Job{Config: fastConfig(), FindTargets: func(context.Context) ([]warmup.Target, []warmup.Target, error) {
 		return nil, nil, context.DeadlineExceeded
 	}}
@@ -184,7 +188,7 @@ func TestSupervisorForgetsFinishedRuns(t *testing.T) {
 	}
 	waitFinal(t, s, key, 30*time.Second)
 	// Past FinishedTTL a finished run is forgotten at the next Start.
-	s.runs.Now = func() time.Time { return time.Now().Add(FinishedTTL + time.Minute) }
+	fake.SetTime(fake.Now().Add(FinishedTTL + time.Minute))
 	s.Start(RunKey{Owner: "shop/web", Revision: "h1"}, nil, failing)
 	if _, ok := s.Status(key); ok {
 		t.Error("finished run still in memory after FinishedTTL")
