@@ -1,0 +1,194 @@
+package mtls
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	k8stesting "k8s.io/client-go/testing"
+)
+
+func TestMintsACertificateForItsOwnServiceAccount(t *testing.T) {
+	m := newTestMesh(t)
+	id := m.identity(2 * time.Hour)
+
+	if id.ID() != dankiID || id.TrustDomain() != DefaultTrustDomain {
+		t.Errorf("ID %s, trust domain %s; want %s", id.ID(), id.TrustDomain(), dankiID)
+	}
+	cert := id.Certificate()
+	if len(cert.Certificate) != 2 || !slices.Equal(cert.Certificate[1], m.root.Raw) {
+		t.Errorf("chain has %d certificates; want [leaf, root]", len(cert.Certificate))
+	}
+	key, ok := cert.PrivateKey.(*ecdsa.PrivateKey)
+	if !ok || key.Curve != elliptic.P256() {
+		t.Errorf("key %T; want ECDSA P-256", cert.PrivateKey)
+	}
+	if got := cert.Leaf.NotAfter.Sub(cert.Leaf.NotBefore); got != 2*time.Hour {
+		t.Errorf("lifetime %s; want the 2h asked for", got)
+	}
+	if !slices.Equal(m.validities, []int64{7200}) {
+		t.Errorf("ValidityDuration sent %v; want [7200]", m.validities)
+	}
+
+	// One TokenRequest, for danki's own ServiceAccount, audience istio-ca.
+	var asked []string
+	for _, a := range m.client.Actions() {
+		if c, ok := a.(k8stesting.CreateActionImpl); ok && a.GetSubresource() == "token" {
+			tr := c.Object.(*authenticationv1.TokenRequest)
+			asked = append(asked, a.GetNamespace()+"/"+c.Name+" "+strings.Join(tr.Spec.Audiences, ","))
+		}
+	}
+	if want := []string{"danki-system/danki istio-ca"}; !slices.Equal(asked, want) {
+		t.Errorf("TokenRequests %q; want %q", asked, want)
+	}
+}
+
+func TestTheIdentityIsTheTokensNotTheCSRs(t *testing.T) {
+	m := newTestMesh(t)
+	// The CSR asks for danki; the token is another ServiceAccount's.
+	token := ServiceAccountToken{Client: m.client, Namespace: "shop", Name: "cart"}
+	id, err := NewIdentity(context.Background(), Config{Namespace: dankiNS, ServiceAccount: dankiSA, CA: m.ca(token), Clock: m.clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer id.Close()
+	if want := SPIFFEID("", "shop", "cart"); id.ID() != want {
+		t.Errorf("ID %s; want the token's %s", id.ID(), want)
+	}
+}
+
+func TestRenewsBeforeExpiryAndTheNextHandshakeUsesTheNewCertificate(t *testing.T) {
+	m := newTestMesh(t)
+	pod := m.strictPod(SPIFFEID("", "shop", "cart"))
+	id := m.identity(time.Hour)
+	// One client for the whole test: a renewal needs no new config.
+	client := &http.Client{Transport: &http.Transport{
+		TLSClientConfig:   id.ClientConfig(SPIFFEID("", "shop", "cart"), HTTP1),
+		DisableKeepAlives: true, // each request is a new handshake
+	}}
+	serial := func() string {
+		t.Helper()
+		resp, err := client.Get("https://" + pod.addr + "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return resp.Header.Get("X-Client-Serial")
+	}
+
+	first := id.Certificate()
+	if got := serial(); got != first.Leaf.SerialNumber.String() {
+		t.Fatalf("the pod saw serial %s; want the minted %s", got, first.Leaf.SerialNumber)
+	}
+	eventually(t, "the renewal timer", m.clock.HasWaiters)
+	if id.Certificate() != first || len(m.signedLeaves()) != 1 {
+		t.Fatal("renewed before its time")
+	}
+
+	m.clock.Step(50 * time.Minute) // past 80 % of the hour
+	eventually(t, "the renewal", func() bool { return id.Certificate() != first })
+	second := id.Certificate()
+	if !second.Leaf.NotBefore.Equal(m.clock.Now()) || second.Leaf.NotAfter.Sub(second.Leaf.NotBefore) != time.Hour {
+		t.Errorf("the renewed certificate runs %s–%s", second.Leaf.NotBefore, second.Leaf.NotAfter)
+	}
+	if second.PrivateKey.(*ecdsa.PrivateKey).Equal(first.PrivateKey) {
+		t.Error("the renewal kept the old key")
+	}
+	if got := serial(); got != second.Leaf.SerialNumber.String() {
+		t.Errorf("after the renewal the pod saw serial %s; want the new %s", got, second.Leaf.SerialNumber)
+	}
+	if id.ID() != dankiID {
+		t.Errorf("ID after the renewal %s", id.ID())
+	}
+}
+
+func TestAnExpiredCertificateFailsTheHandshakeWithTheRenewalsError(t *testing.T) {
+	m := newTestMesh(t)
+	id := m.identity(time.Hour)
+	m.setRefuse(true)
+	eventually(t, "the renewal timer", m.clock.HasWaiters)
+	m.clock.Step(59 * time.Minute) // the renewal fails; the certificate is still good
+	eventually(t, "a failed renewal", func() bool { return m.clock.HasWaiters() && id.lastError() != nil })
+	if _, err := id.GetClientCertificate(nil); err != nil {
+		t.Fatalf("before expiry: %v", err)
+	}
+	m.clock.Step(2 * time.Minute)
+	_, err := id.GetClientCertificate(nil)
+	if err == nil || !strings.Contains(err.Error(), "expired") || status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("after expiry: %v; want expired, with the CA's refusal", err)
+	}
+
+	m.setRefuse(false) // the CA is back: the retries recover
+	eventually(t, "the retry timer", m.clock.HasWaiters)
+	m.clock.Step(maxRetry)
+	eventually(t, "a good certificate", func() bool { _, err := id.GetClientCertificate(nil); return err == nil })
+}
+
+func TestTheCARefusesAWrongAudienceAndTheErrorSaysWhy(t *testing.T) {
+	m := newTestMesh(t)
+	token := m.token()
+	token.Audience = "kubernetes.default.svc"
+	_, err := NewIdentity(context.Background(), Config{Namespace: dankiNS, ServiceAccount: dankiSA, CA: m.ca(token), Clock: m.clock})
+	if status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("got %v; want Unauthenticated", err)
+	}
+	for _, want := range []string{`audience "istio-ca"`, `audience "kubernetes.default.svc"`, "danki-system/danki", "serviceaccounts/token", m.caAddr} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %s", err, want)
+		}
+	}
+}
+
+func TestAForbiddenTokenRequestNamesTheRBACItNeeds(t *testing.T) {
+	m := newTestMesh(t)
+	m.mu.Lock()
+	m.denyTokens = true
+	m.mu.Unlock()
+	_, err := NewIdentity(context.Background(), Config{CA: m.ca(m.token()), Clock: m.clock})
+	if err == nil || !strings.Contains(err.Error(), "create on serviceaccounts/token") || !strings.Contains(err.Error(), "danki-system/danki") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestACAUnderAnotherRootIsRefused(t *testing.T) {
+	m := newTestMesh(t)
+	other := newTestMesh(t)
+	ca := m.ca(m.token())
+	ca.Roots = other.roots // the operator gave another mesh's root
+	_, err := NewIdentity(context.Background(), Config{CA: ca, Clock: m.clock})
+	if err == nil || status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "mesh root verify its serving certificate") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func (m *testMesh) setRefuse(v bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.refuse = v
+}
+
+func (m *testMesh) signedLeaves() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var s []string
+	for _, c := range m.signed {
+		s = append(s, c.SerialNumber.String())
+	}
+	return s
+}
+
+func (id *Identity) lastError() error {
+	id.mu.RLock()
+	defer id.mu.RUnlock()
+	return id.lastErr
+}
