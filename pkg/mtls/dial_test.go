@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -162,15 +163,17 @@ func TestGRPCOverMTLSWithIstioH2(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	resp, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
 	if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 		t.Fatalf("Check = %v, %v", resp, err)
 	}
 	mu.Lock()
-	defer mu.Unlock()
 	if negotiated != "h2" || caller != dankiID {
 		t.Errorf("the server negotiated %q with %q; want h2 with %s", negotiated, caller, dankiID)
 	}
+	mu.Unlock()
 	if got := offered.last(); len(got) == 0 || got[0] != "istio-h2" || !slices.Contains(got, "h2") {
 		t.Errorf("ALPN offered %q; want istio-h2 first, and h2", got)
 	}
@@ -181,7 +184,7 @@ func TestGRPCOverMTLSWithIstioH2(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer bad.Close()
-	_, err = healthpb.NewHealthClient(bad).Check(context.Background(), &healthpb.HealthCheckRequest{})
+	_, err = healthpb.NewHealthClient(bad).Check(ctx, &healthpb.HealthCheckRequest{})
 	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "want "+dankiID+", the pod presented "+cartID) {
 		t.Errorf("wrong identity: %v", err)
 	}

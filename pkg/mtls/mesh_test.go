@@ -160,11 +160,12 @@ func (ca testCA) CreateCertificate(ctx context.Context, req *securityv1alpha1.Is
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	// The identity is the token's, whatever the CSR asks for.
+	// The identity is the token's, whatever the CSR asks for; the
+	// certificate starts 2 minutes back (istiod's ClockSkewGracePeriod).
 	id, _ := url.Parse(SPIFFEID("", who.ns, who.sa))
 	now := m.clock.Now()
 	leaf := m.sign(&x509.Certificate{
-		NotBefore:   now,
+		NotBefore:   now.Add(-2 * time.Minute),
 		NotAfter:    now.Add(time.Duration(req.GetValidityDuration()) * time.Second),
 		URIs:        []*url.URL{id},
 		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
