@@ -26,9 +26,10 @@ import (
 
 var cartID = SPIFFEID("", "shop", "cart")
 
-func get(t *testing.T, c *http.Client, url string) (string, error) {
+// get fetches url over tr (nil: plaintext), within a bound.
+func get(t *testing.T, tr http.RoundTripper, url string) (string, error) {
 	t.Helper()
-	resp, err := c.Get(url)
+	resp, err := (&http.Client{Transport: tr, Timeout: 10 * time.Second}).Get(url)
 	if err != nil {
 		return "", err
 	}
@@ -43,8 +44,7 @@ func TestMTLSToAStrictPod(t *testing.T) {
 	id := m.identity(0)
 
 	t.Run("the right identity: the pod sees danki's", func(t *testing.T) {
-		c := &http.Client{Transport: &http.Transport{TLSClientConfig: id.ClientConfig(cartID, HTTP1)}}
-		body, err := get(t, c, "https://"+pod.addr+"/")
+		body, err := get(t, &http.Transport{TLSClientConfig: id.ClientConfig(cartID, HTTP1)}, "https://"+pod.addr+"/")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -58,8 +58,7 @@ func TestMTLSToAStrictPod(t *testing.T) {
 
 	t.Run("another identity: want and seen named", func(t *testing.T) {
 		want := SPIFFEID("", "shop", "payments")
-		c := &http.Client{Transport: &http.Transport{TLSClientConfig: id.ClientConfig(want, HTTP1)}}
-		_, err := get(t, c, "https://"+pod.addr+"/")
+		_, err := get(t, &http.Transport{TLSClientConfig: id.ClientConfig(want, HTTP1)}, "https://"+pod.addr+"/")
 		var mismatch *IdentityMismatchError
 		if !errors.As(err, &mismatch) || mismatch.Want != want || !slices.Equal(mismatch.Got, []string{cartID}) {
 			t.Fatalf("got %v; want an IdentityMismatchError", err)
@@ -75,7 +74,7 @@ func TestMTLSToAStrictPod(t *testing.T) {
 	})
 
 	t.Run("plaintext: reset, and the error names STRICT", func(t *testing.T) {
-		_, err := get(t, http.DefaultClient, "http://"+pod.addr+"/")
+		_, err := get(t, nil, "http://"+pod.addr+"/")
 		if err == nil {
 			t.Fatal("a plaintext request got through")
 		}
@@ -96,6 +95,7 @@ func TestMTLSToAStrictPod(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
 		if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: cart\r\nConnection: close\r\n\r\n"); err != nil {
 			t.Fatal(err)
 		}

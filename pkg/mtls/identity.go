@@ -120,8 +120,8 @@ func (id *Identity) GetClientCertificate(*tls.CertificateRequestInfo) (*tls.Cert
 	id.mu.RLock()
 	defer id.mu.RUnlock()
 	if now := id.clock.Now(); now.After(id.cert.Leaf.NotAfter) {
-		return nil, fmt.Errorf("mtls: danki's mesh certificate (%s) expired at %s and renewing it failed: %w",
-			id.id, id.cert.Leaf.NotAfter.Format(time.RFC3339), cmp.Or(id.lastErr, errors.New("no renewal has run")))
+		return nil, fmt.Errorf("mtls: danki's mesh certificate (%s) expired at %s; its last renewal: %w",
+			id.id, id.cert.Leaf.NotAfter.Format(time.RFC3339), cmp.Or(id.lastErr, errors.New("none has run yet")))
 	}
 	return id.cert, nil
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -71,7 +72,7 @@ func TestRenewsBeforeExpiryAndTheNextHandshakeUsesTheNewCertificate(t *testing.T
 	pod := m.strictPod(SPIFFEID("", "shop", "cart"))
 	id := m.identity(time.Hour)
 	// One client for the whole test: a renewal needs no new config.
-	client := &http.Client{Transport: &http.Transport{
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
 		TLSClientConfig:   id.ClientConfig(SPIFFEID("", "shop", "cart"), HTTP1),
 		DisableKeepAlives: true, // each request is a new handshake
 	}}
@@ -191,4 +192,49 @@ func (id *Identity) lastError() error {
 	id.mu.RLock()
 	defer id.mu.RUnlock()
 	return id.lastErr
+}
+
+func TestHandshakesDuringRenewals(t *testing.T) {
+	m := newTestMesh(t)
+	pod := m.strictPod(cartID)
+	id := m.identity(time.Hour)
+	tr := &http.Transport{TLSClientConfig: id.ClientConfig(cartID, HTTP1), DisableKeepAlives: true}
+
+	stop := make(chan struct{})
+	errs := make(chan error, 4)
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					errs <- nil
+					return
+				default:
+				}
+				if _, err := get(t, tr, "https://"+pod.addr+"/"); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	for range 3 {
+		before := id.Certificate()
+		eventually(t, "the renewal timer", m.clock.HasWaiters)
+		m.clock.Step(50 * time.Minute)
+		eventually(t, "the renewal", func() bool { return id.Certificate() != before })
+	}
+	close(stop)
+	wg.Wait()
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	if n := len(m.signedLeaves()); n != 4 {
+		t.Errorf("the CA signed %d certificates; want 4 (the mint and 3 renewals)", n)
+	}
 }
