@@ -207,3 +207,29 @@ func TestExplainPlaintextResetLeavesOtherErrorsAlone(t *testing.T) {
 		t.Errorf("unexpected EOF: %v", err)
 	}
 }
+
+func TestDenialsNameThePrincipalToAllow(t *testing.T) {
+	if got, want := Principal(dankiID), "cluster.local/ns/danki-system/sa/danki"; got != want {
+		t.Errorf("Principal = %s, want %s", got, want)
+	}
+	err := DeniedHTTP(http.StatusForbidden, []byte("RBAC: access denied"), dankiID)
+	if err == nil || !strings.Contains(err.Error(), `allow principal "cluster.local/ns/danki-system/sa/danki"`) {
+		t.Errorf("HTTP denial: %v", err)
+	}
+	if err := DeniedHTTP(http.StatusForbidden, []byte("forbidden by the app"), dankiID); err != nil {
+		t.Errorf("the app's own 403: %v", err)
+	}
+	if err := DeniedHTTP(http.StatusOK, []byte("RBAC: access denied"), dankiID); err != nil {
+		t.Errorf("a 200: %v", err)
+	}
+
+	denied := status.Error(codes.PermissionDenied, "RBAC: access denied")
+	err = ExplainDenied(denied, dankiID)
+	if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), `allow principal "cluster.local/ns/danki-system/sa/danki"`) {
+		t.Errorf("gRPC denial: %v", err)
+	}
+	other := status.Error(codes.PermissionDenied, "the app says no")
+	if ExplainDenied(other, dankiID) != other || ExplainDenied(nil, dankiID) != nil {
+		t.Error("other errors explained as a denial")
+	}
+}

@@ -43,7 +43,9 @@
 //     held to the pod's SPIFFE ID.
 //   - errors.go: errors that say what happened and what to change: a CA
 //     refusal (token audience, RBAC), an identity mismatch (want vs seen),
-//     and ExplainPlaintextReset for a STRICT sidecar's reset.
+//     ExplainPlaintextReset for a STRICT sidecar's reset, and an
+//     AuthorizationPolicy's denial (DeniedHTTP, ExplainDenied) naming
+//     danki's principal to allow.
 //
 // Not here yet: wiring into the load paths and the step's config (the
 // operator's istiod address, trust domain and root source).

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"regexp"
 	"strings"
 	"syscall"
@@ -80,4 +81,39 @@ func explainHandshake(err error, addr string) error {
 		return fmt.Errorf("mtls: %s does not trust danki's certificate: is the CA danki asked the one of the pod's mesh? %w", addr, err)
 	}
 	return fmt.Errorf("mtls: TLS to %s: %w", addr, err)
+}
+
+// rbacDenied is what Envoy's RBAC filter answers when an AuthorizationPolicy
+// denies a request: the body of an HTTP 403, the message of a gRPC
+// PermissionDenied.
+const rbacDenied = "RBAC: access denied"
+
+// Principal is how an AuthorizationPolicy names an identity: the SPIFFE ID
+// without "spiffe://" (cluster.local/ns/danki-system/sa/danki).
+func Principal(spiffeID string) string {
+	return strings.TrimPrefix(spiffeID, "spiffe://")
+}
+
+// DeniedHTTP returns an error naming the principal to allow when an HTTP
+// response (its status code and body) is an AuthorizationPolicy's denial of
+// self (danki's SPIFFE ID), nil otherwise.
+func DeniedHTTP(code int, body []byte, self string) error {
+	if code != http.StatusForbidden || !strings.Contains(string(body), rbacDenied) {
+		return nil
+	}
+	return deniedError(fmt.Errorf("HTTP 403 %q", rbacDenied), self)
+}
+
+// ExplainDenied returns a gRPC error with the principal to allow when it is
+// an AuthorizationPolicy's denial of self (PermissionDenied, "RBAC: access
+// denied"), err unchanged otherwise.
+func ExplainDenied(err error, self string) error {
+	if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), rbacDenied) {
+		return err
+	}
+	return deniedError(err, self)
+}
+
+func deniedError(err error, self string) error {
+	return fmt.Errorf("mtls: an AuthorizationPolicy denied danki's warm-up: allow principal %q (danki's mesh identity) on the pod's workload: %w", Principal(self), err)
 }
