@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"istio.io/api/label"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -97,5 +98,11 @@ func TestSPIFFEIDs(t *testing.T) {
 		if _, err := TrustDomainOf(bad); err == nil {
 			t.Errorf("TrustDomainOf(%q): no error", bad)
 		}
+	}
+}
+
+func TestTheLabelIsIstios(t *testing.T) {
+	if TLSModeLabel != label.SecurityTlsMode.Name {
+		t.Errorf("TLSModeLabel %q; Istio's API says %q", TLSModeLabel, label.SecurityTlsMode.Name)
 	}
 }
