@@ -23,7 +23,9 @@
 // The map, one file per concern:
 //   - mode.go: Mode (auto | istio | off), parsed with an error naming the
 //     mtls field, and the per-pod choice: auto dials with mTLS when the pod
-//     carries Istio's tlsMode label or an istio-proxy container.
+//     carries Istio's label security.istio.io/tlsMode: istio or, without
+//     that label, an istio-proxy container (the label decides when set, as
+//     for Istio's own clients).
 //   - spiffe.go: SPIFFE IDs (spiffe://<trust domain>/ns/<ns>/sa/<sa>), for a
 //     ServiceAccount and for a pod, and reading one from a certificate.
 //   - roots.go: the mesh root, from the istio-ca-root-cert ConfigMap or a
@@ -36,7 +38,9 @@
 //   - identity.go: Identity, danki's workload certificate: an ECDSA P-256
 //     key made in memory (never written), the CSR, renewal at 50–80 % of the
 //     lifetime, and GetClientCertificate so that every new connection
-//     presents the current certificate.
+//     presents the current certificate. Its ID and TrustDomain are read from
+//     the certificate the CA signed, so the pods' SPIFFE IDs can use the
+//     mesh's real trust domain rather than a configured guess.
 //   - dial.go: ClientConfig and DialTLSContext for one pod: the client
 //     certificate, Istio's ALPN (istio-http/1.1 or istio-h2), no hostname
 //     check, the peer's chain verified against the mesh root and its URI SAN
