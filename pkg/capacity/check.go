@@ -40,6 +40,15 @@ func ParseCheck(raw []byte, p policy.Policy) (Check, error) {
 	if err := config.Decode(raw, &c); err != nil {
 		return c, fmt.Errorf("capacity: %w", err)
 	}
+	return c.Resolve(p)
+}
+
+// Resolve readies a decoded check under the operator's policy p: c keeps p,
+// takes its defaults (maxQPS never above p's cap) and is checked, every
+// problem in one error list naming its field (capacity.…). The danki/warmup
+// step decodes its capacity block with the rest of its config and calls
+// this.
+func (c Check) Resolve(p policy.Policy) (Check, error) {
 	c.Policy = &p
 	if c.MaxQPS == 0 && c.MinQPS > 0 {
 		// A default: never above the operator's cap (a minQPS above it is

@@ -2,8 +2,6 @@ package warmupstep
 
 import (
 	"cmp"
-	"encoding/json"
-	"fmt"
 	"time"
 
 	"github.com/danki-dev/danki/pkg/capacity"
@@ -63,7 +61,7 @@ func ParseStepConfig(raw []byte, p policy.Policy) (StepConfig, error) {
 		errs.Addf("pollInterval", "%s is too short: Argo Rollouts ignores requeue intervals of 10s or less (and waits 30s); use e.g. \"15s\"", c.PollInterval)
 	}
 	if c.Capacity != nil {
-		check, err := resolveCapacity(*c.Capacity, p)
+		check, err := c.Capacity.Resolve(p)
 		errs.Add("", err) // capacity's errors name "capacity.…" already
 		c.Capacity = &check
 	}
@@ -73,17 +71,4 @@ func ParseStepConfig(raw []byte, p policy.Policy) (StepConfig, error) {
 		c.Mirror = &m
 	}
 	return c, errs.Err()
-}
-
-// resolveCapacity applies the capacity block's defaults and checks under p.
-// They live in capacity.ParseCheck only, which takes the block's bytes: the
-// block, already decoded strictly with the step, is handed back as JSON
-// (lossless: every field of a Check writes what it reads), so a decode
-// error cannot occur here.
-func resolveCapacity(c capacity.Check, p policy.Policy) (capacity.Check, error) {
-	raw, err := json.Marshal(c)
-	if err != nil {
-		return c, fmt.Errorf("capacity: %w", err)
-	}
-	return capacity.ParseCheck(raw, p)
 }
