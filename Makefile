@@ -61,7 +61,7 @@ test: lint lab-bins ## lint, build the lab, run every test: unit, real API serve
 	hack/fuzz.sh
 	go test -count=1 -timeout $(TEST_TIMEOUT) -v ./test/e2e/ 2>&1 | grep --line-buffered -vE '^\s+lab_test.go:[0-9]+: \[lab' ; exit $${PIPESTATUS[0]}
 
-fuzz: ## fuzz every tenant-facing decoder (Fuzz* targets) for FUZZTIME each (default 10s)
+fuzz: ## fuzz every tenant-facing decoder (Fuzz* targets) for FUZZTIME each (default 20000x inputs)
 	hack/fuzz.sh
 
 unit: ## unit tests only (no API server, no lab)
