@@ -58,23 +58,33 @@ func (id *Identity) ClientConfig(want string, p Protocol) *tls.Config {
 	}
 }
 
-// DialTLSContext dials addr (podIP:port) and completes the handshake of
-// ClientConfig(want, p), with an error that names the likely cause when it
-// fails: a pod with no sidecar answering in plaintext, a sidecar that does
-// not trust danki's certificate, another identity than want.
+// DialTLSContext dials addr (podIP:port) with a plain net.Dialer and
+// completes Handshake over it. Load paths bound by the operator's network
+// policy dial with their checked dialer and call Handshake themselves.
 func (id *Identity) DialTLSContext(ctx context.Context, network, addr, want string, p Protocol) (net.Conn, error) {
-	d := tls.Dialer{Config: id.ClientConfig(want, p)}
-	c, err := d.DialContext(ctx, network, addr)
+	var d net.Dialer
+	raw, err := d.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, fmt.Errorf("mtls: %w", err)
+	}
+	return id.Handshake(ctx, raw, addr, want, p)
+}
+
+// Handshake completes the TLS handshake of ClientConfig(want, p) over raw,
+// a connection to addr (podIP:port) already dialled, with an error that
+// names the likely cause when it fails: a pod with no sidecar answering in
+// plaintext, a sidecar that does not trust danki's certificate, another
+// identity than want. raw is closed when the handshake fails.
+func (id *Identity) Handshake(ctx context.Context, raw net.Conn, addr, want string, p Protocol) (net.Conn, error) {
+	c := tls.Client(raw, id.ClientConfig(want, p))
+	err := c.HandshakeContext(ctx)
 	if err == nil {
 		return c, nil
 	}
+	raw.Close()
 	var mismatch *IdentityMismatchError
-	var op *net.OpError
-	switch {
-	case errors.As(err, &mismatch), errors.Is(err, errNotMeshRoot):
+	if errors.As(err, &mismatch) || errors.Is(err, errNotMeshRoot) {
 		return nil, fmt.Errorf("%s: %w", addr, err)
-	case errors.As(err, &op) && op.Op == "dial":
-		return nil, fmt.Errorf("mtls: %w", err)
 	}
 	return nil, explainHandshake(err, addr)
 }

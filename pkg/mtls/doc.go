@@ -41,7 +41,11 @@
 //     presents the current certificate. Its ID and TrustDomain are read from
 //     the certificate the CA signed, so the pods' SPIFFE IDs can use the
 //     mesh's real trust domain rather than a configured guess.
-//   - dial.go: ClientConfig and DialTLSContext for one pod: the client
+//   - mesh.go: Mesh, one per danki process: the operator's MeshConfig, the
+//     Identity minted on the first connection that needs it and shared by
+//     every load path, PeerID (plaintext or the SPIFFE ID a pod must prove,
+//     by Mode) and Dial (the caller's checked dial, then the handshake).
+//   - dial.go: ClientConfig, Handshake and DialTLSContext for one pod: the client
 //     certificate, Istio's ALPN (istio-http/1.1 or istio-h2), no hostname
 //     check, the peer's chain verified against the mesh root and its URI SAN
 //     held to the pod's SPIFFE ID.
@@ -51,6 +55,4 @@
 //     AuthorizationPolicy's denial (DeniedHTTP, ExplainDenied) naming
 //     danki's principal to allow.
 //
-// Not here yet: wiring into the load paths and the step's config (the
-// operator's istiod address, trust domain and root source).
 package mtls

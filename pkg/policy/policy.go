@@ -6,6 +6,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/danki-dev/danki/pkg/mtls"
 )
 
 // Policy is the operator's settings that bound tenant configs. The zero
@@ -28,6 +30,12 @@ type Policy struct {
 	// where its danki/istio config may name the VirtualService (e.g. a
 	// shared gateway namespace). None: the Rollout's own only.
 	VirtualServiceNamespaces []string
+	// Mesh is danki's place in an Istio mesh (its settings and its
+	// workload certificate, minted on first use): load to a pod with a
+	// sidecar is dialled with mTLS through it, as the pod's mode says
+	// (tenants choose auto, istio or off per config). Nil: every pod in
+	// plaintext.
+	Mesh *mtls.Mesh
 }
 
 // Local is the policy of the danki command line: its user is the
