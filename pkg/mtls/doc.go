@@ -54,5 +54,4 @@
 //     ExplainPlaintextReset for a STRICT sidecar's reset, and an
 //     AuthorizationPolicy's denial (DeniedHTTP, ExplainDenied) naming
 //     danki's principal to allow.
-//
 package mtls
