@@ -11,7 +11,6 @@ import (
 
 	"github.com/danki-dev/danki/pkg/analysis"
 	"github.com/danki-dev/danki/pkg/config"
-	"github.com/danki-dev/danki/pkg/policy"
 	"github.com/danki-dev/danki/pkg/warmup"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -50,6 +49,7 @@ type analyzeFlags struct {
 
 	// source load
 	kube                             kubeFlags
+	mesh                             meshFlags
 	urls, stableURLs, paths          []string
 	service, stableService, selector string
 	hash, stableHash, port           string
@@ -144,6 +144,7 @@ Inconclusive (not enough data — never a pass) and Error. See docs/latency.md.`
 	fl.Float64Var(&f.mrg, "margin", 0, "tail test: how much more often (a fraction) the canary may exceed the threshold")
 
 	f.kube.addFlags(fl, "load: namespace of the pods")
+	f.mesh.addFlags(fl)
 	fl.StringSliceVar(&f.urls, "url", nil, "load: base URL of a new pod, e.g. http://10.0.0.5:8080 (repeatable)")
 	fl.StringSliceVar(&f.stableURLs, "stable-url", nil, "load: base URL of a stable pod (repeatable)")
 	fl.StringVar(&f.service, "service", "", "load: Service whose ready endpoints are the new pods (BlueGreen: the preview Service)")
@@ -174,8 +175,14 @@ func runAnalyze(cmd *cobra.Command, f *analyzeFlags) error {
 	}
 	stderr := cmd.ErrOrStderr()
 	ctx := cmd.Context()
-	// The command line's user is the operator: its files and any address.
-	opts := []analysis.Option{analysis.WithPolicy(policy.Local())}
+	// The command line's user is the operator: its files and any address;
+	// source: load dials pods with danki's mesh identity as the flags say.
+	pol, closeMesh, err := f.mesh.localPolicy(&f.kube)
+	if err != nil {
+		return err
+	}
+	defer closeMesh()
+	opts := []analysis.Option{analysis.WithPolicy(pol)}
 	switch cfg.Source {
 	case analysis.SourceLoad:
 		opts = append(opts, analysis.WithKube(func() (kubernetes.Interface, error) {

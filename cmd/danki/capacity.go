@@ -19,6 +19,7 @@ import (
 type capacityFlags struct {
 	url                           string
 	kube                          kubeFlags
+	mesh                          meshFlags
 	service, selector, hash, port string
 	paths                         []string
 	hold, timeout, p99            time.Duration
@@ -53,6 +54,7 @@ With --min-qps, a knee below it exits non-zero.`,
 	}
 	fl := cmd.Flags()
 	f.kube.addFlags(fl, "namespace of the pod")
+	f.mesh.addFlags(fl)
 	fl.StringVar(&f.url, "url", "", "base URL of the pod, e.g. http://10.244.0.7:8080")
 	fl.StringVar(&f.service, "service", "", "take the first ready endpoint of this Service")
 	fl.StringVar(&f.selector, "selector", "", "take the first ready pod matching this label selector")
@@ -97,6 +99,12 @@ func runCapacity(cmd *cobra.Command, f *capacityFlags) error {
 	if err := cfg.WithDefaults().Validate(); err != nil {
 		return err
 	}
+	pol, closeMesh, err := f.mesh.localPolicy(&f.kube)
+	if err != nil {
+		return err
+	}
+	defer closeMesh()
+	cfg.Policy = &pol
 	target, err := f.target(cmd)
 	if err != nil {
 		return err

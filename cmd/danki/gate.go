@@ -17,6 +17,7 @@ import (
 type gateFlags struct {
 	kube                    kubeFlags
 	policy                  policyFlags
+	mesh                    meshFlags
 	webhookHost             string
 	webhookPort             int
 	certDir                 string
@@ -55,7 +56,8 @@ itself, and renews the certificate at two thirds of --cert-validity. All
 warm-ups together send at most --max-total-qps requests a second.
 Pods' danki.dev/warm-up annotations are tenants' configs: the --max-* caps,
 --deny-cidr and --allow-loopback-targets are the operator's bounds on them
-(docs/security.md).
+(docs/security.md). Under Istio STRICT mTLS the gate dials pods with its own
+mesh certificate (--mtls, --istiod-*, --mesh-*; docs/install.md).
 --webhook-port 0 serves no webhook: pods must list the readiness gate themselves
 and carry the label danki.dev/gated=true (the gate caches only such pods).`,
 		Example: `  danki gate --kubeconfig ~/.kube/config --webhook-host 127.0.0.1 --webhook-port 9443 --cert-dir /tmp/danki-gate`,
@@ -75,6 +77,11 @@ and carry the label danki.dev/gated=true (the gate caches only such pods).`,
 			if err != nil {
 				return err
 			}
+			pol, closeMesh, err := f.mesh.withMesh(pol, rc, log, slog.LevelInfo)
+			if err != nil {
+				return err
+			}
+			defer closeMesh()
 			return gate.Run(ctx, rc, gate.Options{Policy: pol,
 				MaxConcurrent: f.maxConcurrent, MaxPerNode: f.maxPerNode, MaxPerNamespace: f.maxPerNamespace, WebhookHost: f.webhookHost, WebhookPort: f.webhookPort,
 				CertDir: f.certDir, CertHosts: f.certHosts, CertValidity: f.certValidity, WebhookConfig: f.webhookConfig,
@@ -91,6 +98,7 @@ and carry the label danki.dev/gated=true (the gate caches only such pods).`,
 	fl := cmd.Flags()
 	f.kube.addFlags(fl, "namespace of the leader-election Lease out of cluster (same as --leader-election-namespace)")
 	f.policy.addLoadFlags(fl)
+	f.mesh.addFlags(fl)
 	fl.StringVar(&f.webhookHost, "webhook-host", "", "address the webhook listens on (default: all)")
 	fl.IntVar(&f.webhookPort, "webhook-port", 9443, "webhook port; 0 serves no webhook")
 	fl.StringVar(&f.certDir, "cert-dir", "", "directory with tls.crt and tls.key (e.g. cert-manager's Secret); without them a self-managed CA writes them there (default: a temporary directory)")

@@ -11,7 +11,10 @@ import (
 )
 
 func newPluginCmd() *cobra.Command {
-	var pf policyFlags
+	var (
+		pf policyFlags
+		mf meshFlags
+	)
 	cmd := &cobra.Command{
 		Use:   "plugin",
 		Short: "Serve an Argo Rollouts plugin (started by the Argo Rollouts controller)",
@@ -30,6 +33,12 @@ argo-rollouts-config (args: ["plugin", "--prometheus", "http://…"]): what
 the Rollouts and AnalysisTemplates of every namespace may ask danki to do.
 Tenant configs can only narrow it; docs/security.md has the threat model.
 
+Under Istio STRICT mTLS danki dials pods with its own mesh certificate:
+--mtls and the --istiod-* / --mesh-* flags say how it gets one (a
+TokenRequest for --mesh-service-account, audience istio-ca, sent to
+istiod's CA on the first pod that needs it) and when to use it
+(docs/install.md, "Istio STRICT mTLS").
+
 Logs go to stderr (they show in the controller log); stdout belongs to go-plugin.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -40,16 +49,25 @@ Logs go to stderr (they show in the controller log); stdout belongs to go-plugin
 			signal.Reset(syscall.SIGTERM)
 			logger := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 			var apiServer string
-			if cfg, err := rollouts.RestConfig(); err == nil {
-				apiServer = cfg.Host
+			rc, err := rollouts.RestConfig()
+			if err == nil {
+				apiServer = rc.Host
+			} else {
+				rc = nil // no cluster: pod lookups and mTLS fail when asked for, URLs still work
 			}
 			pol, err := pf.policy(cmd.Context(), apiServer)
 			if err != nil {
 				return err
 			}
+			pol, closeMesh, err := mf.withMesh(pol, rc, logger, slog.LevelInfo)
+			if err != nil {
+				return err
+			}
+			defer closeMesh()
 			return rollouts.Serve(logger, pol)
 		},
 	}
 	pf.addFlags(cmd.Flags())
+	mf.addFlags(cmd.Flags())
 	return cmd
 }

@@ -31,6 +31,7 @@ import (
 type warmupFlags struct {
 	urls, stableURLs              []string
 	kube                          kubeFlags
+	mesh                          meshFlags
 	service, selector, hash, port string
 	stableService, stableHash     string
 	minPods                       int
@@ -127,6 +128,7 @@ See docs/warmup.md.`,
 	fl := cmd.Flags()
 	fl.StringArrayVar(&f.urls, "url", nil, "target base URL http://host:port (repeatable)")
 	f.kube.addFlags(fl, "namespace of the pods")
+	f.mesh.addFlags(fl)
 	fl.StringVar(&f.service, "service", "", "warm the ready endpoints of this Service")
 	fl.StringVar(&f.selector, "selector", "", "warm the Running+Ready pods matching this label selector")
 	fl.StringVar(&f.hash, "hash", "", "only pods with this rollouts-pod-template-hash (the canary ReplicaSet)")
@@ -241,6 +243,12 @@ func (f *warmupFlags) run(cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
+	pol, closeMesh, err := f.mesh.localPolicy(&f.kube)
+	if err != nil {
+		return err
+	}
+	defer closeMesh()
+	cfg.Policy = &pol
 	ctx := cmd.Context() // cancelled by Ctrl-C or SIGTERM (main)
 	stderr := cmd.ErrOrStderr()
 
