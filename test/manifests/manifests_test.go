@@ -116,7 +116,7 @@ func TestManifests(t *testing.T) {
 				for _, d := range docs {
 					kinds[d.Kind]++
 				}
-				want := map[string]int{"ConfigMap": 1, "ClusterRole": 1, "ClusterRoleBinding": 1}
+				want := map[string]int{"ConfigMap": 1, "ClusterRole": 1, "ClusterRoleBinding": 1, "ServiceAccount": 1, "Role": 1, "RoleBinding": 1}
 				if fmt.Sprint(kinds) != fmt.Sprint(want) {
 					t.Errorf("kubectl kustomize %s renders %v, want %v", dir, kinds, want)
 				}
@@ -126,6 +126,8 @@ func TestManifests(t *testing.T) {
 	})
 	t.Run("kustomize/deploy/gate", func(t *testing.T) { testGateInstall(t, e, k, root) })
 	t.Run("rejects", func(t *testing.T) { testRejects(t, k) })
+	// Before rbac: it checks the mesh identity's Role without danki-plugins.
+	t.Run("mesh-identity", func(t *testing.T) { testMeshIdentity(t, e, k, root) })
 	t.Run("rbac", func(t *testing.T) { testRBAC(t, e, k, rendered["deploy"]) })
 }
 
@@ -666,7 +668,7 @@ func testGateInstall(t *testing.T, e *testenv.Env, k *kubectl, root string) {
 			}
 		}
 	}
-	want := map[string]int{"Namespace": 1, "ServiceAccount": 1, "ClusterRole": 1, "ClusterRoleBinding": 1, "Role": 2, "RoleBinding": 2,
+	want := map[string]int{"Namespace": 1, "ServiceAccount": 2, "ClusterRole": 1, "ClusterRoleBinding": 1, "Role": 3, "RoleBinding": 3,
 		"PriorityClass": 1, "Deployment": 1, "PodDisruptionBudget": 1, "Service": 1, "MutatingWebhookConfiguration": 1}
 	if fmt.Sprint(kinds) != fmt.Sprint(want) {
 		t.Errorf("kubectl kustomize deploy/gate renders %v, want %v", kinds, want)
