@@ -3,16 +3,20 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/spf13/pflag"
+	appsv1 "k8s.io/api/apps/v1"
+	"sigs.k8s.io/yaml"
 
 	"github.com/danki-dev/danki/pkg/mtls"
 	"github.com/danki-dev/danki/pkg/policy"
@@ -198,5 +202,67 @@ func TestPluginLogsItsMeshOnce(t *testing.T) {
 	_, stderr, err = run("--mtls", "strict")
 	if err == nil || !strings.Contains(stderr, "--mtls") || strings.Contains(stderr, "ARGO_ROLLOUTS_RPC_PLUGIN") {
 		t.Errorf("danki plugin --mtls strict: %v, stderr %q; want the --mtls error before serving", err, stderr)
+	}
+}
+
+// TestDeployArgsParse: the args deploy/ gives danki — the three plugin
+// registrations (file and https) and the gate's container — are flags the
+// commands have, with values they accept (the mesh flags among them).
+func TestDeployArgsParse(t *testing.T) {
+	var lines []string
+	for _, file := range []string{"../../deploy/argo-rollouts-config.yaml", "../../deploy/http/argo-rollouts-config.yaml"} {
+		var cm struct {
+			Data map[string]string `json:"data"`
+		}
+		raw, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := yaml.Unmarshal(raw, &cm); err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		for key, entries := range cm.Data {
+			var plugins []struct {
+				Args []string `json:"args"`
+			}
+			if err := yaml.Unmarshal([]byte(entries), &plugins); err != nil {
+				t.Fatalf("%s %s: %v", file, key, err)
+			}
+			for _, p := range plugins {
+				lines = append(lines, strings.Join(p.Args, "\x00"))
+			}
+		}
+	}
+	var deploy appsv1.Deployment
+	raw, err := os.ReadFile("../../deploy/gate/deployment.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, doc := range strings.Split(string(raw), "\n---") {
+		if strings.Contains(doc, "kind: Deployment") {
+			if err := yaml.Unmarshal([]byte(doc), &deploy); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if len(deploy.Spec.Template.Spec.Containers) != 1 {
+		t.Fatal("deploy/gate/deployment.yaml: no gate container found")
+	}
+	lines = append(lines, strings.Join(deploy.Spec.Template.Spec.Containers[0].Args, "\x00"))
+	if len(lines) != 7 {
+		t.Fatalf("found %d arg lists in deploy/, want 7 (3 + 3 plugins, the gate)", len(lines))
+	}
+	for _, l := range lines {
+		args := strings.Split(l, "\x00")
+		cmd, rest, err := newRootCmd().Find(args)
+		if err == nil {
+			err = cmd.ParseFlags(rest)
+		}
+		if err == nil && !slices.Contains(args, "--mtls") && !slices.Contains(args, "--mtls=auto") {
+			err = errors.New("no --mtls: deploy/ shows the mesh flags")
+		}
+		if err != nil {
+			t.Errorf("danki %v: %v", args, err)
+		}
 	}
 }
