@@ -70,10 +70,15 @@ func (f *meshFlags) config() (*mtls.MeshConfig, error) {
 		return nil, fmt.Errorf("--mesh-service-account is empty: name danki's own ServiceAccount (default %s), or --mtls off", DefaultMeshServiceAccount)
 	}
 	if f.rootFile != "" {
-		// Read now: a wrong path is an operator's typo best reported at
-		// start, not at the first pod with a sidecar.
-		if _, err := os.Stat(f.rootFile); err != nil {
-			return nil, fmt.Errorf("--mesh-root-file: %w", err)
+		// Read it now: a wrong path or file is an operator's typo best
+		// reported at start, not at the first pod with a sidecar. The Mesh
+		// reads it again when it mints, so a rotated root is picked up.
+		data, err := os.ReadFile(f.rootFile)
+		if err == nil {
+			_, err = mtls.RootsFromPEM(data)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("--mesh-root-file %s: %w (give the mesh root's PEM, or leave the flag out to read ConfigMap %s)", f.rootFile, err, mtls.RootConfigMap)
 		}
 	}
 	return &mtls.MeshConfig{

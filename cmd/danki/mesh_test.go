@@ -97,6 +97,11 @@ func TestMeshFlagsOffIsNoMesh(t *testing.T) {
 // TestMeshFlagsRefuseNamingTheFlag: every bad value is refused at start
 // with the flag's name, and no Mesh is built.
 func TestMeshFlagsRefuseNamingTheFlag(t *testing.T) {
+	dir := t.TempDir()
+	notPEM := filepath.Join(dir, "root.txt")
+	if err := os.WriteFile(notPEM, []byte("not a certificate"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -104,11 +109,12 @@ func TestMeshFlagsRefuseNamingTheFlag(t *testing.T) {
 		{[]string{"--mtls", "strict"}, `--mtls: mtls: "strict": want auto, istio or off`},
 		{[]string{"--mesh-cert-validity", "0s"}, "--mesh-cert-validity 0s: must be > 0"},
 		{[]string{"--mesh-service-account", ""}, "--mesh-service-account is empty"},
-		{[]string{"--mesh-root-file", filepath.Join(t.TempDir(), "missing.pem")}, "--mesh-root-file: stat "},
+		{[]string{"--mesh-root-file", filepath.Join(dir, "missing.pem")}, "missing.pem: open "},
+		{[]string{"--mesh-root-file", notPEM}, "no PEM CERTIFICATE found"},
 	} {
 		m, err := parseMeshFlags(t, tc.args...).mesh(nil, slog.New(slog.NewTextHandler(io.Discard, nil)), slog.LevelInfo)
-		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%v: error %v, want it to contain %q", tc.args, err, tc.want)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), tc.args[0]) {
+			t.Errorf("%v: error %v, want it to name %s and contain %q", tc.args, err, tc.args[0], tc.want)
 		}
 		if m != nil {
 			t.Errorf("%v: a Mesh was built despite the error", tc.args)
