@@ -121,7 +121,7 @@ func (m *Mesh) Identity(ctx context.Context) (*Identity, error) {
 func (m *Mesh) mint(ctx context.Context) (*Identity, error) {
 	c := m.cfg
 	if c.Namespace == "" || c.ServiceAccount == "" {
-		return nil, errors.New("mtls: danki's own namespace and ServiceAccount are unknown (set POD_NAMESPACE and POD_SERVICE_ACCOUNT from the downward API, or the --mesh-namespace / --mesh-service-account flags): they name the identity danki asks istiod for")
+		return nil, errors.New("mtls: danki's own namespace and ServiceAccount are unknown (the operator's --mesh-namespace and --mesh-service-account: the namespace defaults to $POD_NAMESPACE or the pod's own, the ServiceAccount to danki): they name the identity danki asks istiod for")
 	}
 	if c.Client == nil {
 		return nil, errors.New("mtls: no Kubernetes client to ask for danki's token")
