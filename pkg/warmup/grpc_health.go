@@ -58,6 +58,7 @@ func checkUntilServing(ctx context.Context, cfg *Config, t Target) string {
 	}
 	defer conn.Close()
 	client := healthpb.NewHealthClient(conn)
+	explain := cfg.explainerFor(t.URL)
 	last := "no answer yet"
 	probe := func(ctx context.Context) (bool, error) {
 		cctx, cancel := context.WithTimeout(markedContext(ctx, cfg), cfg.Timeout.D())
@@ -68,7 +69,7 @@ func checkUntilServing(ctx context.Context, cfg *Config, t Target) string {
 			// A check cut by the end of the wait says nothing about the
 			// target (the check's own deadline may fire just before ctx's).
 			if dl, ok := ctx.Deadline(); ctx.Err() == nil && (!ok || time.Now().Before(dl)) {
-				last = err.Error()
+				last = explain.grpc(err).Error()
 				if status.Code(err) == codes.Unimplemented {
 					last += " (the server has no gRPC health service: register grpc.health.v1.Health, or set healthProtocol http with a healthPath)"
 				}

@@ -213,7 +213,7 @@ func (k KubeTargets) fromEndpointSlices(ctx context.Context, kube kubernetes.Int
 			url := "http://" + net.JoinHostPort(ep.Addresses[0], strconv.Itoa(int(port)))
 			if !seen[url] {
 				seen[url] = true
-				targets = append(targets, Target{Name: name, URL: url, HealthURL: readinessURL(pod, ep.Addresses[0], port), Warmed: gateWarmed(pod), GRPC: isGRPC || podGRPCPort(pod, port)})
+				targets = append(targets, Target{Name: name, URL: url, HealthURL: readinessURL(pod, ep.Addresses[0], port), Warmed: gateWarmed(pod), GRPC: isGRPC || podGRPCPort(pod, port), pod: pod})
 			}
 		}
 	}
@@ -279,7 +279,7 @@ func PodTarget(p *corev1.Pod, port intstr.IntOrString) (Target, error) {
 	}
 	return Target{Name: p.Name, URL: "http://" + net.JoinHostPort(p.Status.PodIP, strconv.Itoa(int(n))),
 		HealthURL: readinessURL(p, p.Status.PodIP, n), Warmed: gateWarmed(p), GRPC: podGRPCPort(p, n),
-		CPURequest: servingCPURequest(p, n)}, nil
+		CPURequest: servingCPURequest(p, n), pod: p}, nil
 }
 
 // servingCPURequest is the CPU request, in cores, of the container of p
