@@ -15,6 +15,8 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -125,6 +127,16 @@ func NewMesh(tb testing.TB) *Mesh {
 	tb.Cleanup(srv.Stop)
 	m.CAAddress = lis.Addr().String()
 	return m
+}
+
+// RootFile writes the mesh root as a PEM file (the operator's root file
+// setting) and returns its path.
+func (m *Mesh) RootFile() string {
+	path := filepath.Join(m.tb.TempDir(), "root.pem")
+	if err := os.WriteFile(path, m.RootPEM, 0o600); err != nil {
+		m.tb.Fatal(err)
+	}
+	return path
 }
 
 // SetRefuse makes the CA answer Unauthenticated (true) or sign again.

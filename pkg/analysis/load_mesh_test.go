@@ -4,8 +4,6 @@ import (
 	"context"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -43,12 +41,8 @@ func TestLoadSourceOverMTLS(t *testing.T) {
 			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
 	}
 	kube := kubefake.NewClientset(pod)
-	root := filepath.Join(t.TempDir(), "root.pem")
-	if err := os.WriteFile(root, m.RootPEM, 0o600); err != nil {
-		t.Fatal(err)
-	}
 	pol := policy.Local()
-	pol.Mesh = mtls.NewMesh(mtls.MeshConfig{CAAddress: m.CAAddress, RootFile: root, Namespace: "danki-system", ServiceAccount: "danki", Client: m.Client})
+	pol.Mesh = mtls.NewMesh(mtls.MeshConfig{CAAddress: m.CAAddress, RootFile: m.RootFile(), Namespace: "danki-system", ServiceAccount: "danki", Client: m.Client})
 	t.Cleanup(pol.Mesh.Close)
 
 	cfg, err := ParseConfig([]byte(`{"source": "load", "load": {"selector": "app=app", "namespace": "shop", "port": "http",

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -65,12 +64,8 @@ func (m *testMesh) identity(validity time.Duration) *Identity {
 // mesh is danki's Mesh in this test mesh, with the root given as a file.
 func (m *testMesh) mesh(mode Mode) *Mesh {
 	m.t.Helper()
-	root := m.t.TempDir() + "/root.pem"
-	if err := os.WriteFile(root, m.RootPEM, 0o600); err != nil {
-		m.t.Fatal(err)
-	}
 	mesh := NewMesh(MeshConfig{
-		Mode: mode, CAAddress: m.CAAddress, RootFile: root,
+		Mode: mode, CAAddress: m.CAAddress, RootFile: m.RootFile(),
 		Namespace: dankiNS, ServiceAccount: dankiSA, Client: m.Client, Clock: m.Clock,
 	})
 	m.t.Cleanup(mesh.Close)

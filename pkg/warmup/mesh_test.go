@@ -5,8 +5,6 @@ import (
 	"maps"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -35,11 +33,7 @@ var (
 // danki-system/danki; the root from a file).
 func meshPolicy(t *testing.T, m *testutil.Mesh, p policy.Policy) *policy.Policy {
 	t.Helper()
-	root := filepath.Join(t.TempDir(), "root.pem")
-	if err := os.WriteFile(root, m.RootPEM, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	p.Mesh = mtls.NewMesh(mtls.MeshConfig{CAAddress: m.CAAddress, RootFile: root,
+	p.Mesh = mtls.NewMesh(mtls.MeshConfig{CAAddress: m.CAAddress, RootFile: m.RootFile(),
 		Namespace: "danki-system", ServiceAccount: "danki", Client: m.Client})
 	t.Cleanup(p.Mesh.Close)
 	return &p
