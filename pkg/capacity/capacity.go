@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/danki-dev/danki/pkg/config"
-	"github.com/danki-dev/danki/pkg/mtls"
 	"github.com/danki-dev/danki/pkg/latency"
+	"github.com/danki-dev/danki/pkg/mtls"
 	"github.com/danki-dev/danki/pkg/policy"
 	"github.com/danki-dev/danki/pkg/warmup"
 )
