@@ -276,3 +276,21 @@ func TestMTLSHealthURLsOnTheAgentsPortsArePlaintext(t *testing.T) {
 		t.Errorf("dialled with mTLS: %v; want %v (not the agent's 15020)", mtlsAddrs, want)
 	}
 }
+
+func TestGRPCWithMTLSOffAgainstAStrictPodFailsFastAndSaysWhy(t *testing.T) {
+	m := testutil.NewMesh(t)
+	srv := testutil.NewGRPCServer(t, nil, true, grpc.Creds(credentials.NewTLS(m.ServerTLS(cartID, nil))))
+	srv.Serve(0)
+	cfg := grpcConfig(GRPCRequest{Method: "danki.test.Catalog/Get", Message: `{"id": "a"}`})
+	cfg.Policy, cfg.MTLS = meshPolicy(t, m, *fastPolicy), mtls.Off
+	cfg.HealthTimeout, cfg.Deadline = config.Duration(time.Minute), config.Duration(2*time.Minute)
+	pod := meshPod(t, strings.TrimPrefix(srv.URL, "http://"), "grpc")
+
+	res, err := Run(context.Background(), cfg, []Target{podTarget(t, pod)}, Options{})
+	if err == nil || !strings.Contains(err.Error(), "PeerAuthentication in STRICT mode") {
+		t.Fatalf("got %v; want the STRICT reset explained", err)
+	}
+	if res.Elapsed >= time.Minute/2 {
+		t.Errorf("took %s: the gRPC health wait ran on after a STRICT reset", res.Elapsed)
+	}
+}
