@@ -11,6 +11,7 @@ import (
 	"encoding/hex"
 	"encoding/pem"
 	"errors"
+	"maps"
 	"math/big"
 	"net"
 	"net/http"
@@ -332,6 +333,17 @@ type StrictPod struct {
 	Addr string
 	// Offered is the ALPN each client offered.
 	Offered ALPNLog
+
+	mu      sync.Mutex
+	callers map[string]int // the client's SPIFFE IDs → requests
+}
+
+// Callers counts the requests served by the client's SPIFFE IDs (joined
+// with ","), as x-forwarded-client-cert would name them.
+func (p *StrictPod) Callers() map[string]int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return maps.Clone(p.callers)
 }
 
 // StrictPod serves h behind a STRICT sidecar that is id (nil h: a handler
@@ -340,7 +352,7 @@ type StrictPod struct {
 // in X-Client-Serial).
 func (m *Mesh) StrictPod(id string, h http.Handler) *StrictPod {
 	m.tb.Helper()
-	p := &StrictPod{}
+	p := &StrictPod{callers: map[string]int{}}
 	if h == nil {
 		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			client := PeerOf(r)
@@ -355,7 +367,12 @@ func (m *Mesh) StrictPod(id string, h http.Handler) *StrictPod {
 	cfg := m.ServerTLS(id, &p.Offered)
 	cfg.NextProtos = []string{"h2", "http/1.1"} // Envoy's inbound TLS context
 	srv := &http.Server{
-		Handler: h,
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			p.mu.Lock()
+			p.callers[strings.Join(SPIFFEIDs(PeerOf(r)), ",")]++
+			p.mu.Unlock()
+			h.ServeHTTP(w, r)
+		}),
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
 			return context.WithValue(ctx, strictConnKey{}, c)
 		},

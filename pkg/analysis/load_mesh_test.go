@@ -5,8 +5,6 @@ import (
 	"net"
 	"net/http"
 	"strconv"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,13 +22,7 @@ import (
 // measured load both reach it over Istio mTLS as danki.
 func TestLoadSourceOverMTLS(t *testing.T) {
 	m := testutil.NewMesh(t)
-	var mu sync.Mutex
-	callers := map[string]int{}
-	app := m.StrictPod(testutil.MeshSPIFFEID("shop", "cart"), http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		callers[strings.Join(testutil.SPIFFEIDs(testutil.PeerOf(r)), ",")]++
-		mu.Unlock()
-	}))
+	app := m.StrictPod(testutil.MeshSPIFFEID("shop", "cart"), http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	_, portText, _ := net.SplitHostPort(app.Addr)
 	port, _ := strconv.Atoi(portText)
 	pod := &corev1.Pod{
@@ -61,9 +53,7 @@ func TestLoadSourceOverMTLS(t *testing.T) {
 	if v.Phase != Pass {
 		t.Fatalf("verdict %s: %s", v.Phase, v.Summary)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if dankiID := testutil.MeshSPIFFEID("danki-system", "danki"); len(callers) != 1 || callers[dankiID] < 200 {
+	if callers, dankiID := app.Callers(), testutil.MeshSPIFFEID("danki-system", "danki"); len(callers) != 1 || callers[dankiID] < 200 {
 		t.Errorf("the pod saw callers %v; want the warm-up and all 200 measured requests from %s", callers, dankiID)
 	}
 	t.Logf("%s", v.Summary)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -89,13 +88,7 @@ func configDuration(d time.Duration) config.Duration { return config.Duration(d)
 // Istio mTLS, as danki.
 func TestCapacityCheckOverMTLS(t *testing.T) {
 	m := testutil.NewMesh(t)
-	var mu sync.Mutex
-	callers := map[string]int{}
-	app := m.StrictPod(testutil.MeshSPIFFEID("shop", "cart"), http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		callers[strings.Join(testutil.SPIFFEIDs(testutil.PeerOf(r)), ",")]++
-		mu.Unlock()
-	}))
+	app := m.StrictPod(testutil.MeshSPIFFEID("shop", "cart"), http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	p := policy.Local()
 	p.Mesh = mtls.NewMesh(mtls.MeshConfig{CAAddress: m.CAAddress, RootFile: m.RootFile(), Namespace: "danki-system", ServiceAccount: "danki", Client: m.Client})
 	t.Cleanup(p.Mesh.Close)
@@ -106,9 +99,7 @@ func TestCapacityCheckOverMTLS(t *testing.T) {
 	if err != nil || len(res.Steps) == 0 || res.Steps[0].Errors != 0 {
 		t.Fatalf("capacity over mTLS: %+v, %v", res, err)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if dankiID := testutil.MeshSPIFFEID("danki-system", "danki"); len(callers) != 1 || int64(callers[dankiID]) < res.Steps[0].Requests {
+	if callers, dankiID := app.Callers(), testutil.MeshSPIFFEID("danki-system", "danki"); len(callers) != 1 || int64(callers[dankiID]) < res.Steps[0].Requests {
 		t.Errorf("the pod saw callers %v; want every request of the step from %s", callers, dankiID)
 	}
 }

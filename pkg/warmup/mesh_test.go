@@ -2,13 +2,11 @@ package warmup
 
 import (
 	"context"
-	"maps"
 	"net"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -67,32 +65,16 @@ func podTarget(t *testing.T, p *corev1.Pod) Target {
 	return tg
 }
 
-// strictApp is an HTTP app behind a STRICT sidecar: /healthz answers 200,
-// other paths 200 (or deny's answer), and it records who called.
-type strictApp struct {
-	*testutil.StrictPod
-	mu      sync.Mutex
-	callers map[string]int // SPIFFE ID → requests
-}
-
-func newStrictApp(m *testutil.Mesh, id string, deny bool) *strictApp {
-	a := &strictApp{callers: map[string]int{}}
-	a.StrictPod = m.StrictPod(id, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		a.mu.Lock()
-		a.callers[strings.Join(testutil.SPIFFEIDs(testutil.PeerOf(r)), ",")]++
-		a.mu.Unlock()
+// newStrictApp is an HTTP app behind a STRICT sidecar that is id: every
+// path answers 200, or with deny every path but /healthz answers as
+// Envoy's RBAC filter does when an AuthorizationPolicy denies the caller.
+func newStrictApp(m *testutil.Mesh, id string, deny bool) *testutil.StrictPod {
+	return m.StrictPod(id, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if deny && r.URL.Path != "/healthz" {
 			w.WriteHeader(http.StatusForbidden)
 			_, _ = w.Write([]byte("RBAC: access denied"))
 		}
 	}))
-	return a
-}
-
-func (a *strictApp) seen() map[string]int {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return maps.Clone(a.callers)
 }
 
 func TestWarmupOverMTLSToAStrictPod(t *testing.T) {
@@ -108,7 +90,7 @@ func TestWarmupOverMTLSToAStrictPod(t *testing.T) {
 	if err != nil {
 		t.Fatalf("warm-up over mTLS: %v\n%s", err, table(res))
 	}
-	seen := app.seen()
+	seen := app.Callers()
 	if len(seen) != 1 || int64(seen[dankiID]) < res.Requests() {
 		t.Errorf("the pod saw callers %v; want every request (%d) from %s", seen, res.Requests(), dankiID)
 	}
@@ -194,7 +176,7 @@ func TestAPodProvingAnotherIdentityIsRefusedWithWantAndSeen(t *testing.T) {
 	if res.Elapsed >= time.Minute/2 {
 		t.Errorf("took %s: the health wait ran on after an identity mismatch", res.Elapsed)
 	}
-	if seen := app.seen(); len(seen) != 0 {
+	if seen := app.Callers(); len(seen) != 0 {
 		t.Errorf("requests reached the other workload: %v", seen)
 	}
 }
