@@ -11,9 +11,11 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/reflection"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
@@ -74,6 +76,9 @@ type GRPCCall struct {
 	N          int64  // the message's n
 	Marked     bool   // metadata x-danki-warmup: 1
 	UserAgent  string
+	// Client is the caller's SPIFFE ID and ALPN the protocol negotiated,
+	// when the server runs TLS (a STRICT sidecar's, Mesh.ServerTLS).
+	Client, ALPN string
 }
 
 // GRPCServer is a cold-starting gRPC pod stand-in on 127.0.0.1: Catalog
@@ -97,15 +102,16 @@ type GRPCServer struct {
 	seen []GRPCCall
 }
 
-// NewGRPCServer starts a GRPCServer and stops it when the test ends.
-func NewGRPCServer(tb testing.TB, delay func(int64, bool) time.Duration, withReflection bool) *GRPCServer {
+// NewGRPCServer starts a GRPCServer and stops it when the test ends; opts
+// are the server's more options (grpc.Creds: behind a STRICT sidecar).
+func NewGRPCServer(tb testing.TB, delay func(int64, bool) time.Duration, withReflection bool, opts ...grpc.ServerOption) *GRPCServer {
 	tb.Helper()
 	s := &GRPCServer{File: CatalogFile(tb), Delay: delay, Health: health.NewServer()}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatal(err)
 	}
-	srv := grpc.NewServer(grpc.UnaryInterceptor(s.countHealth))
+	srv := grpc.NewServer(append(opts, grpc.UnaryInterceptor(s.countHealth))...)
 	sd := s.File.Services().Get(0)
 	desc := grpc.ServiceDesc{ServiceName: string(sd.FullName()), HandlerType: (*any)(nil)}
 	for i := range sd.Methods().Len() {
@@ -158,6 +164,11 @@ func (s *GRPCServer) handle(ctx context.Context, method string, in *dynamicpb.Me
 		Marked: strings.Join(md.Get("x-danki-warmup"), ",") == "1", UserAgent: strings.Join(md.Get("user-agent"), ",")}
 	if v := md.Get("x-tenant"); len(v) == 1 {
 		c.Tenant = v[0]
+	}
+	if p, ok := peer.FromContext(ctx); ok {
+		if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok && len(ti.State.PeerCertificates) > 0 {
+			c.Client, c.ALPN = strings.Join(SPIFFEIDs(ti.State.PeerCertificates[0]), ","), ti.State.NegotiatedProtocol
+		}
 	}
 	s.mu.Lock()
 	s.seen = append(s.seen, c)

@@ -16,7 +16,8 @@
 //   - Fortio (fortio.go): fortio's result JSON (danki's warm-up step writes
 //     the same format), with finer buckets and the raw min and max.
 //   - Load (load.go): the measurement sends its own synthetic load and
-//     judges every request's exact latency.
+//     judges every request's exact latency (over Istio mTLS to pods
+//     behind a sidecar, as the warm-up: load.mtls).
 //
 // Percentiles are interpolated inside buckets exactly as Prometheus'
 // histogram_quantile does, so they are only as fine as the buckets (Istio's

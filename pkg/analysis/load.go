@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/danki-dev/danki/pkg/config"
+	"github.com/danki-dev/danki/pkg/mtls"
 	"github.com/danki-dev/danki/pkg/policy"
 	"github.com/danki-dev/danki/pkg/warmup"
 )
@@ -105,6 +106,9 @@ type LoadConfig struct {
 	// Deadline bounds one measurement: finding the pods, the warm-up and
 	// the measured load. Default 10m.
 	Deadline config.Duration `json:"deadline,omitempty"`
+	// MTLS is the warm-up's mtls (docs/warmup.md): when the pods are
+	// dialled with Istio mTLS, auto, istio or off. Default: the operator's.
+	MTLS mtls.Mode `json:"mtls,omitempty"`
 }
 
 func (c LoadConfig) withDefaults() LoadConfig {
@@ -151,7 +155,7 @@ func (c LoadConfig) baseConfig(deadline config.Duration, stablePods int) warmup.
 		Requests: c.Requests, AllowSideEffects: c.AllowSideEffects, MarkerHeader: c.MarkerHeader,
 		HealthPath: c.HealthPath, QPS: qps, Connections: int(*c.Connections),
 		Timeout: c.RequestTimeout, Deadline: deadline, HealthTimeout: deadline,
-		RejectSlowerVersion: &off, TemplateDelims: loadDelims,
+		RejectSlowerVersion: &off, TemplateDelims: loadDelims, MTLS: c.MTLS,
 	}
 	if stablePods > 0 {
 		w.StableQPS = min(float64(*c.StableQPS), qps*float64(stablePods))
@@ -213,6 +217,9 @@ func (c LoadConfig) compile(p *config.Errors) {
 	}
 	if len(c.URLs) > 0 && (c.Service != "" || c.Selector != "" || c.PodTemplateHash != "") {
 		p.Addf("load.urls", "set together with service/selector/podTemplateHash; keep one way to find the new pods")
+	}
+	if c.MTLS == mtls.Istio && len(c.URLs)+len(c.StableURLs) > 0 {
+		p.Addf("load.mtls", "istio with explicit urls/stableURLs: Istio mTLS verifies the SPIFFE ID of a pod's ServiceAccount, and a URL names no pod; set mtls to auto or off (URLs are then loaded in plaintext), or find the pods by service, selector or podTemplateHash")
 	}
 	if len(c.StableURLs) > 0 && (c.StableService != "" || c.StableSelector != "" || c.StablePodTemplateHash != "") {
 		p.Addf("load.stableURLs", "set together with stableService/stableSelector/stablePodTemplateHash; keep one way to find the stable pods")

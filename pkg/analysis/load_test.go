@@ -208,6 +208,8 @@ func TestLoadConfigErrorsNameTheField(t *testing.T) {
 		"long duration":  {`{"service": "s", "duration": "20m"}`, "load.duration: 20m0s is longer than load.deadline"},
 		"curly template": {`{"service": "s", "requests": [{"path": "/<<end>>"}]}`, "load.requests[0].path"},
 		"bad url":        {`{"urls": ["ftp://x"]}`, "load.urls"},
+		"bad mtls":       {`{"service": "s", "mtls": "strict"}`, "load.mtls"},
+		"istio with url": {`{"urls": ["http://127.0.0.1:1"], "mtls": "istio"}`, "load.mtls: istio with explicit urls"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/danki-dev/danki/pkg/config"
 	"github.com/danki-dev/danki/pkg/latency"
+	"github.com/danki-dev/danki/pkg/mtls"
 	"github.com/danki-dev/danki/pkg/policy"
 	"github.com/danki-dev/danki/pkg/warmup"
 )
@@ -72,6 +73,11 @@ type Config struct {
 	// MarkerHeaderConfirm: the warm-up's (a custom markerHeader with
 	// allowSideEffects must be stated twice).
 	MarkerHeaderConfirm string `json:"markerHeaderConfirm,omitempty"`
+
+	// MTLS is the warm-up's mtls (docs/warmup.md): auto, istio or off,
+	// when the pod is dialled with Istio mTLS. Default: in the step, the
+	// warm-up's; else the operator's.
+	MTLS mtls.Mode `json:"mtls,omitempty"`
 
 	// Policy and Guard: the warm-up engine's (warmup.Config): the
 	// operator's caps bound maxQPS, connections and timeout, and every
@@ -172,7 +178,7 @@ func (c Config) step(qps float64) warmup.Config {
 	fixed, off := false, false
 	return warmup.Config{
 		Requests: c.Requests, AllowSideEffects: c.AllowSideEffects, MarkerHeader: c.MarkerHeader, MarkerHeaderConfirm: c.MarkerHeaderConfirm, HealthPath: c.HealthPath,
-		Policy: c.Policy, Guard: c.Guard,
+		Policy: c.Policy, Guard: c.Guard, MTLS: c.MTLS,
 		QPS: qps, StartQPS: qps, Connections: c.Connections, Timeout: c.Timeout,
 		Deadline: c.Hold, UntilConverged: &fixed, MaxRequests: int64(math.Ceil(qps * c.Hold.D().Seconds())),
 		RejectSlowerVersion: &off, NeighbourGuard: &off,

@@ -9,6 +9,7 @@ import (
 
 	"github.com/danki-dev/danki/internal/testutil"
 	"github.com/danki-dev/danki/pkg/config"
+	"github.com/danki-dev/danki/pkg/mtls"
 	"github.com/danki-dev/danki/pkg/policy"
 	"github.com/danki-dev/danki/pkg/warmup"
 )
@@ -82,3 +83,23 @@ func TestKneeOfKnownCapacities(t *testing.T) {
 }
 
 func configDuration(d time.Duration) config.Duration { return config.Duration(d) }
+
+// The check dials a pod behind a STRICT sidecar as the warm-up does: with
+// Istio mTLS, as danki.
+func TestCapacityCheckOverMTLS(t *testing.T) {
+	m := testutil.NewMesh(t)
+	app := m.StrictPod(testutil.MeshSPIFFEID("shop", "cart"), http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	p := policy.Local()
+	p.Mesh = mtls.NewMesh(mtls.MeshConfig{CAAddress: m.CAAddress, RootFile: m.RootFile(), Namespace: "danki-system", ServiceAccount: "danki", Client: m.Client})
+	t.Cleanup(p.Mesh.Close)
+	target := warmup.Target{Name: "cart-1", URL: "http://" + app.Addr, Peer: testutil.MeshSPIFFEID("shop", "cart")}
+	cfg := Config{StartQPS: 50, MaxQPS: 50, Hold: configDuration(time.Second), Policy: &p, MTLS: mtls.Istio}
+
+	res, err := Run(context.Background(), cfg, target, nil)
+	if err != nil || len(res.Steps) == 0 || res.Steps[0].Errors != 0 {
+		t.Fatalf("capacity over mTLS: %+v, %v", res, err)
+	}
+	if callers, dankiID := app.Callers(), testutil.MeshSPIFFEID("danki-system", "danki"); len(callers) != 1 || int64(callers[dankiID]) < res.Steps[0].Requests {
+		t.Errorf("the pod saw callers %v; want every request of the step from %s", callers, dankiID)
+	}
+}

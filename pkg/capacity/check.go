@@ -74,7 +74,7 @@ func (c Check) Resolve(p policy.Policy) (Check, error) {
 }
 
 // Inherit fills what the capacity block leaves unset — the request mix (with
-// its side-effect permission), the marker header, the health path — from the
+// its side-effect permission), the marker header, the health path, mtls — from the
 // warm-up's, so a step describes its requests once.
 func (c Check) Inherit(w warmup.Config) Check {
 	if len(c.Requests) == 0 {
@@ -85,6 +85,9 @@ func (c Check) Inherit(w warmup.Config) Check {
 	}
 	if c.HealthPath == "" {
 		c.HealthPath = w.HealthPath
+	}
+	if c.MTLS == "" {
+		c.MTLS = w.MTLS // the pod is dialled as the warm-up dialled it
 	}
 	// The operator's policy and the step's guard bind the check as they
 	// bind the warm-up: Run validates the caps again under it, before any

@@ -8,5 +8,7 @@
 // offered rate. Then it refines between the last good step and the broken
 // one by bisection, so the knee is found to within a few per cent rather
 // than one coarse step. The result is the curve (one row per step, as a
-// load-test report would show it) and the knee, the last good rate.
+// load-test report would show it) and the knee, the last good rate. The
+// pod is dialled as the warm-up dials it, with Istio mTLS behind a sidecar
+// (Config.MTLS, in a step inherited from the warm-up's).
 package capacity

@@ -11,6 +11,7 @@ import (
 
 	"github.com/danki-dev/danki/internal/testutil"
 
+	"github.com/danki-dev/danki/pkg/mtls"
 	"github.com/danki-dev/danki/pkg/policy"
 	"github.com/danki-dev/danki/pkg/warmup"
 	"github.com/danki-dev/danki/pkg/wellknown"
@@ -86,13 +87,13 @@ func TestCompareWithTheStableRevisionsKnee(t *testing.T) {
 
 // A capacity block without requests sends the warm-up's.
 func TestCheckInheritsTheWarmUpsRequests(t *testing.T) {
-	w := warmup.Config{Requests: []warmup.RequestSpec{{Path: "/api/items?id={{randInt 1 9}}"}}, MarkerHeader: "X-Warm", HealthPath: "/ready", AllowSideEffects: true}
+	w := warmup.Config{Requests: []warmup.RequestSpec{{Path: "/api/items?id={{randInt 1 9}}"}}, MarkerHeader: "X-Warm", HealthPath: "/ready", AllowSideEffects: true, MTLS: mtls.Off}
 	c := Check{}.Inherit(w)
-	if len(c.Requests) != 1 || c.Requests[0].Path != w.Requests[0].Path || c.MarkerHeader != "X-Warm" || c.HealthPath != "/ready" || !c.AllowSideEffects {
+	if len(c.Requests) != 1 || c.Requests[0].Path != w.Requests[0].Path || c.MarkerHeader != "X-Warm" || c.HealthPath != "/ready" || !c.AllowSideEffects || c.MTLS != mtls.Off {
 		t.Errorf("inherited %+v", c.Config)
 	}
-	own := Check{Config: Config{Requests: []warmup.RequestSpec{{Path: "/cheap"}}, HealthPath: "/h"}}.Inherit(w)
-	if own.Requests[0].Path != "/cheap" || own.HealthPath != "/h" || own.AllowSideEffects {
+	own := Check{Config: Config{Requests: []warmup.RequestSpec{{Path: "/cheap"}}, HealthPath: "/h", MTLS: mtls.Istio}}.Inherit(w)
+	if own.Requests[0].Path != "/cheap" || own.HealthPath != "/h" || own.AllowSideEffects || own.MTLS != mtls.Istio {
 		t.Errorf("the block's own settings were overridden: %+v", own.Config)
 	}
 }

@@ -103,6 +103,10 @@ func typeName(t reflect.Type) string {
 	if t == nil {
 		return "a value"
 	}
+	// A type of another package that knows its values (mtls.Mode).
+	if v, ok := reflect.Zero(t).Interface().(interface{ ConfigValues() string }); ok {
+		return v.ConfigValues()
+	}
 	switch t {
 	case reflect.TypeFor[Duration]():
 		return "a duration"

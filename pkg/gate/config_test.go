@@ -13,6 +13,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/danki-dev/danki/pkg/mtls"
 	"github.com/danki-dev/danki/pkg/policy"
 	"github.com/danki-dev/danki/pkg/wellknown"
 )
@@ -35,6 +36,7 @@ func TestParseConfig(t *testing.T) {
 		`{"cpuBudget": "-250m"}`:                           "cpuBudget: must not be negative",
 		`{"cpuBudget": "lots"}`:                            `cpuBudget: want cores or a share of the CPU request, got "lots"`,
 		`{"cpuBudget": "-50%"}`:                            "cpuBudget: must not be negative",
+		`{"mtls": "strict"}`:                               `mtls: want auto, istio or off, got "strict"`,
 	} {
 		if _, err := ParseConfig(cfg, policy.Local()); err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), wellknown.WarmUpAnnotation) {
 			t.Errorf("%s: %v; want an error naming the annotation and %q", cfg, err, want)
@@ -45,6 +47,9 @@ func TestParseConfig(t *testing.T) {
 	}
 	if c, err = ParseConfig("cpuBudget: 50%", policy.Local()); err != nil || c.CPUBudget == nil || c.CPUBudget.Of(0.25) != 0.125 {
 		t.Errorf("cpuBudget 50%%: %v, %v; want half the request", c.CPUBudget, err)
+	}
+	if c, err = ParseConfig("mtls: istio", policy.Local()); err != nil || c.MTLS != mtls.Istio {
+		t.Errorf("mtls istio: %q, %v", c.MTLS, err)
 	}
 	if !OptedIn(map[string]string{wellknown.WarmUpAnnotation: "true"}) || OptedIn(map[string]string{wellknown.WarmUpAnnotation: "false"}) || OptedIn(nil) {
 		t.Error("OptedIn: true opts in, false and no annotation do not")

@@ -3,7 +3,9 @@
 //
 // A pod opts in with the annotation danki.dev/warm-up (wellknown.WarmUpAnnotation):
 // "true" for the defaults, or a warm-up configuration, the danki/warmup
-// step's schema (docs/warmup.md) plus onFailure, retries, port and yieldCPU. The
+// step's schema (docs/warmup.md, mtls included: a pod behind a STRICT
+// sidecar is warmed over danki's own Istio mTLS) plus onFailure, retries,
+// port and yieldCPU. The
 // mutating webhook (Injector) adds the readiness gate danki.dev/warm
 // (wellknown.WarmCondition) to such pods as they are created, and the label
 // wellknown.GatedLabel: the gate's cache holds only pods with it. The API server sends

@@ -22,6 +22,8 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+
+	"github.com/danki-dev/danki/internal/testutil"
 )
 
 var cartID = SPIFFEID("", "shop", "cart")
@@ -40,25 +42,25 @@ func get(t *testing.T, tr http.RoundTripper, url string) (string, error) {
 
 func TestMTLSToAStrictPod(t *testing.T) {
 	m := newTestMesh(t)
-	pod := m.strictPod(cartID)
+	pod := m.StrictPod(cartID, nil)
 	id := m.identity(0)
 
 	t.Run("the right identity: the pod sees danki's", func(t *testing.T) {
-		body, err := get(t, &http.Transport{TLSClientConfig: id.ClientConfig(cartID, HTTP1)}, "https://"+pod.addr+"/")
+		body, err := get(t, &http.Transport{TLSClientConfig: id.ClientConfig(cartID, HTTP1)}, "https://"+pod.Addr+"/")
 		if err != nil {
 			t.Fatal(err)
 		}
 		if want := "By=" + cartID + ";URI=" + dankiID; body != want {
 			t.Errorf("the pod saw %q; want %q", body, want)
 		}
-		if got := pod.offered.last(); !slices.Equal(got, []string{"istio-http/1.1", "istio", "http/1.1"}) {
+		if got := pod.Offered.Last(); !slices.Equal(got, []string{"istio-http/1.1", "istio", "http/1.1"}) {
 			t.Errorf("ALPN offered %q", got)
 		}
 	})
 
 	t.Run("another identity: want and seen named", func(t *testing.T) {
 		want := SPIFFEID("", "shop", "payments")
-		_, err := get(t, &http.Transport{TLSClientConfig: id.ClientConfig(want, HTTP1)}, "https://"+pod.addr+"/")
+		_, err := get(t, &http.Transport{TLSClientConfig: id.ClientConfig(want, HTTP1)}, "https://"+pod.Addr+"/")
 		var mismatch *IdentityMismatchError
 		if !errors.As(err, &mismatch) || mismatch.Want != want || !slices.Equal(mismatch.Got, []string{cartID}) {
 			t.Fatalf("got %v; want an IdentityMismatchError", err)
@@ -67,14 +69,14 @@ func TestMTLSToAStrictPod(t *testing.T) {
 			t.Errorf("error %q does not say %q", err, msg)
 		}
 
-		_, err = id.DialTLSContext(context.Background(), "tcp", pod.addr, want, HTTP1)
-		if !errors.As(err, &mismatch) || !strings.Contains(err.Error(), pod.addr) {
+		_, err = id.DialTLSContext(context.Background(), "tcp", pod.Addr, want, HTTP1)
+		if !errors.As(err, &mismatch) || !strings.Contains(err.Error(), pod.Addr) {
 			t.Errorf("DialTLSContext: %v", err)
 		}
 	})
 
 	t.Run("plaintext: reset, and the error names STRICT", func(t *testing.T) {
-		_, err := get(t, nil, "http://"+pod.addr+"/")
+		_, err := get(t, nil, "http://"+pod.Addr+"/")
 		if err == nil {
 			t.Fatal("a plaintext request got through")
 		}
@@ -90,7 +92,7 @@ func TestMTLSToAStrictPod(t *testing.T) {
 	})
 
 	t.Run("DialTLSContext", func(t *testing.T) {
-		c, err := id.DialTLSContext(context.Background(), "tcp", pod.addr, cartID, HTTP1)
+		c, err := id.DialTLSContext(context.Background(), "tcp", pod.Addr, cartID, HTTP1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -122,9 +124,9 @@ func TestAPodUnderAnotherRootIsRefused(t *testing.T) {
 	m := newTestMesh(t)
 	id := m.identity(0)
 	other := newTestMesh(t)
-	pod := other.strictPod(cartID) // its own mesh, the same SPIFFE ID
-	_, err := id.DialTLSContext(context.Background(), "tcp", pod.addr, cartID, HTTP1)
-	if !errors.Is(err, errNotMeshRoot) || !strings.HasPrefix(err.Error(), pod.addr+": mtls: the pod's certificate does not verify against the mesh root") {
+	pod := other.StrictPod(cartID, nil) // its own mesh, the same SPIFFE ID
+	_, err := id.DialTLSContext(context.Background(), "tcp", pod.Addr, cartID, HTTP1)
+	if !errors.Is(err, errNotMeshRoot) || !strings.HasPrefix(err.Error(), pod.Addr+": mtls: the pod's certificate does not verify against the mesh root") {
 		t.Fatalf("got %v", err)
 	}
 	var unknown x509.UnknownAuthorityError
@@ -137,11 +139,11 @@ func TestGRPCOverMTLSWithIstioH2(t *testing.T) {
 	m := newTestMesh(t)
 	id := m.identity(0)
 
-	var offered alpnLog
+	var offered testutil.ALPNLog
 	var mu sync.Mutex
 	var negotiated, caller string
 	srv := grpc.NewServer(
-		grpc.Creds(credentials.NewTLS(m.serverTLS(cartID, &offered))),
+		grpc.Creds(credentials.NewTLS(m.ServerTLS(cartID, &offered))),
 		grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 			p, _ := peer.FromContext(ctx)
 			ti := p.AuthInfo.(credentials.TLSInfo)
@@ -174,7 +176,7 @@ func TestGRPCOverMTLSWithIstioH2(t *testing.T) {
 		t.Errorf("the server negotiated %q with %q; want h2 with %s", negotiated, caller, dankiID)
 	}
 	mu.Unlock()
-	if got := offered.last(); len(got) == 0 || got[0] != "istio-h2" || !slices.Contains(got, "h2") {
+	if got := offered.Last(); len(got) == 0 || got[0] != "istio-h2" || !slices.Contains(got, "h2") {
 		t.Errorf("ALPN offered %q; want istio-h2 first, and h2", got)
 	}
 

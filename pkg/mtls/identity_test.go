@@ -26,23 +26,23 @@ func TestMintsACertificateForItsOwnServiceAccount(t *testing.T) {
 		t.Errorf("ID %s, trust domain %s; want %s", id.ID(), id.TrustDomain(), dankiID)
 	}
 	cert := id.Certificate()
-	if len(cert.Certificate) != 2 || !slices.Equal(cert.Certificate[1], m.root.Raw) {
+	if len(cert.Certificate) != 2 || !slices.Equal(cert.Certificate[1], m.Root.Raw) {
 		t.Errorf("chain has %d certificates; want [leaf, root]", len(cert.Certificate))
 	}
 	key, ok := cert.PrivateKey.(*ecdsa.PrivateKey)
 	if !ok || key.Curve != elliptic.P256() {
 		t.Errorf("key %T; want ECDSA P-256", cert.PrivateKey)
 	}
-	if got := cert.Leaf.NotAfter.Sub(m.clock.Now()); got != 2*time.Hour {
+	if got := cert.Leaf.NotAfter.Sub(m.Clock.Now()); got != 2*time.Hour {
 		t.Errorf("valid for %s; want the 2h asked for", got)
 	}
-	if !slices.Equal(m.validities, []int64{7200}) {
-		t.Errorf("ValidityDuration sent %v; want [7200]", m.validities)
+	if !slices.Equal(m.Validities(), []int64{7200}) {
+		t.Errorf("ValidityDuration sent %v; want [7200]", m.Validities())
 	}
 
 	// One TokenRequest, for danki's own ServiceAccount, audience istio-ca.
 	var asked []string
-	for _, a := range m.client.Actions() {
+	for _, a := range m.Client.Actions() {
 		if c, ok := a.(k8stesting.CreateActionImpl); ok && a.GetSubresource() == "token" {
 			tr := c.Object.(*authenticationv1.TokenRequest)
 			asked = append(asked, a.GetNamespace()+"/"+c.Name+" "+strings.Join(tr.Spec.Audiences, ","))
@@ -56,8 +56,8 @@ func TestMintsACertificateForItsOwnServiceAccount(t *testing.T) {
 func TestTheIdentityIsTheTokensNotTheCSRs(t *testing.T) {
 	m := newTestMesh(t)
 	// The CSR asks for danki; the token is another ServiceAccount's.
-	token := ServiceAccountToken{Client: m.client, Namespace: "shop", Name: "cart"}
-	id, err := NewIdentity(context.Background(), Config{Namespace: dankiNS, ServiceAccount: dankiSA, CA: m.ca(token), Clock: m.clock})
+	token := ServiceAccountToken{Client: m.Client, Namespace: "shop", Name: "cart"}
+	id, err := NewIdentity(context.Background(), Config{Namespace: dankiNS, ServiceAccount: dankiSA, CA: m.ca(token), Clock: m.Clock})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +69,7 @@ func TestTheIdentityIsTheTokensNotTheCSRs(t *testing.T) {
 
 func TestRenewsBeforeExpiryAndTheNextHandshakeUsesTheNewCertificate(t *testing.T) {
 	m := newTestMesh(t)
-	pod := m.strictPod(SPIFFEID("", "shop", "cart"))
+	pod := m.StrictPod(SPIFFEID("", "shop", "cart"), nil)
 	id := m.identity(time.Hour)
 	// One client for the whole test: a renewal needs no new config.
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
@@ -78,7 +78,7 @@ func TestRenewsBeforeExpiryAndTheNextHandshakeUsesTheNewCertificate(t *testing.T
 	}}
 	serial := func() string {
 		t.Helper()
-		resp, err := client.Get("https://" + pod.addr + "/")
+		resp, err := client.Get("https://" + pod.Addr + "/")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -91,15 +91,15 @@ func TestRenewsBeforeExpiryAndTheNextHandshakeUsesTheNewCertificate(t *testing.T
 	if got := serial(); got != first.Leaf.SerialNumber.String() {
 		t.Fatalf("the pod saw serial %s; want the minted %s", got, first.Leaf.SerialNumber)
 	}
-	eventually(t, "the renewal timer", m.clock.HasWaiters)
+	eventually(t, "the renewal timer", m.Clock.HasWaiters)
 	if id.Certificate() != first || len(m.signedLeaves()) != 1 {
 		t.Fatal("renewed before its time")
 	}
 
-	m.clock.Step(50 * time.Minute) // past 80 % of its 62 minutes (2 backdated)
+	m.Clock.Step(50 * time.Minute) // past 80 % of its 62 minutes (2 backdated)
 	eventually(t, "the renewal", func() bool { return id.Certificate() != first })
 	second := id.Certificate()
-	if got := second.Leaf.NotAfter.Sub(m.clock.Now()); got != time.Hour {
+	if got := second.Leaf.NotAfter.Sub(m.Clock.Now()); got != time.Hour {
 		t.Errorf("the renewed certificate is valid for %s; want the hour asked for", got)
 	}
 	if second.PrivateKey.(*ecdsa.PrivateKey).Equal(first.PrivateKey) {
@@ -116,22 +116,22 @@ func TestRenewsBeforeExpiryAndTheNextHandshakeUsesTheNewCertificate(t *testing.T
 func TestAnExpiredCertificateFailsTheHandshakeWithTheRenewalsError(t *testing.T) {
 	m := newTestMesh(t)
 	id := m.identity(time.Hour)
-	m.setRefuse(true)
-	eventually(t, "the renewal timer", m.clock.HasWaiters)
-	m.clock.Step(59 * time.Minute) // the renewal fails; the certificate is still good
-	eventually(t, "a failed renewal", func() bool { return m.clock.HasWaiters() && id.lastError() != nil })
+	m.SetRefuse(true)
+	eventually(t, "the renewal timer", m.Clock.HasWaiters)
+	m.Clock.Step(59 * time.Minute) // the renewal fails; the certificate is still good
+	eventually(t, "a failed renewal", func() bool { return m.Clock.HasWaiters() && id.lastError() != nil })
 	if _, err := id.GetClientCertificate(nil); err != nil {
 		t.Fatalf("before expiry: %v", err)
 	}
-	m.clock.Step(2 * time.Minute)
+	m.Clock.Step(2 * time.Minute)
 	_, err := id.GetClientCertificate(nil)
 	if err == nil || !strings.Contains(err.Error(), "expired") || status.Code(err) != codes.Unauthenticated {
 		t.Fatalf("after expiry: %v; want expired, with the CA's refusal", err)
 	}
 
-	m.setRefuse(false) // the CA is back: the retries recover
-	eventually(t, "the retry timer", m.clock.HasWaiters)
-	m.clock.Step(maxRetry)
+	m.SetRefuse(false) // the CA is back: the retries recover
+	eventually(t, "the retry timer", m.Clock.HasWaiters)
+	m.Clock.Step(maxRetry)
 	eventually(t, "a good certificate", func() bool { _, err := id.GetClientCertificate(nil); return err == nil })
 }
 
@@ -139,11 +139,11 @@ func TestTheCARefusesAWrongAudienceAndTheErrorSaysWhy(t *testing.T) {
 	m := newTestMesh(t)
 	token := m.token()
 	token.Audience = "kubernetes.default.svc"
-	_, err := NewIdentity(context.Background(), Config{Namespace: dankiNS, ServiceAccount: dankiSA, CA: m.ca(token), Clock: m.clock})
+	_, err := NewIdentity(context.Background(), Config{Namespace: dankiNS, ServiceAccount: dankiSA, CA: m.ca(token), Clock: m.Clock})
 	if status.Code(err) != codes.Unauthenticated {
 		t.Fatalf("got %v; want Unauthenticated", err)
 	}
-	for _, want := range []string{`audience "istio-ca"`, `audience "kubernetes.default.svc"`, "danki-system/danki", "serviceaccounts/token", m.caAddr} {
+	for _, want := range []string{`audience "istio-ca"`, `audience "kubernetes.default.svc"`, "danki-system/danki", "serviceaccounts/token", m.CAAddress} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not name %s", err, want)
 		}
@@ -152,10 +152,8 @@ func TestTheCARefusesAWrongAudienceAndTheErrorSaysWhy(t *testing.T) {
 
 func TestAForbiddenTokenRequestNamesTheRBACItNeeds(t *testing.T) {
 	m := newTestMesh(t)
-	m.mu.Lock()
-	m.denyTokens = true
-	m.mu.Unlock()
-	_, err := NewIdentity(context.Background(), Config{CA: m.ca(m.token()), Clock: m.clock})
+	m.SetDenyTokens(true)
+	_, err := NewIdentity(context.Background(), Config{CA: m.ca(m.token()), Clock: m.Clock})
 	if err == nil || !strings.Contains(err.Error(), "create on serviceaccounts/token") || !strings.Contains(err.Error(), "danki-system/danki") {
 		t.Fatalf("got %v", err)
 	}
@@ -165,24 +163,16 @@ func TestACAUnderAnotherRootIsRefused(t *testing.T) {
 	m := newTestMesh(t)
 	other := newTestMesh(t)
 	ca := m.ca(m.token())
-	ca.Roots = other.roots // the operator gave another mesh's root
-	_, err := NewIdentity(context.Background(), Config{CA: ca, Clock: m.clock})
+	ca.Roots = other.Roots // the operator gave another mesh's root
+	_, err := NewIdentity(context.Background(), Config{CA: ca, Clock: m.Clock})
 	if err == nil || status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "mesh root verify its serving certificate") {
 		t.Fatalf("got %v", err)
 	}
 }
 
-func (m *testMesh) setRefuse(v bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.refuse = v
-}
-
 func (m *testMesh) signedLeaves() []string {
-	m.mu.Lock()
-	defer m.mu.Unlock()
 	var s []string
-	for _, c := range m.signed {
+	for _, c := range m.Signed() {
 		s = append(s, c.SerialNumber.String())
 	}
 	return s
@@ -196,7 +186,7 @@ func (id *Identity) lastError() error {
 
 func TestHandshakesDuringRenewals(t *testing.T) {
 	m := newTestMesh(t)
-	pod := m.strictPod(cartID)
+	pod := m.StrictPod(cartID, nil)
 	id := m.identity(time.Hour)
 	tr := &http.Transport{TLSClientConfig: id.ClientConfig(cartID, HTTP1), DisableKeepAlives: true}
 
@@ -214,7 +204,7 @@ func TestHandshakesDuringRenewals(t *testing.T) {
 					return
 				default:
 				}
-				if _, err := get(t, tr, "https://"+pod.addr+"/"); err != nil {
+				if _, err := get(t, tr, "https://"+pod.Addr+"/"); err != nil {
 					errs <- err
 					return
 				}
@@ -223,8 +213,8 @@ func TestHandshakesDuringRenewals(t *testing.T) {
 	}
 	for range 3 {
 		before := id.Certificate()
-		eventually(t, "the renewal timer", m.clock.HasWaiters)
-		m.clock.Step(50 * time.Minute)
+		eventually(t, "the renewal timer", m.Clock.HasWaiters)
+		m.Clock.Step(50 * time.Minute)
 		eventually(t, "the renewal", func() bool { return id.Certificate() != before })
 	}
 	close(stop)

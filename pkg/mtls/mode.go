@@ -3,6 +3,8 @@ package mtls
 import (
 	"encoding/json"
 	"fmt"
+	"reflect"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -47,20 +49,24 @@ func ParseMode(s string) (Mode, error) {
 	return "", fmt.Errorf("mtls: %q: want %s, %s or %s", s, Auto, Istio, Off)
 }
 
-// UnmarshalJSON reads the setting with ParseMode's checks, so a config
-// decoded with pkg/config names the field and the values it takes.
+// UnmarshalJSON reads the setting with ParseMode's checks. Its error is a
+// *json.UnmarshalTypeError, so that a config decoded with pkg/config names
+// the field's path (load.mtls) and the values it takes (ConfigValues).
 func (m *Mode) UnmarshalJSON(b []byte) error {
 	var s string
 	if err := json.Unmarshal(b, &s); err != nil {
-		return fmt.Errorf("mtls: %s: want %s, %s or %s", b, Auto, Istio, Off)
+		return &json.UnmarshalTypeError{Value: string(b), Type: reflect.TypeFor[Mode]()}
 	}
 	v, err := ParseMode(s)
 	if err != nil {
-		return err
+		return &json.UnmarshalTypeError{Value: strconv.Quote(s), Type: reflect.TypeFor[Mode]()}
 	}
 	*m = v
 	return nil
 }
+
+// ConfigValues says what a Mode may be, for pkg/config's decoding errors.
+func (Mode) ConfigValues() string { return fmt.Sprintf("%s, %s or %s", Auto, Istio, Off) }
 
 // ForPod reports whether danki dials pod with mTLS under mode m (the zero
 // Mode is Auto).

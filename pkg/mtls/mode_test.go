@@ -8,6 +8,8 @@ import (
 	"istio.io/api/label"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/danki-dev/danki/pkg/config"
 )
 
 func TestParseModeNamesTheFieldAndTheValues(t *testing.T) {
@@ -26,16 +28,26 @@ func TestParseModeNamesTheFieldAndTheValues(t *testing.T) {
 
 func TestModeDecodesFromJSON(t *testing.T) {
 	var c struct {
-		MTLS Mode `json:"mtls"`
+		Load struct {
+			MTLS Mode `json:"mtls"`
+		} `json:"load"`
 	}
-	if err := json.Unmarshal([]byte(`{"mtls":"istio"}`), &c); err != nil || c.MTLS != Istio {
-		t.Fatalf("got %q, %v", c.MTLS, err)
+	if err := config.Decode([]byte(`{"load": {"mtls":"istio"}}`), &c); err != nil || c.Load.MTLS != Istio {
+		t.Fatalf("got %q, %v", c.Load.MTLS, err)
 	}
-	for _, in := range []string{`{"mtls":"x"}`, `{"mtls":true}`} {
-		err := json.Unmarshal([]byte(in), &c)
-		if err == nil || !strings.Contains(err.Error(), "mtls: ") || !strings.Contains(err.Error(), "want auto, istio or off") {
-			t.Errorf("%s: %v; want an error naming mtls and its values", in, err)
+	// Decoded as tenant configs are (pkg/config): the field's path and
+	// the values it takes.
+	for in, want := range map[string]string{
+		`{"load": {"mtls":"x"}}`:  `load.mtls: want auto, istio or off, got "x"`,
+		`{"load": {"mtls":true}}`: `load.mtls: want auto, istio or off, got true`,
+	} {
+		if err := config.Decode([]byte(in), &c); err == nil || err.Error() != want {
+			t.Errorf("%s: %v; want %s", in, err, want)
 		}
+	}
+	// Plain encoding/json still names the field.
+	if err := json.Unmarshal([]byte(`{"load": {"mtls":"x"}}`), &c); err == nil || !strings.Contains(err.Error(), "load.mtls") {
+		t.Errorf("encoding/json: %v", err)
 	}
 }
 

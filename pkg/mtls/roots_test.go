@@ -14,13 +14,13 @@ func TestRootsFromTheConfigMapIstiodWrites(t *testing.T) {
 	m := newTestMesh(t)
 	client := fake.NewClientset(&corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Namespace: dankiNS, Name: RootConfigMap},
-		Data:       map[string]string{RootConfigMapKey: string(m.rootPEM)},
+		Data:       map[string]string{RootConfigMapKey: string(m.RootPEM)},
 	})
 	pool, err := RootsFromConfigMap(context.Background(), client, dankiNS)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !pool.Equal(m.roots) {
+	if !pool.Equal(m.Roots) {
 		t.Error("the pool is not the mesh root")
 	}
 

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/net/http/httpguts"
 
 	"github.com/danki-dev/danki/pkg/config"
+	"github.com/danki-dev/danki/pkg/mtls"
 	"github.com/danki-dev/danki/pkg/policy"
 	"github.com/danki-dev/danki/pkg/wellknown"
 )
@@ -234,6 +235,16 @@ type Config struct {
 	// them the bound fails the warm-up as before. Default true.
 	AcceptNearStable *bool `json:"acceptNearStable,omitempty"`
 
+	// MTLS says when the warm-up dials a pod with Istio mTLS, as a sidecar
+	// would (mesh.go): auto (pods with a sidecar: the label
+	// security.istio.io/tlsMode=istio, or an istio-proxy container), istio
+	// (every pod; explicit URLs are refused, having no pod to verify) or
+	// off (plaintext). Default: the operator's (--mesh-mode; off when the
+	// operator gave danki no mesh). It chooses only how to talk to the
+	// pods the warm-up may reach anyway: the addresses are checked as
+	// for plaintext.
+	MTLS mtls.Mode `json:"mtls,omitempty"`
+
 	// Seed seeds the random fields of request templates; 0 picks a random
 	// seed. Fix it for reproducible request streams.
 	Seed int64 `json:"seed,omitempty"`
@@ -253,6 +264,12 @@ type Config struct {
 	// after the policy's own check (the step refuses addresses that are no
 	// longer the rollout's own pods). Nil: no check beyond the policy's.
 	Guard func(netip.Addr) error `json:"-"`
+
+	// peers maps the addresses (host:port) Run dials with mTLS to the
+	// SPIFFE ID the pod there must prove; meshPlain holds the plaintext
+	// addresses of pods with a sidecar (resolvePeers).
+	peers     map[string]string
+	meshPlain map[string]bool
 }
 
 // WithDefaults returns a copy with zero values replaced by the defaults.
@@ -367,6 +384,9 @@ func (c Config) Validate() error {
 		errs.Addf("markerHeader", "%q is not a valid HTTP header name", c.MarkerHeader)
 	} else {
 		c.checkMarker(&errs)
+	}
+	if _, err := mtls.ParseMode(string(c.MTLS)); err != nil {
+		errs.Add("mtls", err)
 	}
 	if c.HealthPath != "" && !strings.HasPrefix(c.HealthPath, "/") {
 		errs.Addf("healthPath", "%q must start with /", c.HealthPath)

@@ -447,7 +447,7 @@ func (c *coordinator) failingReason(rec *recorder, code int) string {
 	switch {
 	case code > 0:
 		how = "last answer " + c.cfg.answerText(code)
-		if last != nil && c.cfg.isGRPC() {
+		if last != nil && (c.cfg.isGRPC() || isMeshDenial(last)) {
 			how += ": " + last.Error()
 		}
 	case last != nil:

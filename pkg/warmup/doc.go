@@ -41,6 +41,12 @@
 //   - Each pod's pace ramps up from StartQPS as it keeps up, and the
 //     neighbour guard halves it while the stable pods' latency rises
 //     (pace.go): warming a cold JVM must not slow the users on stable.
+//   - Pods behind an Istio sidecar (STRICT mTLS) are dialled with danki's
+//     own Istio mTLS, straight to the pod IP through the same checked
+//     dialer, the pod verified as its ServiceAccount's SPIFFE ID
+//     (mesh.go, Config.MTLS, policy.Policy.Mesh); failures say what
+//     happened (a STRICT reset, another identity, an AuthorizationPolicy's
+//     denial naming danki's principal).
 //   - A target failing many requests in a row fails at once
 //     (ErrTargetFailing) with its last error; a deadline or request cap
 //     without convergence is a failure whose message shows the latency

@@ -24,6 +24,7 @@ import (
 
 	"github.com/danki-dev/danki/pkg/config"
 	"github.com/danki-dev/danki/pkg/load"
+	"github.com/danki-dev/danki/pkg/mtls"
 	"github.com/danki-dev/danki/pkg/policy"
 )
 
@@ -152,7 +153,8 @@ func readDescriptorSet(p policy.Policy, path string) (descriptorResolver, error)
 }
 
 // dialGRPC makes a channel straight to the target's address (plaintext
-// HTTP/2, like the HTTP warm-up talks plain HTTP to the pod IP). The
+// HTTP/2, like the HTTP warm-up talks plain HTTP to the pod IP, or inside
+// Istio mTLS for a target with a Peer: Config.dial). The
 // channel connects on its first call, through the warm-up's checked
 // dialer (Config.dialer) under a tenant policy or a guard; a custom dialer
 // also keeps gRPC from going through a proxy, which the command line may
@@ -165,7 +167,10 @@ func dialGRPC(cfg *Config, t Target) (*grpc.ClientConn, error) {
 	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithUserAgent(userAgent)}
 	if cfg.checked() {
 		opts = append(opts, grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-			return cfg.dialer(cfg.Timeout.D()).DialContext(ctx, "tcp", addr)
+			// A target with a Peer gets a TLS connection speaking h2
+			// (ALPN istio-h2); the channel's own credentials stay
+			// insecure, as the TLS is already done.
+			return cfg.dial(ctx, "tcp", addr, mtls.H2)
 		}))
 	}
 	conn, err := grpc.NewClient("passthrough:///"+u.Host, opts...)
@@ -189,12 +194,13 @@ type grpcLoad struct {
 	conns       []*grpc.ClientConn
 	lastErr     *errorBox
 	renderFails *atomic.Int64 // calls never sent: see loadRunner.renderFails
+	explain     explainer
 }
 
 // newGRPCLoad returns the load.Options.Call of a gRPC target, and a func closing
 // its channels.
 func newGRPCLoad(t Target, conns int, cfg *Config, set *requestSet, seed, stream uint64, lastErr *errorBox, renderFails *atomic.Int64) (func(int) func(context.Context) (bool, string), func(), error) {
-	gl := &grpcLoad{cfg: cfg, set: set, lastErr: lastErr, renderFails: renderFails}
+	gl := &grpcLoad{cfg: cfg, set: set, lastErr: lastErr, renderFails: renderFails, explain: cfg.explainerFor(t.URL)}
 	closeAll := func() {
 		for _, c := range gl.conns {
 			c.Close()
@@ -254,7 +260,7 @@ func (gl *grpcLoad) call(ctx context.Context, conn *grpc.ClientConn, g *generato
 	err = conn.Invoke(ctx, m.path, in, dynamicpb.NewMessage(m.out))
 	code := status.Code(err)
 	if err != nil {
-		gl.lastErr.set(fmt.Errorf("%s: %w", r.spec.Method, err))
+		gl.lastErr.set(fmt.Errorf("%s: %w", r.spec.Method, gl.explain.grpc(err)))
 	}
 	return code == codes.OK, strconv.Itoa(int(code))
 }

@@ -50,7 +50,8 @@ func waitHealthyGRPC(ctx context.Context, cfg *Config, targets []Target, limit s
 }
 
 // checkUntilServing returns "" once t answered SERVING, else the last
-// outcome when ctx ended.
+// outcome when ctx ended, or at once when a pod with a sidecar resets the
+// plaintext check (STRICT: waiting changes nothing).
 func checkUntilServing(ctx context.Context, cfg *Config, t Target) string {
 	conn, err := dialGRPC(cfg, t)
 	if err != nil {
@@ -58,6 +59,8 @@ func checkUntilServing(ctx context.Context, cfg *Config, t Target) string {
 	}
 	defer conn.Close()
 	client := healthpb.NewHealthClient(conn)
+	explain := cfg.explainerFor(t.URL)
+	_, sidecar := cfg.meshAddr(hostPort(t.URL))
 	last := "no answer yet"
 	probe := func(ctx context.Context) (bool, error) {
 		cctx, cancel := context.WithTimeout(markedContext(ctx, cfg), cfg.Timeout.D())
@@ -68,7 +71,11 @@ func checkUntilServing(ctx context.Context, cfg *Config, t Target) string {
 			// A check cut by the end of the wait says nothing about the
 			// target (the check's own deadline may fire just before ctx's).
 			if dl, ok := ctx.Deadline(); ctx.Err() == nil && (!ok || time.Now().Before(dl)) {
-				last = err.Error()
+				explained := explain.grpc(err)
+				last = explained.Error()
+				if sidecar && explained != err {
+					return false, errGiveUp
+				}
 				if status.Code(err) == codes.Unimplemented {
 					last += " (the server has no gRPC health service: register grpc.health.v1.Health, or set healthProtocol http with a healthPath)"
 				}

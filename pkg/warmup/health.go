@@ -55,6 +55,11 @@ func waitHealthy(ctx context.Context, cfg *Config, targets []Target, limit strin
 		ErrUnhealthy, len(failed), len(targets), limit, strings.Join(failed, "; "))
 }
 
+// errGiveUp ends a health wait on a target that will not answer however
+// long it is asked: a pod whose sidecar resets plaintext (STRICT), or one
+// that proves another identity (its address is another workload's).
+var errGiveUp = errors.New("will not answer")
+
 // failedTargets runs check on every target at once and returns, sorted,
 // "target: what: last outcome" for each whose check did not pass (an empty
 // last outcome is a pass).
@@ -77,9 +82,13 @@ func failedTargets(targets []Target, check func(Target) (what, last string)) []s
 }
 
 // probeUntilOK returns "" once url answered 200, else the last outcome when
-// ctx ended.
+// ctx ended. A pod with a sidecar that resets a plaintext probe, or that
+// proves another identity than its ServiceAccount's, is given up at once
+// (errGiveUp): waiting changes nothing.
 func probeUntilOK(ctx context.Context, client *http.Client, cfg *Config, url string) string {
 	last := "no answer yet"
+	explain := cfg.explainerFor(url)
+	_, sidecar := cfg.meshAddr(hostPort(url))
 	probe := func(ctx context.Context) (bool, error) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if err != nil {
@@ -90,21 +99,31 @@ func probeUntilOK(ctx context.Context, client *http.Client, cfg *Config, url str
 		resp, err := client.Do(req)
 		if err != nil {
 			if ctx.Err() == nil {
-				last = err.Error()
+				explained := explain.transport(err)
+				last = explained.Error()
+				if sidecar && explained != err || isIdentityMismatch(err) {
+					return false, errGiveUp
+				}
 			}
 			return false, nil
 		}
+		denied := explain.http(resp)
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
 		resp.Body.Close()
 		if resp.StatusCode == http.StatusOK {
 			return true, nil
 		}
 		last = "HTTP " + resp.Status
+		if denied != nil {
+			last = denied.Error()
+		}
 		return false, nil
 	}
 	switch err := wait.PollUntilContextCancel(ctx, healthPoll, true, probe); {
 	case err == nil:
 		return ""
+	case errors.Is(err, errGiveUp):
+		return last
 	case ctx.Err() == nil:
 		return err.Error() // the request could not be built
 	}

@@ -177,16 +177,16 @@ func (k KubeTargets) fromEndpointSlices(ctx context.Context, kube kubernetes.Int
 	if err != nil {
 		return nil, fmt.Errorf("list EndpointSlices of Service %s/%s: %w", k.Namespace, k.Service, err)
 	}
-	var allowed map[string]*corev1.Pod // pods with the wanted hash, by name
-	if k.PodTemplateHash != "" {
-		pods, err := kube.CoreV1().Pods(k.Namespace).List(ctx, metav1.ListOptions{LabelSelector: k.selector().String()})
-		if err != nil {
-			return nil, fmt.Errorf("list pods with %s=%s in %s: %w", PodTemplateHashLabel, k.PodTemplateHash, k.Namespace, err)
-		}
-		allowed = map[string]*corev1.Pod{}
-		for i := range pods.Items {
-			allowed[pods.Items[i].Name] = &pods.Items[i]
-		}
+	// The endpoints' pods, by name: with a hash, only those are targets;
+	// either way a target keeps its pod (its readinessProbe, gRPC port,
+	// and for Istio mTLS its ServiceAccount and sidecar).
+	byName := map[string]*corev1.Pod{}
+	pods, err := kube.CoreV1().Pods(k.Namespace).List(ctx, metav1.ListOptions{LabelSelector: k.selector().String()})
+	if err != nil {
+		return nil, fmt.Errorf("list pods matching %q in %s: %w", k.selector(), k.Namespace, err)
+	}
+	for i := range pods.Items {
+		byName[pods.Items[i].Name] = &pods.Items[i]
 	}
 	var targets []Target
 	seen := map[string]bool{}
@@ -206,14 +206,14 @@ func (k KubeTargets) fromEndpointSlices(ctx context.Context, kube kubernetes.Int
 			if ep.TargetRef != nil && ep.TargetRef.Kind == "Pod" {
 				name = ep.TargetRef.Name
 			}
-			pod := allowed[name]
-			if allowed != nil && pod == nil {
+			pod := byName[name]
+			if k.PodTemplateHash != "" && pod == nil {
 				continue
 			}
 			url := "http://" + net.JoinHostPort(ep.Addresses[0], strconv.Itoa(int(port)))
 			if !seen[url] {
 				seen[url] = true
-				targets = append(targets, Target{Name: name, URL: url, HealthURL: readinessURL(pod, ep.Addresses[0], port), Warmed: gateWarmed(pod), GRPC: isGRPC || podGRPCPort(pod, port)})
+				targets = append(targets, Target{Name: name, URL: url, HealthURL: readinessURL(pod, ep.Addresses[0], port), Warmed: gateWarmed(pod), GRPC: isGRPC || podGRPCPort(pod, port), pod: pod})
 			}
 		}
 	}
@@ -279,7 +279,7 @@ func PodTarget(p *corev1.Pod, port intstr.IntOrString) (Target, error) {
 	}
 	return Target{Name: p.Name, URL: "http://" + net.JoinHostPort(p.Status.PodIP, strconv.Itoa(int(n))),
 		HealthURL: readinessURL(p, p.Status.PodIP, n), Warmed: gateWarmed(p), GRPC: podGRPCPort(p, n),
-		CPURequest: servingCPURequest(p, n)}, nil
+		CPURequest: servingCPURequest(p, n), pod: p}, nil
 }
 
 // servingCPURequest is the CPU request, in cores, of the container of p

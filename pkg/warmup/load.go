@@ -151,6 +151,7 @@ func newLoadRunner(reqCtx context.Context, t Target, qps float64, pace *load.Pac
 		return lr, newGRPCRunner(reqCtx, lr, qps, pace, conns, limit, cfg, set, seed, stream, rec)
 	}
 	seq := &atomic.Int64{}
+	explain := cfg.explainerFor(t.URL)
 	var dial func(context.Context, string, string) (net.Conn, error)
 	if cfg.checked() {
 		dial = cfg.dialContext
@@ -170,7 +171,7 @@ func newLoadRunner(reqCtx context.Context, t Target, qps float64, pace *load.Pac
 		MaxRequests:    limit,
 		DialContext:    dial,
 		WrapTransport: func(conn int, base http.RoundTripper) http.RoundTripper {
-			return &requestRewriter{base: base, gen: set.newGenerator(seed, stream<<20|uint64(conn), seq), lastErr: lr.lastErr, renderFails: &lr.renderFails}
+			return &requestRewriter{base: base, gen: set.newGenerator(seed, stream<<20|uint64(conn), seq), lastErr: lr.lastErr, renderFails: &lr.renderFails, explain: explain}
 		},
 	})
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/danki-dev/danki/pkg/config"
+	"github.com/danki-dev/danki/pkg/mtls"
 	"github.com/danki-dev/danki/pkg/policy"
 	"github.com/danki-dev/danki/pkg/wellknown"
 )
@@ -28,15 +29,20 @@ func (c *Config) dialer(timeout time.Duration) *net.Dialer {
 	return c.policy().Network.GuardedDialer(&net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}, c.Guard)
 }
 
-// checked says whether connections must go through dialer: under a
-// tenant policy, or with a Guard. The command line's unchecked connections
-// may then use a proxy from the environment as before (a checked one may
-// not: the proxy would be the address checked, not the target's).
-func (c *Config) checked() bool { return !c.policy().Network.AnyTarget || c.Guard != nil }
+// checked says whether connections must go through dial: under a tenant
+// policy, with a Guard, or with a target dialled with mTLS (danki does the
+// TLS itself, on the command line too). The command line's other
+// connections may then use a proxy from the environment as before (a
+// checked one may not: the proxy would be the address checked, not the
+// target's).
+func (c *Config) checked() bool {
+	return !c.policy().Network.AnyTarget || c.Guard != nil || len(c.peers) > 0
+}
 
-// dialContext dials through dialer, bounded by the per-request timeout.
+// dialContext is dial for HTTP/1.1 (the health checks and the HTTP load),
+// bounded by the per-request timeout.
 func (c *Config) dialContext(ctx context.Context, network, address string) (net.Conn, error) {
-	return c.dialer(c.Timeout.D()).DialContext(ctx, network, address)
+	return c.dial(ctx, network, address, mtls.HTTP1)
 }
 
 // capDefault is def, lowered to the operator's cap: a config that leaves

@@ -413,6 +413,9 @@ type requestRewriter struct {
 	// were sent (a template that failed to render): a run where every
 	// request did fails (coordinator.run).
 	renderFails *atomic.Int64
+	// explain says what a failure means in the mesh (a STRICT sidecar's
+	// reset, an AuthorizationPolicy's denial).
+	explain explainer
 }
 
 func (rw *requestRewriter) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -449,9 +452,13 @@ func (rw *requestRewriter) RoundTrip(req *http.Request) (*http.Response, error) 
 	}
 	resp, err := rw.base.RoundTrip(out)
 	if err != nil {
-		rw.lastErr.set(err)
+		rw.lastErr.set(rw.explain.transport(err))
+		return resp, err
 	}
-	return resp, err
+	if denied := rw.explain.http(resp); denied != nil {
+		rw.lastErr.set(denied)
+	}
+	return resp, nil
 }
 
 // errorBox keeps the last request error of a target for failure messages.

@@ -37,6 +37,9 @@ type Result struct {
 	// random one picked), to reproduce the request stream.
 	Seed   int64  `json:"seed"`
 	Config Config `json:"config"`
+	// Mesh is danki's SPIFFE ID when it dialled targets with Istio mTLS
+	// (each target's Target.Peer names the pod's).
+	Mesh string `json:"mesh,omitempty"`
 }
 
 // TargetResult is the measurement of one target.

@@ -153,6 +153,20 @@ func Run(ctx context.Context, cfg Config, targets []Target, opts Options) (*Resu
 	runCtx, cancel := context.WithTimeout(ctx, cfg.Deadline.D())
 	defer cancel()
 
+	// Which pods get mTLS: on copies, the caller's targets stay as given.
+	targets, opts.Stable = slices.Clone(targets), slices.Clone(opts.Stable)
+	cfg.peers, cfg.meshPlain = nil, nil
+	if err := cfg.resolvePeers(runCtx, targets, opts.Stable); err != nil {
+		res.Elapsed, res.Reason = time.Since(start), err.Error()
+		return res, err
+	}
+	for i, t := range targets {
+		res.Targets[i].Target = t
+	}
+	if len(cfg.peers) > 0 {
+		res.Mesh = cfg.policy().Mesh.Self()
+	}
+
 	emit(Progress{Phase: PhaseHealth})
 	probe := append([]Target(nil), targets...)
 	reject := cfg.rejecting(len(opts.Stable) > 0)
@@ -245,6 +259,9 @@ func (r *Result) Summary() string {
 	}
 	if budget > 0 {
 		fmt.Fprintf(&b, "; CPU budget %s cores per pod (lowered the pace %d time(s))", strconv.FormatFloat(budget, 'f', -1, 64), cuts)
+	}
+	if m := meshSummary(r.Mesh, r.Targets); m != "" {
+		b.WriteString("; " + m)
 	}
 	if n := len(r.Backoffs); n > 0 {
 		worst := slices.MaxFunc(r.Backoffs, func(a, b Backoff) int { return cmp.Compare(a.StableP90, b.StableP90) })

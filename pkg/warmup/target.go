@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/danki-dev/danki/pkg/config"
+	"github.com/danki-dev/danki/pkg/mtls"
 	"github.com/danki-dev/danki/pkg/policy"
 	"github.com/danki-dev/danki/pkg/wellknown"
 )
@@ -38,6 +39,14 @@ type Target struct {
 	// that serves the port (0: unknown or none): the warm-up's default
 	// CPU budget (Config.CPUBudget).
 	CPURequest float64 `json:"cpuRequest,omitempty"`
+	// Peer is the SPIFFE ID the pod's sidecar must prove when the warm-up
+	// dials it with Istio mTLS; "" is plaintext. Run sets it from the pod
+	// and Config.MTLS unless the caller did.
+	Peer string `json:"peer,omitempty"`
+
+	// pod is the pod the target was found as (nil for an explicit URL):
+	// its ServiceAccount and sidecar decide Peer.
+	pod *corev1.Pod
 }
 
 // gateWarmed reports whether the warm gate has warmed the pod.
@@ -326,5 +335,8 @@ func Resolve(c Config, t TargetConfig, p policy.Policy) (Config, TargetConfig, e
 	var errs config.Errors
 	errs.Add("", c.Validate())
 	errs.Add("", t.Validate(p))
+	if p.Mesh.Resolve(c.MTLS) == mtls.Istio && len(t.URLs)+len(t.StableURLs) > 0 {
+		errs.Addf("mtls", "istio with explicit urls/stableURLs: Istio mTLS verifies the SPIFFE ID of a pod's ServiceAccount, and a URL names no pod; set mtls to auto or off (URL targets are then dialled in plaintext), or leave the URLs out to warm the rollout's pods")
+	}
 	return c, t, errs.Err()
 }

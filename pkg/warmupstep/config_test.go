@@ -7,6 +7,7 @@ import (
 
 	"github.com/danki-dev/danki/pkg/capacity"
 	"github.com/danki-dev/danki/pkg/mirror"
+	"github.com/danki-dev/danki/pkg/mtls"
 	"github.com/danki-dev/danki/pkg/policy"
 )
 
@@ -64,5 +65,18 @@ func TestStepConfigOneErrorList(t *testing.T) {
 	_, err = ParseStepConfig([]byte(`{"capacity": {"minQPS": 1, "minQps": 2}}`), policy.Local())
 	if err == nil || !strings.Contains(err.Error(), "capacity.minQps") {
 		t.Errorf("unknown capacity field: %v; want it named capacity.minQps", err)
+	}
+}
+
+// mtls is the warm-up's, decoded with the step; the capacity block has
+// its own (inherited from the warm-up's when unset, at Job assembly).
+func TestStepConfigMTLS(t *testing.T) {
+	c, err := ParseStepConfig([]byte(`{"mtls": "off", "capacity": {"minQPS": 10, "mtls": "auto"}}`), policy.Local())
+	if err != nil || c.MTLS != mtls.Off || c.Capacity.MTLS != mtls.Auto {
+		t.Fatalf("mtls %q, capacity.mtls %q, %v", c.MTLS, c.Capacity.MTLS, err)
+	}
+	_, err = ParseStepConfig([]byte(`{"mtls": "on", "capacity": {"minQPS": 10, "mtls": 1}}`), policy.Local())
+	if want := `mtls: want auto, istio or off, got "on"`; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("error %v; want it to say %q", err, want)
 	}
 }
