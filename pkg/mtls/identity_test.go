@@ -184,8 +184,14 @@ func (id *Identity) lastError() error {
 	return id.lastErr
 }
 
+// TestHandshakesDuringRenewals: clients keep handshaking while the
+// certificate is renewed three times, and none fails. The fake clock jumps
+// 50 minutes at once; real time does not jump in the middle of a handshake,
+// so a jump waits for the handshakes in flight (jump), or a handshake begun
+// with a certificate two renewals old could be judged after the jump.
 func TestHandshakesDuringRenewals(t *testing.T) {
 	m := newTestMesh(t)
+	var jump sync.RWMutex
 	pod := m.StrictPod(cartID, nil)
 	id := m.identity(time.Hour)
 	tr := &http.Transport{TLSClientConfig: id.ClientConfig(cartID, HTTP1), DisableKeepAlives: true}
@@ -204,7 +210,10 @@ func TestHandshakesDuringRenewals(t *testing.T) {
 					return
 				default:
 				}
-				if _, err := get(t, tr, "https://"+pod.Addr+"/"); err != nil {
+				jump.RLock()
+				_, err := get(t, tr, "https://"+pod.Addr+"/")
+				jump.RUnlock()
+				if err != nil {
 					errs <- err
 					return
 				}
@@ -214,7 +223,9 @@ func TestHandshakesDuringRenewals(t *testing.T) {
 	for range 3 {
 		before := id.Certificate()
 		eventually(t, "the renewal timer", m.Clock.HasWaiters)
+		jump.Lock()
 		m.Clock.Step(50 * time.Minute)
+		jump.Unlock()
 		eventually(t, "the renewal", func() bool { return id.Certificate() != before })
 	}
 	close(stop)
