@@ -40,6 +40,22 @@ func get(t *testing.T, tr http.RoundTripper, url string) (string, error) {
 	return string(b), err
 }
 
+// expectDanki sends one HTTP/1.1 request over c, an mTLS connection to a
+// test pod that echoes the caller, closes c and wants danki's SPIFFE ID in
+// the answer.
+func expectDanki(t *testing.T, c net.Conn) {
+	t.Helper()
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: cart\r\nConnection: close\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(c)
+	if !strings.Contains(string(b), "URI="+dankiID) {
+		t.Errorf("response %q", b)
+	}
+}
+
 func TestMTLSToAStrictPod(t *testing.T) {
 	m := newTestMesh(t)
 	pod := m.StrictPod(cartID, nil)
@@ -96,15 +112,7 @@ func TestMTLSToAStrictPod(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer c.Close()
-		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-		if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: cart\r\nConnection: close\r\n\r\n"); err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(c)
-		if !strings.Contains(string(b), "URI="+dankiID) {
-			t.Errorf("response %q", b)
-		}
+		expectDanki(t, c)
 	})
 }
 

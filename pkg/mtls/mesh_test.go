@@ -3,7 +3,6 @@ package mtls
 import (
 	"context"
 	"errors"
-	"io"
 	"net"
 	"strings"
 	"sync"
@@ -219,15 +218,7 @@ func TestMeshDial(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer c.Close()
-		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-		if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: cart\r\nConnection: close\r\n\r\n"); err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(c)
-		if !strings.Contains(string(b), "URI="+dankiID) {
-			t.Errorf("response %q", b)
-		}
+		expectDanki(t, c)
 	})
 	t.Run("want another identity: refused with want and seen", func(t *testing.T) {
 		other := SPIFFEID("", "shop", "payments")
