@@ -127,8 +127,11 @@ type explainer struct {
 	// peer is the SPIFFE ID the target proves ("" plaintext).
 	peer string
 	// explainResets: a plaintext target whose resets may be a STRICT
-	// sidecar's (a pod with a sidecar, or any target when danki has mesh
-	// settings).
+	// sidecar's: a pod with a sidecar (Istio's injector labels every one).
+	// Not any target because danki has mesh settings: the operator's
+	// default is auto everywhere, and a pod with no sidecar that resets
+	// (a crash, a full accept queue) must not be blamed on a
+	// PeerAuthentication.
 	explainResets bool
 	// self names danki's mesh identity for denials.
 	self func() string
@@ -137,7 +140,7 @@ type explainer struct {
 // explainerFor is the explainer of the target at rawURL.
 func (c *Config) explainerFor(rawURL string) explainer {
 	peer, sidecar := c.meshAddr(hostPort(rawURL))
-	return explainer{peer: peer, explainResets: peer == "" && (sidecar || c.policy().Mesh != nil), self: c.policy().Mesh.Self}
+	return explainer{peer: peer, explainResets: peer == "" && sidecar, self: c.policy().Mesh.Self}
 }
 
 // transport explains a transport error (a failed request or dial).
