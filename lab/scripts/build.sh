@@ -151,12 +151,14 @@ build_pilot_agent() {
 	# Beside it, the module's Envoy bootstrap template, which the agent
 	# renders into each proxy's bootstrap (lab/runner copies it into every
 	# sidecar's working directory).
-	local pin="pilot-agent $ISTIO_VERSION $ISTIO_PSEUDO_VERSION"
+	local pin="pilot-agent $ISTIO_VERSION $ISTIO_PSEUDO_VERSION buildVersion"
 	if fresh pilot-agent "$pin" pilot-agent && [ -s "$bin/istio-envoy-bootstrap.json" ]; then
 		log "pilot-agent $ISTIO_VERSION: up to date"; return
 	fi
 	log "pilot-agent $ISTIO_VERSION: building (~40 s with the istio module cached, ~6 min cold)"
-	GOBIN=$bin GONOSUMDB=istio.io GOFLAGS=-buildvcs=false timed pilot-agent go install -mod=mod -trimpath -ldflags "-s -w" \
+	# buildVersion: the agent reports it to istiod as ISTIO_VERSION ("unknown" without).
+	GOBIN=$bin GONOSUMDB=istio.io GOFLAGS=-buildvcs=false timed pilot-agent go install -mod=mod -trimpath \
+		-ldflags "-s -w -X istio.io/istio/pkg/version.buildVersion=$ISTIO_VERSION" \
 		"istio.io/istio/pilot/cmd/pilot-agent@$ISTIO_PSEUDO_VERSION"
 	local mod
 	mod=$(GOFLAGS=-mod=mod GONOSUMDB=istio.io go mod download -json "istio.io/istio@$ISTIO_PSEUDO_VERSION" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
