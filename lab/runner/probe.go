@@ -68,7 +68,11 @@ func (r *Runner) probeLoop(ctx context.Context) {
 		for _, t := range due {
 			ok := probe(ctx, client, t.url)
 			r.mu.Lock()
+			// The sidecar's probe is the runner's own (no readinessProbe).
 			p := t.cs.spec.ReadinessProbe
+			if p == nil {
+				p = &corev1.Probe{PeriodSeconds: 2}
+			}
 			if p.InitialDelaySeconds > 0 && time.Since(t.cs.proc.started) < time.Duration(p.InitialDelaySeconds)*time.Second {
 				ok = false
 			}
