@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
 )
@@ -40,6 +41,13 @@ func (r *Runner) writeFileSD() error {
 		}
 		if port == "" {
 			continue
+		}
+		if shift := r.portShift(st); shift != 0 {
+			// A meshed pod's app listens past its sidecar: scrape it there,
+			// in plaintext, as Istio's metrics merging does.
+			if n, err := strconv.Atoi(port); err == nil {
+				port = strconv.Itoa(n + int(shift))
+			}
 		}
 		path := pod.Annotations["prometheus.io/path"]
 		if path == "" {

@@ -335,7 +335,7 @@ func TestStopEndsTheWholeProcessGroup(t *testing.T) {
 	// The shell exits on TERM; its child ignores TERM (an ignored signal
 	// stays ignored across exec).
 	p, err := startProcess([]string{"sh", "-c", `(trap '' TERM; exec sleep 300) & echo $! >"$1.tmp" && mv "$1.tmp" "$1"; wait`, "sh", childPIDFile},
-		os.Environ(), filepath.Join(dir, "pod.log"))
+		os.Environ(), filepath.Join(dir, "pod.log"), "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -45,7 +45,10 @@ func (r *Runner) probeLoop(ctx context.Context) {
 				if cs.proc == nil || cs.proc.exited() || now.Before(cs.nextProb) {
 					continue
 				}
-				url, err := probeURL(cs.spec, st.ip)
+				url, err := probeURL(cs.spec, st.ip, r.portShift(st))
+				if cs.sidecar {
+					url, err = sidecarProbeURL(st.ip), nil
+				}
 				if err != nil {
 					r.log.Warn("readiness probe", "pod", key, "container", cs.spec.Name, "err", err)
 					cs.nextProb = now.Add(time.Minute)
@@ -65,7 +68,11 @@ func (r *Runner) probeLoop(ctx context.Context) {
 		for _, t := range due {
 			ok := probe(ctx, client, t.url)
 			r.mu.Lock()
+			// The sidecar's probe is the runner's own (no readinessProbe).
 			p := t.cs.spec.ReadinessProbe
+			if p == nil {
+				p = &corev1.Probe{PeriodSeconds: 2}
+			}
 			if p.InitialDelaySeconds > 0 && time.Since(t.cs.proc.started) < time.Duration(p.InitialDelaySeconds)*time.Second {
 				ok = false
 			}
@@ -98,9 +105,20 @@ func probe(ctx context.Context, client *http.Client, url string) bool {
 	return resp.StatusCode >= 200 && resp.StatusCode < 400
 }
 
+// portShift is how far a pod's app ports moved (the mesh's sidecar owns
+// the declared ones), 0 when not meshed.
+func (r *Runner) portShift(st *podState) int32 {
+	if !st.meshed {
+		return 0
+	}
+	return r.cfg.Mesh.offset()
+}
+
 // probeURL is the readiness probe's URL, or "" when the container has no
-// HTTP readiness probe.
-func probeURL(c corev1.Container, ip netip.Addr) (string, error) {
+// HTTP readiness probe. A probe of a declared container port goes to where
+// the app listens: shift ports further (in a meshed pod, as Istio's probe
+// rewrite reaches the app past the sidecar).
+func probeURL(c corev1.Container, ip netip.Addr, shift int32) (string, error) {
 	p := c.ReadinessProbe
 	if p == nil || p.HTTPGet == nil {
 		return "", nil
@@ -111,6 +129,12 @@ func probeURL(c corev1.Container, ip netip.Addr) (string, error) {
 	port, err := resolvePort(c, p.HTTPGet.Port)
 	if err != nil {
 		return "", fmt.Errorf("readinessProbe.httpGet.port: %w", err)
+	}
+	for _, cp := range c.Ports {
+		if shift != 0 && int(cp.ContainerPort) == port {
+			port += int(shift)
+			break
+		}
 	}
 	path := p.HTTPGet.Path
 	if path == "" || path[0] != '/' {

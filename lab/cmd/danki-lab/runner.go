@@ -21,6 +21,8 @@ func newRunnerCmd() *cobra.Command {
 		images                                                  = runner.ImageCommands{}
 		imageSpecs                                              []string
 		stopGrace                                               time.Duration
+		mesh                                                    runner.Mesh
+		meshOn                                                  bool
 	)
 	cmd := &cobra.Command{
 		Use:   "runner",
@@ -32,7 +34,13 @@ namespace --netns (root; lab/scripts/up.sh creates both), and the process runs
 there with the pod's env plus PORT (first container port), BIND_ADDRESS and
 POD_IP. The pod turns Running, then Ready once its HTTP readiness probe
 answers. Images with no mapping are marked Running/Ready without a process.
-Deleted pods are stopped (SIGTERM, then SIGKILL after --stop-grace).`,
+Deleted pods are stopped (SIGTERM, then SIGKILL after --stop-grace).
+
+With --mesh the runner is also the lab's Istio sidecar injector (a mutating
+webhook on --inject-addr for namespaces labelled istio-injection=enabled) and
+runs each injected pod's istio-proxy container as pilot-agent + Envoy in the
+pod's network and cgroups; the app's ports move by --app-port-offset behind
+the sidecar (lab/README.md, "The mesh").`,
 		Example: `  danki-lab runner --kubeconfig .cache/lab/kubeconfig --node danki-lab-node \
     --netns danki-lab --device danki-lab1 --log-dir .cache/lab/run/logs/pods \
     --image 'danki.dev/sample-app=java -Xmx256m -Dsun.net.httpserver.nodelay=true -jar .cache/lab/bin/sample-app.jar' \
@@ -70,9 +78,19 @@ Deleted pods are stopped (SIGTERM, then SIGKILL after --stop-grace).`,
 				}
 				network = runner.Netns{Name: netns, Device: device, PrefixLen: cidr.Bits()}
 			}
+			var meshCfg *runner.Mesh
+			if meshOn {
+				for flag, v := range map[string]string{"--pilot-agent": mesh.PilotAgent, "--envoy": mesh.Envoy,
+					"--istio-bootstrap": mesh.BootstrapTemplate, "--mesh-dir": mesh.Dir, "--istiod": mesh.Discovery} {
+					if v == "" {
+						return fmt.Errorf("%s is required with --mesh", flag)
+					}
+				}
+				meshCfg = &mesh
+			}
 			r, err := runner.New(runner.Config{
 				Client: client, Node: node, Network: network, Images: images, LogDir: logDir,
-				HostIP: hostIP, FileSD: fileSD, StopGrace: stopGrace, Logger: slog.Default(),
+				HostIP: hostIP, FileSD: fileSD, StopGrace: stopGrace, Logger: slog.Default(), Mesh: meshCfg,
 			})
 			if err != nil {
 				return err
@@ -92,6 +110,14 @@ Deleted pods are stopped (SIGTERM, then SIGKILL after --stop-grace).`,
 	f.StringVar(&fileSD, "prometheus-file-sd", "", "write the pods annotated prometheus.io/scrape=\"true\" to this Prometheus file_sd JSON file")
 	f.StringArrayVar(&imageSpecs, "image", nil, "REPO=COMMAND ARGS…: run containers of image REPO:TAG with this command, VERSION=TAG (repeatable)")
 	f.DurationVar(&stopGrace, "stop-grace", 10*time.Second, "time between SIGTERM and SIGKILL when a pod stops")
+	f.BoolVar(&meshOn, "mesh", false, "run injected pods' istio-proxy containers as Istio sidecars and serve the sidecar injector")
+	f.StringVar(&mesh.PilotAgent, "pilot-agent", "", "pilot-agent binary (--mesh)")
+	f.StringVar(&mesh.Envoy, "envoy", "", "Envoy binary the sidecars' agents start (--mesh)")
+	f.StringVar(&mesh.BootstrapTemplate, "istio-bootstrap", "", "istio's envoy_bootstrap.json template (--mesh)")
+	f.StringVar(&mesh.Dir, "mesh-dir", "", "directory for the sidecars' working directories (--mesh)")
+	f.StringVar(&mesh.Discovery, "istiod", "", "istiod's secure gRPC address (xDS and CA) as the pods reach it, e.g. 10.244.0.1:15012 (--mesh)")
+	f.StringVar(&mesh.InjectAddr, "inject-addr", "127.0.0.1:15017", "where the sidecar injection webhook listens (--mesh; empty: no injector)")
+	f.Int32Var(&mesh.AppPortOffset, "app-port-offset", 10000, "a meshed pod's app listens on containerPort + this; the sidecar on containerPort (--mesh)")
 	_ = cmd.MarkFlagRequired("log-dir")
 	return cmd
 }

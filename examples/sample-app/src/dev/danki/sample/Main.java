@@ -92,6 +92,10 @@ public final class Main {
         byte[] body = reply.body().getBytes(StandardCharsets.UTF_8);
         ex.getResponseHeaders().set("Content-Type", reply.contentType());
         ex.getResponseHeaders().set("X-Version", cfg.version);
+        // Behind an Istio sidecar the caller's mesh identity arrives in
+        // x-forwarded-client-cert: say what this app saw (the lab's mesh check).
+        String xfcc = ex.getRequestHeaders().getFirst("X-Forwarded-Client-Cert");
+        if (xfcc != null) ex.getResponseHeaders().set("X-Seen-Client-Cert", xfcc);
         ex.sendResponseHeaders(reply.status(), body.length);
         try (OutputStream out = ex.getResponseBody()) {
             out.write(body);
