@@ -415,7 +415,16 @@ start_argo() {
 	# args are the operator's policy (docs/security.md): the lab's Prometheus
 	# is the one tenant configs may query, and the capacity checks of the lab
 	# e2e ramp to 600 qps, above the default cap of 500.
-	local plugin_args='["plugin", "--prometheus", "http://127.0.0.1:'"$PROMETHEUS_PORT"'", "--max-qps", "1000"]'
+	local plugin_args='["plugin", "--prometheus", "http://127.0.0.1:'"$PROMETHEUS_PORT"'", "--max-qps", "1000"'
+	if mesh_on; then
+		# danki's own mesh identity (docs/install.md): ServiceAccount danki
+		# beside the controller (POD_NAMESPACE below names the namespace),
+		# istiod's CA on the veth address. The lab's controller runs with
+		# the admin kubeconfig; deploy/'s RBAC is proven in test/manifests.
+		kubectl_lab -n argo-rollouts create serviceaccount danki --dry-run=client -o yaml | kubectl_lab apply -f - >/dev/null
+		plugin_args+=', "--istiod-address", "'"$HOST_IP:$ISTIOD_SECURE_PORT"'", "--mesh-service-account", "danki"'
+	fi
+	plugin_args+=']'
 	kubectl_lab apply -f - >/dev/null <<CONFIG
 apiVersion: v1
 kind: ConfigMap
