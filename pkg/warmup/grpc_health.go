@@ -46,7 +46,7 @@ func waitHealthyGRPC(ctx context.Context, cfg *Config, targets []Target, limit s
 		return nil
 	}
 	return fmt.Errorf("%w: %d of %d targets did not answer their gRPC health check with SERVING %s: %s",
-		ErrUnhealthy, len(failed), len(targets), limit, strings.Join(failed, "; "))
+		ErrUnhealthy, len(failed), len(targets), healthLimit(ctx, limit), strings.Join(failed, "; "))
 }
 
 // checkUntilServing returns "" once t answered SERVING, else the last

@@ -52,7 +52,16 @@ func waitHealthy(ctx context.Context, cfg *Config, targets []Target, limit strin
 		return nil
 	}
 	return fmt.Errorf("%w: %d of %d targets did not answer their health check with 200 %s: %s",
-		ErrUnhealthy, len(failed), len(targets), limit, strings.Join(failed, "; "))
+		ErrUnhealthy, len(failed), len(targets), healthLimit(ctx, limit), strings.Join(failed, "; "))
+}
+
+// healthLimit is limit when the health wait ran out of time, else (every
+// failed target given up at once: errGiveUp) what ended it.
+func healthLimit(ctx context.Context, limit string) string {
+	if ctx.Err() != nil {
+		return limit
+	}
+	return "(gave up at once: waiting would not change the answer)"
 }
 
 // errGiveUp ends a health wait on a target that will not answer however

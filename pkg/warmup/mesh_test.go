@@ -152,7 +152,10 @@ func TestMTLSOffAgainstAStrictPodFailsFastAndSaysWhy(t *testing.T) {
 			t.Errorf("error %q (reason %q) does not say %q", err, res.Reason, want)
 		}
 	}
-	// Given up at the first reset, not at healthTimeout.
+	// Given up at the first reset, not at healthTimeout, and says so.
+	if !strings.Contains(err.Error(), "gave up at once") || strings.Contains(err.Error(), "healthTimeout") {
+		t.Errorf("error %q: want it to say it gave up at once, not name a time limit", err)
+	}
 	if res.Elapsed >= time.Minute/2 {
 		t.Errorf("took %s: the health wait ran on after a STRICT reset", res.Elapsed)
 	}
