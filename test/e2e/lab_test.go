@@ -150,7 +150,9 @@ func startLab(t *testing.T) *lab {
 	}
 	run := filepath.Join(cache, "lab", "run")
 	if pids := alivePIDs(t, filepath.Join(run, "pids")); len(pids) > 0 {
-		t.Skipf("a lab is already running (pids %v): run `make lab-down` first; this test brings its own up and down", pids)
+		// A failure, not a skip: `make test` passing with its end-to-end
+		// tests skipped would claim what nothing checked.
+		t.Fatalf("a lab is already running (pids %v): run `make lab-down` first (with the same DANKI_CACHE as lab-up); this test brings its own up and down", pids)
 	}
 	// One lab's whole life, every phase of its test: TestLabDankiRollout's
 	// thirteen rollouts take ~34 min (its warm-ups slow down, as they should,
