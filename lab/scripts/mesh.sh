@@ -136,59 +136,49 @@ start_runner() {
 	wait_for lab-runner 30 grep -q "lab runner started" "$logs/lab-runner.log"
 }
 
+# start_istiod: istiod out of cluster. LAB_MESH none: no CA, no xDS auth,
+# plain-HTTP Envoys; no auto mTLS (the gateway has no SDS certificates:
+# its clusters would wait for them forever).
+#
+# LAB_MESH on: istiod with its CA. It signs workload certificates for the
+# sidecars and the gateway (istio-ca-secret, a self-signed root kept in the
+# API server), writes ConfigMap istio-ca-root-cert into every namespace,
+# and serves xDS + CA over TLS on the veth's host address, which the pods
+# (in the netns), the gateway and danki reach. Its serving certificate has
+# DNS SANs only: clients dialling the IP verify istiod.istio-system.svc.
+# XDS_AUTH=true: with it false istiod's CA authenticates nobody (every
+# CSR: "Unauthenticated: request authenticate failure"); plain xDS on
+# 127.0.0.1:15010 stays unauthenticated either way.
+#
+# Either way no Telemetry and the two PILOT_ flags off: upstream Envoy NACKs
+# istio.metadata_exchange, istio.alpn and istio.stats (lab-notes;
+# check_nacks fails the lab if one slips in).
 start_istiod() {
 	kubectl_lab create namespace istio-system --dry-run=client -o yaml | kubectl_lab apply -f - >/dev/null
 	mkdir -p "$run/istiod"
-	if mesh_on; then start_istiod_mesh; return; fi
-	cat >"$run/istiod/mesh.yaml" <<MESH
-# Istio mesh config for the out-of-cluster istiod. No auto mTLS: the gateway
-# has no SDS certificates (clusters would wait for them forever).
-rootNamespace: istio-system
-enableAutoMtls: false
-defaultConfig:
-  discoveryAddress: 127.0.0.1:$ISTIOD_GRPC_PORT
-MESH
-	# istiod is out of cluster: no CA, no xDS auth, plain-HTTP Envoys.
-	(cd "$run/istiod" && start istiod env POD_NAMESPACE=istio-system ENABLE_CA_SERVER=false XDS_AUTH=false \
-		PILOT_ENABLE_METADATA_EXCHANGE=false PILOT_ENABLE_ALPN_FILTER=false \
-		"$bin/pilot-discovery" discovery --kubeconfig "$kubeconfig" \
-		--meshConfig "$run/istiod/mesh.yaml" --networksConfig /dev/null --clusterID Kubernetes \
-		--grpcAddr "127.0.0.1:$ISTIOD_GRPC_PORT" --httpAddr "127.0.0.1:$ISTIOD_HTTP_PORT" \
-		--monitoringAddr "127.0.0.1:$ISTIOD_MONITORING_PORT" --secureGRPCAddr "" --httpsAddr "" \
-		--ctrlz_address 127.0.0.1 --log_output_level "default:info,ads:warn")
-	wait_for istiod 90 curl -fsS "http://127.0.0.1:$ISTIOD_HTTP_PORT/ready"
-}
-
-# start_istiod_mesh: istiod with its CA (LAB_MESH on). It signs workload
-# certificates for the sidecars and the gateway (istio-ca-secret, a
-# self-signed root kept in the API server), writes ConfigMap
-# istio-ca-root-cert into every namespace, and serves xDS + CA over TLS on
-# the veth's host address, which the pods (in the netns), the gateway and
-# danki reach. Its serving certificate has DNS SANs only: clients dialling
-# the IP verify istiod.istio-system.svc. No Telemetry and the two flags
-# off: upstream Envoy NACKs istio.metadata_exchange, istio.alpn and
-# istio.stats (lab-notes; check_nacks fails the lab if one slips in).
-start_istiod_mesh() {
+	local ca=false auto_mtls=false secure_addr="" discovery="127.0.0.1:$ISTIOD_GRPC_PORT"
+	if mesh_on; then
+		ca=true auto_mtls=true secure_addr="$HOST_IP:$ISTIOD_SECURE_PORT" discovery="$HOST_IP:$ISTIOD_SECURE_PORT"
+	fi
 	cat >"$run/istiod/mesh.yaml" <<MESH
 # Istio mesh config for the out-of-cluster istiod, LAB_MESH=$LAB_MESH.
 rootNamespace: istio-system
 trustDomain: cluster.local
-enableAutoMtls: true
+enableAutoMtls: $auto_mtls
 defaultConfig:
-  discoveryAddress: $HOST_IP:$ISTIOD_SECURE_PORT
+  discoveryAddress: $discovery
 MESH
-	# XDS_AUTH=true: with it false istiod's CA authenticates nobody (every
-	# CSR: "Unauthenticated: request authenticate failure"); plain xDS on
-	# 127.0.0.1:15010 stays unauthenticated either way.
-	(cd "$run/istiod" && start istiod env POD_NAMESPACE=istio-system ENABLE_CA_SERVER=true XDS_AUTH=true \
+	(cd "$run/istiod" && start istiod env POD_NAMESPACE=istio-system ENABLE_CA_SERVER=$ca XDS_AUTH=$ca \
 		PILOT_ENABLE_METADATA_EXCHANGE=false PILOT_ENABLE_ALPN_FILTER=false \
 		"$bin/pilot-discovery" discovery --kubeconfig "$kubeconfig" \
 		--meshConfig "$run/istiod/mesh.yaml" --networksConfig /dev/null --clusterID Kubernetes \
 		--grpcAddr "127.0.0.1:$ISTIOD_GRPC_PORT" --httpAddr "127.0.0.1:$ISTIOD_HTTP_PORT" \
-		--monitoringAddr "127.0.0.1:$ISTIOD_MONITORING_PORT" --secureGRPCAddr "$HOST_IP:$ISTIOD_SECURE_PORT" --httpsAddr "" \
+		--monitoringAddr "127.0.0.1:$ISTIOD_MONITORING_PORT" --secureGRPCAddr "$secure_addr" --httpsAddr "" \
 		--ctrlz_address 127.0.0.1 --log_output_level "default:info,ads:warn")
 	wait_for istiod 90 curl -fsS "http://127.0.0.1:$ISTIOD_HTTP_PORT/ready"
-	wait_for "istio-ca-root-cert in default" 30 kubectl_lab get configmap istio-ca-root-cert -n default
+	if mesh_on; then
+		wait_for "istio-ca-root-cert in default" 30 kubectl_lab get configmap istio-ca-root-cert -n default
+	fi
 }
 
 # mesh_config: what makes pods meshed (LAB_MESH on). Namespace default is
