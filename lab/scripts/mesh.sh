@@ -37,10 +37,15 @@ ISTIOD_MONITORING_PORT=${ISTIOD_MONITORING_PORT:-15014}
 ISTIOD_SECURE_PORT=${ISTIOD_SECURE_PORT:-15012} # LAB_MESH: xDS + CA over TLS on $HOST_IP
 INJECTOR_PORT=${INJECTOR_PORT:-15017}           # LAB_MESH: the runner's sidecar injector
 APP_PORT_OFFSET=${APP_PORT_OFFSET:-10000}       # LAB_MESH: a meshed app listens on containerPort + this
-# The lab's Istio mesh: none (plain Envoy gateway, no sidecars), permissive
-# (sidecars, mTLS between proxies, plaintext still accepted) or strict
-# (PeerAuthentication STRICT: plaintext to a pod is refused).
-LAB_MESH=${LAB_MESH:-none}
+# The lab's Istio mesh: strict (the default, as in production: sidecars,
+# PeerAuthentication STRICT, plaintext to a pod is refused), permissive
+# (sidecars, mTLS between proxies, plaintext still accepted) or none (plain
+# Envoy gateway, no sidecars). A running lab keeps the mode it came up with
+# ($run/mesh-mode): info, check and down act on that lab, and up refuses
+# another mode until it is down.
+mesh_mode_file=$run/mesh-mode
+running_mesh=$(cat "$mesh_mode_file" 2>/dev/null || true)
+LAB_MESH=${LAB_MESH:-${running_mesh:-strict}}
 case $LAB_MESH in none | permissive | strict) ;; *) die "LAB_MESH=$LAB_MESH: want none, permissive or strict" ;; esac
 ENVOY_ADMIN_PORT=${ENVOY_ADMIN_PORT:-15000}
 GATEWAY_PORT=${GATEWAY_PORT:-18080}
@@ -464,6 +469,11 @@ INFO
 }
 
 up() {
+	if [ -n "$running_mesh" ] && [ "$running_mesh" != "$LAB_MESH" ] && alive lab-runner; then
+		die "a lab with LAB_MESH=$running_mesh is up: make lab-down first, then LAB_MESH=$LAB_MESH make lab-up"
+	fi
+	mkdir -p "$run"
+	echo "$LAB_MESH" >"$mesh_mode_file"
 	build_parts
 	netns_up
 	install_crds
@@ -494,7 +504,7 @@ down() {
 	# cgroups behind (down.sh then fails), so it gets a minute.
 	stop lab-runner 60
 	netns_down
-	rm -rf "$run/prometheus/data" "$run/argo/plugin-bin" "$run/mesh" "$run/gateway"
+	rm -rf "$run/prometheus/data" "$run/argo/plugin-bin" "$run/mesh" "$run/gateway" "$mesh_mode_file"
 }
 
 # check: LAB_MESH on, the lab up: deploys the sample app (lab/manifests'
