@@ -30,7 +30,11 @@ type Common struct {
 	// Settle is how long users warm the freshly started pods before
 	// anything is measured.
 	Settle time.Duration
-	Log    *slog.Logger
+	// Mesh is the lab's LAB_MESH (LabMesh): the results say through which
+	// data path users were measured, and the danki processes a scenario
+	// starts get the lab's mesh flags (MeshFlags).
+	Mesh string
+	Log  *slog.Logger
 }
 
 // withDefaults fills the fields left zero: the lab's gateway and admin API,

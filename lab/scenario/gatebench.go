@@ -247,6 +247,8 @@ type GateWayResult struct {
 // GateBenchResult is the whole run.
 type GateBenchResult struct {
 	QPS float64 `json:"qpsPerWay"`
+	// Mesh is the lab's LAB_MESH (Common.Mesh).
+	Mesh string `json:"mesh,omitempty"`
 	// Events are all ways' events in the order they happened.
 	Events []GateEvent     `json:"events"`
 	Ways   []GateWayResult `json:"ways"`
@@ -295,7 +297,7 @@ func GateBench(ctx context.Context, cfg GateBenchConfig) (res *GateBenchResult, 
 	log := cfg.Log
 
 	log.Info("starting danki gate out of cluster", "danki", cfg.Danki, "log", cfg.GateLog)
-	gp, err := StartGate(ctx, kube, GateOptions{Danki: cfg.Danki, Kubeconfig: cfg.Kubeconfig, Root: cfg.Root, LogPath: cfg.GateLog, MaxConcurrent: cfg.GateMaxConcurrent})
+	gp, err := StartGate(ctx, kube, GateOptions{Danki: cfg.Danki, Kubeconfig: cfg.Kubeconfig, Root: cfg.Root, LogPath: cfg.GateLog, MaxConcurrent: cfg.GateMaxConcurrent, Mesh: cfg.Mesh})
 	if err != nil {
 		return nil, err
 	}
@@ -340,7 +342,7 @@ func GateBench(ctx context.Context, cfg GateBenchConfig) (res *GateBenchResult, 
 	if err != nil {
 		log.Warn("no machine CPU figures in the report", "err", err)
 	}
-	res = &GateBenchResult{QPS: cfg.QPS}
+	res = &GateBenchResult{QPS: cfg.QPS, Mesh: cfg.Mesh}
 	if slices.ContainsFunc(cfg.Ways, func(w GateWay) bool { return w.Deployment == "app-slowstart" }) {
 		res.Envoy = b.envoyCluster(ctx, "outbound|8080||app-slowstart.default.svc.cluster.local")
 	}

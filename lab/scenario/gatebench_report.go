@@ -19,6 +19,9 @@ import (
 // figures per phase, when the new pods became Ready, and the goal.
 func WriteGateBenchReport(w io.Writer, r *GateBenchResult) error {
 	var b strings.Builder
+	if r.Mesh != "" {
+		fmt.Fprintf(&b, "Users' path: %s (LAB_MESH=%s).\n\n", meshPath(r.Mesh), r.Mesh)
+	}
 	fmt.Fprintf(&b, "Users: %.0f requests/s per way, through the lab gateway (Envoy) by Host, all ways' users at once for the whole run. "+
 		"The events happen one way at a time (a way's new pods share the lab's two cores with its users, as on a node, not with the other ways' cold starts); "+
 		"each way's minute after its event is divided by its own steady state right before it, measured as long. "+

@@ -55,6 +55,9 @@ type GateOptions struct {
 	Port int
 	// MaxConcurrent is passed as --max-concurrent when > 0.
 	MaxConcurrent int
+	// Mesh is the lab's LAB_MESH (LabMesh): with sidecars the gate warms
+	// over mTLS as ServiceAccount danki-gate/danki.
+	Mesh string
 }
 
 // gateWebhookPath is pkg/gate's WebhookPath (the Injector's URL path).
@@ -77,6 +80,12 @@ func StartGate(ctx context.Context, kube kubernetes.Interface, o GateOptions) (*
 	if _, err := kube.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return nil, fmt.Errorf("the gate's namespace danki-gate: %w", err)
 	}
+	meshFlags := MeshFlags(o.Mesh, ns.Name)
+	if meshFlags != nil {
+		if err := EnsureDankiServiceAccount(ctx, kube, ns.Name); err != nil {
+			return nil, err
+		}
+	}
 	certDir, err := os.MkdirTemp("", "danki-gate-lab-")
 	if err != nil {
 		return nil, fmt.Errorf("gate cert dir: %w", err)
@@ -90,6 +99,7 @@ func StartGate(ctx context.Context, kube kubernetes.Interface, o GateOptions) (*
 	if o.MaxConcurrent > 0 {
 		args = append(args, "--max-concurrent", strconv.Itoa(o.MaxConcurrent))
 	}
+	args = append(args, meshFlags...)
 	// Not CommandContext: Stop ends it with SIGTERM (a clean shutdown),
 	// not SIGKILL when ctx ends.
 	cmd := exec.Command(o.Danki, args...)

@@ -71,6 +71,10 @@ func (c Config) withDefaults() Config {
 
 // Result is what the demo measured.
 type Result struct {
+	// Mesh is the lab's LAB_MESH the users' requests went through: strict
+	// or permissive is gateway → sidecar (mTLS) → app, none is gateway →
+	// app.
+	Mesh string `json:"mesh,omitempty"`
 	// Scenarios: baseline, the contenders (Config.Contenders), danki with
 	// mirrored traffic (Config.Mirror), danki, danki with a bad version
 	// (unless Config.SkipBadVersion).
@@ -186,7 +190,7 @@ func Demo(ctx context.Context, cfg Config) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	res := &Result{}
+	res := &Result{Mesh: cfg.Mesh}
 	var phases [][]traffic.Phase
 	defer func() {
 		if users != nil {

@@ -16,6 +16,9 @@ import (
 // version's detection and the user traffic actually sent.
 func WriteReport(w io.Writer, f traffic.Format, res *Result) error {
 	var b strings.Builder
+	if res.Mesh != "" {
+		fmt.Fprintf(&b, "Users' path: %s (LAB_MESH=%s)\n\n", meshPath(res.Mesh), res.Mesh)
+	}
 	if err := traffic.WriteTable(&b, f, res.Scenarios); err != nil {
 		return err
 	}
@@ -274,4 +277,16 @@ func ratios(res *Result) []Ratio {
 			Num: fmt.Sprintf("%.1f qps", t.AchievedQPS), Den: fmt.Sprintf("%.0f qps", t.AskedQPS)})
 	}
 	return out
+}
+
+// meshPath is the data path the lab's users' requests take in mesh mode m.
+func meshPath(m string) string {
+	switch m {
+	case MeshStrict:
+		return "gateway → sidecar → app, Istio mTLS, PeerAuthentication STRICT"
+	case MeshPermissive:
+		return "gateway → sidecar → app, Istio mTLS, PERMISSIVE"
+	default:
+		return "gateway → app, no sidecars"
+	}
 }

@@ -69,11 +69,15 @@ and stops the lab; "make bench" adds --oracle and reports ratios.`,
 			if _, err := os.Stat(filepath.Join(root, "lab", "manifests", "danki")); err != nil {
 				return fmt.Errorf("--root %s: not the danki repository (no lab/manifests/danki): %w", root, err)
 			}
+			mesh, err := labMesh(labCache(root))
+			if err != nil {
+				return err
+			}
 			ctx, stop := interruptible(cmd)
 			defer stop()
 			res, err := scenario.Demo(ctx, scenario.Config{
 				Common: scenario.Common{Root: root, Kubeconfig: kubeconfig, GatewayURL: gateway, QPS: qps,
-					Settle: settle, Log: stderrLog(cmd)},
+					Settle: settle, Mesh: mesh, Log: stderrLog(cmd)},
 				Before: before, After: after, Oracle: oracle,
 				Contenders: contenders, Mirror: mirror, SkipBadVersion: skipBad,
 			})
@@ -95,7 +99,7 @@ and stops the lab; "make bench" adds --oracle and reports ratios.`,
 			if !withGate {
 				return nil
 			}
-			return runShortGateBench(ctx, cmd, root, kubeconfig, danki, gateway, filepath.Join(out, "gate"))
+			return runShortGateBench(ctx, cmd, root, kubeconfig, danki, gateway, mesh, filepath.Join(out, "gate"))
 		},
 	}
 	f := cmd.Flags()
@@ -119,13 +123,9 @@ and stops the lab; "make bench" adds --oracle and reports ratios.`,
 // runShortGateBench is make demo's short version of the gate bench: no
 // warm-up, the warm gate and the control (two JVMs starting with no request
 // to them), through a scale-up only, into dir.
-func runShortGateBench(ctx context.Context, cmd *cobra.Command, root, kubeconfig, danki, gateway, dir string) error {
+func runShortGateBench(ctx context.Context, cmd *cobra.Command, root, kubeconfig, danki, gateway, mesh, dir string) error {
 	if danki == "" {
-		cache := os.Getenv("DANKI_CACHE")
-		if cache == "" {
-			cache = filepath.Join(root, ".cache")
-		}
-		danki = filepath.Join(cache, "lab", "bin", "danki")
+		danki = filepath.Join(labCache(root), "lab", "bin", "danki")
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -133,7 +133,7 @@ func runShortGateBench(ctx context.Context, cmd *cobra.Command, root, kubeconfig
 	log := stderrLog(cmd)
 	log.Info("the warm gate, short version: no warm-up vs danki gate through a scale-up (full bench: danki-lab gate-bench)")
 	res, err := scenario.GateBench(ctx, scenario.GateBenchConfig{
-		Common:  scenario.Common{Root: root, Kubeconfig: kubeconfig, Danki: danki, GatewayURL: gateway, Settle: 30 * time.Second, Log: log},
+		Common:  scenario.Common{Root: root, Kubeconfig: kubeconfig, Danki: danki, GatewayURL: gateway, Settle: 30 * time.Second, Mesh: mesh, Log: log},
 		GateLog: filepath.Join(dir, "gate.log"),
 		Ways:    []scenario.GateWay{scenario.GateWays[0], scenario.GateWays[2], scenario.GateControl},
 		Events:  []string{scenario.EventScaleUp},

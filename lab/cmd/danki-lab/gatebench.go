@@ -74,10 +74,7 @@ A lab it started is stopped again (lab/scripts/down.sh).`,
 				return fmt.Errorf("--root %s: not the danki repository (no lab/manifests/gate): %w", root, err)
 			}
 			if cache == "" {
-				cache = filepath.Join(root, ".cache")
-				if c := os.Getenv("DANKI_CACHE"); c != "" {
-					cache = c
-				}
+				cache = labCache(root)
 			}
 			if kubeconfig == "" {
 				kubeconfig = filepath.Join(cache, "lab", "kubeconfig")
@@ -104,8 +101,12 @@ A lab it started is stopped again (lab/scripts/down.sh).`,
 			if err := os.MkdirAll(out, 0o755); err != nil {
 				return err
 			}
+			mesh, err := labMesh(cache)
+			if err != nil {
+				return err
+			}
 			res, err := scenario.GateBench(ctx, scenario.GateBenchConfig{
-				Common: scenario.Common{Root: root, Kubeconfig: kubeconfig, Danki: danki, GatewayURL: gateway, QPS: qps, Settle: settle, Log: log},
+				Common: scenario.Common{Root: root, Kubeconfig: kubeconfig, Danki: danki, GatewayURL: gateway, QPS: qps, Settle: settle, Mesh: mesh, Log: log},
 				Steady: steady, After: after, GateLog: filepath.Join(out, "gate.log"), GateMaxConcurrent: maxConcurrent,
 				Ways: selected, Events: run, NoiseMinutes: noiseMinutes, Repeat: repeat,
 			})
