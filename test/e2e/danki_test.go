@@ -19,11 +19,13 @@ import (
 	"time"
 
 	"github.com/argoproj/argo-rollouts/pkg/apis/rollouts/v1alpha1"
+	"github.com/danki-dev/danki/lab/scenario"
 	"github.com/danki-dev/danki/lab/traffic"
 	"github.com/danki-dev/danki/pkg/capacity"
 	"github.com/danki-dev/danki/pkg/warmup"
 	"github.com/danki-dev/danki/pkg/wellknown"
 	"github.com/danki-dev/danki/test/testenv"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
@@ -73,7 +75,8 @@ func TestLabDankiRollout(t *testing.T) {
 		r := users.Stop()
 		t.Logf("user traffic: %d requests at %.0f of %.0f qps asked, %d failed", r.Requests, r.AchievedQPS, r.AskedQPS, r.Errors)
 	})
-	d := &dankiLab{lab: l, watch: watchTraffic(t, l.ctx, l.istio), warmup: warmupConfig(t, l)}
+	d := &dankiLab{lab: l, watch: watchTraffic(t, l.ctx, l.istio)}
+	d.warmup, d.env = exampleConfig(t, l)
 
 	t.Run("good version: warmed, ramped, analysed, promoted", d.goodVersion)
 	t.Run("abort mid-ramp: all users on stable at once", d.abortMidRamp)
@@ -85,6 +88,7 @@ func TestLabDankiRollout(t *testing.T) {
 	t.Run("abort during warm-up stops the load", d.abortWarmup)
 	t.Run("step plugin killed mid-warm-up: the rollout carries on", d.pluginRestart)
 	t.Run("warm-up that never converges: aborted before any weight", d.neverConverges)
+	t.Run("STRICT: plaintext to a pod refused; mtls: off fails at once, naming PeerAuthentication", d.strictRefusesPlaintext)
 	t.Run("capacity: a good version passes the check and records its knee", d.capacityGood)
 	t.Run("capacity: a version with a lock (MAX_CONCURRENCY=1) fails the check at weight 0", d.capacityKnob)
 	t.Run("capacity: the same version without the check passes warm-up and latency at user load", d.capacityKnobUnchecked)
@@ -93,12 +97,14 @@ func TestLabDankiRollout(t *testing.T) {
 type dankiLab struct {
 	*lab
 	watch   *trafficWatch
-	warmup  map[string]any // the example's danki/warmup config
+	warmup  map[string]any  // the example's danki/warmup config
+	env     []corev1.EnvVar // the example's app container environment
 	version int
 }
 
-// warmupConfig reads the danki/warmup step's config from the Rollout.
-func warmupConfig(t *testing.T, l *lab) map[string]any {
+// exampleConfig reads the danki/warmup step's config and the app
+// container's environment from the Rollout as lab/manifests/danki has it.
+func exampleConfig(t *testing.T, l *lab) (map[string]any, []corev1.EnvVar) {
 	ro, err := l.argo.ArgoprojV1alpha1().Rollouts("default").Get(l.ctx, "app", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -111,7 +117,7 @@ func warmupConfig(t *testing.T, l *lab) map[string]any {
 	if err := json.Unmarshal(step.Config, &cfg); err != nil {
 		t.Fatal(err)
 	}
-	return cfg
+	return cfg, ro.Spec.Template.Spec.Containers[0].Env
 }
 
 // Step indexes in lab/manifests/danki/30-rollout.yaml.
@@ -134,7 +140,14 @@ func (d *dankiLab) deploy(t *testing.T, env map[string]string, warm map[string]a
 	for k, v := range warm {
 		cfg[k] = v
 	}
+	// The example's own environment stays (e.g. the mesh identities the
+	// sample app treats as warm-up); env adds to or overrides it.
 	envList := []map[string]string{}
+	for _, e := range d.env {
+		if _, over := env[e.Name]; !over {
+			envList = append(envList, map[string]string{"name": e.Name, "value": e.Value})
+		}
+	}
 	for k, v := range env {
 		envList = append(envList, map[string]string{"name": k, "value": v})
 	}
@@ -247,6 +260,16 @@ func (d *dankiLab) goodVersion(t *testing.T) {
 	minStop := int(defaults.MinStop())
 	if err1 != nil || err2 != nil || st.Converged != 2 || st.Requests < 2*minStop {
 		t.Fatalf("warm-up status %+v: want 2 converged pods and ≥ %d requests each (the stopping rule's minimum)", st, minStop)
+	}
+	// With sidecars the load went over Istio mTLS: the step names danki's
+	// identity (the plugin's ServiceAccount argo-rollouts/danki, the lab's
+	// plugin args) and the SPIFFE ID the pods proved.
+	if d.meshed() {
+		for _, id := range []string{"spiffe://cluster.local/ns/argo-rollouts/sa/danki", "spiffe://cluster.local/ns/default/sa/default"} {
+			if !strings.Contains(st.Message, id) {
+				t.Errorf("warm-up message %q does not name %s: the load did not go over Istio mTLS as danki", st.Message, id)
+			}
+		}
 	}
 	// The pods really were cold: the first window's p99 well above the last.
 	if first < 3*last {
@@ -555,6 +578,45 @@ func (d *dankiLab) neverConverges(t *testing.T) {
 		t.Fatalf("warm-up of a version that never gets near stable ended %s: %s", st.Phase, st.Message)
 	}
 	d.abortedAtWeightZero(t, start, "a canary that never warmed up")
+}
+
+// strictRefusesPlaintext: with STRICT sidecars, danki's mTLS cannot be
+// bypassed. A plaintext request to a pod's app port is refused by its
+// sidecar, and a warm-up told `mtls: off` fails at once (not at its health
+// timeout) with a message naming PeerAuthentication STRICT and the mtls
+// setting; the rollout aborts at weight 0.
+func (d *dankiLab) strictRefusesPlaintext(t *testing.T) {
+	if d.mesh != scenario.MeshStrict {
+		t.Skipf("LAB_MESH=%s: no STRICT sidecar to refuse plaintext", d.mesh)
+	}
+	pods := runningPods(t, d.lab, "app=sample-app")
+	if len(pods) == 0 {
+		t.Fatal("no running sample-app pod")
+	}
+	plain := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: nil}}
+	for _, p := range pods {
+		resp, body, err := send(d.ctx, plain, http.MethodGet, "http://"+p.Status.PodIP+":8080/", "", nil)
+		if err == nil {
+			t.Errorf("plaintext GET to pod %s's app port 8080 answered %d %.100s: STRICT must refuse it", p.Name, resp.StatusCode, body)
+			continue
+		}
+		t.Logf("plaintext GET to pod %s:8080 refused: %v", p.Name, err)
+	}
+
+	_, start := d.deploy(t, nil, map[string]any{"mtls": "off"})
+	st := d.awaitWarmup(t, 3*time.Minute)
+	if st.Phase != v1alpha1.StepPluginPhaseFailed {
+		t.Fatalf("warm-up with mtls: off against STRICT pods ended %s: %s", st.Phase, st.Message)
+	}
+	for _, want := range []string{"STRICT", "PeerAuthentication", "mtls"} {
+		if !strings.Contains(st.Message, want) {
+			t.Errorf("warm-up failure %q does not name %s", st.Message, want)
+		}
+	}
+	if strings.Contains(st.Message, "healthTimeout") {
+		t.Errorf("warm-up failure %q waited out healthTimeout instead of giving up at the reset", st.Message)
+	}
+	d.abortedAtWeightZero(t, start, "a canary danki could not reach")
 }
 
 // abortedAtWeightZero waits for the rollout started at start to be

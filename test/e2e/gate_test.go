@@ -48,7 +48,7 @@ func TestLabWarmGate(t *testing.T) {
 	}
 	logPath := filepath.Join(t.TempDir(), "gate.log")
 	gp, err := scenario.StartGate(ctx, kube, scenario.GateOptions{
-		Danki: filepath.Join(cache, "lab", "bin", "danki"), Kubeconfig: l.kubeconfig, Root: l.root, LogPath: logPath,
+		Danki: filepath.Join(cache, "lab", "bin", "danki"), Kubeconfig: l.kubeconfig, Root: l.root, LogPath: logPath, Mesh: l.mesh,
 	})
 	if err != nil {
 		t.Fatalf("start danki gate: %v", err)

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"os/exec"
 	"path/filepath"
@@ -126,7 +125,7 @@ func TestLabGRPCWarmup(t *testing.T) {
 	if len(canary) != 1 {
 		t.Fatalf("%d canary pods (hash %s), want 1", len(canary), ro.Status.CurrentPodHash)
 	}
-	m := podMetrics(t, l.ctx, canary[0])
+	m := podMetrics(t, l, &canary[0])
 	marked := m[`sample_app_warmup_calls_total{method="`+getItem+`"}`]
 	ok := m[`sample_app_requests_total{path="`+getItem+`",code="0"}`]
 	t.Logf("canary pod %s: %.0f GetItem calls with x-danki-warmup, %.0f GetItem calls OK", canary[0].Name, marked, ok)
@@ -169,26 +168,15 @@ func grpcCanaryWeight(l *lab) (int32, error) {
 // grpcPods lists the running gRPC sample-app pods of one ReplicaSet hash.
 func grpcPods(t *testing.T, l *lab, hash string) []corev1.Pod {
 	t.Helper()
-	pods, err := l.kube.CoreV1().Pods("default").List(l.ctx, metav1.ListOptions{
-		LabelSelector: "app=sample-app-grpc,rollouts-pod-template-hash=" + hash})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []corev1.Pod
-	for _, p := range pods.Items {
-		if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "" {
-			out = append(out, p)
-		}
-	}
-	return out
+	return runningPods(t, l, "app=sample-app-grpc,rollouts-pod-template-hash="+hash)
 }
 
 var promSample = regexp.MustCompile(`(?m)^(sample_app_[a-z_]+\{[^}]*\}) ([0-9.eE+-]+)$`)
 
 // podMetrics reads the gRPC sample app's counters from its HTTP side port.
-func podMetrics(t *testing.T, ctx context.Context, pod corev1.Pod) map[string]float64 {
+func podMetrics(t *testing.T, l *lab, pod *corev1.Pod) map[string]float64 {
 	t.Helper()
-	body, err := get(ctx, fmt.Sprintf("http://%s:%d/metrics", pod.Status.PodIP, grpcMetricsPort))
+	body, err := l.podGet(l.ctx, pod, grpcMetricsPort, "/metrics")
 	if err != nil {
 		t.Fatalf("pod %s metrics: %v", pod.Name, err)
 	}

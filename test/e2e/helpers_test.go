@@ -150,16 +150,17 @@ func (l *lab) servedRequests(ns, hash string, ips map[string]bool) (int64, error
 		return 0, err
 	}
 	var total int64
-	for _, p := range pods.Items {
+	for i := range pods.Items {
+		p := &pods.Items[i]
 		if p.Status.PodIP == "" {
 			continue
 		}
 		if ips != nil {
 			ips[p.Status.PodIP] = true
 		}
-		body, err := get(l.ctx, "http://"+p.Status.PodIP+":8080/metrics")
+		body, err := l.podGet(l.ctx, p, 8080, "/metrics")
 		if err != nil {
-			return 0, fmt.Errorf("pod %s: %w", p.Name, err)
+			return 0, err
 		}
 		for _, m := range requestsSeries.FindAllStringSubmatch(body, -1) {
 			n, _ := strconv.ParseInt(m[1], 10, 64)

@@ -22,6 +22,7 @@ import (
 
 	"github.com/argoproj/argo-rollouts/pkg/apis/rollouts/v1alpha1"
 	argoclient "github.com/argoproj/argo-rollouts/pkg/client/clientset/versioned"
+	"github.com/danki-dev/danki/pkg/mtls"
 	"github.com/danki-dev/danki/test/testenv"
 	promapi "github.com/prometheus/client_golang/api"
 	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
@@ -93,7 +94,7 @@ func TestLabCanarySplit(t *testing.T) {
 
 	// Warm-up writes through the gateway run the real code path but keep
 	// nothing: every pod still counts zero orders.
-	assertWarmupWritesRollBack(t, ctx, kube)
+	l.assertWarmupWritesRollBack(t)
 
 	// Prometheus: p99 per version from Envoy's upstream histograms. Envoy
 	// flushes histograms every 5 s and rate() needs two scrapes.
@@ -130,6 +131,10 @@ type lab struct {
 	kube       kubernetes.Interface
 	argo       argoclient.Interface
 	istio      istioclient.Interface
+	// mesh is the lab's LAB_MESH; podMesh is danki's identity for the
+	// test's own requests to pods (nil without sidecars: plaintext).
+	mesh    string
+	podMesh *mtls.Mesh
 }
 
 func startLab(t *testing.T) *lab {
@@ -183,8 +188,10 @@ func startLab(t *testing.T) *lab {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &lab{ctx: ctx, root: root, kubeconfig: kubeconfig,
+	l := &lab{ctx: ctx, root: root, kubeconfig: kubeconfig,
 		kube: kubernetes.NewForConfigOrDie(cfg), argo: argoclient.NewForConfigOrDie(cfg), istio: istioclient.NewForConfigOrDie(cfg)}
+	l.startMesh(t, cache)
+	return l
 }
 
 // apply runs kubectl apply -f on each path.
@@ -320,56 +327,63 @@ func sendRequests(ctx context.Context, n, workers int) (map[string]int, []error)
 }
 
 // assertWarmupWritesRollBack sends marked writes the way danki's warm-up
-// does, straight to each pod's IP (the gateway's route strips the marker
-// from user requests, lab/manifests/20-gateway.yaml), and checks through the
-// gateway that nothing was kept.
-func assertWarmupWritesRollBack(t *testing.T, ctx context.Context, kube kubernetes.Interface) {
+// does, straight to each pod (over mTLS as danki when the lab has sidecars;
+// the gateway's route strips the marker from user requests,
+// lab/manifests/20-gateway.yaml), and checks through the gateway that
+// nothing was kept.
+func (l *lab) assertWarmupWritesRollBack(t *testing.T) {
 	t.Helper()
-	pods, err := kube.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=sample-app"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var podURLs []string
-	for _, p := range pods.Items {
-		if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "" {
-			podURLs = append(podURLs, "http://"+p.Status.PodIP+":8080/")
-		}
-	}
-	if len(podURLs) == 0 {
+	pods := runningPods(t, l, "app=sample-app")
+	if len(pods) == 0 {
 		t.Fatal("no running sample-app pod with an IP to send warm-up writes to")
 	}
-	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{Proxy: nil}}
-	call := func(base, method, path, body string, warmup bool) map[string]any {
-		req, err := http.NewRequestWithContext(ctx, method, base+path, strings.NewReader(body))
+	decode := func(what string, status int, b []byte, err error) map[string]any {
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("%s: %v", what, err)
 		}
-		if warmup {
-			req.Header.Set("X-Danki-Warmup", "1")
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			t.Fatalf("%s %s: %v", method, path, err)
-		}
-		defer resp.Body.Close()
 		var doc map[string]any
-		if err := json.NewDecoder(resp.Body).Decode(&doc); err != nil || resp.StatusCode != http.StatusOK {
-			t.Fatalf("%s %s: status %d, %v", method, path, resp.StatusCode, err)
+		if err := json.Unmarshal(b, &doc); err != nil || status != http.StatusOK {
+			t.Fatalf("%s: status %d %.200s, %v", what, status, b, err)
 		}
 		return doc
 	}
 	order := `{"email":"warmup@example.com","lines":[{"sku":"ABC-0001-abcdef","qty":2,"price":"9.99"}]}`
+	marked := http.Header{"X-Danki-Warmup": {"1"}}
 	for i := 0; i < 10; i++ {
-		if doc := call(podURLs[i%len(podURLs)], http.MethodPost, "orders", order, true); doc["committed"] != false {
-			t.Fatalf("warm-up POST /orders answered %v: want committed false", doc)
+		p := &pods[i%len(pods)]
+		status, b, err := l.podDo(l.ctx, p, http.MethodPost, 8080, "/orders", marked, strings.NewReader(order))
+		if doc := decode("warm-up POST /orders to "+p.Name, status, b, err); doc["committed"] != false {
+			t.Fatalf("warm-up POST /orders to %s answered %v: want committed false", p.Name, doc)
 		}
 	}
 	for i := 0; i < 10; i++ {
-		if doc := call(gatewayURL, http.MethodGet, "orders/count", "", false); doc["count"] != float64(0) {
+		resp, b, err := send(l.ctx, http.DefaultClient, http.MethodGet, gatewayURL+"orders/count", "", nil)
+		status := 0
+		if resp != nil {
+			status = resp.StatusCode
+		}
+		if doc := decode("GET /orders/count through the gateway", status, b, err); doc["count"] != float64(0) {
 			t.Fatalf("GET /orders/count after warm-up writes answered %v: want count 0", doc)
 		}
 	}
-	t.Logf("10 warm-up POST /orders straight to %d pods: all rolled back, every pod counts 0 orders", len(podURLs))
+	t.Logf("10 warm-up POST /orders straight to %d pods (LAB_MESH=%s): all rolled back, every pod counts 0 orders", len(pods), l.mesh)
+}
+
+// runningPods lists namespace default's running pods with an IP that match
+// selector.
+func runningPods(t *testing.T, l *lab, selector string) []corev1.Pod {
+	t.Helper()
+	pods, err := l.kube.CoreV1().Pods("default").List(l.ctx, metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []corev1.Pod
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "" {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // alivePIDs lists the live processes recorded in the lab's pid files.

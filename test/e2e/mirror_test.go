@@ -40,7 +40,8 @@ func TestLabMirrorWarmup(t *testing.T) {
 		return err == nil, fmt.Sprint(err)
 	})
 	users := startUsers(t, l.ctx, 60, 8)
-	d := &dankiLab{lab: l, warmup: warmupConfig(t, l)}
+	d := &dankiLab{lab: l}
+	d.warmup, d.env = exampleConfig(t, l)
 	watch := watchTraffic(t, l.ctx, l.istio)
 
 	mirror := map[string]any{
@@ -119,8 +120,9 @@ func TestLabMirrorWarmup(t *testing.T) {
 		t.Fatalf("canary pods: %v (%d)", err, len(pods.Items))
 	}
 	kept := 0
-	for _, p := range pods.Items {
-		body, err := get(l.ctx, "http://"+p.Status.PodIP+":8080/orders/count")
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		body, err := l.podGet(l.ctx, p, 8080, "/orders/count")
 		if err != nil {
 			t.Fatalf("canary pod %s /orders/count: %v", p.Name, err)
 		}
