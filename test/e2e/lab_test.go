@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -95,6 +96,9 @@ func TestLabCanarySplit(t *testing.T) {
 	// Warm-up writes through the gateway run the real code path but keep
 	// nothing: every pod still counts zero orders.
 	l.assertWarmupWritesRollBack(t)
+	if l.meshed() {
+		l.assertCertRenewal(t, &runningPods(t, l, "app=sample-app")[0])
+	}
 
 	// Prometheus: p99 per version from Envoy's upstream histograms. Envoy
 	// flushes histograms every 5 s and rate() needs two scrapes.
@@ -239,13 +243,18 @@ func assertJVMPods(t *testing.T, ctx context.Context, kube kubernetes.Interface,
 	}
 	running := 0
 	for _, p := range pods.Items {
-		if p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning || len(p.Status.ContainerStatuses) != 1 {
+		if p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning {
 			continue
 		}
-		id := strings.TrimPrefix(p.Status.ContainerStatuses[0].ContainerID, "danki-lab://")
-		pid, err := strconv.Atoi(id)
+		// The app container (with the mesh on, beside istio-proxy).
+		i := slices.IndexFunc(p.Status.ContainerStatuses, func(cs corev1.ContainerStatus) bool { return cs.Name == "app" })
+		if i < 0 {
+			continue
+		}
+		cid := p.Status.ContainerStatuses[i].ContainerID
+		pid, err := strconv.Atoi(strings.TrimPrefix(cid, "danki-lab://"))
 		if err != nil {
-			t.Errorf("pod %s: container ID %q is not a lab process", p.Name, p.Status.ContainerStatuses[0].ContainerID)
+			t.Errorf("pod %s: container ID %q is not a lab process", p.Name, cid)
 			continue
 		}
 		comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
