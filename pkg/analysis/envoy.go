@@ -109,9 +109,6 @@ func (ec EnvoyConfig) compile(p *config.Errors) {
 			}
 		}
 	}
-	if canary, stable := ec.sides(); ec.hasStable() && canary != "" && canary == stable && maps.Equal(ec.CanaryLabels, ec.StableLabels) {
-		p.Addf("envoy.stableLabels", "canary and stable select the same series (cluster %s, same labels); set canaryLabels and stableLabels to what tells their pods apart, e.g. rollouts_pod_template_hash", canary)
-	}
 }
 
 func hasKey(m map[string]string, k string) bool {

@@ -205,7 +205,6 @@ func TestEnvoyConfigErrors(t *testing.T) {
 		{"cluster without canary labels", mk(`{"cluster":"inbound|8080||"}`), []string{"envoy.canaryLabels: missing", "podTemplateHashValue: Latest"}},
 		{"stable labels without a stable cluster", mk(`{"canaryCluster":"c","stableLabels":{"h":"2"}}`), []string{"envoy.stableLabels: set without a cluster for stable", "envoy.stableCluster"}},
 		{"empty hash", mk(`{"cluster":"inbound|8080||","canaryLabels":{"rollouts_pod_template_hash":""},"stableLabels":{"rollouts_pod_template_hash":"b"}}`), []string{"envoy.canaryLabels: rollouts_pod_template_hash is empty", "every series without"}},
-		{"same series", mk(`{"cluster":"inbound|8080||","canaryLabels":{"h":"1"},"stableLabels":{"h":"1"}}`), []string{"envoy.stableLabels: canary and stable select the same series"}},
 		{"cluster label as side label", mk(`{"cluster":"inbound|8080||","canaryLabels":{"cluster_name":"x"}}`), []string{"envoy.canaryLabels: cluster_name is the cluster label"}},
 		{"label twice", mk(`{"cluster":"inbound|8080||","labels":{"h":"1"},"canaryLabels":{"h":"2"}}`), []string{"envoy.canaryLabels: h is also in envoy.labels"}},
 		{"bad label name", mk(`{"cluster":"inbound|8080||","canaryLabels":{"rollouts-pod-template-hash":"a"}}`), []string{"envoy.canaryLabels", `"rollouts-pod-template-hash" is not a Prometheus label name`}},
