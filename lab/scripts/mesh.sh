@@ -393,6 +393,11 @@ scrape_configs:
   # The lab runner lists the pods annotated prometheus.io/scrape: "true" here
   # (Debian's Prometheus is built without kubernetes_sd).
   file_sd_configs: [{files: ["$run/prometheus/pods.json"], refresh_interval: 1s}]
+- job_name: envoy-stats
+  # Every sidecar's Envoy (Istio's 15090 listener, per pod here), labelled
+  # namespace, pod and the pod's labels, by the runner (lab/runner/filesd.go).
+  metrics_path: /stats/prometheus
+  file_sd_configs: [{files: ["$run/prometheus/envoy-stats.json"], refresh_interval: 1s}]
 PROM
 }
 

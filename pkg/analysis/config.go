@@ -419,7 +419,7 @@ func (c Config) compileSource(p *config.Errors, r *Rules) {
 		r.hasLatency, r.hasRequests, r.hasStable = true, true, c.Istio.Stable != nil
 	case SourceEnvoy:
 		c.Envoy.compile(p)
-		r.hasLatency, r.hasRequests, r.hasStable = true, true, c.Envoy.StableCluster != ""
+		r.hasLatency, r.hasRequests, r.hasStable = true, true, c.Envoy.hasStable()
 	case SourcePromQL:
 		c.PromQL.compile(p)
 		pc := c.PromQL
@@ -552,7 +552,7 @@ func stableField(source string) string {
 	case SourceIstio:
 		return "istio.stable"
 	case SourceEnvoy:
-		return "envoy.stableCluster"
+		return "envoy.stableCluster (or stableLabels with envoy.cluster)"
 	case SourcePromQL:
 		return "promql.stable"
 	case SourceLoad:

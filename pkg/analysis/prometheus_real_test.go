@@ -84,18 +84,25 @@ func freePort(t *testing.T) int {
 // and returns its URL once it is ready.
 func startPrometheus(t *testing.T, target string) string {
 	t.Helper()
-	bin := prometheusBinary(t)
-	dir := t.TempDir()
-	cfg := fmt.Sprintf(`global:
-  scrape_interval: 1s
-  evaluation_interval: 1s
-scrape_configs:
-- job_name: exporter
+	return startPrometheusWith(t, fmt.Sprintf(`- job_name: exporter
   scrape_interval: 1s
   scrape_timeout: 900ms
   static_configs:
   - targets: [%q]
-`, target)
+`, target))
+}
+
+// startPrometheusWith runs Prometheus with these scrape_configs (a YAML
+// list) and returns its URL once it is ready.
+func startPrometheusWith(t *testing.T, scrapeConfigs string) string {
+	t.Helper()
+	bin := prometheusBinary(t)
+	dir := t.TempDir()
+	cfg := `global:
+  scrape_interval: 1s
+  evaluation_interval: 1s
+scrape_configs:
+` + scrapeConfigs
 	cfgFile := filepath.Join(dir, "prometheus.yml")
 	if err := os.WriteFile(cfgFile, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
@@ -497,4 +504,217 @@ func TestRealPrometheusIstioStandardLabels(t *testing.T) {
 			t.Errorf("%s = %v, want %g", query, vec, want)
 		}
 	}
+}
+
+// TestRealPrometheusSidecarInboundPerPod proves per-pod server-side latency
+// from the sidecars against a real Prometheus: five "pods", each its own
+// exporter (a sidecar's Envoy listener), scraped with the target labels
+// kubernetes_sd relabelling gives (namespace, pod,
+// rollouts_pod_template_hash). Every sidecar exports the same inbound
+// cluster inbound|8080|| — Envoy's cluster stats (both response-code
+// families) and, as istio-proxy does besides, Istio's
+// istio_request_duration_milliseconds with reporter="destination", whose
+// labels are identical for canary and stable pods. The two canary pods are
+// 2× slower than the three stable pods. Both the envoy source
+// (cluster + canaryLabels/stableLabels) and the istio source (reporter
+// destination + labels) must tell the sides apart by the hash alone, with
+// each side's own requests and percentiles.
+func TestRealPrometheusSidecarInboundPerPod(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a real Prometheus (skipped with -short)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+
+	const inbound, canaryHash, stableHash = "inbound|8080||", "7d9f8c6b5", "5c4b3a291"
+	slowDist := typical
+	slowDist.scale = 2
+	type pod struct {
+		name, hash string
+		hist       *prometheus.HistogramVec
+		reqs       *prometheus.CounterVec
+		classReqs  *prometheus.CounterVec
+		istioHist  *prometheus.HistogramVec
+		istioReqs  *prometheus.CounterVec
+		addr       string
+	}
+	var pods []*pod
+	var scrape strings.Builder
+	scrape.WriteString("- job_name: envoy-stats\n  scrape_interval: 1s\n  scrape_timeout: 900ms\n  static_configs:\n")
+	for _, p := range []struct{ name, hash string }{
+		{"app-" + canaryHash + "-a", canaryHash}, {"app-" + canaryHash + "-b", canaryHash},
+		{"app-" + stableHash + "-a", stableHash}, {"app-" + stableHash + "-b", stableHash}, {"app-" + stableHash + "-c", stableHash},
+	} {
+		pd := &pod{name: p.name, hash: p.hash,
+			hist: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "envoy_cluster_upstream_rq_time", Help: "Envoy cluster metric", Buckets: istioBuckets},
+				[]string{"cluster_name"}),
+			reqs:      prometheus.NewCounterVec(prometheus.CounterOpts{Name: "envoy_cluster_upstream_rq", Help: "Envoy cluster metric"}, []string{"cluster_name", "response_code"}),
+			classReqs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "envoy_cluster_upstream_rq", Help: "Envoy cluster metric"}, []string{"cluster_name", "response_code_class"}),
+			istioHist: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "istio_request_duration_milliseconds", Help: "Istio standard metric", Buckets: istioBuckets},
+				istioStandardLabels),
+			istioReqs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "istio_requests_total", Help: "Istio standard metric"}, istioStandardLabels),
+		}
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(pd.hist, pd.istioHist, pd.istioReqs, sameNameCollector{pd.reqs, pd.classReqs})
+		pd.hist.WithLabelValues(inbound)
+		for _, code := range []string{"200", "503"} {
+			pd.reqs.WithLabelValues(inbound, code)
+			pd.classReqs.WithLabelValues(inbound, code[:1]+"xx")
+			pd.istioHist.With(istioProxyLabels("destination", "app", code))
+			pd.istioReqs.With(istioProxyLabels("destination", "app", code))
+		}
+		srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		defer srv.Close()
+		pd.addr = strings.TrimPrefix(srv.URL, "http://")
+		fmt.Fprintf(&scrape, "  - targets: [%q]\n    labels: {namespace: default, pod: %s, rollouts_pod_template_hash: %q}\n", pd.addr, pd.name, pd.hash)
+		pods = append(pods, pd)
+	}
+	promURL := startPrometheusWith(t, scrape.String())
+	api, err := newPrometheusAPI(PrometheusConfig{Address: promURL}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor := func(query string, want float64) {
+		t.Helper()
+		for {
+			v, _, _, err := api.Query(ctx, query, time.Now())
+			if vec, ok := v.(model.Vector); err == nil && ok && len(vec) == 1 && float64(vec[0].Value) == want {
+				return
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("waiting for %s == %g: %v (last: %v)", query, want, ctx.Err(), v)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	waitFor(`count(envoy_cluster_upstream_rq_time_bucket{le="+Inf"} == 0)`, 5)
+
+	// Each side's known distribution is dealt round-robin to its pods; 2 of
+	// every 1,000 of a pod's requests fail.
+	exact := map[string]Histogram{}
+	for _, side := range []struct {
+		hash string
+		dist lognormal
+		n    int
+	}{{canaryHash, slowDist, 1200}, {stableHash, typical, 3000}} {
+		var own []*pod
+		for _, p := range pods {
+			if p.hash == side.hash {
+				own = append(own, p)
+			}
+		}
+		lat := knownSamples(side.dist, side.n)
+		for i, x := range lat {
+			p := own[i%len(own)]
+			code := "200"
+			if (i/len(own))%500 == 499 {
+				code = "503"
+			}
+			p.hist.WithLabelValues(inbound).Observe(x)
+			p.reqs.WithLabelValues(inbound, code).Inc()
+			p.classReqs.WithLabelValues(inbound, code[:1]+"xx").Inc()
+			p.istioHist.With(istioProxyLabels("destination", "app", code)).Observe(x)
+			p.istioReqs.With(istioProxyLabels("destination", "app", code)).Inc()
+		}
+		exact[side.hash] = histogramOf(istioBuckets, lat)
+	}
+	waitFor(`sum(envoy_cluster_upstream_rq_time_count)`, 4200)
+	waitFor(`sum(istio_requests_total)`, 4200)
+	// increase() extrapolates each series to the window's end by up to half
+	// a scrape interval over the span it has samples: with 8 s of samples
+	// per pod the counts are ~6 % above what was sent (10 % allowed below).
+	waitFor(`count(count_over_time(envoy_cluster_upstream_rq_time_count[1m]) >= 9)`, 5)
+
+	// What identifies a side: only the hash the scrape added. Istio's own
+	// labels are one set for all five pods.
+	res, _, _, err := api.Query(ctx, `count(count by (destination_workload, destination_version, destination_service, destination_canonical_revision) (istio_requests_total))`, time.Now())
+	if vec, ok := res.(model.Vector); err != nil || !ok || len(vec) != 1 || vec[0].Value != 1 {
+		t.Fatalf("istio_* label sets of the pods: %v %v, want one (canary and stable look alike to Istio)", res, err)
+	}
+
+	slo := SLO{P99: dur("250ms"), MaxErrorRate: number("1%"), Ratio: RatioSLO{P99: number("1.5")}}
+	configs := map[string]Config{
+		"envoy inbound by hash": {Source: SourceEnvoy, Prometheus: &PrometheusConfig{Address: promURL},
+			Envoy: &EnvoyConfig{Cluster: inbound, Labels: map[string]string{"namespace": "default", "job": "envoy-stats"},
+				CanaryLabels: map[string]string{"rollouts_pod_template_hash": canaryHash},
+				StableLabels: map[string]string{"rollouts_pod_template_hash": stableHash}},
+			Window: window("1m"), SLO: slo, TailTest: &TailTestConfig{}},
+		"istio destination by hash": {Source: SourceIstio, Prometheus: &PrometheusConfig{Address: promURL},
+			Istio: &IstioConfig{Reporter: "destination",
+				Canary: IstioSelector{Namespace: "default", Labels: map[string]string{"rollouts_pod_template_hash": canaryHash}},
+				Stable: &IstioSelector{Namespace: "default", Labels: map[string]string{"rollouts_pod_template_hash": stableHash}}},
+			Window: window("1m"), SLO: slo, TailTest: &TailTestConfig{}},
+	}
+	for name, cfg := range configs {
+		t.Run(name, func(t *testing.T) {
+			a, err := NewAnalyzer(cfg, WithLogger(quiet), WithPolicy(policy.Local()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			v := a.Analyze(ctx, time.Time{})
+			t.Logf("%s", v.Summary)
+			if v.Phase != Fail || !strings.Contains(v.Summary, "canary's tail is heavier") || !strings.Contains(v.Summary, "p99 canary/stable 2.") {
+				t.Fatalf("phase %s, want Fail naming the tail test and the 2× p99 ratio: %s", v.Phase, v.Summary)
+			}
+			// increase() extrapolates per pod: close to, not exactly, what was sent.
+			if n := v.Canary.Count; n < 1200 || n > 1320 {
+				t.Errorf("canary count %v, want ~1200: the 2 canary pods only", n)
+			}
+			if n := v.Stable.Count; n < 3000 || n > 3300 {
+				t.Errorf("stable count %v, want ~3000: the 3 stable pods only", n)
+			}
+			// 1 of each canary pod's 600 requests failed, 2 of each stable
+			// pod's 1,000.
+			for name, side := range map[string]struct {
+				got  *SideStats
+				want float64
+			}{"canary": {v.Canary, 1.0 / 600}, "stable": {v.Stable, 0.002}} {
+				if r := side.got.ErrorRate; r == nil || math.Abs(*r-side.want)/side.want > 0.05 {
+					t.Errorf("%s error rate %v, want ~%.5f (each request counted once)", name, fmtPtr(r), side.want)
+				}
+			}
+			histQueries := a.Queries()
+			for i, side := range []struct {
+				name string
+				got  *SideStats
+				dist lognormal
+				hash string
+			}{{"canary", v.Canary, slowDist, canaryHash}, {"stable", v.Stable, typical, stableHash}} {
+				histQuery := histQueries[3*i] // histogram, requests, errors per side
+				if !strings.Contains(histQuery, side.hash) {
+					t.Fatalf("%s's histogram query %s does not select its hash", side.name, histQuery)
+				}
+				for _, qs := range quantiles[:4] {
+					got := side.got.Percentile(qs.key)
+					if got == nil {
+						t.Fatalf("%s: no %s", side.name, qs.label)
+					}
+					pv, _, _, err := api.Query(ctx, fmt.Sprintf("histogram_quantile(%g, %s)", qs.q, histQuery), time.Now())
+					if vec, ok := pv.(model.Vector); err != nil || !ok || len(vec) != 1 {
+						t.Errorf("histogram_quantile: %v %v", pv, err)
+					} else if prom := float64(vec[0].Value); math.Abs(*got-prom) > 1e-4*prom {
+						// Not 1e-6 as above: the two queries run a moment
+						// apart, and each pod's extrapolation moves with time.
+						t.Errorf("%s %s: danki %.4f ms, Prometheus' histogram_quantile %.4f ms", side.name, qs.label, *got, prom)
+					}
+					// The pods' own scrape timing weighs them slightly
+					// differently; they all hold the same distribution.
+					if want := exact[side.hash].Quantile(qs.q); math.Abs(*got-want) > 0.02*want {
+						t.Errorf("%s %s: danki %.3f ms, the side's exact buckets %.3f ms", side.name, qs.label, *got, want)
+					}
+					truth := side.dist.quantile(qs.q)
+					if lo, hi, _ := exact[side.hash].boundsAround(truth); *got <= lo || *got > hi {
+						t.Errorf("%s %s: danki %.2f ms outside the bucket (%g, %g] of the true %.2f ms", side.name, qs.label, *got, lo, hi, truth)
+					}
+				}
+			}
+		})
+	}
+}
+
+func fmtPtr(f *float64) string {
+	if f == nil {
+		return "none"
+	}
+	return fmt.Sprint(*f)
 }
