@@ -189,8 +189,11 @@ func (id *Identity) renew(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("mtls: the certificate from istiod's CA at %s: %w", cmp.Or(id.cfg.CA.Address, DefaultCAAddress), err)
 	}
-	lifetime := cert.Leaf.NotAfter.Sub(cert.Leaf.NotBefore)
-	renewAt := cert.Leaf.NotBefore.Add(time.Duration((0.5 + 0.3*mathrand.Float64()) * float64(lifetime)))
+	// Counted from now, not from NotBefore: istiod backdates NotBefore by
+	// two minutes (clock skew), which for a short validity would put the
+	// renewal in the past and renew at once, again and again.
+	now := id.clock.Now()
+	renewAt := now.Add(time.Duration((0.5 + 0.3*mathrand.Float64()) * float64(cert.Leaf.NotAfter.Sub(now))))
 	id.mu.Lock()
 	id.cert, id.id, id.renewAt, id.lastErr = cert, spiffe, renewAt, nil
 	id.mu.Unlock()

@@ -113,6 +113,28 @@ func TestRenewsBeforeExpiryAndTheNextHandshakeUsesTheNewCertificate(t *testing.T
 	}
 }
 
+// istiod backdates NotBefore by two minutes: a short-lived certificate's
+// renewal is counted from when it arrived, not from NotBefore (which would
+// renew a 30 s certificate at once, in a loop).
+func TestAShortLivedBackdatedCertificateIsRenewedOnceItIsHalfUsed(t *testing.T) {
+	m := newTestMesh(t)
+	id := m.identity(30 * time.Second)
+	first := id.Certificate()
+	if age := m.Clock.Now().Sub(first.Leaf.NotBefore); age < time.Minute {
+		t.Fatalf("the test CA's NotBefore is %s before now; want it backdated as istiod does", age)
+	}
+	eventually(t, "the renewal timer", m.Clock.HasWaiters)
+	m.Clock.Step(14 * time.Second) // before 50 % of the 30 s
+	if id.Certificate() != first || len(m.signedLeaves()) != 1 {
+		t.Fatalf("renewed after 14 s of a 30 s certificate (%d signed)", len(m.signedLeaves()))
+	}
+	m.Clock.Step(11 * time.Second) // past 80 %
+	eventually(t, "the renewal", func() bool { return id.Certificate() != first })
+	if n := len(m.signedLeaves()); n != 2 {
+		t.Errorf("%d certificates signed after one renewal; want 2", n)
+	}
+}
+
 func TestAnExpiredCertificateFailsTheHandshakeWithTheRenewalsError(t *testing.T) {
 	m := newTestMesh(t)
 	id := m.identity(time.Hour)
