@@ -219,19 +219,7 @@ func TestRealPrometheus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor := func(what, query string, want float64) {
-		t.Helper()
-		for {
-			v, _, _, err := api.Query(ctx, query, time.Now())
-			if vec, ok := v.(model.Vector); err == nil && ok && len(vec) == 1 && float64(vec[0].Value) == want {
-				return
-			}
-			if ctx.Err() != nil {
-				t.Fatalf("waiting for %s (%s == %g): %v (last: %v)", what, query, want, ctx.Err(), v)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-	}
+	waitFor := func(what, query string, want float64) { t.Helper(); waitForScalar(t, ctx, api, what, query, want) }
 	waitFor("the first scrape", `count(istio_request_duration_milliseconds_bucket{le="+Inf"} == 0)`, 3)
 
 	// Feed the known distributions; 0.2 % of each version's requests fail.
@@ -434,19 +422,7 @@ func TestRealPrometheusIstioStandardLabels(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor := func(query string, want float64) {
-		t.Helper()
-		for {
-			v, _, _, err := api.Query(ctx, query, time.Now())
-			if vec, ok := v.(model.Vector); err == nil && ok && len(vec) == 1 && float64(vec[0].Value) == want {
-				return
-			}
-			if ctx.Err() != nil {
-				t.Fatalf("waiting for %s == %g: %v (last: %v)", query, want, ctx.Err(), v)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-	}
+	waitFor := func(query string, want float64) { t.Helper(); waitForScalar(t, ctx, api, query, query, want) }
 	// 2 versions × 2 reporters × 2 codes, but the destination view merges
 	// both versions into one label set per code: 6 series.
 	waitFor(`count(istio_request_duration_milliseconds_bucket{le="+Inf"} == 0)`, 6)
@@ -468,15 +444,7 @@ func TestRealPrometheusIstioStandardLabels(t *testing.T) {
 	cfg := Config{Source: SourceIstio, Prometheus: &PrometheusConfig{Address: promURL},
 		Istio:  &IstioConfig{Canary: IstioSelector{Service: svc("app-canary")}, Stable: &IstioSelector{Service: svc("app-stable")}},
 		Window: window("1m"), SLO: SLO{P99: dur("250ms"), Ratio: RatioSLO{P99: number("1.5")}}, TailTest: &TailTestConfig{}}
-	a, err := NewAnalyzer(cfg, WithLogger(quiet), WithPolicy(policy.Local()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	v := a.Analyze(ctx, time.Time{})
-	t.Logf("%s", v.Summary)
-	if v.Phase != Fail || !strings.Contains(v.Summary, "canary's tail is heavier") || !strings.Contains(v.Summary, "p99 canary/stable 2.") {
-		t.Fatalf("phase %s, want Fail on the slow canary: %s", v.Phase, v.Summary)
-	}
+	_, v := analyzeSlowCanary(t, ctx, cfg)
 	if n := v.Canary.Count; n < 1000 || n > 1150 {
 		t.Errorf("canary count %v, want ~1000: the source view counts only the canary's requests", n)
 	}
@@ -574,19 +542,7 @@ func TestRealPrometheusSidecarInboundPerPod(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor := func(query string, want float64) {
-		t.Helper()
-		for {
-			v, _, _, err := api.Query(ctx, query, time.Now())
-			if vec, ok := v.(model.Vector); err == nil && ok && len(vec) == 1 && float64(vec[0].Value) == want {
-				return
-			}
-			if ctx.Err() != nil {
-				t.Fatalf("waiting for %s == %g: %v (last: %v)", query, want, ctx.Err(), v)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-	}
+	waitFor := func(query string, want float64) { t.Helper(); waitForScalar(t, ctx, api, query, query, want) }
 	waitFor(`count(envoy_cluster_upstream_rq_time_bucket{le="+Inf"} == 0)`, 5)
 
 	// Each side's known distribution is dealt round-robin to its pods; 2 of
@@ -647,15 +603,7 @@ func TestRealPrometheusSidecarInboundPerPod(t *testing.T) {
 	}
 	for name, cfg := range configs {
 		t.Run(name, func(t *testing.T) {
-			a, err := NewAnalyzer(cfg, WithLogger(quiet), WithPolicy(policy.Local()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			v := a.Analyze(ctx, time.Time{})
-			t.Logf("%s", v.Summary)
-			if v.Phase != Fail || !strings.Contains(v.Summary, "canary's tail is heavier") || !strings.Contains(v.Summary, "p99 canary/stable 2.") {
-				t.Fatalf("phase %s, want Fail naming the tail test and the 2× p99 ratio: %s", v.Phase, v.Summary)
-			}
+			a, v := analyzeSlowCanary(t, ctx, cfg)
 			// increase() extrapolates per pod: close to, not exactly, what was sent.
 			if n := v.Canary.Count; n < 1200 || n > 1320 {
 				t.Errorf("canary count %v, want ~1200: the 2 canary pods only", n)
@@ -717,4 +665,36 @@ func fmtPtr(f *float64) string {
 		return "none"
 	}
 	return fmt.Sprint(*f)
+}
+
+// waitForScalar polls query until it returns one sample equal to want
+// (Prometheus has scraped what the test exported), or fails at ctx's end.
+func waitForScalar(t *testing.T, ctx context.Context, api promv1.API, what, query string, want float64) {
+	t.Helper()
+	for {
+		v, _, _, err := api.Query(ctx, query, time.Now())
+		if vec, ok := v.(model.Vector); err == nil && ok && len(vec) == 1 && float64(vec[0].Value) == want {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("waiting for %s (%s == %g): %v (last: %v)", what, query, want, ctx.Err(), v)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// analyzeSlowCanary analyses cfg, whose canary is about 2× slower than
+// stable, and wants Fail naming the tail test and the 2× p99 ratio.
+func analyzeSlowCanary(t *testing.T, ctx context.Context, cfg Config) (*Analyzer, Verdict) {
+	t.Helper()
+	a, err := NewAnalyzer(cfg, WithLogger(quiet), WithPolicy(policy.Local()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := a.Analyze(ctx, time.Time{})
+	t.Logf("%s", v.Summary)
+	if v.Phase != Fail || !strings.Contains(v.Summary, "canary's tail is heavier") || !strings.Contains(v.Summary, "p99 canary/stable 2.") {
+		t.Fatalf("phase %s, want Fail naming the tail test and the 2× p99 ratio: %s", v.Phase, v.Summary)
+	}
+	return a, v
 }
