@@ -23,7 +23,7 @@ import (
 func dispenseOwnerWatchedLatency(t *testing.T, argo argoclient.Interface) (rpc.MetricProviderPlugin, *latencyProvider) {
 	t.Helper()
 	f := factories[KindMetricProvider]
-	plugin := f.build(quietLog, tenantPolicy())
+	plugin := f.build(quietLog, tenantPolicy(), nil)
 	impl := plugin.(*rpc.RpcMetricProviderPlugin).Impl.(*latencyProvider)
 	impl.loads.argo = func() (argoclient.Interface, error) { return argo, nil }
 	impl.loads.ownerEvery = 50 * time.Millisecond

@@ -12,6 +12,7 @@ import (
 	"github.com/argoproj/argo-rollouts/utils/plugin/types"
 	"github.com/danki-dev/danki/pkg/analysis"
 	"github.com/danki-dev/danki/pkg/jobs"
+	"github.com/danki-dev/danki/pkg/metrics"
 	"github.com/danki-dev/danki/pkg/policy"
 	goplugin "github.com/hashicorp/go-plugin"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,8 +24,8 @@ import (
 const LatencyPluginName = "danki/latency"
 
 func init() {
-	register(KindMetricProvider, "RpcMetricProviderPlugin", func(l *slog.Logger, pol policy.Policy) goplugin.Plugin {
-		return &rpc.RpcMetricProviderPlugin{Impl: newLatencyProvider(l, pol)}
+	register(KindMetricProvider, "RpcMetricProviderPlugin", func(l *slog.Logger, pol policy.Policy, m *metrics.Plugin) goplugin.Plugin {
+		return &rpc.RpcMetricProviderPlugin{Impl: newLatencyProvider(l, pol).observe(m)}
 	})
 }
 
@@ -49,6 +50,9 @@ type latencyProvider struct {
 	loads *loadRuns
 	// loadPoll is how soon Argo is asked to resume a running load test.
 	loadPoll time.Duration
+	// metrics counts the verdicts and Prometheus queries (nil: none;
+	// observe).
+	metrics *metrics.Plugin
 }
 
 // loadPollInterval: a load measurement's progress shows in its message
@@ -65,8 +69,27 @@ func newLatencyProvider(l *slog.Logger, pol policy.Policy) *latencyProvider {
 		l = slog.Default()
 	}
 	p := &latencyProvider{log: l, policy: pol, now: time.Now, kube: (&lazyKube{}).get, loads: newLoadRuns(), loadPoll: loadPollInterval}
-	p.analyzers = analysis.NewAnalyzers(analysis.WithLogger(l), analysis.WithPolicy(pol),
-		analysis.WithKube(func() (kubernetes.Interface, error) { return p.kube() }), analysis.WithWarmedPods(analysis.NewWarmedPods()))
+	p.analyzers = analysis.NewAnalyzers(p.analyzerOptions()...)
+	return p
+}
+
+func (p *latencyProvider) analyzerOptions() []analysis.Option {
+	opts := []analysis.Option{analysis.WithLogger(p.log), analysis.WithPolicy(p.policy),
+		analysis.WithKube(func() (kubernetes.Interface, error) { return p.kube() }), analysis.WithWarmedPods(analysis.NewWarmedPods())}
+	if p.metrics != nil {
+		opts = append(opts, analysis.WithQueryObserver(p.metrics))
+	}
+	return opts
+}
+
+// observe counts the measurements' verdicts and Prometheus queries in m
+// (nil: not counted). Call it before the first measurement: it builds the
+// analyzers afresh.
+func (p *latencyProvider) observe(m *metrics.Plugin) *latencyProvider {
+	if m != nil {
+		p.metrics = m
+		p.analyzers = analysis.NewAnalyzers(p.analyzerOptions()...)
+	}
 	return p
 }
 
@@ -215,6 +238,7 @@ func (p *latencyProvider) finish(m v1alpha1.Measurement, phase v1alpha1.Analysis
 	finished := metav1.NewTime(p.now())
 	m.FinishedAt = &finished
 	m.Phase, m.Message, m.Metadata = phase, message, map[string]string{"summary": message}
+	p.metrics.AnalysisVerdict(string(phase))
 	if v != nil {
 		f := v.Figures()
 		m.Value, m.Metadata = f.Value, f.Metadata

@@ -32,7 +32,7 @@ import (
 // not nil, is the plugin's Kubernetes client.
 func dispenseTenantLatency(t *testing.T, now time.Time, pol policy.Policy, kube kubernetes.Interface) rpc.MetricProviderPlugin {
 	t.Helper()
-	plugin := factories[KindMetricProvider].build(quietLog, pol)
+	plugin := factories[KindMetricProvider].build(quietLog, pol, nil)
 	impl := plugin.(*rpc.RpcMetricProviderPlugin).Impl.(*latencyProvider)
 	impl.now = func() time.Time { return now }
 	if kube != nil {

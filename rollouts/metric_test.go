@@ -83,7 +83,7 @@ func dispenseLatency(t *testing.T, now time.Time) (rpc.MetricProviderPlugin, *la
 	if !ok || f.mapKey != "RpcMetricProviderPlugin" {
 		t.Fatalf("metric provider registered as %+v, want kind %q with map key RpcMetricProviderPlugin", f, KindMetricProvider)
 	}
-	plugin := f.build(quietLog, policy.Local())
+	plugin := f.build(quietLog, policy.Local(), nil)
 	impl := plugin.(*rpc.RpcMetricProviderPlugin).Impl.(*latencyProvider)
 	impl.now = func() time.Time { return now }
 	impl.analyzers = analysis.NewAnalyzers(analysis.WithLogger(quietLog), analysis.WithPolicy(impl.policy), analysis.WithClock(func() time.Time { return now }))

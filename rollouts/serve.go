@@ -9,6 +9,7 @@ import (
 
 	goplugin "github.com/hashicorp/go-plugin"
 
+	"github.com/danki-dev/danki/pkg/metrics"
 	"github.com/danki-dev/danki/pkg/policy"
 )
 
@@ -27,13 +28,13 @@ type pluginFactory struct {
 	// mapKey is the name the controller dispenses the plugin by,
 	// e.g. "RpcStepPlugin".
 	mapKey string
-	build  func(*slog.Logger, policy.Policy) goplugin.Plugin
+	build  func(*slog.Logger, policy.Policy, *metrics.Plugin) goplugin.Plugin
 }
 
 var factories = map[string]pluginFactory{}
 
 // register makes a plugin kind servable. Adapters call it from init.
-func register(kind, mapKey string, build func(*slog.Logger, policy.Policy) goplugin.Plugin) {
+func register(kind, mapKey string, build func(*slog.Logger, policy.Policy, *metrics.Plugin) goplugin.Plugin) {
 	if _, dup := factories[kind]; dup {
 		panic("rollouts: plugin kind registered twice: " + kind)
 	}
@@ -53,8 +54,9 @@ func Kinds() []string {
 // Serve serves the plugin kind the controller asked for through the
 // ARGO_ROLLOUTS_RPC_PLUGIN handshake variable, until the controller ends it.
 // pol is the operator's policy (the plugin's args in argo-rollouts-config):
-// every tenant config the plugin is given is checked against it.
-func Serve(logger *slog.Logger, pol policy.Policy) error {
+// every tenant config the plugin is given is checked against it. m records
+// danki's own metrics (nil: none; see pkg/metrics).
+func Serve(logger *slog.Logger, pol policy.Policy, m *metrics.Plugin) error {
 	kind := os.Getenv(MagicCookieKey)
 	f, ok := factories[kind]
 	if !ok {
@@ -69,7 +71,7 @@ func Serve(logger *slog.Logger, pol policy.Policy) error {
 			MagicCookieKey:   MagicCookieKey,
 			MagicCookieValue: kind,
 		},
-		Plugins: map[string]goplugin.Plugin{f.mapKey: f.build(logger, pol)},
+		Plugins: map[string]goplugin.Plugin{f.mapKey: f.build(logger, pol, m)},
 	})
 	return nil
 }

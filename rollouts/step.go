@@ -18,6 +18,7 @@ import (
 	k8stypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/danki-dev/danki/pkg/metrics"
 	"github.com/danki-dev/danki/pkg/policy"
 	"github.com/danki-dev/danki/pkg/warmup"
 	"github.com/danki-dev/danki/pkg/warmupstep"
@@ -25,8 +26,8 @@ import (
 )
 
 func init() {
-	register(KindStep, "RpcStepPlugin", func(l *slog.Logger, pol policy.Policy) goplugin.Plugin {
-		return &rpc.RpcStepPlugin{Impl: newWarmupStep(l, pol)}
+	register(KindStep, "RpcStepPlugin", func(l *slog.Logger, pol policy.Policy, m *metrics.Plugin) goplugin.Plugin {
+		return &rpc.RpcStepPlugin{Impl: newWarmupStep(l, pol).observe(m)}
 	})
 }
 
@@ -54,6 +55,14 @@ func newWarmupStep(l *slog.Logger, pol policy.Policy) *warmupStep {
 	l = l.With("step", WarmupPluginName)
 	s := &warmupStep{log: l}
 	s.step = warmupstep.New(l, pol, s.clients)
+	return s
+}
+
+// observe records the step's warm-ups in m (nil: not recorded).
+func (s *warmupStep) observe(m *metrics.Plugin) *warmupStep {
+	if m != nil {
+		s.step.Supervisor.Observer = m
+	}
 	return s
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/argoproj/argo-rollouts/rollout/trafficrouting/plugin/rpc"
 	"github.com/argoproj/argo-rollouts/utils/plugin/types"
 	"github.com/danki-dev/danki/pkg/analysis"
+	"github.com/danki-dev/danki/pkg/metrics"
 	"github.com/danki-dev/danki/pkg/policy"
 	"github.com/danki-dev/danki/pkg/shift"
 	goplugin "github.com/hashicorp/go-plugin"
@@ -28,8 +29,8 @@ import (
 const TrafficRouterName = "danki/istio"
 
 func init() {
-	register(KindTrafficRouter, "RpcTrafficRouterPlugin", func(l *slog.Logger, pol policy.Policy) goplugin.Plugin {
-		return &rpc.RpcTrafficRouterPlugin{Impl: newTrafficRouter(l, pol)}
+	register(KindTrafficRouter, "RpcTrafficRouterPlugin", func(l *slog.Logger, pol policy.Policy, m *metrics.Plugin) goplugin.Plugin {
+		return &rpc.RpcTrafficRouterPlugin{Impl: newTrafficRouter(l, pol).observe(m)}
 	})
 }
 
@@ -45,6 +46,18 @@ type trafficRouter struct {
 	newClients func() (routerClients, error)
 	router     *shift.Router
 	clients    atomic.Pointer[routerClients] // set by InitPlugin
+	// metrics records the ramps' decisions and the gates' queries (nil:
+	// none; observe).
+	metrics *metrics.Plugin
+}
+
+// observe records the ramps and their gates' Prometheus queries in m (nil:
+// not recorded). Call it before the first call.
+func (r *trafficRouter) observe(m *metrics.Plugin) *trafficRouter {
+	if m != nil {
+		r.metrics, r.router.Observer = m, m
+	}
+	return r
 }
 
 var _ rpc.TrafficRouterPlugin = (*trafficRouter)(nil)
@@ -68,7 +81,11 @@ func (r *trafficRouter) gateFor(raw json.RawMessage) (shift.Gate, error) {
 	if err != nil {
 		return nil, err
 	}
-	g, err := shift.NewLatencyGate(cfg, analysis.WithLogger(r.log), analysis.WithPolicy(r.policy), analysis.WithKube(r.kube))
+	opts := []analysis.Option{analysis.WithLogger(r.log), analysis.WithPolicy(r.policy), analysis.WithKube(r.kube)}
+	if r.metrics != nil {
+		opts = append(opts, analysis.WithQueryObserver(r.metrics))
+	}
+	g, err := shift.NewLatencyGate(cfg, opts...)
 	if err != nil {
 		return nil, err
 	}

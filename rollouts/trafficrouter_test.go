@@ -158,7 +158,7 @@ func TestRegisteredAsTrafficRouter(t *testing.T) {
 	if !ok || f.mapKey != "RpcTrafficRouterPlugin" {
 		t.Fatalf("traffic router registration = %+v, %v", f, ok)
 	}
-	if _, ok := f.build(slog.New(slog.DiscardHandler), policy.Local()).(*rpc.RpcTrafficRouterPlugin); !ok {
+	if _, ok := f.build(slog.New(slog.DiscardHandler), policy.Local(), nil).(*rpc.RpcTrafficRouterPlugin); !ok {
 		t.Fatal("registered factory does not build an RpcTrafficRouterPlugin")
 	}
 }

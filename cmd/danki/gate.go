@@ -109,7 +109,7 @@ and carry the label danki.dev/gated=true (the gate caches only such pods).`,
 	fl.IntVar(&f.maxConcurrent, "max-concurrent", gate.DefaultMaxConcurrent, "warm-ups running at once, at most")
 	fl.IntVar(&f.maxPerNode, "max-per-node", gate.DefaultMaxPerNode, "warm-ups running at once on one node, at most (a cold JVM's JIT takes the node's cores from the pods serving users there); -1: no cap")
 	fl.IntVar(&f.maxPerNamespace, "max-per-namespace", 0, "warm-ups of one namespace running at once, at most (0: none beyond its fair share of --max-concurrent while other namespaces wait; set it where tenants must not hold every slot with long warm-ups)")
-	fl.StringVar(&f.metricsAddr, "metrics-bind-address", "0", "metrics endpoint address, e.g. :8080 (0: off)")
+	fl.StringVar(&f.metricsAddr, "metrics-bind-address", "0", "metrics endpoint address, e.g. :8080: controller-runtime's metrics and the gate's (docs/metrics.md) at /metrics (0: off)")
 	fl.StringVar(&f.healthAddr, "health-probe-bind-address", "0", "health endpoints /healthz and /readyz, e.g. :8081 (0: off)")
 	fl.BoolVar(&f.leaderElect, "leader-elect", false, "elect one active replica (Lease "+gate.LeaderElectionID+")")
 	fl.StringVar(&f.leaderElectionNamespace, "leader-election-namespace", "", "namespace of the Lease (default: the pod's own, in a cluster)")

@@ -6,14 +6,16 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/danki-dev/danki/pkg/metrics"
 	"github.com/danki-dev/danki/rollouts"
 	"github.com/spf13/cobra"
 )
 
 func newPluginCmd() *cobra.Command {
 	var (
-		pf policyFlags
-		mf meshFlags
+		pf          policyFlags
+		mf          meshFlags
+		metricsAddr string
 	)
 	cmd := &cobra.Command{
 		Use:   "plugin",
@@ -38,6 +40,12 @@ Under Istio STRICT mTLS danki dials pods with its own mesh certificate:
 TokenRequest for --mesh-service-account, audience istio-ca, sent to
 istiod's CA on the first pod that needs it) and when to use it
 (docs/install.md, "Istio STRICT mTLS").
+
+--metrics-address serves danki's own metrics (docs/metrics.md) at
+http://ADDRESS/metrics from this plugin process, off by default. The
+controller runs one process per plugin entry, so give each entry its own
+port (e.g. :9101, :9102, :9103). A port that cannot be bound is logged and
+the plugin serves on without metrics.
 
 Logs go to stderr (they show in the controller log); stdout belongs to go-plugin.`,
 		Args: cobra.NoArgs,
@@ -64,10 +72,32 @@ Logs go to stderr (they show in the controller log); stdout belongs to go-plugin
 				return err
 			}
 			defer closeMesh()
-			return rollouts.Serve(logger, pol)
+			var m *metrics.Plugin
+			if metricsAddr != "" {
+				m = serveMetrics(metricsAddr, logger)
+			}
+			return rollouts.Serve(logger, pol, m)
 		},
 	}
 	pf.addFlags(cmd.Flags())
 	mf.addFlags(cmd.Flags())
+	cmd.Flags().StringVar(&metricsAddr, "metrics-address", "", "serve danki's own Prometheus metrics at http://ADDRESS/metrics, e.g. :9101 (one port per plugin entry; default: off)")
 	return cmd
+}
+
+// serveMetrics starts the plugin process's metrics endpoint on addr and
+// returns what records into it; nil when it could not start: the plugin
+// serves the controller either way (its process ends with the plugin, and
+// so does the endpoint).
+func serveMetrics(addr string, logger *slog.Logger) *metrics.Plugin {
+	reg, m, err := metrics.NewRegistry()
+	if err == nil {
+		var srv *metrics.Server
+		if srv, err = metrics.Serve(addr, reg, logger); err == nil {
+			logger.Info("serving danki's metrics", "address", "http://"+srv.Addr+metrics.Path)
+			return m
+		}
+	}
+	logger.Error("no metrics endpoint; the plugin serves on without it", "metricsAddress", addr, "error", err)
+	return nil
 }

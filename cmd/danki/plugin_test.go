@@ -16,6 +16,7 @@ import (
 	"github.com/argoproj/argo-rollouts/pkg/apis/rollouts/v1alpha1"
 	steprpc "github.com/argoproj/argo-rollouts/rollout/steps/plugin/rpc"
 	routerrpc "github.com/argoproj/argo-rollouts/rollout/trafficrouting/plugin/rpc"
+	"github.com/danki-dev/danki/internal/testutil"
 	"github.com/danki-dev/danki/rollouts"
 	"github.com/hashicorp/go-hclog"
 	goplugin "github.com/hashicorp/go-plugin"
@@ -155,5 +156,56 @@ func TestPluginCommandRefusesWithoutController(t *testing.T) {
 	}
 	if !strings.Contains(string(out), "ARGO_ROLLOUTS_RPC_PLUGIN") || !strings.Contains(string(out), "argo-rollouts-config") {
 		t.Fatalf("danki plugin error %q does not name the variable and the ConfigMap", out)
+	}
+}
+
+// TestPluginServesItsMetrics starts the real binary as the controller starts
+// a danki/latency entry with --metrics-address: go-plugin's handshake on
+// stdout still works (the endpoint never writes there), and after a
+// measurement against an absent Prometheus the endpoint counts its Error
+// verdict and the unreachable query.
+func TestPluginServesItsMetrics(t *testing.T) {
+	bin := buildDanki(t)
+	l := testutil.ListenLoopback(t)
+	addr := l.Addr().String()
+	_ = l.Close()
+	var stderr bytes.Buffer
+	cmd := exec.Command(bin, "plugin", "--metrics-address", addr, "--prometheus", "http://127.0.0.1:1")
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+filepath.Join(t.TempDir(), "none"))
+	client := goplugin.NewClient(&goplugin.ClientConfig{
+		HandshakeConfig: goplugin.HandshakeConfig{ProtocolVersion: rollouts.ProtocolVersion, MagicCookieKey: rollouts.MagicCookieKey, MagicCookieValue: rollouts.KindMetricProvider},
+		Plugins:         map[string]goplugin.Plugin{"RpcMetricProviderPlugin": &rpc.RpcMetricProviderPlugin{}},
+		Cmd:             cmd,
+		Stderr:          &stderr,
+		Logger:          hclog.NewNullLogger(),
+	})
+	t.Cleanup(client.Kill)
+	conn, err := client.Client()
+	if err != nil {
+		t.Fatalf("start danki plugin --metrics-address %s: %v\nstderr: %s", addr, err, stderr.String())
+	}
+	raw, err := conn.Dispense("RpcMetricProviderPlugin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := raw.(rpc.MetricProviderPlugin)
+	metric := v1alpha1.Metric{Name: "latency", Provider: v1alpha1.MetricProvider{Plugin: map[string]json.RawMessage{
+		"danki/latency": json.RawMessage(`{"source":"envoy","window":"5m","prometheus":{"address":"http://127.0.0.1:1"},"envoy":{"canaryCluster":"c","stableCluster":"s"},"slo":{"p99":"250ms"}}`),
+	}}}
+	if m := p.Run(&v1alpha1.AnalysisRun{}, metric); m.Phase != v1alpha1.AnalysisPhaseError {
+		t.Fatalf("Run against an absent Prometheus: %s %q", m.Phase, m.Message)
+	} else if !strings.Contains(m.Message, "unreachable") {
+		t.Fatalf("Run against an absent Prometheus: %q does not say it is unreachable", m.Message)
+	}
+	s := testutil.ScrapeMetrics(t, "http://"+addr+"/metrics")
+	if got := s.MustValue(t, "danki_plugin_analysis_verdicts_total", "phase", "error"); got != 1 {
+		t.Errorf("danki_plugin_analysis_verdicts_total{phase=error} = %v, want 1", got)
+	}
+	queries := s.MustValue(t, "danki_plugin_prometheus_queries_total")
+	if got := s.MustValue(t, "danki_plugin_prometheus_query_errors_total", "kind", "unreachable"); got == 0 || got != queries {
+		t.Errorf("danki_plugin_prometheus_query_errors_total{kind=unreachable} = %v of %v queries; want all of them", got, queries)
+	}
+	if _, ok := s.Value("process_start_time_seconds"); !ok {
+		t.Error("no process metrics on the plugin's endpoint")
 	}
 }

@@ -25,6 +25,8 @@ type Analyzer struct {
 	// policy is the operator's (WithPolicy); the zero Policy is the
 	// strictest.
 	policy policy.Policy
+	// queries counts the Prometheus source's queries (WithQueryObserver).
+	queries QueryObserver
 }
 
 // options applies opts to a bare Analyzer: the settings of the sources

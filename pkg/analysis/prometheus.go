@@ -83,6 +83,8 @@ type Prometheus struct {
 	now     func() time.Time
 	logger  *slog.Logger
 	sides   []promSide // canary, then stable when configured
+	// observer counts the queries (WithQueryObserver; nil: none).
+	observer QueryObserver
 }
 
 type promSide struct {
@@ -176,7 +178,11 @@ func newPrometheusWithRules(cfg Config, rules *Rules, o *Analyzer) (*Prometheus,
 	if err != nil {
 		return nil, err
 	}
-	return newPrometheusWithAPI(cfg, rules, promAPI, o.logger)
+	p, err := newPrometheusWithAPI(cfg, rules, promAPI, o.logger)
+	if err == nil {
+		p.observer = o.queries
+	}
+	return p, err
 }
 
 // newPrometheusWithAPI builds the source from a Config with its defaults
@@ -402,6 +408,9 @@ func (p *Prometheus) instant(ctx context.Context, query string, at time.Time) (m
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
 	val, warnings, _, err := p.api.Query(ctx, query, at, promv1.WithTimeout(p.timeout))
+	if p.observer != nil {
+		p.observer.PrometheusQuery(queryErrorKind(err, val))
+	}
 	if err != nil {
 		return nil, p.explain(query, err)
 	}

@@ -34,7 +34,9 @@
 // fairly between namespaces.
 //
 // Run starts both in a controller-runtime manager (leader election, health
-// and metrics endpoints, a pod cache holding the gated pods only), renews a
+// and metrics endpoints — the latter with the gate's own metrics,
+// pkg/metrics.Gate on controller-runtime's registry, docs/metrics.md — a pod
+// cache holding the gated pods only), renews a
 // self-managed webhook certificate and keeps the webhook configuration's
 // caBundle trusting it (certs.go), and bounds all warm-ups' load together
 // (MaxTotalQPS); `danki gate` is its command line, deploy/gate its

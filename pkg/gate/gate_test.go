@@ -50,6 +50,7 @@ func TestGateOnAPIServer(t *testing.T) {
 	sa.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:danki-gate:danki-gate",
 		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:danki-gate", "system:authenticated"}}
 	port := freePort(t)
+	metricsAddr := "127.0.0.1:" + strconv.Itoa(freePort(t))
 	certs, err := os.MkdirTemp("", "danki-gate-test-")
 	if err != nil {
 		t.Fatal(err)
@@ -62,7 +63,7 @@ func TestGateOnAPIServer(t *testing.T) {
 	go func() {
 		done <- gate.Run(ctx, sa, gate.Options{
 			WebhookHost: "127.0.0.1", WebhookPort: port, CertDir: certs, MaxConcurrent: 4, MaxTotalQPS: 4 * 400,
-			WebhookConfig: webhookConfig,
+			WebhookConfig: webhookConfig, MetricsAddr: metricsAddr,
 			// A tenant's policy: the test's pods run on this machine.
 			Policy:    policy.Policy{Network: policy.Network{AllowLoopback: true}},
 			Log:       slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo})),
@@ -413,6 +414,51 @@ func TestGateOnAPIServer(t *testing.T) {
 			}
 		}
 		t.Logf("load stopped within %s of the deletion", time.Since(deleted).Round(100*time.Millisecond))
+	})
+
+	// After the work above, the manager's metrics endpoint shows it: the
+	// gate's metrics next to controller-runtime's own.
+	t.Run("the metrics endpoint counts the warm-ups, their outcomes and the webhook's answers", func(t *testing.T) {
+		url := "http://" + metricsAddr + "/metrics"
+		m := testutil.ScrapeMetrics(t, url)
+		// Warm: cold, node-a, node-b, restarted (twice), newcomer,
+		// burstable, forged-record, from-start, no-yield.
+		if warm := m.MustValue(t, "danki_gate_warmups_total", "outcome", "warm"); warm < 10 {
+			t.Errorf("danki_gate_warmups_total{outcome=warm} = %v; want ≥ 10 (the pods warmed above)", warm)
+		}
+		// The two broken pods: two failed attempts each (500s: failed).
+		if failed := m.MustValue(t, "danki_gate_warmups_total", "outcome", "failed"); failed < 4 {
+			t.Errorf("danki_gate_warmups_total{outcome=failed} = %v; want ≥ 4 (2 pods × 2 attempts)", failed)
+		}
+		if rejected := m.MustValue(t, "danki_gate_warmups_total", "outcome", "rejected"); rejected < 1 {
+			t.Errorf("danki_gate_warmups_total{outcome=rejected} = %v; want ≥ 1 (the typo pod)", rejected)
+		}
+		if n := m.MustValue(t, "danki_gate_warmup_duration_seconds"); n < 10 {
+			t.Errorf("danki_gate_warmup_duration_seconds has %v observations; want one per warm attempt (≥ 10)", n)
+		}
+		if sum, _ := m.HistogramSum("danki_gate_warmup_requests"); sum < 10*1000 {
+			t.Errorf("danki_gate_warmup_requests sums to %v; want ≥ 10 pods × 1000 (the minimum stop)", sum)
+		}
+		if slots := m.MustValue(t, "danki_gate_warmup_slots"); slots != 4 {
+			t.Errorf("danki_gate_warmup_slots = %v; want 4 (MaxConcurrent)", slots)
+		}
+		if gated := m.MustValue(t, "danki_gate_webhook_admissions_total", "result", "gated"); gated < 12 {
+			t.Errorf("danki_gate_webhook_admissions_total{result=gated} = %v; want one per gated pod created (≥ 12)", gated)
+		}
+		if _, ok := m.Value("controller_runtime_reconcile_total"); !ok {
+			t.Errorf("controller-runtime's own metrics missing from the endpoint: the gate's are not on its registry? (%s)", m.Names("controller_runtime"))
+		}
+		// The deleted pod's warm-up ends with its outcome once the
+		// reconcile stopped it; the gauges fall back to zero when every
+		// warm-up is over (the failing pods' retries may still be due).
+		testutil.WaitFor(t, 30*time.Second, func() bool {
+			m := testutil.ScrapeMetrics(t, url)
+			deleted, _ := m.Value("danki_gate_warmups_total", "outcome", "deleted")
+			running, _ := m.Value("danki_gate_warmups_running")
+			queued, _ := m.Value("danki_gate_warmups_queued")
+			inUse, _ := m.Value("danki_gate_warmup_slots_in_use")
+			return deleted >= 1 && running == 0 && queued == 0 && inUse == 0
+		})
 	})
 }
 

@@ -25,12 +25,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/danki-dev/danki/pkg/metrics"
 	"github.com/danki-dev/danki/pkg/policy"
 	"github.com/danki-dev/danki/pkg/wellknown"
 )
@@ -70,7 +72,9 @@ type Options struct {
 	// (DefaultMaxTotalQPS; negative: none).
 	MaxTotalQPS float64
 	// MetricsAddr and HealthAddr are the metrics and health probe
-	// endpoints ("0" turns one off).
+	// endpoints ("0" turns one off). The metrics endpoint serves
+	// controller-runtime's registry: its own metrics and the gate's
+	// (metrics.Gate, docs/metrics.md).
 	MetricsAddr, HealthAddr string
 	// LeaderElection makes replicas share the work: one warms, the others
 	// wait (LeaderElectionID, in LeaderElectionNamespace).
@@ -148,7 +152,14 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	if err != nil {
 		return err
 	}
-	r := &Reconciler{Client: mgr.GetClient(), Events: mgr.GetEventRecorder("danki-gate"), Log: log,
+	// On controller-runtime's registry, which the manager's metrics
+	// endpoint serves; taken off again when the gate stops.
+	gm, err := metrics.NewGate(ctrlmetrics.Registry)
+	if err != nil {
+		return err
+	}
+	defer gm.Unregister()
+	r := &Reconciler{Metrics: gm, Client: mgr.GetClient(), Events: mgr.GetEventRecorder("danki-gate"), Log: log,
 		MaxConcurrent: o.MaxConcurrent, MaxPerNode: o.MaxPerNode, MaxPerNamespace: o.MaxPerNamespace, MaxTotalQPS: o.MaxTotalQPS, RecordKey: key, Policy: o.Policy}
 	err = builder.ControllerManagedBy(mgr).
 		Named("danki-gate").
@@ -165,7 +176,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 		return fmt.Errorf("pod controller: %w", err)
 	}
 	if o.WebhookPort > 0 {
-		mgr.GetWebhookServer().Register(WebhookPath, &webhook.Admission{Handler: &Injector{decoder: admission.NewDecoder(scheme), RecordKey: key}})
+		mgr.GetWebhookServer().Register(WebhookPath, &webhook.Admission{Handler: &Injector{decoder: admission.NewDecoder(scheme), RecordKey: key, Metrics: gm}})
 		if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
 			return err
 		}

@@ -2,6 +2,7 @@ package gate
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -16,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/danki-dev/danki/pkg/metrics"
 	"github.com/danki-dev/danki/pkg/policy"
 	"github.com/danki-dev/danki/pkg/warmup"
 	"github.com/danki-dev/danki/pkg/wellknown"
@@ -70,6 +72,9 @@ type Reconciler struct {
 	// Policy is the operator's: pods' annotations are parsed under it
 	// (caps, files, addresses dialled). The zero Policy is the strictest.
 	Policy policy.Policy
+	// Metrics records the gate's metrics (nil: none; Run registers them
+	// on controller-runtime's registry).
+	Metrics *metrics.Gate
 
 	once      sync.Once
 	slots     *slots
@@ -109,9 +114,16 @@ func (r *Reconciler) nodeSlot(node string) chan struct{} {
 // job is one pod's warm-up in progress.
 type job struct {
 	pod    types.NamespacedName
-	cancel context.CancelFunc
+	cancel context.CancelCauseFunc
 	done   chan struct{}
 }
+
+// Why a warm-up is stopped (its context's cause): the outcome it is
+// counted under.
+var (
+	errPodDeleted         = errors.New("pod deleted")
+	errContainersNotReady = errors.New("containers not ready")
+)
 
 // attempts remembers a pod's failed warm-ups, for retries and back-off.
 type attempts struct {
@@ -127,6 +139,7 @@ func (r *Reconciler) init() {
 			n = DefaultMaxConcurrent
 		}
 		r.slots = newSlots(n, r.MaxPerNamespace)
+		r.Metrics.Slots(n)
 		r.nodeSlots = map[string]chan struct{}{}
 		r.requeue = make(chan event.GenericEvent, 1024)
 		r.jobs = map[types.UID]*job{}
@@ -144,7 +157,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	var pod corev1.Pod
 	if err := r.Client.Get(ctx, req.NamespacedName, &pod); err != nil {
 		if apierrors.IsNotFound(err) {
-			r.stopPod(req.NamespacedName, "pod deleted")
+			r.stopPod(req.NamespacedName, errPodDeleted)
 			return reconcile.Result{}, nil
 		}
 		return reconcile.Result{}, fmt.Errorf("get pod %s: %w", req, err)
@@ -153,7 +166,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, nil
 	}
 	if pod.DeletionTimestamp != nil {
-		r.stop(pod.UID, "pod deleting")
+		r.stop(pod.UID, errPodDeleted)
 		r.forget(pod.UID)
 		return reconcile.Result{}, nil
 	}
@@ -162,7 +175,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		// cold again, so the pod goes out of load balancing (condition
 		// False) and is warmed afresh once its containers are ready; any
 		// load stops, old failures are forgotten.
-		r.stop(pod.UID, "containers not ready")
+		r.stop(pod.UID, errContainersNotReady)
 		r.forget(pod.UID)
 		// yieldCPU fromStart: the JVM starts at the least CPU weight too.
 		if cfg, err := ParseConfig(pod.Annotations[wellknown.WarmUpAnnotation], r.Policy); err == nil && cfg.YieldCPU == YieldFromStart && pod.Spec.NodeName != "" {
@@ -196,6 +209,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err != nil {
 		if c := condition(&pod); c == nil || c.Reason != ReasonInvalidConfig {
 			r.Events.Eventf(&pod, nil, corev1.EventTypeWarning, ReasonInvalidConfig, eventAction, "%v", err)
+			r.Metrics.WarmupEnded(metrics.OutcomeRejected, 0, 0)
 		}
 		return reconcile.Result{}, r.setCondition(ctx, &pod, corev1.ConditionFalse, ReasonInvalidConfig, err.Error())
 	}
@@ -251,13 +265,13 @@ func podReady(p *corev1.Pod) bool { return conditionTrue(p, corev1.PodReady) }
 
 // start runs the pod's warm-up in the background. Caller holds r.mu.
 func (r *Reconciler) start(pod *corev1.Pod, cfg Config, target warmup.Target, neighbours []warmup.Target) {
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancelCause(context.Background())
 	j := &job{pod: types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}, cancel: cancel, done: make(chan struct{})}
 	r.jobs[pod.UID] = j
 	pod = pod.DeepCopy()
 	go func() {
 		defer close(j.done)
-		defer cancel()
+		defer cancel(nil)
 		r.warm(ctx, pod, cfg, target, neighbours)
 		r.mu.Lock()
 		mine := r.jobs[pod.UID] == j
@@ -279,10 +293,40 @@ func (r *Reconciler) start(pod *corev1.Pod, cfg Config, target warmup.Target, ne
 
 func (r *Reconciler) warm(ctx context.Context, pod *corev1.Pod, cfg Config, target warmup.Target, neighbours []warmup.Target) {
 	log := r.Log.With("pod", pod.Namespace+"/"+pod.Name)
+	// What the metrics count: the attempt's outcome (empty: none), and
+	// whether it waits in the queue.
+	var (
+		outcome  string
+		elapsed  time.Duration
+		requests int64
+		queued   bool
+	)
+	enqueue := func() {
+		if !queued {
+			queued = true
+			r.Metrics.Queued(1)
+		}
+	}
+	dequeue := func() {
+		if queued {
+			queued = false
+			r.Metrics.Queued(-1)
+		}
+	}
+	defer func() {
+		dequeue()
+		if outcome == "" && ctx.Err() != nil {
+			outcome = stoppedOutcome(ctx)
+		}
+		if outcome != "" {
+			r.Metrics.WarmupEnded(outcome, elapsed, requests)
+		}
+	}()
 	if node := r.nodeSlot(pod.Spec.NodeName); node != nil {
 		select {
 		case node <- struct{}{}:
 		default:
+			enqueue()
 			_ = r.setCondition(ctx, pod, corev1.ConditionFalse, ReasonQueued, fmt.Sprintf("queued: %d warm-up(s) already running on node %s, the most at once there (--max-per-node)", cap(node), pod.Spec.NodeName))
 			select {
 			case node <- struct{}{}:
@@ -296,12 +340,18 @@ func (r *Reconciler) warm(ctx context.Context, pod *corev1.Pod, cfg Config, targ
 	select {
 	case <-w.ready:
 	default:
+		enqueue()
 		_ = r.setCondition(ctx, pod, corev1.ConditionFalse, ReasonQueued, r.slots.queued(pod.Namespace))
 	}
 	if r.slots.acquire(ctx, w) != nil {
 		return
 	}
-	defer r.slots.release(pod.Namespace)
+	dequeue()
+	r.Metrics.SlotHeld(1)
+	defer func() {
+		r.slots.release(pod.Namespace)
+		r.Metrics.SlotHeld(-1)
+	}()
 
 	if cfg.YieldCPU != YieldOff {
 		r.lowerCPU(ctx, log, pod, "warming")
@@ -315,6 +365,8 @@ func (r *Reconciler) warm(ctx context.Context, pod *corev1.Pod, cfg Config, targ
 	off := false
 	run.RejectSlowerVersion = &off
 	run = r.withinBudget(run)
+	r.Metrics.Running(1)
+	started := time.Now()
 	res, err := warmup.Run(ctx, run, []warmup.Target{target}, warmup.Options{Stable: neighbours, Logger: log, OnProgress: func(p warmup.Progress) {
 		if p.Phase != warmup.PhaseLoad || p.Target == "" || p.Stable {
 			return
@@ -332,6 +384,11 @@ func (r *Reconciler) warm(ctx context.Context, pod *corev1.Pod, cfg Config, targ
 		}
 		_ = r.setCondition(ctx, pod, corev1.ConditionFalse, ReasonWarming, msg)
 	}})
+	r.Metrics.Running(-1)
+	elapsed = time.Since(started)
+	if res != nil {
+		requests = res.Requests()
+	}
 	if ctx.Err() != nil {
 		// Deleted, or a container restarted: the latter is warmed again,
 		// and its CPU request goes back after that warm-up.
@@ -344,6 +401,7 @@ func (r *Reconciler) warm(ctx context.Context, pod *corev1.Pod, cfg Config, targ
 	wctx, done := context.WithTimeout(context.Background(), 30*time.Second)
 	defer done()
 	r.restoreCPU(wctx, log, pod)
+	outcome = warmup.OutcomeOf(err)
 	if err == nil {
 		msg := fmt.Sprintf("warm: %s", res.Summary())
 		log.Info("pod warm", "summary", res.Summary())
@@ -358,6 +416,15 @@ func (r *Reconciler) warm(ctx context.Context, pod *corev1.Pod, cfg Config, targ
 		return
 	}
 	r.failed(wctx, log, pod, cfg, err)
+}
+
+// stoppedOutcome is the outcome of a warm-up whose context ended: why the
+// gate stopped it.
+func stoppedOutcome(ctx context.Context) string {
+	if errors.Is(context.Cause(ctx), errContainersNotReady) {
+		return metrics.OutcomeRestarted
+	}
+	return metrics.OutcomeDeleted
 }
 
 // failed records a failed attempt: another one after the back-off, or the
@@ -432,8 +499,9 @@ func (r *Reconciler) forget(uid types.UID) {
 	r.mu.Unlock()
 }
 
-// stop cancels a pod's warm-up and waits (briefly) for its load to stop.
-func (r *Reconciler) stop(uid types.UID, why string) bool {
+// stop cancels a pod's warm-up and waits (briefly) for its load to stop;
+// why is the cause its context ends with.
+func (r *Reconciler) stop(uid types.UID, why error) bool {
 	r.mu.Lock()
 	j := r.jobs[uid]
 	delete(r.jobs, uid)
@@ -441,8 +509,8 @@ func (r *Reconciler) stop(uid types.UID, why string) bool {
 	if j == nil {
 		return false
 	}
-	r.Log.Info("stopping warm-up", "pod", j.pod.String(), "reason", why)
-	j.cancel()
+	r.Log.Info("stopping warm-up", "pod", j.pod.String(), "reason", why.Error())
+	j.cancel(why)
 	select {
 	case <-j.done:
 	case <-time.After(2 * time.Second):
@@ -451,7 +519,7 @@ func (r *Reconciler) stop(uid types.UID, why string) bool {
 }
 
 // stopPod stops the warm-up of a pod known only by name (it is gone).
-func (r *Reconciler) stopPod(name types.NamespacedName, why string) {
+func (r *Reconciler) stopPod(name types.NamespacedName, why error) {
 	r.mu.Lock()
 	var uids []types.UID
 	for uid, j := range r.jobs {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/danki-dev/danki/pkg/metrics"
 	"github.com/danki-dev/danki/pkg/wellknown"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -29,6 +30,8 @@ type Injector struct {
 	// RecordKey signs the record (the Reconciler's key); without one the
 	// record is unsigned, and the gate never resizes the pod.
 	RecordKey RecordKey
+	// Metrics counts the answers (nil: not counted).
+	Metrics *metrics.Gate
 }
 
 // NewInjector returns the webhook's handler.
@@ -38,10 +41,12 @@ func NewInjector(d admission.Decoder) *Injector { return &Injector{decoder: d} }
 func (i *Injector) Handle(_ context.Context, req admission.Request) admission.Response {
 	var pod corev1.Pod
 	if err := i.decoder.Decode(req, &pod); err != nil {
+		i.Metrics.Admission("error")
 		return admission.Errored(http.StatusBadRequest, err)
 	}
 	gated := HasGate(&pod)
 	if !OptedIn(pod.Annotations) && !gated {
+		i.Metrics.Admission("passed")
 		return admission.Allowed("")
 	}
 	if !gated {
@@ -57,7 +62,9 @@ func (i *Injector) Handle(_ context.Context, req admission.Request) admission.Re
 	pod.Labels[wellknown.GatedLabel] = "true"
 	mutated, err := json.Marshal(&pod)
 	if err != nil {
+		i.Metrics.Admission("error")
 		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("encode the gated pod: %w", err))
 	}
+	i.Metrics.Admission("gated")
 	return admission.PatchResponseFromRaw(req.Object.Raw, mutated)
 }

@@ -261,6 +261,10 @@ type Decision struct {
 	// invariants) and the ramp restarted from the current weight; nil
 	// otherwise.
 	StateReset error
+	// Breach: this decision counted a breach (the back-off or failure it
+	// makes); NoVerdict set means the gate had none for MaxHold, else it
+	// failed.
+	Breach bool
 }
 
 // Next decides the ramp's next step: from the kept state (nil if none), the
@@ -407,6 +411,7 @@ func (p Plan) backOff(d Decision, st *State, now time.Time, say func(string, ...
 	}
 	st.Weight = st.LastGood
 	d.Weight = st.LastGood
+	d.Breach = true
 	if st.Breaches >= p.MaxBreaches {
 		st.Phase, st.AwaitVerdict = PhaseFailed, false
 		d.Action, d.Wait, d.Reason = ActionFail, 0, say("%s; back at the last good weight %d%%; ramp failed after %d breaches", st.Reason, st.LastGood, st.Breaches)

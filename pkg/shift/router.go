@@ -65,6 +65,18 @@ type Rollout struct {
 	Aborter Aborter
 }
 
+// Observer sees what a Router decided and did: pkg/metrics.Plugin
+// implements it for the plugin's metrics endpoint.
+type Observer interface {
+	// RampDecision is called once per SetWeight call's decision: its
+	// action (Action's words) and, when it counted a breach, the breach's
+	// cause: "slo" (the gate failed) or "no_verdict" (none for maxHold).
+	RampDecision(action, breach string)
+	// RampAbort is called when the Router aborted a rollout whose ramp
+	// failed; err is the abort's own error (nil: aborted).
+	RampAbort(err error)
+}
+
 // Router is a gated traffic router for a front end that calls it
 // repeatedly and concurrently, for many rollouts (the danki/istio plugin):
 // it serialises calls per VirtualService, builds each rollout's gate once,
@@ -76,6 +88,9 @@ type Router struct {
 	// Binding's Gate (default GateFromConfig); tests replace them.
 	Now     func() time.Time
 	GateFor func(raw json.RawMessage) (Gate, error)
+	// Observer, if set, sees every ramp decision and abort (danki's own
+	// metrics; set it before the first call).
+	Observer Observer
 
 	name string
 	log  *slog.Logger
@@ -194,9 +209,23 @@ func (r *Router) SetWeight(ctx context.Context, ro Rollout, weight int, extras .
 			return err
 		}
 		log.Debug("ramp step", "action", string(d.Action), "from", d.From, "weight", d.Weight, "target", weight, "reason", d.Reason)
+		if r.Observer != nil {
+			r.Observer.RampDecision(string(d.Action), breachCause(d))
+		}
 		r.report(ctx, ro, d, log)
 		return nil
 	})
+}
+
+// breachCause is the cause of the breach d counted ("" for none).
+func breachCause(d Decision) string {
+	switch {
+	case !d.Breach:
+		return ""
+	case d.NoVerdict != nil:
+		return "no_verdict"
+	}
+	return "slo"
 }
 
 // report records what users of the rollout must see: a reset ramp state,
@@ -265,6 +294,9 @@ func (r *Router) abort(ctx context.Context, ro Rollout, breach error, log *slog.
 	err := errors.New("no Aborter for this rollout")
 	if ro.Aborter != nil {
 		err = ro.Aborter.Abort(ctx)
+	}
+	if r.Observer != nil {
+		r.Observer.RampAbort(err)
 	}
 	if err != nil {
 		msg = fmt.Sprintf("%s could not abort the rollout (%v); the step stays unverified: %v", r.name, err, breach)

@@ -83,6 +83,17 @@ type Job struct {
 	Guard func(ctx context.Context, canary, stable []warmup.Target) (func(netip.Addr) error, error)
 }
 
+// Observer sees what the supervised warm-ups did: pkg/metrics.Plugin
+// implements it for the plugin's metrics endpoint.
+type Observer interface {
+	// WarmupEnded is called once per run this Supervisor started, when it
+	// ends: its outcome (warmup.OutcomeOf's words) and how long it ran.
+	WarmupEnded(outcome string, elapsed time.Duration)
+	// WarmupRequests adds warm-up requests sent to canary targets, as
+	// they go out (at every window).
+	WarmupRequests(n int64)
+}
+
 // Supervisor runs warm-ups in the background for callers that poll: the Argo
 // Rollouts step plugin calls Run again and again while a step runs, from
 // several workers at once, and its process may restart in the middle. Each
@@ -91,6 +102,9 @@ type Job struct {
 // expiry). It is safe for concurrent use.
 type Supervisor struct {
 	log *slog.Logger
+	// Observer, if set, sees every run end and the requests it sent
+	// (danki's own metrics; set it before the first Start).
+	Observer Observer
 
 	// mu makes Start's look-up, replacement and start one step: two
 	// workers polling the same step start one run.
@@ -157,7 +171,7 @@ func (s *Supervisor) Start(key RunKey, previous *Status, job Job) Status {
 	// A new revision or step replaces the owner's other runs (cancel does
 	// not wait: their load stops within hardStopGrace).
 	s.runs.Cancel(ownerPrefix(key.Owner))
-	r := &supervisedRun{key: key, status: status, pods: map[string]*PodProgress{}}
+	r := &supervisedRun{key: key, status: status, pods: map[string]*PodProgress{}, observer: s.Observer}
 	var watch func(context.Context, func(error))
 	if job.Owner != nil {
 		watch = func(ctx context.Context, stop func(error)) {
@@ -205,9 +219,12 @@ func (s *Supervisor) Keys() []RunKey {
 type supervisedRun struct {
 	key RunKey
 
+	observer Observer // nil: none
+
 	mu     sync.Mutex
 	status Status
 	pods   map[string]*PodProgress
+	sent   int64 // requests passed to observer
 }
 
 func (r *supervisedRun) snapshot() Status {
@@ -227,6 +244,14 @@ func (r *supervisedRun) set(phase Phase, msg string) {
 // execute runs job; its owner check (Job.Owner) runs beside it as the
 // job's watch (Supervisor.Start).
 func (r *supervisedRun) execute(ctx context.Context, log *slog.Logger, cfg warmup.Config, job Job) {
+	// The run's outcome for the Observer, once the deferred calls below
+	// settled its phase; failure is the load's error, which says more than
+	// the phase (not converged, rejected).
+	var failure error
+	if r.observer != nil {
+		started := time.Now()
+		defer func() { r.observer.WarmupEnded(outcomeOf(r.snapshot().Phase, failure), time.Since(started)) }()
+	}
 	// A run its owner check stopped ends Stopped with the reason, whatever
 	// the load made of its cancelled context.
 	defer func() {
@@ -274,7 +299,7 @@ func (r *supervisedRun) execute(ctx context.Context, log *slog.Logger, cfg warmu
 	}
 	r.mu.Unlock()
 	if job.Main != nil {
-		r.executeMain(ctx, log, canary, job)
+		failure = r.executeMain(ctx, log, canary, job)
 		return
 	}
 	r.set(PhaseHealth, fmt.Sprintf("waiting for %d pod(s) to answer %s", len(canary), run.HealthCheck(canary)))
@@ -301,6 +326,7 @@ func (r *supervisedRun) execute(ctx context.Context, log *slog.Logger, cfg warmu
 	case errors.Is(err, context.Canceled):
 		r.set(PhaseStopped, "warm-up stopped: "+err.Error())
 	default:
+		failure = err
 		msg := err.Error()
 		if res != nil {
 			msg = fmt.Sprintf("warm-up failed: %s (%d requests)", res.Reason, res.Requests())
@@ -312,7 +338,7 @@ func (r *supervisedRun) execute(ctx context.Context, log *slog.Logger, cfg warmu
 
 // executeMain runs Job.Main (instead of the synthetic load), then
 // Job.After.
-func (r *supervisedRun) executeMain(ctx context.Context, log *slog.Logger, canary []warmup.Target, job Job) {
+func (r *supervisedRun) executeMain(ctx context.Context, log *slog.Logger, canary []warmup.Target, job Job) error {
 	report := func(p string) { r.set(PhaseLoad, p) }
 	r.set(PhaseLoad, "starting")
 	summary, err := job.Main(ctx, canary, report)
@@ -332,6 +358,24 @@ func (r *supervisedRun) executeMain(ctx context.Context, log *slog.Logger, canar
 		log.Info("warm-up converged", "summary", summary)
 		r.set(PhaseConverged, summary)
 	}
+	return err
+}
+
+// outcomeOf is a finished run's outcome: its phase, refined by the load's
+// error for a failed one.
+func outcomeOf(phase Phase, failure error) string {
+	switch phase {
+	case PhaseConverged:
+		return warmup.OutcomeWarm
+	case PhaseStopped:
+		return warmup.OutcomeStopped
+	}
+	if failure != nil {
+		if o := warmup.OutcomeOf(failure); o != warmup.OutcomeWarm && o != warmup.OutcomeStopped {
+			return o
+		}
+	}
+	return warmup.OutcomeFailed
 }
 
 // onProgress folds a warm-up snapshot into the status.
@@ -339,6 +383,12 @@ func (r *supervisedRun) onProgress(p warmup.Progress) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.status.fold(p, r.pods)
+	// Progress.Requests counts the canary's requests so far (0 at phase
+	// changes): the Observer gets what is new.
+	if r.observer != nil && !p.Stable && p.Requests > r.sent {
+		r.observer.WarmupRequests(p.Requests - r.sent)
+		r.sent = p.Requests
+	}
 }
 
 type runGuardKey struct{}
