@@ -33,7 +33,7 @@ LAB_CGROUP=${LAB_CGROUP:-$NETNS}
 log() { printf '[lab %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 
-kubectl_lab() { kubectl --kubeconfig "$kubeconfig" "$@" 2>&1 | grep -v 'version difference' ; return "${PIPESTATUS[0]}"; }
+kubectl_lab() { kubectl --kubeconfig "$kubeconfig" "$@" 2>&1 | { grep -v 'version difference' || true; }; return "${PIPESTATUS[0]}"; }
 
 # build_danki NAME...: builds danki's own binaries into $bin: danki (the Argo
 # Rollouts plugins, what the lab's controller runs) and danki-lab (the lab

@@ -194,6 +194,10 @@ MESH
 # the runner moved to containerPort + APP_PORT_OFFSET; egress ~/* gives them
 # no outbound listeners (pods share one netns: 127.0.0.1:<service port>
 # listeners would clash). strict: mesh-wide PeerAuthentication STRICT.
+# Both modes: an AuthorizationPolicy admits only the gateway's and danki's
+# principals to the pods of namespace default (docs/warmup.md, "Telling
+# warm-up from users"); plaintext has no principal, so under permissive it
+# gets 403 too. Probes and Prometheus reach the apps past the sidecars.
 mesh_config() {
 	kubectl_lab label namespace default istio-injection=enabled --overwrite >/dev/null
 	local off=$APP_PORT_OFFSET
@@ -235,7 +239,22 @@ PA
 	else
 		kubectl_lab delete peerauthentication default -n istio-system --ignore-not-found >/dev/null
 	fi
-	log "mesh: LAB_MESH=$LAB_MESH: namespace default injected (Sidecar captureMode NONE, apps on containerPort+$off)$([ "$LAB_MESH" = strict ] && echo ', PeerAuthentication STRICT')"
+	kubectl_lab apply -f - >/dev/null <<AUTHZ
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: gateway-and-danki, namespace: default}
+spec:
+  action: ALLOW
+  rules:
+  - from:
+    - source:
+        principals:
+        - cluster.local/ns/istio-system/sa/istio-ingressgateway # users, mirrored copies
+        - cluster.local/ns/argo-rollouts/sa/danki               # the plugins
+        - cluster.local/ns/danki-gate/sa/danki                  # danki gate
+        - cluster.local/ns/danki-system/sa/danki                # the CLI, the e2e tests' own requests
+AUTHZ
+	log "mesh: LAB_MESH=$LAB_MESH: namespace default injected (Sidecar captureMode NONE, apps on containerPort+$off)$([ "$LAB_MESH" = strict ] && echo ', PeerAuthentication STRICT'), AuthorizationPolicy gateway-and-danki"
 }
 
 # start_gateway: the ingress gateway under `pilot-agent proxy router`
@@ -518,7 +537,7 @@ down() {
 # label, no proxy NACKed, the gateway answers 200 (over mTLS to the pods),
 # the app saw the gateway's mesh identity (x-forwarded-client-cert), and a
 # plaintext request straight to podIP:containerPort is refused under strict
-# (answered under permissive).
+# (under permissive: answered 403 by the AuthorizationPolicy).
 check() {
 	mesh_on || die "mesh.sh check: LAB_MESH=$LAB_MESH: nothing to check (set LAB_MESH=permissive or strict, as for up)"
 	if ! kubectl_lab get rollout app -n default >/dev/null 2>&1; then
@@ -557,10 +576,12 @@ check() {
 			[ "$rc" != 0 ] || die "check: plaintext http://$ip:8080/ ($name) answered $out under STRICT"
 			log "check: plaintext http://$ip:8080/ ($name) refused under STRICT: curl exit $rc: $(sed -n 's/^curl: //p' <<<"$out")"
 		else
-			if [ "$rc" != 0 ] || [ "$out" != 200 ]; then
-				die "check: plaintext http://$ip:8080/ ($name) failed under PERMISSIVE: curl exit $rc $out"
+			# Accepted by the sidecar, denied by AuthorizationPolicy
+			# gateway-and-danki: plaintext carries no principal.
+			if [ "$rc" != 0 ] || [ "$out" != 403 ]; then
+				die "check: plaintext http://$ip:8080/ ($name) under PERMISSIVE: curl exit $rc $out, want 403 (RBAC: access denied)"
 			fi
-			log "check: plaintext http://$ip:8080/ ($name) answered $out under PERMISSIVE"
+			log "check: plaintext http://$ip:8080/ ($name) answered $out under PERMISSIVE (AuthorizationPolicy: no principal)"
 		fi
 	done <<<"$pods"
 	log "check: LAB_MESH=$LAB_MESH OK"

@@ -12,6 +12,8 @@ final class Config {
     int noisePercent = 0;
     int noiseMs = 100;
     int maxConcurrency = 0;
+    /** SPIFFE IDs whose requests are warm-up (x-forwarded-client-cert), see {@link WarmupRule}. */
+    java.util.List<String> warmupPrincipals = java.util.List.of();
 
     static Config parse(String[] args) {
         Config c = new Config();
@@ -25,6 +27,7 @@ final class Config {
         c.noisePercent = intValue("NOISE_PERCENT", env("NOISE_PERCENT", "0"));
         c.noiseMs = intValue("NOISE_MS", env("NOISE_MS", "100"));
         c.maxConcurrency = intValue("MAX_CONCURRENCY", env("MAX_CONCURRENCY", "0"));
+        c.warmupPrincipals = WarmupRule.parsePrincipals(env("WARMUP_PRINCIPALS", ""));
         for (int i = 0; i < args.length; i++) {
             String a = args[i];
             String v = i + 1 < args.length ? args[i + 1] : null;
@@ -39,14 +42,17 @@ final class Config {
                 case "--noise-percent" -> c.noisePercent = intValue(a, need(a, v));
                 case "--noise-ms" -> c.noiseMs = intValue(a, need(a, v));
                 case "--max-concurrency" -> c.maxConcurrency = intValue(a, need(a, v));
+                case "--warmup-principals" -> c.warmupPrincipals = WarmupRule.parsePrincipals(need(a, v));
                 case "-h", "--help" -> {
                     System.err.println("usage: sample-app [--version V] [--bind ADDR] [--port N] [--slow-ms MS] [--slow-percent P] [--threads N]\n"
                             + "       [--cold-shape " + Shape.NAMES.replace(", ", "|") + "] [--noise-percent P] [--noise-ms MS] [--max-concurrency N]\n"
-                            + "  (or env VERSION, BIND_ADDRESS, PORT, SLOW_MS, SLOW_PERCENT, THREADS, COLD_SHAPE, NOISE_PERCENT, NOISE_MS, MAX_CONCURRENCY;\n"
+                            + "       [--warmup-principals spiffe://TD/ns/NS/sa/SA,...]\n"
+                            + "  (or env VERSION, BIND_ADDRESS, PORT, SLOW_MS, SLOW_PERCENT, THREADS, COLD_SHAPE, NOISE_PERCENT, NOISE_MS, MAX_CONCURRENCY,\n"
+                            + "   WARMUP_PRINCIPALS;\n"
                             + "   each shape's own settings are environment variables: see the README)");
                     System.exit(0);
                 }
-                default -> fail("unknown flag " + a + " (known: --version --bind --port --slow-ms --slow-percent --threads --cold-shape --noise-percent --noise-ms --max-concurrency)");
+                default -> fail("unknown flag " + a + " (known: --version --bind --port --slow-ms --slow-percent --threads --cold-shape --noise-percent --noise-ms --max-concurrency --warmup-principals)");
             }
             i++;
         }

@@ -20,9 +20,10 @@ import java.util.concurrent.Executors;
  * field reports.
  *
  * <p>Endpoints: {@code GET /} (or {@code /api/quote}) the main work,
- * {@code POST /orders} a write that rolls back under the warm-up header
- * {@code X-Danki-Warmup} and for mirrored requests (a Host ending in
- * {@code -shadow}), {@code GET /orders/count}, {@code GET /healthz},
+ * {@code POST /orders} a write that rolls back for warm-up requests (the
+ * header {@code X-Danki-Warmup}, or with {@code --warmup-principals} the
+ * caller's mesh identity: {@link WarmupRule}) and for mirrored requests (a
+ * Host ending in {@code -shadow}), {@code GET /orders/count}, {@code GET /healthz},
  * {@code GET /metrics} (Prometheus text).
  *
  * <p>Configuration (flag, else environment variable): {@code --version}/VERSION,
@@ -34,7 +35,9 @@ import java.util.concurrent.Executors;
  * and {@code --noise-ms}/NOISE_MS (a noisy neighbour's spikes, see {@link Noise}),
  * {@code --max-concurrency}/MAX_CONCURRENCY (0: unlimited; N: at most N main
  * requests at work at once, the others wait — a lock or a small pool: lower
- * capacity, the same latency at low load).
+ * capacity, the same latency at low load), {@code --warmup-principals}/WARMUP_PRINCIPALS
+ * (a comma list of SPIFFE IDs: requests whose mesh peer is one of them are
+ * warm-up, and the header is then not trusted from a mesh caller).
  */
 public final class Main {
     static final String WARMUP_HEADER = "X-Danki-Warmup";
@@ -52,6 +55,7 @@ public final class Main {
         Workload work = new Workload();
         Shape shape = Shape.of(cfg, work);
         Noise noise = new Noise(cfg);
+        WarmupRule warmup = new WarmupRule(cfg.warmupPrincipals);
 
         HttpServer server = HttpServer.create(new InetSocketAddress(cfg.bind, cfg.port), 128);
         ExecutorService pool = Executors.newFixedThreadPool(cfg.threads);
@@ -60,7 +64,7 @@ public final class Main {
         server.createContext("/healthz", ex -> handle(ex, cfg, metrics, shape, () -> shape.ready()
                 ? new Reply(200, "text/plain", "ok\n") : new Reply(503, "text/plain", "warming up\n")));
         server.createContext("/metrics", ex -> handle(ex, cfg, metrics, shape, () -> new Reply(200, "text/plain; version=0.0.4", metrics.render())));
-        server.createContext("/orders", ex -> handle(ex, cfg, metrics, shape, () -> orders(ex, cfg, work, orders, noise)));
+        server.createContext("/orders", ex -> handle(ex, cfg, metrics, shape, () -> orders(ex, cfg, work, orders, noise, warmup)));
         Runtime.getRuntime().addShutdownHook(new Thread(() -> {
             server.stop(0);
             pool.shutdownNow();
@@ -68,7 +72,9 @@ public final class Main {
         server.start();
         shape.start();
         String extra = (cfg.coldShape.equals("jit") ? "" : ", cold-shape=" + shape.describe())
-                + (noise.on() ? ", noise=" + cfg.noisePercent + "% of " + cfg.noiseMs + " ms" : "");
+                + (noise.on() ? ", noise=" + cfg.noisePercent + "% of " + cfg.noiseMs + " ms" : "")
+                + (warmup.meshMode() ? ", warm-up = x-forwarded-client-cert peer in " + cfg.warmupPrincipals
+                        + " (without x-forwarded-client-cert: " + WARMUP_HEADER + ")" : "");
         System.err.printf("sample-app %s listening on %s:%d (slow-ms=%d, slow-percent=%d, threads=%d, max-concurrency=%d%s)%n",
                 cfg.version, cfg.bind, cfg.port, cfg.slowMs, cfg.slowPercent, cfg.threads, cfg.maxConcurrency, extra);
     }
@@ -124,7 +130,7 @@ public final class Main {
                 + "\",\"filters\":" + r.filters() + "}\n");
     }
 
-    private static Reply orders(HttpExchange ex, Config cfg, Workload work, OrderStore orders, Noise noise) throws Exception {
+    private static Reply orders(HttpExchange ex, Config cfg, Workload work, OrderStore orders, Noise noise, WarmupRule rule) throws Exception {
         String path = ex.getRequestURI().getPath();
         String method = ex.getRequestMethod();
         if (path.equals("/orders/count") && method.equals("GET")) {
@@ -139,27 +145,23 @@ public final class Main {
             }
             slow(cfg);
             noise.spike();
-            boolean warmup = ex.getRequestHeaders().containsKey(WARMUP_HEADER) || mirrored(ex);
-            OrderStore.Outcome o = orders.place(work, body, warmup);
+            WarmupRule.Decision warmup = rule.decide(ex.getRequestHeaders());
+            OrderStore.Outcome o = orders.place(work, body, warmup.warmup());
             return new Reply(o.committed() ? 201 : 200, "application/json", "{\"version\":" + Json.quote(cfg.version)
                     + ",\"id\":" + Json.quote(o.id()) + ",\"total\":\"" + o.total() + "\",\"committed\":" + o.committed()
-                    + ",\"warmup\":" + warmup + "}\n");
+                    + ",\"warmup\":" + warmup.warmup() + ",\"warmupBy\":" + (warmup.by() == null ? "null" : Json.quote(warmup.by())) + "}\n");
         }
         drain(ex);
         return new Reply(405, "application/json", "{\"error\":\"use POST /orders or GET /orders/count\"}\n");
     }
 
     /**
-     * Whether the request is a mirrored copy: Envoy appends {@code -shadow}
-     * to the Host of every request it mirrors (danki's mirror warm-up, Istio
-     * mirrors), and drops the copy's answer, so the user's own request was
-     * served elsewhere and the copy must keep nothing.
+     * A Host (with or without a port) ending in {@code -shadow}: a mirrored
+     * copy. Envoy appends {@code -shadow} to the Host of every request it
+     * mirrors (danki's mirror warm-up, Istio mirrors), and drops the copy's
+     * answer, so the user's own request was served elsewhere and the copy
+     * must keep nothing.
      */
-    static boolean mirrored(HttpExchange ex) {
-        return isShadowHost(ex.getRequestHeaders().getFirst("Host"));
-    }
-
-    /** A Host (with or without a port) ending in {@code -shadow}. */
     static boolean isShadowHost(String host) {
         if (host == null) {
             return false;
