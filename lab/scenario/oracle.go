@@ -42,7 +42,11 @@ func MeasureOracle(ctx context.Context, kubeconfig string, n int, qps float64, c
 	}
 	kube := kubernetes.NewForConfigOrDie(rc)
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "warmup-oracle", Namespace: "default", Labels: map[string]string{"app": "warmup-oracle"}},
+		// No sidecar, whatever LAB_MESH: the oracle is the JVM's own warm-up
+		// curve (the field reports' table), and its fortio client speaks no
+		// Istio mTLS (a STRICT sidecar would reset it).
+		ObjectMeta: metav1.ObjectMeta{Name: "warmup-oracle", Namespace: "default", Labels: map[string]string{"app": "warmup-oracle"},
+			Annotations: map[string]string{"sidecar.istio.io/inject": "false"}},
 		Spec: corev1.PodSpec{
 			NodeName: "danki-lab-node",
 			Containers: []corev1.Container{{
