@@ -13,13 +13,14 @@ DANKI_CACHE ?= $(CURDIR)/.cache
 export DANKI_CACHE
 TOOLS := $(DANKI_CACHE)/tools/bin
 STATICCHECK_VERSION := v0.8.2
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# The nearest v* tag (git describe); v0.0.0-dev.<commit> without one.
+VERSION ?= $(shell hack/version.sh)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 # Integration tests start API servers, Prometheus and the lab: give them room
 # on a 2-core machine.
 TEST_TIMEOUT ?= 60m
 
-.PHONY: all build build-lab release test fuzz unit lint demo bench aa lab-bins lab-up lab-down clean help
+.PHONY: all build build-lab release chart test fuzz unit lint demo bench aa lab-bins lab-up lab-down clean help
 
 all: build
 
@@ -35,31 +36,20 @@ build-lab: ## build bin/danki-lab (the lab runner and demo; not released)
 	go build -trimpath -ldflags '-s -w' -o bin/danki-lab ./lab/cmd/danki-lab
 
 # Argo Rollouts downloads a plugin by URL and checks its sha256: release the
-# bare binaries (no archives) and their sums.
-RELEASE_PLATFORMS := linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
-
-release: ## cross-build dist/danki-{linux,darwin}-{amd64,arm64} + dist/sha256sums.txt + dist/argo-rollouts-config.yaml (deploy/http filled in)
-	rm -rf dist
-	mkdir -p dist
-	for platform in $(RELEASE_PLATFORMS); do \
-		os=$${platform%/*}; arch=$${platform#*/}; \
-		echo "release: building dist/danki-$$os-$$arch ($(VERSION))" >&2; \
-		CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch go build -trimpath -ldflags '$(LDFLAGS)' -o dist/danki-$$os-$$arch ./cmd/danki; \
-	done
-	cd dist && sha256sum danki-* > sha256sums.txt
-	sum=$$(awk '$$2 == "danki-linux-amd64" {print $$1}' dist/sha256sums.txt); \
-	{ echo "# danki $(VERSION) from its GitHub release, checked by sha256 (make release; template: deploy/http)."; \
-	  sed -e '/^#/d' -e 's|/download/vX/|/download/$(VERSION)/|' -e "s|SHA256_OF_danki-linux-amd64|$$sum|" \
-		deploy/http/argo-rollouts-config.yaml; } > dist/argo-rollouts-config.yaml
-	@cat dist/sha256sums.txt
+# bare binaries (no archives) and their sums (hack/release.sh; test/release).
+release: ## cross-build dist/danki-{linux,darwin}-{amd64,arm64} + dist/checksums.txt + dist/argo-rollouts-config.yaml (deploy/http filled in) + dist/argo-rollouts-values.yaml
+	VERSION=$(VERSION) hack/release.sh dist
 
 # The lab's end-to-end tests run after the rest, alone: rollouts of real JVMs
 # judged by their latency should not share two cores with compilers and
 # other packages' API servers.
-test: lint lab-bins ## lint, build the lab, run every test: unit, real API server, fuzzing of the tenant-facing decoders (FUZZTIME each), then the lab end to end (root)
+test: lint chart lab-bins ## lint, lint and render the Helm chart, build the lab, run every test: unit, real API server, fuzzing of the tenant-facing decoders (FUZZTIME each), then the lab end to end (root)
 	go test -count=1 -timeout $(TEST_TIMEOUT) $$(go list ./... | grep -v /test/e2e)
 	hack/fuzz.sh
 	go test -count=1 -timeout $(TEST_TIMEOUT) -v ./test/e2e/ 2>&1 | grep --line-buffered -vE '^\s+lab_test.go:[0-9]+: \[lab' ; exit $${PIPESTATUS[0]}
+
+chart: ## helm lint + helm template of deploy/helm/danki (helm built into $(TOOLS), cached)
+	hack/helm.sh check
 
 fuzz: ## fuzz every tenant-facing decoder (Fuzz* targets) for FUZZTIME each (default 20000x inputs)
 	hack/fuzz.sh

@@ -127,7 +127,9 @@ func TestManifests(t *testing.T) {
 	t.Run("kustomize/deploy/gate", func(t *testing.T) { testGateInstall(t, e, k, root) })
 	t.Run("rejects", func(t *testing.T) { testRejects(t, k) })
 	// Before rbac: it checks the mesh identity's Role without danki-plugins.
-	t.Run("mesh-identity", func(t *testing.T) { testMeshIdentity(t, e, k, root) })
+	t.Run("mesh-identity", func(t *testing.T) {
+		testMeshIdentity(t, e, k, filepath.Join(root, "deploy/rbac/mesh-identity.yaml"), filepath.Join(root, "deploy/gate/rbac.yaml"))
+	})
 	t.Run("rbac", func(t *testing.T) { testRBAC(t, e, k, rendered["deploy"]) })
 }
 

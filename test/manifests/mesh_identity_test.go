@@ -9,7 +9,6 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"math/big"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -37,14 +36,14 @@ import (
 // It must run before testRBAC: there the controller's ServiceAccount also
 // gets the ClusterRole danki-plugins (which may get Secrets, for
 // bearerTokenSecret), and "no Secret" would no longer be the mesh role's.
-func testMeshIdentity(t *testing.T, e *testenv.Env, k *kubectl, root string) {
+func testMeshIdentity(t *testing.T, e *testenv.Env, k *kubectl, files ...string) {
 	ctx := context.Background()
 	if _, err := e.Kube.RbacV1().ClusterRoleBindings().Get(ctx, "danki-plugins", metav1.GetOptions{}); err == nil {
 		t.Fatal("the ClusterRoleBinding danki-plugins exists already: this test must run before the rbac one")
 	}
 	createNamespaces(t, e.Kube, map[string]bool{"argo-rollouts": true, "danki-gate": true})
-	for _, f := range []string{"deploy/rbac/mesh-identity.yaml", "deploy/gate/rbac.yaml"} {
-		if out, err := k.run("apply", "--server-side", "--field-manager=danki-manifests-test", "-f", filepath.Join(root, f)); err != nil {
+	for _, f := range files {
+		if out, err := k.run("apply", "--server-side", "--field-manager=danki-manifests-test", "-f", f); err != nil {
 			t.Fatalf("apply %s: %v\n%s", f, err, out)
 		}
 	}
