@@ -983,6 +983,12 @@ func (d *dankiLab) capacityKnob(t *testing.T) {
 }
 
 func (d *dankiLab) capacityKnobUnchecked(t *testing.T) {
+	// The control of capacityKnob (~220 s): cut from make test when the
+	// sidecars pushed it past its hour (issue #36); the knob's failure at
+	// weight 0 is still checked above.
+	if os.Getenv("DANKI_E2E_LONG") == "" {
+		t.Skip("the capacity knob's control rollout runs with DANKI_E2E_LONG=1 (~4 min; not in make test)")
+	}
 	d.deploy(t, capacityKnobEnv, map[string]any{"qps": capacityWarmQPS})
 	st := d.awaitWarmup(t, 6*time.Minute)
 	if st.Phase != v1alpha1.StepPluginPhaseSuccessful {
