@@ -27,7 +27,7 @@ type QueryObserver interface {
 func WithQueryObserver(o QueryObserver) Option { return func(a *Analyzer) { a.queries = o } }
 
 // queryErrorKind is the QueryObserver's word for a query's outcome ("" for
-// a usable answer), in the order explain tells the errors apart.
+// a usable answer). Prometheus.explain words its message by the same kind.
 func queryErrorKind(err error, val model.Value) string {
 	if err == nil {
 		switch val.(type) {

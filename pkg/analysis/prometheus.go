@@ -2,16 +2,12 @@ package analysis
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
 	"math"
-	"net"
 	"net/http"
-	"net/url"
 	"slices"
 	"sort"
 	"strconv"
@@ -429,19 +425,20 @@ func (p *Prometheus) instant(ctx context.Context, query string, at time.Time) (m
 }
 
 func (p *Prometheus) explain(query string, err error) error {
-	var apiErr *promv1.Error
-	var certErr *tls.CertificateVerificationError
-	var unknownCA x509.UnknownAuthorityError
-	var hostErr x509.HostnameError
-	var netErr net.Error
-	var urlErr *url.Error
 	if ce, ok := asCredentialError(err); ok {
 		return fmt.Errorf("prometheus at %s not queried: %w", p.address, ce)
 	}
-	switch {
-	case errors.As(err, &apiErr) && apiErr.Type == promv1.ErrBadData:
+	var apiErr *promv1.Error
+	errors.As(err, &apiErr)
+	// One classification for the message and the query-error metric
+	// (observer.go's queryErrorKind).
+	switch queryErrorKind(err, nil) {
+	case "bad_query":
 		return fmt.Errorf("prometheus rejected query %s: %s; fix the PromQL", query, apiErr.Msg)
-	case errors.As(err, &apiErr):
+	case "server":
+		if apiErr == nil {
+			break
+		}
 		msg := apiErr.Msg
 		if detail := oneLine(apiErr.Detail); detail != "" {
 			if len(detail) > 300 {
@@ -450,11 +447,11 @@ func (p *Prometheus) explain(query string, err error) error {
 			msg += ": " + detail
 		}
 		return fmt.Errorf("prometheus query %s failed (%s): %s", query, apiErr.Type, msg)
-	case errors.Is(err, context.DeadlineExceeded):
+	case "timeout":
 		return fmt.Errorf("prometheus query %s: no answer within %s; raise timeout or check Prometheus' load: %w", query, p.timeout, err)
-	case errors.As(err, &certErr), errors.As(err, &unknownCA), errors.As(err, &hostErr):
+	case "tls":
 		return fmt.Errorf("prometheus at %s: TLS verification failed (query %s): %w; set prometheus.caFile to the CA that signed its certificate (or insecureSkipVerify for a test setup)", p.address, query, err)
-	case errors.As(err, &netErr), errors.As(err, &urlErr):
+	case "unreachable":
 		return fmt.Errorf("prometheus at %s unreachable (query %s): %w; check prometheus.address and the network path", p.address, query, err)
 	}
 	return fmt.Errorf("prometheus query %s: %w", query, err)
