@@ -55,26 +55,7 @@ current-context: c
 	}
 
 	dispense := func(t *testing.T, kind, key string, p goplugin.Plugin) any {
-		var stderr bytes.Buffer
-		cmd := exec.Command(bin, "plugin")
-		cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
-		client := goplugin.NewClient(&goplugin.ClientConfig{
-			HandshakeConfig: goplugin.HandshakeConfig{ProtocolVersion: rollouts.ProtocolVersion, MagicCookieKey: rollouts.MagicCookieKey, MagicCookieValue: kind},
-			Plugins:         map[string]goplugin.Plugin{key: p},
-			Cmd:             cmd,
-			Stderr:          &stderr,
-			Logger:          hclog.NewNullLogger(),
-		})
-		t.Cleanup(client.Kill)
-		conn, err := client.Client()
-		if err != nil {
-			t.Fatalf("start danki plugin as %s: %v\nstderr: %s", kind, err, stderr.String())
-		}
-		raw, err := conn.Dispense(key)
-		if err != nil {
-			t.Fatalf("dispense %s: %v", key, err)
-		}
-		return raw
+		return startPlugin(t, bin, kubeconfig, kind, key, p, "plugin")
 	}
 
 	t.Run("step", func(t *testing.T) {
@@ -169,25 +150,8 @@ func TestPluginServesItsMetrics(t *testing.T) {
 	l := testutil.ListenLoopback(t)
 	addr := l.Addr().String()
 	_ = l.Close()
-	var stderr bytes.Buffer
-	cmd := exec.Command(bin, "plugin", "--metrics-address", addr, "--prometheus", "http://127.0.0.1:1")
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+filepath.Join(t.TempDir(), "none"))
-	client := goplugin.NewClient(&goplugin.ClientConfig{
-		HandshakeConfig: goplugin.HandshakeConfig{ProtocolVersion: rollouts.ProtocolVersion, MagicCookieKey: rollouts.MagicCookieKey, MagicCookieValue: rollouts.KindMetricProvider},
-		Plugins:         map[string]goplugin.Plugin{"RpcMetricProviderPlugin": &rpc.RpcMetricProviderPlugin{}},
-		Cmd:             cmd,
-		Stderr:          &stderr,
-		Logger:          hclog.NewNullLogger(),
-	})
-	t.Cleanup(client.Kill)
-	conn, err := client.Client()
-	if err != nil {
-		t.Fatalf("start danki plugin --metrics-address %s: %v\nstderr: %s", addr, err, stderr.String())
-	}
-	raw, err := conn.Dispense("RpcMetricProviderPlugin")
-	if err != nil {
-		t.Fatal(err)
-	}
+	raw := startPlugin(t, bin, filepath.Join(t.TempDir(), "none"), rollouts.KindMetricProvider, "RpcMetricProviderPlugin", &rpc.RpcMetricProviderPlugin{},
+		"plugin", "--metrics-address", addr, "--prometheus", "http://127.0.0.1:1")
 	p := raw.(rpc.MetricProviderPlugin)
 	metric := v1alpha1.Metric{Name: "latency", Provider: v1alpha1.MetricProvider{Plugin: map[string]json.RawMessage{
 		"danki/latency": json.RawMessage(`{"source":"envoy","window":"5m","prometheus":{"address":"http://127.0.0.1:1"},"envoy":{"canaryCluster":"c","stableCluster":"s"},"slo":{"p99":"250ms"}}`),
@@ -208,4 +172,31 @@ func TestPluginServesItsMetrics(t *testing.T) {
 	if _, ok := s.Value("process_start_time_seconds"); !ok {
 		t.Error("no process metrics on the plugin's endpoint")
 	}
+}
+
+// startPlugin starts bin with args as the Argo controller starts a plugin of
+// kind (go-plugin, Argo's handshake), with KUBECONFIG=kubeconfig, and
+// dispenses key. The process is killed when the test ends.
+func startPlugin(t *testing.T, bin, kubeconfig, kind, key string, p goplugin.Plugin, args ...string) any {
+	t.Helper()
+	var stderr bytes.Buffer
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
+	client := goplugin.NewClient(&goplugin.ClientConfig{
+		HandshakeConfig: goplugin.HandshakeConfig{ProtocolVersion: rollouts.ProtocolVersion, MagicCookieKey: rollouts.MagicCookieKey, MagicCookieValue: kind},
+		Plugins:         map[string]goplugin.Plugin{key: p},
+		Cmd:             cmd,
+		Stderr:          &stderr,
+		Logger:          hclog.NewNullLogger(),
+	})
+	t.Cleanup(client.Kill)
+	conn, err := client.Client()
+	if err != nil {
+		t.Fatalf("start danki %v as %s: %v\nstderr: %s", args, kind, err, stderr.String())
+	}
+	raw, err := conn.Dispense(key)
+	if err != nil {
+		t.Fatalf("dispense %s: %v", key, err)
+	}
+	return raw
 }
