@@ -50,10 +50,13 @@ func LabMesh(cache string) (string, error) {
 	}
 }
 
+// Meshed says whether a lab in mesh mode mesh has sidecars.
+func Meshed(mesh string) bool { return mesh != "" && mesh != MeshNone }
+
 // MeshFlags are danki's operator flags for a process whose mesh identity is
 // ServiceAccount danki of namespace ns; none when the lab has no mesh.
 func MeshFlags(mesh, ns string) []string {
-	if mesh == "" || mesh == MeshNone {
+	if !Meshed(mesh) {
 		return nil
 	}
 	return []string{"--istiod-address", LabCAAddress, "--mesh-namespace", ns, "--mesh-service-account", DankiServiceAccount}

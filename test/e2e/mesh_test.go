@@ -31,7 +31,7 @@ func (l *lab) startMesh(t *testing.T, cache string) {
 	}
 	l.mesh = mesh
 	t.Logf("lab mesh: LAB_MESH=%s", mesh)
-	if mesh == scenario.MeshNone {
+	if !scenario.Meshed(mesh) {
 		return
 	}
 	if err := scenario.EnsureDankiServiceAccount(l.ctx, l.kube, testMeshNamespace); err != nil {
@@ -42,7 +42,7 @@ func (l *lab) startMesh(t *testing.T, cache string) {
 }
 
 // meshed says whether the lab's pods have sidecars.
-func (l *lab) meshed() bool { return l.mesh != "" && l.mesh != scenario.MeshNone }
+func (l *lab) meshed() bool { return scenario.Meshed(l.mesh) }
 
 // podDo sends one request straight to pod's port, as danki's load does:
 // over Istio mTLS (proving the pod's SPIFFE ID) when the pod has a sidecar,

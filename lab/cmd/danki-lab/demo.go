@@ -69,7 +69,7 @@ and stops the lab; "make bench" adds --oracle and reports ratios.`,
 			if _, err := os.Stat(filepath.Join(root, "lab", "manifests", "danki")); err != nil {
 				return fmt.Errorf("--root %s: not the danki repository (no lab/manifests/danki): %w", root, err)
 			}
-			mesh, err := labMesh(labCache(root))
+			mesh, err := scenario.LabMesh(labCache(root))
 			if err != nil {
 				return err
 			}

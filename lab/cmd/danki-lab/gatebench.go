@@ -101,7 +101,7 @@ A lab it started is stopped again (lab/scripts/down.sh).`,
 			if err := os.MkdirAll(out, 0o755); err != nil {
 				return err
 			}
-			mesh, err := labMesh(cache)
+			mesh, err := scenario.LabMesh(cache)
 			if err != nil {
 				return err
 			}

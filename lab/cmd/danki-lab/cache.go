@@ -3,8 +3,6 @@ package main
 import (
 	"os"
 	"path/filepath"
-
-	"github.com/danki-dev/danki/lab/scenario"
 )
 
 // labCache is the lab's cache directory: $DANKI_CACHE, else <root>/.cache
@@ -14,10 +12,4 @@ func labCache(root string) string {
 		return c
 	}
 	return filepath.Join(root, ".cache")
-}
-
-// labMesh is the running lab's LAB_MESH, for the results and the danki
-// processes a scenario starts.
-func labMesh(cache string) (string, error) {
-	return scenario.LabMesh(cache)
 }
