@@ -115,9 +115,12 @@ func TestShapes(t *testing.T) {
 		if len(misses) != keys || len(rs)-full < 50 {
 			t.Fatalf("cache: the test's seeded keys should fill the cache (%d keys) early, got %d misses, full after %d of %d", keys, len(misses), full, len(rs))
 		}
-		// The step: once full, most requests are well below a miss's cost.
-		if p := pct(latencies(rs[full:]), 90); p >= missMs {
-			t.Errorf("cache: no step down once the cache is full: p90 of requests %d–%d is %.1f ms, not below CACHE_MISS_MS %d", full+1, len(rs), p, missMs)
+		// The step: once full, most requests are below a miss's cost (every
+		// miss costs at least CACHE_MISS_MS, so without the step the median
+		// could not be). The median, not p90: on two shared cores a busy
+		// machine puts a tenth of a still-cold JVM's requests near 40 ms.
+		if p := p50(latencies(rs[full:])); p >= missMs {
+			t.Errorf("cache: no step down once the cache is full: p50 of requests %d–%d is %.1f ms, not below CACHE_MISS_MS %d", full+1, len(rs), p, missMs)
 		}
 	})
 
