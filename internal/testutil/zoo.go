@@ -24,7 +24,11 @@ type Shape struct {
 	// It gets the request number n (1-based), the endpoint the request
 	// picked and how often that endpoint was hit before, and the run's
 	// random source for per-request randomness (cache keys).
-	Cold func(n int64, endpoint int, hits int64, r *rand.Rand) float64
+	Cold ColdFunc
+	// Run, when set, draws a run's own Cold from the run's random source
+	// at its start (a JIT's tiers stepping at request counts of their
+	// own); it replaces Cold.
+	Run func(r *rand.Rand) ColdFunc
 	// Endpoints are the weights of a request mix (nil: one endpoint).
 	Endpoints []float64
 	// Noise adds a noisy neighbour's spikes (see NoisyNeighbour).
@@ -33,6 +37,9 @@ type Shape struct {
 	// its oracle is "not warm yet" (math.MaxInt64).
 	Never bool
 }
+
+// ColdFunc is a shape's cold factor (Shape.Cold).
+type ColdFunc func(n int64, endpoint int, hits int64, r *rand.Rand) float64
 
 // Noisy neighbour: isolated spikes on 0.3 % of requests (10–40 × the
 // median, a stop-the-world pause or a preempted thread) and episodes
@@ -54,11 +61,45 @@ type Sequence struct {
 	n       int64
 	hits    []int64
 	episode int
+	cold    ColdFunc
+	quiet   bool
 }
 
 // Sequence starts a run of the shape from seed.
 func (s *Shape) Sequence(seed uint64) *Sequence {
-	return &Sequence{shape: s, r: rand.New(rand.NewPCG(seed, 0x5eed)), hits: make([]int64, max(1, len(s.Endpoints)))}
+	q := &Sequence{shape: s, r: rand.New(rand.NewPCG(seed, 0x5eed)), hits: make([]int64, max(1, len(s.Endpoints))), cold: s.Cold}
+	if s.Run != nil {
+		q.cold = s.Run(q.r)
+	}
+	return q
+}
+
+// Quiet drops the noisy neighbour from the rest of the run: what the pod
+// itself does (how warm it is) without the spikes a warm pod meets too.
+func (q *Sequence) Quiet() { q.quiet = true }
+
+// Warm is the shape fully warm: every request's cold factor is the one it
+// has after a billion requests (a JIT's last tier, a full cache, and
+// whatever stays, such as GC pauses), with the same noise. It stands for
+// the stable pods a canary of the shape is compared with.
+func (s *Shape) Warm() *Shape {
+	w := *s
+	w.Name += " (warm)"
+	w.Never = false
+	cold := s.Cold
+	run := s.Run
+	w.Run = func(r *rand.Rand) ColdFunc {
+		c := cold
+		if run != nil {
+			c = run(r)
+		}
+		if c == nil {
+			return nil
+		}
+		return func(_ int64, e int, _ int64, r *rand.Rand) float64 { return max(0, c(1e9, e, 1e9, r)) }
+	}
+	w.Cold = nil
+	return &w
 }
 
 // Next is the latency of the next request.
@@ -73,10 +114,10 @@ func (q *Sequence) Next() time.Duration {
 	q.hits[endpoint]++
 	warm := float64(s.Median) * math.Exp(s.Sigma*q.r.NormFloat64())
 	lat := warm
-	if s.Cold != nil {
-		lat *= 1 + s.Cold(q.n, endpoint, hits, q.r)
+	if q.cold != nil {
+		lat *= 1 + q.cold(q.n, endpoint, hits, q.r)
 	}
-	if s.Noise {
+	if s.Noise && !q.quiet {
 		if q.episode == 0 && q.r.Float64() < episodeProb {
 			q.episode = episodeLength
 		}
@@ -126,6 +167,7 @@ func Zoo() []*Shape {
 		{Name: "lazy-endpoints", Median: 4 * time.Millisecond, Sigma: 0.35, Endpoints: []float64{0.55, 0.3, 0.12, 0.03},
 			Cold: func(_ int64, _ int, hits int64, _ *rand.Rand) float64 { return 50 * math.Exp(-float64(hits)/25) }},
 		{Name: "warm", Median: 3 * time.Millisecond, Sigma: 0.3},
+		{Name: "spring-steps", Median: time.Millisecond, Sigma: 0.16, Run: spring},
 		// Still 2× faster with every doubling of its requests up to
 		// 20,000 (a power law: tiers of compilation that never end).
 		{Name: "never-settles", Median: 2 * time.Millisecond, Sigma: 0.3, Never: true,
@@ -139,6 +181,47 @@ func Zoo() []*Shape {
 		zoo = append(zoo, s, &noisy)
 	}
 	return zoo
+}
+
+// WarmPercentiles are the p50 and p99 of n requests of the shape fully
+// warm (Warm) without noise: the plateau a warm pod's requests are judged
+// against.
+func (s *Shape) WarmPercentiles(n int) (p50, p99 time.Duration) {
+	q := s.Warm().Sequence(0x91a7)
+	q.Quiet()
+	lat := make([]time.Duration, n)
+	for i := range lat {
+		lat[i] = q.Next()
+	}
+	slices.Sort(lat)
+	return lat[(n-1)/2], lat[(n*99+99)/100-1]
+}
+
+// spring is a Spring Boot service's cold start, as measured on a Spring
+// Boot 3.5 service (starter-web, validation, actuator, Jackson both ways,
+// JDK 17, one CPU; issue 37): its first requests 30× slow for a few dozen
+// requests (class loading), then the JIT's tiers make it faster in steps,
+// not smoothly — p50 flat at 2.5× the warm p50 for several windows, then
+// 1.9×, then warm — the steps at request counts of each run's own (drawn
+// per run: the last one somewhere between 3,600 and 11,000 requests, the
+// first between 800 and 1,600), and a GC pause that adds 10–30× the median
+// to 0.2 % of requests, warm or cold.
+func spring(r *rand.Rand) ColdFunc {
+	logUniform := func(lo, hi float64) float64 { return math.Exp(math.Log(lo) + r.Float64()*math.Log(hi/lo)) }
+	first, last := logUniform(800, 1600), logUniform(3600, 11000)
+	return func(n int64, _ int, _ int64, r *rand.Rand) float64 {
+		f := 30 * math.Exp(-float64(n)/25)
+		switch x := float64(n); {
+		case x < first:
+			f += 1.5
+		case x < last:
+			f += 0.9
+		}
+		if r.Float64() < 0.002 {
+			f += 10 + 20*r.Float64()
+		}
+		return f
+	}
 }
 
 // cacheFill is a cache of keys requests pick uniformly: a miss costs
