@@ -502,3 +502,69 @@ func (c *Config) keepFrom(n int) int {
 func (c *Config) blockWindows(n int) int {
 	return max(c.StableWindows, c.minBlockWindows(), n/blockShare)
 }
+
+// last is the p50 and p99 of the last k of complete's windows but the one
+// with the highest p99, pooled, each at the upper end of its
+// one-standard-error range (nearestRank, z 1). The pool still holds them
+// (the blocks cover the last 2 × blockWindows ≥ k windows). A window that
+// kept no latencies (Prometheus' windows, tests' summaries) makes them the
+// upper medians of the windows' p50s and p99s instead.
+func (p *blockPool) last(complete []WindowStats, k int) (p50, p99 time.Duration) {
+	n := len(complete)
+	k = min(k, n)
+	lo := n - k
+	worst := lo
+	for i := lo; i < n; i++ {
+		if complete[i].P99 > complete[worst].P99 {
+			worst = i
+		}
+	}
+	var lat []time.Duration
+	for i := lo; i < n; i++ {
+		j := i - p.base
+		if j < 0 || j >= len(p.wins) || !p.wins[j].pooled {
+			lat = nil
+			break
+		}
+		if i == worst && k > 1 {
+			continue
+		}
+		w := &p.wins[j]
+		if w.bins == nil {
+			lat = append(lat, w.lat...)
+			continue
+		}
+		for _, b := range w.bins {
+			mid := bucketMid(int(b.idx), p.level)
+			for range b.n {
+				lat = append(lat, mid)
+			}
+		}
+	}
+	if len(lat) == 0 {
+		var p50s, p99s []time.Duration
+		for _, w := range complete[lo:] {
+			p50s, p99s = append(p50s, w.P50), append(p99s, w.P99)
+		}
+		return median(p50s), median(p99s)
+	}
+	slices.Sort(lat)
+	return nearestRank(lat, 0.5, 1), nearestRank(lat, 0.99, 1)
+}
+
+// above counts the requests slower than d in the earlier and the recent
+// block (as last moved by blocks), and the blocks' requests: at the
+// bucket's resolution (1/1024 of an octave, exact enough for a share). 0
+// requests for a block that is not pooled.
+func (p *blockPool) above(d time.Duration) (earlierN, earlier, recentN, recent int) {
+	idx := bucketOf(d) >> p.level
+	count := func(b *blockRange) (int, int) {
+		if b.unpooled > 0 || b.hist.total == 0 {
+			return 0, 0
+		}
+		return int(b.hist.above(idx)), int(b.hist.total)
+	}
+	earlierN, earlier = count(&p.earlier)
+	recentN, recent = count(&p.recent)
+	return earlierN, earlier, recentN, recent
+}

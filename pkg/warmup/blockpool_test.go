@@ -290,7 +290,7 @@ func BenchmarkJudge(b *testing.B) {
 					w := computeWindow(samples)
 					w.Index, w.Requests = i+1, int64((i+1)*cfg.Window)
 					ws = append(ws, w)
-					cfg.judge(ws, 0, false)
+					cfg.judge(ws, stableRef{}, false)
 					benchShed(ws)
 				}
 				var ms1 runtime.MemStats

@@ -106,7 +106,7 @@ type Config struct {
 	// on convergence and only reports it.
 	UntilConverged *bool `json:"untilConverged,omitempty"`
 	// MinRequests per target before it may count as converged. Default 300.
-	// The stopping rule's own minimum is two blocks (MinStop: 1,000
+	// The stopping rule's own minimum is two blocks (MinStop: 600
 	// requests with the defaults).
 	MinRequests int64 `json:"minRequests,omitempty"`
 	// MaxRequests per target; reaching it without convergence fails the
@@ -120,15 +120,18 @@ type Config struct {
 	// 100 requests, p99 is the window's maximum). Default 100.
 	Window int `json:"window,omitempty"`
 	// StableWindows is the smallest block of windows the stopping rule
-	// compares (blocks also hold at least 500 requests and a quarter of the
+	// compares (blocks also hold at least 300 requests and a quarter of the
 	// windows so far), and how many latest windows MaxErrorRatio applies
 	// to. Default 3.
 	StableWindows int `json:"stableWindows,omitempty"`
-	// Tolerance: a pod is still improving (warming) while its latest block
-	// of windows is faster than the block before by more than this, in its
-	// pooled p50, its median window p99 or its share of slow requests (over
-	// 2× p50). One-sided: a block that got slower never holds the warm-up
-	// back. Default 0.1 (10 %).
+	// Tolerance: next to stable (stable pods loaded side by side), a pod is
+	// warm once the p50 of its latest ~500 requests is within this of
+	// stable's (and its p99 within StableRatio). Without stable, a pod is
+	// still improving (warming) while its latest block of windows is faster
+	// than the block before by more than this, in its pooled p50, its
+	// median window p99 or its share of slow requests (over 2× p50).
+	// One-sided: a block that got slower never holds the warm-up back.
+	// Default 0.1 (10 %).
 	Tolerance float64 `json:"tolerance,omitempty"`
 	// AbsoluteTolerance is an improvement (of p50 or p99) too small to count,
 	// however large relative to the latency: it keeps sub-millisecond
@@ -141,21 +144,30 @@ type Config struct {
 	MaxErrorRatio *float64 `json:"maxErrorRatio,omitempty"`
 
 	// CompareToStable also loads the stable pods, at StableQPS, with the same
-	// request mix, and holds convergence back until each target's window p99
-	// is at most StableRatio × the stable pods' latest window p99 (or within
-	// AbsoluteTolerance of it).
+	// request mix, and holds convergence back until each target is as fast
+	// as stable: the p50 of its latest ~500 requests within Tolerance of
+	// the stable pods', its p99 at most StableRatio × theirs. (Stable pods
+	// loaded for RejectSlowerVersion are the same reference, but there a
+	// pod whose own latency settled within StableRatio of stable's p50 for
+	// half its warm-up converges too.)
 	CompareToStable bool `json:"compareToStable,omitempty"`
-	// StableRatio: see CompareToStable. Default 1.2.
+	// StableRatio: the most a warm pod's p99 may be above stable's, and its
+	// p50 for a pod settled short of stable (see CompareToStable). Default
+	// 1.2.
 	StableRatio float64 `json:"stableRatio,omitempty"`
 	// StableQPS is the total rate sent to the stable pods (spread evenly),
 	// kept low because they serve live traffic. Default 10.
 	StableQPS float64 `json:"stableQPS,omitempty"`
 
-	// RejectSlowerVersion: once a pod's own latency has converged, compare
-	// its plateau with the stable pods' (loaded side by side at StableQPS
-	// with the same request mix) and fail the warm-up — before any user
-	// request reaches the new version — when its p99 stays above
-	// RejectRatio × stable's and more than RejectFloor above it for
+	// RejectSlowerVersion: load the stable pods side by side (at StableQPS
+	// with the same request mix) and judge each pod against them: it is
+	// warm once as fast as stable (see Tolerance, StableRatio; a pod that
+	// gets faster in steps, a JIT's tiers, is not taken for warm between
+	// two), and a slower version once its own latency has settled (its p99
+	// and its share of requests above the reject line no longer improve):
+	// the warm-up fails — before any user request reaches the new version —
+	// when its p99 stays above RejectRatio × stable's and more than
+	// RejectFloor above it for
 	// StableWindows windows in a row and for at least half of its windows
 	// so far (a plateau as long as the warm-up before it, not a pause in a
 	// pod still warming). Default: on whenever stable pods are known (the

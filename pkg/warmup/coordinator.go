@@ -39,9 +39,8 @@ type targetState struct {
 	pacer   *pacer
 	done    bool
 	waiting string
-	// slowerFor counts the windows in a row at which the target had
-	// converged on its own but sat too far above stable (verdict.slower).
-	slowerFor int
+	// stop is the stopping rule's memory of the target (stopState).
+	stop stopState
 }
 
 // coordinator owns the runners of one warm-up: it turns completed windows
@@ -285,7 +284,7 @@ func (c *coordinator) onWindow(ev event) {
 	p := Progress{Phase: PhaseLoad, Window: w}
 	if ev.rec == c.srec {
 		c.stable.Windows = append(c.stable.Windows, w)
-		c.shed(c.stable.Windows)
+		c.cfg.shedStable(c.stable.Windows, c.opts.KeepLatencies)
 		p.Target, p.Stable, p.TargetConverged = "stable", true, true
 	} else {
 		for _, st := range c.canary {
@@ -294,15 +293,13 @@ func (c *coordinator) onWindow(ev event) {
 			}
 			st.res.Windows = append(st.res.Windows, w)
 			if !st.res.Converged {
-				v := c.cfg.judge(st.res.Windows, c.stableP99(), c.reject)
+				v := c.cfg.next(&st.stop, st.res.Windows, c.stableRef(), c.reject)
 				st.waiting = v.why
-				if v.slower == "" {
-					st.slowerFor = 0
-				} else if st.slowerFor++; c.cfg.plateauLongEnough(st.slowerFor, len(st.res.Windows)) && c.rejected == "" {
-					c.rejected = fmt.Sprintf("%s %s, for %d windows in a row: a slower version, rejected before any user request reached it",
-						st.res.Target, v.slower, st.slowerFor)
+				if v.rejected != "" && c.rejected == "" {
+					c.rejected = fmt.Sprintf("%s %s: a slower version, rejected before any user request reached it", st.res.Target, v.rejected)
 				}
 				if v.converged {
+					st.res.Settled = v.settled
 					st.res.Converged, st.res.ConvergedAfter, st.res.ConvergedWindow = true, w.Requests, w.Index
 					if c.cfg.Converging() {
 						st.runner.stop()
@@ -419,9 +416,12 @@ func (c *coordinator) onLook(look []time.Duration, users bool) {
 	c.emit(p)
 }
 
-func (c *coordinator) stableP99() time.Duration {
+func (c *coordinator) stableP99() time.Duration { return c.stableRef().p99 }
+
+// stableRef is what the canary is compared with (zero without stable).
+func (c *coordinator) stableRef() stableRef {
 	if c.stable == nil {
-		return 0
+		return stableRef{}
 	}
 	return c.cfg.stableReference(c.stable.Windows)
 }

@@ -27,17 +27,23 @@
 //     histogram): danki drives periodic with its own Runnable, so there is no
 //     unrecorded warm-up call.
 //   - Latency is cut into windows of N requests per target with exact
-//     percentiles. A target is warm (converged) once it has stopped
-//     improving: its latest quarter of windows is not faster than the
-//     quarter before by more than a tolerance, in pooled p50, median window
-//     p99 and share of slow requests (one-sided and scale-free, see
-//     window.go), it has served at least MinRequests, and, with
-//     CompareToStable, its p99 is within a ratio of the stable pods' p99
-//     measured side by side with the same request mix.
-//   - With stable pods known (and CompareToStable off) the stable pods are
-//     loaded side by side by default and a target whose p99 settles far
-//     above theirs is rejected (ErrSlowerVersion): a slower version, caught
-//     before any user request reaches it (Config.RejectSlowerVersion).
+//     percentiles. With stable pods known they are loaded side by side by
+//     default, with the same request mix (Config.RejectSlowerVersion,
+//     CompareToStable), and a target is warm (converged) once it is as
+//     fast as they are: the p50 of its latest ~500 requests within
+//     Tolerance of theirs and its p99 within StableRatio — robust to a
+//     JIT that makes a pod faster in steps, since the reference is the
+//     warm answer itself (a plateau of its own short of stable's counts
+//     only within StableRatio and after half its warm-up). Without stable
+//     a target is warm once it has stopped improving: its latest quarter
+//     of windows is not faster than the quarter before by more than a
+//     tolerance, in pooled p50, median window p99 and share of slow
+//     requests (one-sided and scale-free), at every window for a tenth of
+//     its windows (see window.go). Either way it has served MinStop (600
+//     requests with the defaults) and MinRequests.
+//   - A target whose p99 settles far above stable's is rejected
+//     (ErrSlowerVersion): a slower version, caught before any user request
+//     reaches it.
 //   - Each pod's pace ramps up from StartQPS as it keeps up, and the
 //     neighbour guard halves it while the stable pods' latency rises
 //     (pace.go): warming a cold JVM must not slow the users on stable.

@@ -54,6 +54,12 @@ type TargetResult struct {
 	Converged       bool  `json:"converged"`
 	ConvergedAfter  int64 `json:"convergedAfter,omitempty"`
 	ConvergedWindow int   `json:"convergedWindow,omitempty"`
+	// Settled, when stable was loaded side by side: the target converged
+	// on a plateau of its own that lasted half its warm-up without
+	// reaching stable's latency (a version a little slower than stable, a
+	// pod on a slower node), and its figures; "" when it converged as fast
+	// as stable, or without stable.
+	Settled string `json:"settled,omitempty"`
 	// NearStable: not converged when a bound ended the warm-up, but
 	// accepted as warm next to stable (Config.AcceptNearStable).
 	NearStable bool          `json:"nearStable,omitempty"`

@@ -76,6 +76,14 @@ type verdict struct {
 	// slower is set when the target's own latency has converged but sits
 	// too far above stable's (rejectSlowerVersion): why, with both figures.
 	slower string
+	// settled is set when the target's own latency has stopped improving
+	// but is not yet as fast as stable's, below the reject line: how far
+	// off it is (see stopState). On a converged check: why it converged.
+	settled string
+	// closeToStable: its p50 is within StableRatio of stable's.
+	closeToStable bool
+	// plateau: converged on its own plateau, without stable (see flatShare).
+	plateau bool
 }
 
 // blockShare sets how far back the stopping rule looks: it compares the
@@ -87,10 +95,11 @@ type verdict struct {
 // neighbouring windows happen to look alike.
 const blockShare = 4
 
-// minBlockRequests is the smallest block the rule compares: 500 requests
-// measure a share of slow requests around 10 % to about ±1.5 points, so
-// two blocks are told apart by what changed, not by chance.
-const minBlockRequests = 500
+// minBlockRequests is the smallest block the rule compares: 300 requests
+// measure a share of slow requests around 10 % to about ±1.7 points (the
+// fall must beat chance, slowShareZ) and a p50 to ~2 %, so two blocks are
+// told apart by what changed, not by chance.
+const minBlockRequests = 300
 
 // slowFactor: a request slower than slowFactor × its block's median
 // counts as slow. Cold requests (a cache miss, an endpoint's first
@@ -210,16 +219,23 @@ func (c *Config) progressOf(complete []WindowStats) (p progress, ok bool) {
 // now by more than the tolerance and by more than chance explains
 // (slowShareZ standard errors of the difference of two proportions).
 func (c *Config) fewerSlow(before, now blockStats) bool {
-	if before.requests == 0 || now.requests == 0 {
+	return c.fewer(before.slow, before.requests, now.slow, now.requests, slowShareZ)
+}
+
+// fewer says whether a share fell from bn of b requests to an of a by more
+// than the tolerance and by more than chance explains (z standard errors
+// of the difference of two proportions).
+func (c *Config) fewer(bn, b, an, a int, z float64) bool {
+	if b == 0 || a == 0 {
 		return false
 	}
-	b, a := share(before), share(now)
-	if b <= (1+c.Tolerance)*a {
+	before, now := float64(bn)/float64(b), float64(an)/float64(a)
+	if before <= (1+c.Tolerance)*now {
 		return false
 	}
-	pooled := float64(before.slow+now.slow) / float64(before.requests+now.requests)
-	se := math.Sqrt(pooled * (1 - pooled) * (1/float64(before.requests) + 1/float64(now.requests)))
-	return b-a > slowShareZ*se
+	pooled := float64(bn+an) / float64(b+a)
+	se := math.Sqrt(pooled * (1 - pooled) * (1/float64(b) + 1/float64(a)))
+	return before-now > z*se
 }
 
 // better says whether now is faster than before by more than the tolerance,
@@ -232,15 +248,56 @@ func (c *Config) better(before, now time.Duration) bool {
 	return float64(before) > (1+c.Tolerance)*float64(now) && before-now > c.AbsoluteTolerance.D()
 }
 
-// judge applies the stopping rule to one target's windows: the pod is warm
-// once, after MinRequests, neither the p50 nor the p99 of its latest block
-// of windows improved on the block before by more than the tolerance, and
-// its latest StableWindows windows have few enough errors.
+// stableCompareRequests is how many of a canary's latest requests are
+// compared with stable (rounded up to whole windows, at least
+// StableWindows): 500 pooled requests put the canary's p50 within ~2 % and
+// its p99 within ~5–10 % of their true values, so one window (a spike, a GC
+// pause) decides nothing and a canary 30 % slower is not taken for one
+// within 10 % by chance.
+const stableCompareRequests = 500
+
+// compareWindows is stableCompareRequests in windows.
+func (c *Config) compareWindows() int {
+	return max(c.StableWindows, (stableCompareRequests+c.Window-1)/c.Window)
+}
+
+// stableRef is what a canary is compared with: the stable pods' latency
+// measured side by side with the same request mix, pooled over their latest
+// compareWindows windows (stableReference). The zero value is "no stable
+// window yet".
+type stableRef struct {
+	p50, p99 time.Duration
+	windows  int
+}
+
+func (r stableRef) known() bool { return r.windows > 0 }
+
+// shedStable drops a stable window's latencies once no stable reference
+// reaches it (2 × compareWindows back), unless keep (Options.KeepLatencies).
+func (c *Config) shedStable(windows []WindowStats, keep bool) {
+	if i := len(windows) - 1 - 2*c.compareWindows(); i >= 0 && !keep {
+		windows[i].sorted = nil
+	}
+}
+
+// judge applies the stopping rule to one target's windows. Where stable
+// pods are loaded side by side (ref known: rejectSlowerVersion's default,
+// compareToStable), a pod is warm once its latest requests (compareWindows)
+// are as fast as stable's: pooled p50 within Tolerance of stable's p50 and
+// pooled p99 within StableRatio × stable's p99 — the warm answer itself is
+// the reference, so a pod that gets faster in steps (a JIT's tiers) is not
+// taken for warm on a flat stretch between two steps. A pod whose own
+// latency stopped improving elsewhere is reported as settled (verdict.settled,
+// verdict.slower above the reject line): next decides what a settled
+// plateau that lasts means. Without stable, judge calls the pod warm
+// (verdict.plateau) once, after MinStop, its latest block of windows is no
+// better than the block before (progressOf), and next holds that back
+// until it has held for flatShare of its windows. Either way the latest
+// StableWindows windows must have few enough errors.
 //
-// stableP99 is the stable pool's reference p99 (0 if no stable window yet);
-// it is consulted with CompareToStable and when reject is set (a warm but
-// slower version is flagged in verdict.slower).
-func (c *Config) judge(windows []WindowStats, stableP99 time.Duration, reject bool) verdict {
+// reject: a pod that settles far above stable is a slower version
+// (rejectSlowerVersion).
+func (c *Config) judge(windows []WindowStats, ref stableRef, reject bool) verdict {
 	k := c.StableWindows
 	complete := completePrefix(windows)
 	p, ok := c.progressOf(complete)
@@ -252,9 +309,11 @@ func (c *Config) judge(windows []WindowStats, stableP99 time.Duration, reject bo
 	}
 	// A slower version is judged on its tail alone: once its p99 stopped
 	// improving far above stable's, a p50 still getting faster does not
-	// make it a good version.
-	if reject && stableP99 > 0 && !c.better(p.earlier.p99, p.recent.p99) {
-		if why := c.slowerThanStable(p, stableP99); why != "" {
+	// make it a good version — unless the share of its requests above the
+	// reject line is still falling (a cache whose misses thin out is still
+	// warming, though its p99 stands).
+	if reject && ref.known() && !c.better(p.earlier.p99, p.recent.p99) && !c.tailThinning(complete, ref) {
+		if why := c.slowerThanStable(p, ref.p99); why != "" {
 			return verdict{why: why, slower: why}
 		}
 	}
@@ -263,21 +322,138 @@ func (c *Config) judge(windows []WindowStats, stableP99 time.Duration, reject bo
 			return verdict{why: fmt.Sprintf("window %d had %d errors in %d requests (maxErrorRatio %g)", w.Index, w.Errors, w.Count, *c.MaxErrorRatio)}
 		}
 	}
+	if (c.CompareToStable || reject) && ref.known() {
+		if ref.windows < k {
+			return verdict{why: fmt.Sprintf("waiting for stable windows (%d of %d)", ref.windows, k)}
+		}
+		why, near, within := c.asFastAsStable(complete, ref)
+		switch {
+		case near:
+			return verdict{converged: true}
+		case c.CompareToStable:
+			return verdict{why: why}
+		case p.improving != "":
+			return verdict{why: fmt.Sprintf("%s; still improving over the last %d windows: %s (tolerance %g)", why, 2*p.recent.windows, p, c.Tolerance)}
+		}
+		return verdict{why: why + "; its own latency has stopped improving", settled: why, closeToStable: within}
+	}
 	if p.improving != "" {
 		return verdict{why: fmt.Sprintf("still improving over the last %d windows: %s (tolerance %g)", 2*p.recent.windows, p, c.Tolerance)}
 	}
-	if (c.CompareToStable || reject) && stableP99 == 0 {
+	if c.CompareToStable || reject {
 		return verdict{why: "waiting for a stable window"}
 	}
-	if c.CompareToStable {
-		p99 := p.recent.p99
-		limit := time.Duration(c.StableRatio * float64(stableP99))
-		if p99 > limit && p99-stableP99 > c.AbsoluteTolerance.D() {
-			return verdict{why: fmt.Sprintf("p99 %s above %g × stable p99 %s", latency.Format(p99), c.StableRatio, latency.Format(stableP99))}
-		}
-	}
-	return verdict{converged: true}
+	return verdict{converged: true, plateau: true}
 }
+
+// flatShare: without stable, a target is warm once its own latency has
+// not improved (judge) at every window for this share of its windows: a
+// plateau that grows with the warm-up, so one look at two flat blocks (a
+// spike in the latest, a cache's misses thinning too slowly to show
+// between neighbouring blocks) ends nothing.
+const flatShare = 0.1
+
+// asFastAsStable says whether a target's latest requests are as fast as
+// stable's (ref), and if not, how far off they are. The target's figures
+// are pooled over its last compareWindows windows but the one with the
+// highest p99 (one window spoiled by a GC pause or a neighbour decides
+// nothing), each taken at the upper end of its one-standard-error range
+// (distribution-free, by rank: the p50 ± √n/2 ranks): a pod is called as
+// fast as stable when the requests say so, not when it is as likely above
+// the bar as below.
+func (c *Config) asFastAsStable(complete []WindowStats, ref stableRef) (why string, near, within bool) {
+	p50, p99 := poolOf(complete).last(complete, c.compareWindows())
+	if float64(p50) <= (1+c.Tolerance)*float64(ref.p50) && float64(p99) <= c.StableRatio*float64(ref.p99) {
+		return "", true, true
+	}
+	within = float64(p50) <= c.StableRatio*float64(ref.p50)
+	return fmt.Sprintf("p50 %s, p99 %s over its last %d windows vs stable's %s and %s (within tolerance %g and stableRatio %g to be warm)",
+		latency.Format(p50), latency.Format(p99), c.compareWindows(), latency.Format(ref.p50), latency.Format(ref.p99), c.Tolerance, c.StableRatio), false, within
+}
+
+// stopState is what the stopping rule remembers of a target from one of its
+// windows to the next.
+type stopState struct {
+	// slowerFor counts the windows in a row at which the target's own
+	// latency had stopped improving far above stable's (verdict.slower);
+	// settledFor those at which it had stopped improving away from
+	// stable's, above the reject line or below (verdict.settled).
+	slowerFor, settledFor int
+	// flatFor counts the windows in a row at which its own latency had
+	// stopped improving, without stable (verdict.plateau).
+	flatFor int
+}
+
+// check is the outcome of one look at a target's windows.
+type check struct {
+	verdict
+	// rejected says why the target is a slower version ("" if it is not).
+	rejected string
+}
+
+// settleShare: where stable is loaded, a target whose own latency stopped
+// improving short of stable's, but with its p50 within StableRatio of
+// stable's, is warm once that plateau has lasted this share of its
+// warm-up (as long as the warm-up before it, as for rejection): a version a
+// little slower than stable, or a pod on a slower node, is not held to the
+// deadline. Further off, a plateau is no end: a JIT makes a pod faster in
+// steps (tiers compiled at invocation counts of their own), p50 flat at
+// 1.9× stable's for thousands of requests between two (the zoo's
+// spring-steps); such a pod stays under load until it is as fast as
+// stable, is rejected above the reject line, or is accepted near stable at
+// the bound (acceptNearStable).
+const settleShare = 1.0 / 2
+
+// next judges a target's windows after its latest one (judge) and applies
+// what a lasting plateau means where stable is loaded: a target settled
+// above the reject line for StableWindows windows in a row and for half of
+// its warm-up (plateauLongEnough) is a slower version; one settled short of
+// stable's latency for settleShare of its warm-up is warm (a version a
+// little slower than stable, a pod on a slower node), unless
+// compareToStable holds it to stable's latency.
+func (c *Config) next(s *stopState, windows []WindowStats, ref stableRef, reject bool) check {
+	v := c.judge(windows, ref, reject)
+	if v.plateau {
+		s.flatFor++
+		if need := math.Ceil(flatShare * float64(len(windows))); float64(s.flatFor) < need {
+			v.converged = false
+			v.why = fmt.Sprintf("not improving for %d windows in a row, of %.0f (%g of its windows)", s.flatFor, need, flatShare)
+		}
+	} else {
+		s.flatFor = 0
+	}
+	ch := check{verdict: v}
+	if v.slower == "" {
+		s.slowerFor = 0
+	} else if s.slowerFor++; c.plateauLongEnough(s.slowerFor, len(windows)) {
+		ch.rejected = fmt.Sprintf("%s, for %d windows in a row", v.slower, s.slowerFor)
+		return ch
+	}
+	if v.settled == "" && v.slower == "" {
+		s.settledFor = 0
+		return ch
+	}
+	s.settledFor++
+	if v.settled != "" && v.closeToStable && float64(s.settledFor) >= max(float64(c.StableWindows), settleShare*float64(len(windows))) {
+		ch.converged, ch.settled = true, fmt.Sprintf("settled for %d windows in a row at %s", s.settledFor, v.settled)
+	}
+	return ch
+}
+
+// tailThinning says whether the share of a target's requests above the
+// reject line (rejectRatio × stable's p99, and rejectFloor above it) fell
+// from its earlier block to its latest (fewer); false when the blocks kept
+// no latencies.
+func (c *Config) tailThinning(complete []WindowStats, ref stableRef) bool {
+	line := max(time.Duration(c.RejectRatio*float64(ref.p99)), ref.p99+c.RejectFloor.D())
+	bn, b, an, a := poolOf(complete).above(line)
+	return c.fewer(bn, b, an, a, tailThinZ)
+}
+
+// tailThinZ is slowShareZ for tailThinning: a slower version's share above
+// the reject line stands still, and a fall by chance (~0.1 % of looks at 3
+// standard errors) would restart its count of windows in a row.
+const tailThinZ = 3
 
 // slowerThanStable says why a target whose latency stopped improving sits
 // too far above stable's, or "" when it does not. The plateau is the
@@ -301,22 +477,59 @@ func (c *Config) plateauLongEnough(slowerFor, windows int) bool {
 	return slowerFor >= max(c.StableWindows, windows/2)
 }
 
-// stableReference is the stable p99 a canary is compared with: the median of
-// the last StableWindows stable windows' p99s, so one hiccup on a stable pod
-// (a GC pause while it serves live traffic) does not wave a cold canary
-// through. 0 when no stable window has completed.
-func (c *Config) stableReference(windows []WindowStats) time.Duration {
-	var p99s []time.Duration
-	for i := len(windows) - 1; i >= 0 && len(p99s) < c.StableWindows; i-- {
-		if !windows[i].Partial {
-			p99s = append(p99s, windows[i].P99)
+// stableReference is what a canary is compared with (stableRef), from the
+// stable pool's windows: the p50 pooled over the latest compareWindows
+// windows, and the p99 pooled so too, or over the compareWindows windows
+// before when that is lower (a hiccup on a stable pod — a GC pause while
+// it serves users — inflates one span, and must not wave a cold canary
+// through). Windows without latencies (shed) give the medians of their
+// p50s and p99s instead (the lower median: the stricter bar).
+func (c *Config) stableReference(windows []WindowStats) stableRef {
+	complete := completeWindows(windows)
+	k := c.compareWindows()
+	if len(complete) == 0 {
+		return stableRef{}
+	}
+	recent := complete[max(0, len(complete)-k):]
+	r := stableRef{windows: len(recent)}
+	r.p50, r.p99 = pooledOrMedians(recent)
+	if len(complete) >= 2*k {
+		if _, p99 := pooledOrMedians(complete[len(complete)-2*k : len(complete)-k]); p99 < r.p99 {
+			r.p99 = p99
 		}
 	}
-	if len(p99s) == 0 {
-		return 0
+	return r
+}
+
+// pooledOrMedians is the nearest-rank p50 and p99 of windows' latencies
+// pooled, or, when a window kept none, the lower medians of their p50s
+// and p99s.
+func pooledOrMedians(windows []WindowStats) (p50, p99 time.Duration) {
+	var lat []time.Duration
+	for _, w := range windows {
+		if len(w.sorted) == 0 {
+			var p50s, p99s []time.Duration
+			for _, w := range windows {
+				p50s, p99s = append(p50s, w.P50), append(p99s, w.P99)
+			}
+			slices.Sort(p50s)
+			slices.Sort(p99s)
+			m := (len(p99s) - 1) / 2
+			return p50s[m], p99s[m]
+		}
+		lat = append(lat, w.sorted...)
 	}
-	slices.Sort(p99s)
-	return p99s[(len(p99s)-1)/2] // lower median: the stricter bar for an even count
+	slices.Sort(lat)
+	return nearestRank(lat, 0.5, 0), nearestRank(lat, 0.99, 0)
+}
+
+// nearestRank is sorted's q-quantile by nearest rank, moved by z standard
+// errors of the rank (√(n·q·(1−q))): z 1 is the upper end of its
+// one-standard-error range.
+func nearestRank(sorted []time.Duration, q, z float64) time.Duration {
+	n := float64(len(sorted))
+	r := int(math.Ceil(q*n + z*math.Sqrt(n*q*(1-q)) - 1e-9))
+	return sorted[min(max(r, 1), len(sorted))-1]
 }
 
 // trend renders the last few windows' p99 for failure messages: "p99 of

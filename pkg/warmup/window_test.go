@@ -38,6 +38,9 @@ func TestPercentileIsExactNearestRank(t *testing.T) {
 	}
 }
 
+// ref is a stable reference of p50 and p99 (ms) from 5 windows.
+func ref(p50, p99 float64) stableRef { return stableRef{p50: ms(p50), p99: ms(p99), windows: 5} }
+
 func windows(p50s, p99s []float64, per int) []WindowStats {
 	var ws []WindowStats
 	for i := range p99s {
@@ -65,7 +68,7 @@ func TestJudge(t *testing.T) {
 	cold50, cold99 := steady(5, 9, 400)
 	warm50, warm99 := then(cold50, cold99, flat50, flat99)
 	p99falling50, p99falling99 := then([]float64{3, 3, 3, 3, 3}, []float64{90, 80, 70, 60, 50}, []float64{3, 3, 3, 3, 3}, []float64{40, 35, 30, 27, 24})
-	p50falling50, p50falling99 := then([]float64{9, 9, 8, 8, 7}, []float64{20, 20, 20, 20, 20}, []float64{5, 5, 4, 4, 3}, []float64{20, 20, 20, 20, 20})
+	p50falling50, p50falling99 := then([]float64{12, 12, 11, 11, 10}, []float64{20, 20, 20, 20, 20}, []float64{8, 7, 6, 5, 4}, []float64{20, 20, 20, 20, 20})
 	spiky50, spiky99 := then(flat50, flat99, []float64{3, 3, 3}, []float64{20, 90, 20})
 	tiny50, tiny99 := steady(10, 0.3, 0.9)
 	tiny50[0], tiny99[0] = 1.1, 1.8 // 0.8 ms faster: under absoluteTolerance
@@ -73,23 +76,32 @@ func TestJudge(t *testing.T) {
 		name      string
 		cfg       func(*Config)
 		p50, p99  []float64
-		stableP99 time.Duration
+		stable    stableRef
+		reject    bool
 		converged bool
+		settled   bool
 		why       string
 	}{
 		{name: "warm after a cold start", p50: warm50, p99: warm99, converged: true},
 		{name: "flat from the start stops at the minimum", p50: flat50, p99: flat99, converged: true},
-		{name: "too few windows", p50: flat50[:9], p99: flat99[:9], why: "9 of 10 windows"},
-		{name: "p99 still improving", p50: p99falling50, p99: p99falling99, why: "still improving over the last 10 windows: p99 70.0ms → 30.0ms (tolerance 0.1)"},
-		{name: "p50 still improving", p50: p50falling50, p99: p50falling99, why: "p50 8.00ms → 4.00ms"},
+		{name: "too few windows", p50: flat50[:5], p99: flat99[:5], why: "5 of 6 windows"},
+		{name: "p99 still improving", p50: p99falling50, p99: p99falling99, why: "still improving over the last 6 windows: p99 40.0ms → 27.0ms (tolerance 0.1)"},
+		{name: "p50 still improving", p50: p50falling50, p99: p50falling99, why: "p50 8.00ms → 5.00ms"},
 		{name: "a spike in the latest windows does not hold it back", p50: spiky50, p99: spiky99, converged: true},
 		{name: "small absolute change counts as settled", p50: tiny50, p99: tiny99, converged: true},
 		{name: "minRequests", cfg: func(c *Config) { c.MinRequests = 1500 }, p50: flat50, p99: flat99, why: "1000 of minRequests 1500"},
 		{name: "errors", cfg: func(c *Config) { r := 0.0; c.MaxErrorRatio = &r }, p50: flat50, p99: flat99, why: "errors"},
 		{name: "stable missing", cfg: func(c *Config) { c.CompareToStable = true }, p50: flat50, p99: flat99, why: "waiting for a stable window"},
-		{name: "above stable", cfg: func(c *Config) { c.CompareToStable = true }, p50: flat50, p99: flat99, stableP99: ms(10), why: "above 1.2 × stable p99 10.0ms"},
-		{name: "within stable ratio", cfg: func(c *Config) { c.CompareToStable = true }, p50: flat50, p99: flat99, stableP99: ms(17), converged: true},
-		{name: "within stable absolute", cfg: func(c *Config) { c.CompareToStable = true }, p50: tiny50, p99: tiny99, stableP99: ms(0.5), converged: true},
+		{name: "above stable", cfg: func(c *Config) { c.CompareToStable = true }, p50: flat50, p99: flat99, stable: ref(3, 10), why: "p50 3.00ms, p99 20.0ms over its last 5 windows vs stable's 3.00ms and 10.0ms"},
+		{name: "within stable ratio", cfg: func(c *Config) { c.CompareToStable = true }, p50: flat50, p99: flat99, stable: ref(3, 17), converged: true},
+		{name: "p50 above stable", cfg: func(c *Config) { c.CompareToStable = true }, p50: flat50, p99: flat99, stable: ref(2.5, 20), why: "p50 3.00ms"},
+		// The reference is the warm answer: an absolute tolerance would
+		// call a 1 ms service warm at twice stable's latency.
+		{name: "within absoluteTolerance of stable is not enough", cfg: func(c *Config) { c.CompareToStable = true }, p50: tiny50, p99: tiny99, stable: ref(0.15, 0.5), why: "vs stable's 0.150ms and 0.500ms"},
+		{name: "as fast as stable while still improving: warm", p50: p50falling50, p99: p50falling99, stable: ref(6, 20), reject: true, converged: true},
+		{name: "settled above stable, below the reject line", p50: flat50, p99: flat99, stable: ref(2, 15), reject: true, settled: true, why: "its own latency has stopped improving"},
+		{name: "still improving, not yet as fast as stable", p50: p50falling50, p99: p50falling99, stable: ref(2, 15), reject: true, why: "still improving"},
+		{name: "settled above the reject line", p50: flat50, p99: flat99, stable: ref(1, 5), reject: true, why: "p99 settled at 20.0ms"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -101,8 +113,8 @@ func TestJudge(t *testing.T) {
 			if tc.name == "errors" {
 				ws[len(ws)-1].Errors = 1
 			}
-			v := cfg.judge(ws, tc.stableP99, false)
-			if v.converged != tc.converged || !strings.Contains(v.why, tc.why) {
+			v := cfg.judge(ws, tc.stable, tc.reject)
+			if v.converged != tc.converged || (v.settled != "") != tc.settled || !strings.Contains(v.why, tc.why) {
 				t.Errorf("judge = %+v, want converged=%v why containing %q", v, tc.converged, tc.why)
 			}
 		})
@@ -116,7 +128,7 @@ func TestJudgeSeesSlowRequestsThinOut(t *testing.T) {
 	cfg := Config{}.WithDefaults()
 	block := func(missShare float64, first int) []WindowStats {
 		var ws []WindowStats
-		for i := range 5 {
+		for i := range 3 {
 			var samples []sample
 			for j := range 100 {
 				d := ms(3)
@@ -131,27 +143,27 @@ func TestJudgeSeesSlowRequestsThinOut(t *testing.T) {
 		}
 		return ws
 	}
-	thinning := append(block(0.3, 1), block(0.1, 6)...)
-	if v := cfg.judge(thinning, 0, false); v.converged || !strings.Contains(v.why, "slow requests (over 2× p50) 30.0% → 10.0%") {
+	thinning := append(block(0.3, 1), block(0.1, 4)...)
+	if v := cfg.judge(thinning, stableRef{}, false); v.converged || !strings.Contains(v.why, "slow requests (over 2× p50) 30.0% → 10.0%") {
 		t.Errorf("misses 30 %% → 10 %%: judge = %+v, want still improving on slow requests", v)
 	}
-	steadyShare := append(block(0.1, 1), block(0.1, 6)...)
-	if v := cfg.judge(steadyShare, 0, false); !v.converged {
+	steadyShare := append(block(0.1, 1), block(0.1, 4)...)
+	if v := cfg.judge(steadyShare, stableRef{}, false); !v.converged {
 		t.Errorf("misses steady at 10 %%: judge = %+v, want warm", v)
 	}
 }
 
 func TestStableReferenceIgnoresOneHiccup(t *testing.T) {
-	cfg := Config{StableWindows: 3}
-	ws := windows([]float64{1, 1, 1, 1}, []float64{2, 2, 90, 2}, 100)
-	if got := cfg.stableReference(ws); got != ms(2) {
-		t.Errorf("stable reference with one 90 ms window = %s, want 2ms", got)
+	cfg := Config{StableWindows: 3, Window: 100}
+	ws := windows([]float64{1, 1, 40, 1}, []float64{2, 2, 90, 2}, 100)
+	if got := cfg.stableReference(ws); got != (stableRef{p50: ms(1), p99: ms(2), windows: 4}) {
+		t.Errorf("stable reference with one 90 ms window = %+v, want p50 1ms, p99 2ms", got)
 	}
-	if got := cfg.stableReference(ws[:1]); got != ms(2) {
-		t.Errorf("one window: %s", got)
+	if got := cfg.stableReference(ws[:1]); got.p99 != ms(2) {
+		t.Errorf("one window: %+v", got)
 	}
-	if got := cfg.stableReference(nil); got != 0 {
-		t.Errorf("no window: %s", got)
+	if got := cfg.stableReference(nil); got.known() {
+		t.Errorf("no window: %+v", got)
 	}
 }
 
@@ -298,7 +310,7 @@ func simulateRejection(rng *rand.Rand, slow func(rng *rand.Rand, d time.Duration
 		return w
 	}
 	var canary, stable []WindowStats
-	slowerFor := 0
+	var st stopState
 	for w := 1; w <= 60; w++ {
 		cw := window(func(n int) time.Duration {
 			d := warm(n)
@@ -312,10 +324,8 @@ func simulateRejection(rng *rand.Rand, slow func(rng *rand.Rand, d time.Duration
 			sw.Index, sw.Requests = len(stable)+1, int64((len(stable)+1)*cfg.Window)
 			stable = append(stable, sw)
 		}
-		v := cfg.judge(canary, cfg.stableReference(stable), true)
-		if v.slower == "" {
-			slowerFor = 0
-		} else if slowerFor++; cfg.plateauLongEnough(slowerFor, len(canary)) {
+		v := cfg.next(&st, canary, cfg.stableReference(stable), true)
+		if v.rejected != "" {
 			return w, false
 		}
 		if v.converged {

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/danki-dev/danki/internal/testutil"
 )
@@ -13,106 +14,241 @@ import (
 // zooRuns is the number of seeded warm-ups per shape.
 const zooRuns = 200
 
+// zooAfter is how many requests after the stop are judged against the
+// plateau: the users' first requests on the pod.
+const zooAfter = 1000
+
+// zooRun is one seeded warm-up of a zoo shape.
+type zooRun struct {
+	// stop is the requests sent when the rule called the pod warm
+	// (cfg.MaxRequests when it never did or rejected it).
+	stop     int64
+	stopped  bool
+	rejected bool
+	// p50, p99 of the zooAfter requests right after the stop, without the
+	// noisy neighbour (how warm the pod is, not the spikes a warm pod
+	// meets too).
+	p50, p99 time.Duration
+}
+
 // zooStop runs the stopping rule with cfg on one seeded run of a shape,
-// window by window exactly as the coordinator does, and returns the
-// requests sent when it stopped (cfg.MaxRequests when it never did).
-func zooStop(cfg *Config, shape *testutil.Shape, seed uint64) int64 {
+// window by window exactly as the coordinator does (Config.next). With
+// stable, the stable pods are the same shape fully warm (Shape.Warm, with
+// the same noise), a stable window for every two of the canary's (stableQPS
+// 10 vs qps 20 per pod), and a slower version is rejected as by default
+// (rejectSlowerVersion); without, the pod is judged on its own plateau.
+func zooStop(cfg *Config, shape *testutil.Shape, seed uint64, stable bool) zooRun {
 	seq := shape.Sequence(seed)
-	var windows []WindowStats
+	var sseq *testutil.Sequence
+	if stable {
+		sseq = shape.Warm().Sequence(seed + 1_000_000)
+	}
+	var windows, swindows []WindowStats
+	var st stopState
 	samples := make([]sample, cfg.Window)
-	for n := int64(0); n+int64(cfg.Window) <= cfg.MaxRequests; {
+	window := func(q *testutil.Sequence, index int, n int64) WindowStats {
 		for i := range samples {
-			samples[i] = sample{latency: seq.Next(), ok: true}
+			samples[i] = sample{latency: q.Next(), ok: true}
 		}
-		n += int64(cfg.Window)
 		w := computeWindow(samples)
-		w.Index, w.Requests = len(windows)+1, n
-		windows = append(windows, w)
-		if cfg.judge(windows, 0, false).converged {
-			return n
+		w.Index, w.Requests = index, n
+		return w
+	}
+	run := zooRun{stop: cfg.MaxRequests}
+	for n := int64(0); n+int64(cfg.Window) <= cfg.MaxRequests; {
+		n += int64(cfg.Window)
+		windows = append(windows, window(seq, len(windows)+1, n))
+		var ref stableRef
+		if stable {
+			if len(windows)%2 == 0 {
+				swindows = append(swindows, window(sseq, len(swindows)+1, int64((len(swindows)+1)*cfg.Window)))
+				cfg.shedStable(swindows, false)
+			}
+			ref = cfg.stableReference(swindows)
+		}
+		v := cfg.next(&st, windows, ref, stable)
+		cfg.shed(windows)
+		if v.rejected != "" {
+			run.rejected = true
+			return run
+		}
+		if v.converged {
+			run.stop, run.stopped = n, true
+			seq.Quiet()
+			after := make([]time.Duration, zooAfter)
+			for i := range after {
+				after[i] = seq.Next()
+			}
+			slices.Sort(after)
+			run.p50, run.p99 = after[zooAfter/2-1], after[zooAfter*99/100-1]
+			return run
 		}
 	}
-	return cfg.MaxRequests
+	return run
 }
 
-// zooResult is one shape's row of the zoo table.
-type zooResult struct {
-	shape        string
-	oracle, ref  int64   // ref: what the stop is measured against
-	median, p10  float64 // stop ÷ ref
-	p90, worst   float64
-	within, runs int
+// shed is the coordinator's: a window's latencies dropped once judged.
+func (c *Config) shed(windows []WindowStats) { (&coordinator{cfg: c}).shed(windows) }
+
+// zooRow is one shape's row of the zoo table.
+type zooRow struct {
+	shape, against string
+	runs           int
+	oracle, ref    int64 // ref: max(oracle, MinStop), what the stop is measured against
+	never          bool
+	stopP50        int64 // of the runs' stops (MaxRequests for a run that never stopped)
+	stopP90        int64
+	ratioP50       float64 // stop ÷ ref
+	ratioP90       float64
+	p50ok, p99ok   int // runs whose zooAfter requests after the stop are within 10 % / 20 % of the plateau
+	good           int // both
+	stopped        int
+	rejected       int
+	within700      int
 }
 
-// The warm-up zoo (docs/warmup.md): with default settings, on every
-// cold-start shape, alone and with a noisy neighbour, how often the
-// warm-up stops within 1.5× of the shape's oracle and not before 0.9× of
-// it, over seeded runs. A pod warm from the start must stop at the rule's
-// minimum (Config.MinStop), as must one whose oracle lies below it; one
-// that never settles must never be called warm.
-func TestZooStopsNearTheOracle(t *testing.T) {
+// The warm-up zoo's done-when figures (issue 37, docs/warmup.md): with
+// default settings, on every shape, without stable (the pod's own plateau:
+// a first deploy, the gate's lone pod) and with stable (the same shape
+// fully warm, loaded side by side): in ≥ 90 % of runs the 1,000 requests
+// right after the stop have p50 within 10 % and p99 within 20 % of the
+// warm plateau; the median stop is ≤ 1.5× the oracle (or the rule's
+// minimum, when the oracle is below it); a pod warm from the start is
+// released within 700 requests in ≥ 90 % of runs; a pod that never
+// settles is never called warm on its own, and no shape is rejected as a
+// slower version next to its own warm self. The test prints the table and
+// fails where a criterion is missed, except the known misses listed in
+// zooKnownMisses (each guarded by a floor).
+func TestZooDoneWhen(t *testing.T) {
 	if testing.Short() {
-		t.Skip("seeded simulation: 12 shapes × 200 warm-ups")
+		t.Skip("seeded simulation: 14 shapes × 200 warm-ups × 2")
 	}
 	cfg := Config{}.WithDefaults()
 	minimum := cfg.MinStop()
-	var rows []zooResult
-	for _, shape := range testutil.Zoo() {
-		oracle := shape.Oracle(cfg.MaxRequests, 0.1, 200, 50)
-		r := zooResult{shape: shape.Name, oracle: oracle, ref: max(oracle, minimum), runs: zooRuns}
-		var ratios []float64
-		for seed := range uint64(zooRuns) {
-			stop := zooStop(&cfg, shape, seed+1)
-			if shape.Never {
-				ratios = append(ratios, float64(stop)/float64(cfg.MaxRequests))
-				if stop >= cfg.MaxRequests {
-					r.within++
+	var rows []zooRow
+	for _, against := range []string{"own plateau", "stable"} {
+		for _, shape := range testutil.Zoo() {
+			oracle := shape.Oracle(cfg.MaxRequests, 0.1, 200, 50)
+			w50, w99 := shape.WarmPercentiles(200_000)
+			r := zooRow{shape: shape.Name, against: against, runs: zooRuns, oracle: oracle, ref: max(oracle, minimum), never: shape.Never}
+			var stops []int64
+			for seed := range uint64(zooRuns) {
+				run := zooStop(&cfg, shape, seed+1, against == "stable")
+				stops = append(stops, run.stop)
+				if run.rejected {
+					r.rejected++
+				}
+				if run.stop <= 700 && run.stopped {
+					r.within700++
+				}
+				if !run.stopped {
+					continue
+				}
+				r.stopped++
+				ok50 := float64(run.p50) <= 1.1*float64(w50)
+				ok99 := float64(run.p99) <= 1.2*float64(w99)
+				if ok50 {
+					r.p50ok++
+				}
+				if ok99 {
+					r.p99ok++
+				}
+				if ok50 && ok99 {
+					r.good++
+				}
+			}
+			slices.Sort(stops)
+			r.stopP50, r.stopP90 = stops[len(stops)/2], stops[len(stops)*9/10]
+			r.ratioP50, r.ratioP90 = float64(r.stopP50)/float64(r.ref), float64(r.stopP90)/float64(r.ref)
+			rows = append(rows, r)
+		}
+	}
+	t.Log("\n" + zooTable(rows, minimum))
+	for _, r := range rows {
+		for _, miss := range r.misses() {
+			name := r.shape + " vs " + r.against + ": " + miss.what
+			if floor, known := zooKnownMisses[r.shape+"/"+r.against+"/"+miss.key]; known {
+				if miss.got < floor {
+					t.Errorf("%s (known miss, but below its floor %g)", name, floor)
+				} else {
+					t.Logf("known miss: %s", name)
 				}
 				continue
 			}
-			ratio := float64(stop) / float64(r.ref)
-			ratios = append(ratios, ratio)
-			if ratio >= 0.9 && ratio <= 1.5 {
-				r.within++
-			}
-		}
-		slices.Sort(ratios)
-		r.median, r.p10, r.p90 = ratios[len(ratios)/2], ratios[len(ratios)/10], ratios[len(ratios)*9/10]
-		r.worst = ratios[len(ratios)-1]
-		if shape.Never || ratios[0] < 1/r.worst {
-			r.worst = ratios[0]
-		}
-		rows = append(rows, r)
-	}
-	t.Log("\n" + zooTable(rows, minimum))
-	// The goal (stop within 0.9–1.5× of the oracle in ≥ 90 % of runs) is
-	// met by the shapes below; docs/warmup.md gives the others' shortfall
-	// and its cause. Their floors guard against a rule that gets worse.
-	floor := map[string]int{"warm": 90, "never-settles": 90, "jit-slow": 85, "jit-fast": 70, "cache-fill": 40, "lazy-endpoints": 25}
-	for _, r := range rows {
-		want := floor[strings.TrimSuffix(r.shape, "+noise")]
-		if r.within*100 < r.runs*want {
-			t.Errorf("%s: stopped within 0.9–1.5× of %d requests in %d of %d runs, want ≥ %d %%", r.shape, r.ref, r.within, r.runs, want)
+			t.Error(name)
 		}
 	}
 }
 
-func zooTable(rows []zooResult, minimum int64) string {
+// zooKnownMisses are the criteria the rule misses, by shape/against/key,
+// with a floor it must not fall below (the share of runs in %; for "stop",
+// 100 ÷ the median stop ratio): docs/warmup.md gives each cause. Without
+// stable, a plateau is all a rule can see: a pod whose p50 sits flat
+// between two JIT tiers (spring-steps) or whose tail thins out too slowly
+// to show between blocks (cache-fill, lazy-endpoints) is released early,
+// and waiting longer for every plateau costs the exponential decays their
+// 1.5×. Next to stable, two shares sit within a run or two of 90 %.
+var zooKnownMisses = map[string]float64{
+	"jit-slow+noise/own plateau/stop":          60,
+	"cache-fill/own plateau/quality":           65,
+	"cache-fill/own plateau/stop":              60,
+	"cache-fill+noise/own plateau/quality":     65,
+	"cache-fill+noise/own plateau/stop":        60,
+	"lazy-endpoints/own plateau/quality":       30,
+	"lazy-endpoints+noise/own plateau/quality": 30,
+	"spring-steps/own plateau/quality":         0,
+	"spring-steps+noise/own plateau/quality":   0,
+	"jit-slow+noise/stable/quality":            85,
+	"warm+noise/stable/700":                    85,
+}
+
+type zooMiss struct {
+	key, what string
+	got       float64
+}
+
+func (r zooRow) misses() []zooMiss {
+	var m []zooMiss
+	pct := func(n int) float64 { return 100 * float64(n) / float64(r.runs) }
+	if r.never && r.against == "own plateau" {
+		if r.stopped > 0 {
+			m = append(m, zooMiss{"never", fmt.Sprintf("called warm in %d of %d runs, never settles", r.stopped, r.runs), pct(r.runs - r.stopped)})
+		}
+		return m
+	}
+	if r.rejected > 0 {
+		m = append(m, zooMiss{"rejected", fmt.Sprintf("rejected as a slower version in %d of %d runs", r.rejected, r.runs), pct(r.runs - r.rejected)})
+	}
+	if g := pct(r.good); g < 90 {
+		m = append(m, zooMiss{"quality", fmt.Sprintf("the %d requests after the stop within 10 %% (p50) and 20 %% (p99) of the plateau in %.1f %% of runs, want ≥ 90 %%", zooAfter, g), g})
+	}
+	if !r.never && r.ratioP50 > 1.5 {
+		m = append(m, zooMiss{"stop", fmt.Sprintf("median stop %d = %.2f× %d, want ≤ 1.5×", r.stopP50, r.ratioP50, r.ref), 100 / r.ratioP50})
+	}
+	if r.oracle == 0 && pct(r.within700) < 90 {
+		m = append(m, zooMiss{"700", fmt.Sprintf("released within 700 requests in %.1f %% of runs, want ≥ 90 %%", pct(r.within700)), pct(r.within700)})
+	}
+	return m
+}
+
+func zooTable(rows []zooRow, minimum int64) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "| shape | oracle (requests) | stop ÷ oracle: median | p10–p90 | worst | runs in 0.9–1.5× |\n|---|---:|---:|---:|---:|---:|\n")
+	fmt.Fprintf(&b, "| shape | judged against | oracle | stop p50 | stop p90 | stop ÷ oracle p50 / p90 | after the stop: p50 ≤ 1.1× | p99 ≤ 1.2× | both | never stopped / rejected |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	pct := func(n, of int) string { return fmt.Sprintf("%.1f %%", 100*float64(n)/float64(of)) }
 	for _, r := range rows {
 		oracle := fmt.Sprint(r.oracle)
 		switch {
 		case r.oracle == math.MaxInt64:
-			oracle = "never (must not stop)"
+			oracle = "never"
 		case r.ref > r.oracle:
-			oracle = fmt.Sprintf("%d (minimum %d)", r.oracle, minimum)
+			oracle = fmt.Sprintf("%d (min %d)", r.oracle, minimum)
 		}
-		within := fmt.Sprintf("%.0f %%", 100*float64(r.within)/float64(r.runs))
-		if r.oracle == math.MaxInt64 {
-			within += " never stopped"
+		ratio := fmt.Sprintf("%.2f / %.2f", r.ratioP50, r.ratioP90)
+		if r.never {
+			ratio = "–"
 		}
-		fmt.Fprintf(&b, "| %s | %s | %.2f | %.2f–%.2f | %.2f | %s |\n", r.shape, oracle, r.median, r.p10, r.p90, r.worst, within)
+		fmt.Fprintf(&b, "| %s | %s | %s | %d | %d | %s | %s | %s | %s | %d / %d |\n", r.shape, r.against, oracle, r.stopP50, r.stopP90, ratio,
+			pct(r.p50ok, r.runs), pct(r.p99ok, r.runs), pct(r.good, r.runs), r.runs-r.stopped-r.rejected, r.rejected)
 	}
 	return b.String()
 }
