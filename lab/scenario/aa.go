@@ -86,7 +86,7 @@ type AARun struct {
 	WarmupPhase string `json:"warmupPhase,omitempty"`
 	// Pods warmed; RequestsPerPod the warm-up requests each got (the total
 	// divided evenly); StopRatio RequestsPerPod ÷ MinStop (the stopping
-	// rule's earliest stop, 1,000 with the defaults).
+	// rule's earliest stop, 600 with the defaults).
 	Pods           int     `json:"pods"`
 	RequestsPerPod int64   `json:"requestsPerPod"`
 	MinStop        int64   `json:"minStop"`
