@@ -27,6 +27,7 @@ import (
 	"github.com/danki-dev/danki/internal/testutil"
 	"github.com/danki-dev/danki/pkg/gate"
 	"github.com/danki-dev/danki/pkg/policy"
+	"github.com/danki-dev/danki/pkg/warmup"
 	"github.com/danki-dev/danki/pkg/wellknown"
 	"github.com/danki-dev/danki/test/testenv"
 )
@@ -123,8 +124,8 @@ func TestGateOnAPIServer(t *testing.T) {
 		if c.Reason != gate.ReasonWarm || !strings.Contains(c.Message, "converged") {
 			t.Fatalf("condition %s %q; want reason Warm naming the convergence", c.Reason, c.Message)
 		}
-		if sentWhenWarm < 1000 || !warming {
-			t.Fatalf("condition True after %d requests (progress seen: %v); want the warm-up's minimum stop (1000) first", sentWhenWarm, warming)
+		if sentWhenWarm < minStop() || !warming {
+			t.Fatalf("condition True after %d requests (progress seen: %v); want the warm-up's minimum stop (%d) first", sentWhenWarm, warming, minStop())
 		}
 		if srv.Unmarked() != 0 {
 			t.Fatalf("%d requests without the marker header", srv.Unmarked())
@@ -249,8 +250,8 @@ func TestGateOnAPIServer(t *testing.T) {
 		})
 		setContainersReady(t, ctx, kube, "restarted", corev1.ConditionTrue)
 		waitPod(t, ctx, kube, "restarted", time.Minute, "warm again", gate.IsWarm)
-		if again := srv.Load() - first; again < 1000 {
-			t.Fatalf("warm again after %d more requests; want a fresh warm-up (≥ 1000)", again)
+		if again := srv.Load() - first; again < minStop() {
+			t.Fatalf("warm again after %d more requests; want a fresh warm-up (≥ %d)", again, minStop())
 		}
 	})
 
@@ -436,8 +437,8 @@ func TestGateOnAPIServer(t *testing.T) {
 		if n := m.MustValue(t, "danki_gate_warmup_duration_seconds"); n < 10 {
 			t.Errorf("danki_gate_warmup_duration_seconds has %v observations; want one per warm attempt (≥ 10)", n)
 		}
-		if sum, _ := m.HistogramSum("danki_gate_warmup_requests"); sum < 10*1000 {
-			t.Errorf("danki_gate_warmup_requests sums to %v; want ≥ 10 pods × 1000 (the minimum stop)", sum)
+		if sum, _ := m.HistogramSum("danki_gate_warmup_requests"); sum < float64(10*minStop()) {
+			t.Errorf("danki_gate_warmup_requests sums to %v; want ≥ 10 pods × %d (the minimum stop)", sum, minStop())
 		}
 		if slots := m.MustValue(t, "danki_gate_warmup_slots"); slots != 4 {
 			t.Errorf("danki_gate_warmup_slots = %v; want 4 (MaxConcurrent)", slots)
@@ -725,4 +726,11 @@ type testWriter struct{ t *testing.T }
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimSpace(string(p)))
 	return len(p), nil
+}
+
+// minStop is the warm-up's earliest stop per pod with the defaults (the
+// gate's configs here set no stopping-rule field).
+func minStop() int64 {
+	c := warmup.Config{}.WithDefaults()
+	return c.MinStop()
 }
