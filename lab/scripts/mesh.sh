@@ -52,6 +52,13 @@ GATEWAY_PORT=${GATEWAY_PORT:-18080}
 PROMETHEUS_PORT=${PROMETHEUS_PORT:-19090}
 ARGO_METRICS_PORT=${ARGO_METRICS_PORT:-18090}
 ARGO_HEALTHZ_PORT=${ARGO_HEALTHZ_PORT:-18091}
+# danki's own metrics (docs/metrics.md): one port per plugin process the
+# controller starts, and the warm gate's when a test or the bench runs one
+# (lab/scenario.LabGateMetricsAddress).
+DANKI_LATENCY_METRICS_PORT=${DANKI_LATENCY_METRICS_PORT:-18094}
+DANKI_ISTIO_METRICS_PORT=${DANKI_ISTIO_METRICS_PORT:-18095}
+DANKI_WARMUP_METRICS_PORT=${DANKI_WARMUP_METRICS_PORT:-18096}
+DANKI_GATE_METRICS_PORT=${DANKI_GATE_METRICS_PORT:-18097}
 ISTIO_VERSION=1.27.0
 ISTIO_MODULE=istio.io/istio@v0.0.0-20250808040725-7359d8be2504 # tag 1.27.0
 ARGO_MODULE=github.com/argoproj/argo-rollouts@v1.10.2
@@ -417,6 +424,17 @@ scrape_configs:
   # namespace, pod and the pod's labels, by the runner (lab/runner/filesd.go).
   metrics_path: /stats/prometheus
   file_sd_configs: [{files: ["$run/prometheus/envoy-stats.json"], refresh_interval: 1s}]
+- job_name: argo-rollouts
+  static_configs: [{targets: ["127.0.0.1:$ARGO_METRICS_PORT"]}]
+- job_name: danki-plugins
+  # Each plugin process the controller starts serves its own (docs/metrics.md).
+  static_configs:
+  - {targets: ["127.0.0.1:$DANKI_LATENCY_METRICS_PORT"], labels: {plugin: danki/latency}}
+  - {targets: ["127.0.0.1:$DANKI_ISTIO_METRICS_PORT"], labels: {plugin: danki/istio}}
+  - {targets: ["127.0.0.1:$DANKI_WARMUP_METRICS_PORT"], labels: {plugin: danki/warmup}}
+- job_name: danki-gate
+  # Up only while a test or the bench runs the warm gate.
+  static_configs: [{targets: ["127.0.0.1:$DANKI_GATE_METRICS_PORT"]}]
 PROM
 }
 
@@ -443,7 +461,9 @@ start_argo() {
 		kubectl_lab -n argo-rollouts create serviceaccount danki --dry-run=client -o yaml | kubectl_lab apply -f - >/dev/null
 		plugin_args+=', "--istiod-address", "'"$HOST_IP:$ISTIOD_SECURE_PORT"'", "--mesh-service-account", "danki"'
 	fi
-	plugin_args+=']'
+	# Each entry's process serves danki's metrics on its own port, scraped
+	# by the lab's Prometheus (job danki-plugins).
+	metrics_args() { echo "$plugin_args"', "--metrics-address", "127.0.0.1:'"$1"'"]'; }
 	kubectl_lab apply -f - >/dev/null <<CONFIG
 apiVersion: v1
 kind: ConfigMap
@@ -452,15 +472,15 @@ data:
   metricProviderPlugins: |
     - name: danki/latency
       location: file://$bin/danki
-      args: $plugin_args
+      args: $(metrics_args "$DANKI_LATENCY_METRICS_PORT")
   trafficRouterPlugins: |
     - name: danki/istio
       location: file://$bin/danki
-      args: $plugin_args
+      args: $(metrics_args "$DANKI_ISTIO_METRICS_PORT")
   stepPlugins: |
     - name: danki/warmup
       location: file://$bin/danki
-      args: $plugin_args
+      args: $(metrics_args "$DANKI_WARMUP_METRICS_PORT")
 CONFIG
 	mkdir -p "$run/argo"
 	# The controller copies plugins into ./plugin-bin: run it in its own dir.
