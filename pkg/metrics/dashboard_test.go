@@ -7,10 +7,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-
-	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/danki-dev/danki/pkg/metrics"
 )
 
 // TestDashboardShowsEveryMetric keeps deploy/grafana/danki-dashboard.json
@@ -57,19 +53,8 @@ func TestDashboardShowsEveryMetric(t *testing.T) {
 		}
 	}
 
-	reg := prometheus.NewRegistry()
-	if _, err := metrics.NewGate(reg); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := metrics.NewPlugin(reg); err != nil {
-		t.Fatal(err)
-	}
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
 	registered := map[string]bool{}
-	for _, f := range families {
+	for _, f := range registeredFamilies(t) {
 		registered[f.GetName()] = true
 	}
 

@@ -68,11 +68,7 @@ func dashboardQueries(t *testing.T, root string) []dashboardQuery {
 // stats filter (lab/README.md).
 func checkDashboard(t *testing.T, l *lab, namespace, rollout string, since time.Time, rows ...string) {
 	t.Helper()
-	prom, err := promapi.NewClient(promapi.Config{Address: prometheusURL})
-	if err != nil {
-		t.Fatal(err)
-	}
-	api := promv1.NewAPI(prom)
+	api := labPrometheus(t)
 	// The run so far, and two scrapes at least (the lab scrapes every second).
 	window := fmt.Sprintf("%ds", max(int(time.Since(since).Seconds())+1, 10))
 	vars := strings.NewReplacer("$__rate_interval", window, "$namespace", namespace, "$rollout", rollout)
@@ -132,12 +128,9 @@ func numbers(vec model.Vector) int {
 // scrape, and a killed plugin's restart resets its counters.
 func counted(t *testing.T, l *lab, selector string, since time.Time) float64 {
 	t.Helper()
-	prom, err := promapi.NewClient(promapi.Config{Address: prometheusURL})
-	if err != nil {
-		t.Fatal(err)
-	}
+	api := labPrometheus(t)
 	q := fmt.Sprintf("sum(max_over_time(%s[%ds]))", selector, max(int(time.Since(since).Seconds())+1, 10))
-	v, _, _, err := promv1.NewAPI(prom).Query(l.ctx, q, time.Now())
+	v, _, _, err := api.Query(l.ctx, q, time.Now())
 	if err != nil {
 		t.Fatalf("%s: %v", q, err)
 	}
@@ -201,17 +194,24 @@ func wantCounted(t *testing.T, l *lab, since time.Time, want map[string]float64)
 // (up == 1 for each).
 func waitScraped(t *testing.T, l *lab, job string, targets int) {
 	t.Helper()
-	prom, err := promapi.NewClient(promapi.Config{Address: prometheusURL})
-	if err != nil {
-		t.Fatal(err)
-	}
+	api := labPrometheus(t)
 	q := fmt.Sprintf(`sum(up{job=%q})`, job)
 	waitFor(t, l.ctx, 30*time.Second, "the lab's Prometheus scraping "+job, func() (bool, string) {
-		v, _, _, err := promv1.NewAPI(prom).Query(l.ctx, q, time.Now())
+		v, _, _, err := api.Query(l.ctx, q, time.Now())
 		if err != nil {
 			return false, err.Error()
 		}
 		vec, _ := v.(model.Vector)
 		return len(vec) == 1 && int(vec[0].Value) == targets, fmt.Sprintf("%s: %v", q, v)
 	})
+}
+
+// labPrometheus is a client of the lab's Prometheus.
+func labPrometheus(t *testing.T) promv1.API {
+	t.Helper()
+	prom, err := promapi.NewClient(promapi.Config{Address: prometheusURL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return promv1.NewAPI(prom)
 }
