@@ -511,6 +511,8 @@ argo_running_version() {
 }
 
 info() {
+	local argo_now
+	argo_now=$(argo_running_version)
 	cat <<INFO
 danki lab:
   kubeconfig      $kubeconfig     (kubectl --kubeconfig $kubeconfig get pods -A)
@@ -520,7 +522,7 @@ danki lab:
   mesh            LAB_MESH=$LAB_MESH$(mesh_on && echo "  (istiod CA $HOST_IP:$ISTIOD_SECURE_PORT; sidecars: $run/mesh/pods/*/proxy.env; lab/scripts/mesh.sh check)")
   istiod          127.0.0.1:$ISTIOD_GRPC_PORT (xDS), http://127.0.0.1:$ISTIOD_HTTP_PORT/debug
   Prometheus      http://127.0.0.1:$PROMETHEUS_PORT/
-  Argo Rollouts   controller $(argo_running_version) ($bin/$ARGO_BIN; ARGO_VERSION=$ARGO_VERSION), healthz :$ARGO_HEALTHZ_PORT, metrics :$ARGO_METRICS_PORT (all interfaces)
+  Argo Rollouts   controller ${argo_now:-not running} ($bin/$ARGO_BIN; ARGO_VERSION=$ARGO_VERSION), healthz :$ARGO_HEALTHZ_PORT, metrics :$ARGO_METRICS_PORT (all interfaces)
   pod network     $LAB_POD_CIDR in netns $NETNS (host end $HOST_DEV $HOST_IP)
   logs            $logs (pods: $logs/pods)
 try:  kubectl --kubeconfig $kubeconfig apply -f lab/manifests/ && curl -s http://127.0.0.1:$GATEWAY_PORT/
