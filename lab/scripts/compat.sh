@@ -14,7 +14,7 @@
 #
 # Writes $COMPAT_OUT (default compat-results/): compat.md (versions, date,
 # each test's result and duration) and e2e.log. Needs root (as make test's
-# end-to-end tests) and no lab running. ~12 min with the lab built.
+# end-to-end tests) and no lab running. ~9 min with the lab built.
 set -euo pipefail
 # shellcheck source=lab/scripts/lib.sh
 source "$(dirname "$0")/lib.sh"
