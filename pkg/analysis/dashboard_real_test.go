@@ -2,15 +2,15 @@ package analysis
 
 import (
 	"context"
-	"encoding/json"
 	"math"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
 	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
 	"github.com/prometheus/common/model"
+
+	"github.com/danki-dev/danki/internal/testutil"
 )
 
 // checkDashboardUserRows runs the users' rows of the shipped Grafana
@@ -23,60 +23,46 @@ import (
 // side's error share. (The lab has no istio-proxy, so no istio_* series:
 // test/e2e runs the Istio row for its syntax only, and this test with data.)
 func checkDashboardUserRows(t *testing.T, ctx context.Context, api promv1.API, canaryHash, stableHash string, canaryErrors, stableErrors float64) {
-	raw, err := os.ReadFile("../../deploy/grafana/danki-dashboard.json")
+	queries, err := testutil.DashboardQueries("../../deploy/grafana/danki-dashboard.json")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var dash struct {
-		Panels []struct {
-			Type, Title string
-			Targets     []struct{ Expr string }
-		}
-	}
-	if err := json.Unmarshal(raw, &dash); err != nil {
-		t.Fatal(err)
-	}
 	vars := strings.NewReplacer("$__rate_interval", "1m", "$namespace", "default", "$rollout", "app")
-	row, checked := "", 0
-	for _, p := range dash.Panels {
-		if p.Type == "row" {
-			row = p.Title
-			continue
-		}
-		if !strings.HasPrefix(row, "Users of $rollout") || strings.HasPrefix(p.Title, "Rollout ") {
+	checked := 0
+	for _, q := range queries {
+		row, title := q.Row, q.Panel
+		if !strings.HasPrefix(row, "Users of $rollout") || strings.HasPrefix(title, "Rollout ") {
 			continue // the Argo controller's panel: no controller here
 		}
-		for _, target := range p.Targets {
-			expr := vars.Replace(target.Expr)
-			res, _, _, err := api.Query(ctx, expr, time.Now())
-			if err != nil {
-				t.Errorf("%s: %v\n%s", p.Title, err, expr)
-				continue
-			}
-			bySide := map[string]float64{}
-			for _, s := range res.(model.Vector) {
-				bySide[string(s.Metric["rollouts_pod_template_hash"])] = float64(s.Value)
-			}
-			canary, stable := bySide[canaryHash], bySide[stableHash]
-			near := func(got, want, tolerance float64) bool { return math.Abs(got-want) <= tolerance*want }
-			var ok bool
-			switch {
-			case strings.Contains(p.Title, "p50"), strings.Contains(p.Title, "p99"):
-				ok = canary > 1.5*stable && stable > 0 // 2× slower
-			case strings.Contains(p.Title, "Share"):
-				// Each pod's rate is extrapolated on its own (maxOver).
-				ok = near(canary, 1200.0/4200, 0.15) && near(stable, 3000.0/4200, 0.15) && near(canary+stable, 1, 1e-9)
-			case strings.Contains(p.Title, "errors"):
-				ok = near(canary, canaryErrors, 0.1) && near(stable, stableErrors, 0.1)
-			default:
-				t.Errorf("panel %q: this test does not know what it should show", p.Title)
-				continue
-			}
-			if len(bySide) != 2 || !ok {
-				t.Errorf("%s / %s: canary %.4g, stable %.4g (series %v)\n%s", row, p.Title, canary, stable, res, expr)
-			}
-			checked++
+		expr := vars.Replace(q.Expr)
+		res, _, _, err := api.Query(ctx, expr, time.Now())
+		if err != nil {
+			t.Errorf("%s: %v\n%s", title, err, expr)
+			continue
 		}
+		bySide := map[string]float64{}
+		for _, s := range res.(model.Vector) {
+			bySide[string(s.Metric["rollouts_pod_template_hash"])] = float64(s.Value)
+		}
+		canary, stable := bySide[canaryHash], bySide[stableHash]
+		near := func(got, want, tolerance float64) bool { return math.Abs(got-want) <= tolerance*want }
+		var ok bool
+		switch {
+		case strings.Contains(title, "p50"), strings.Contains(title, "p99"):
+			ok = canary > 1.5*stable && stable > 0 // 2× slower
+		case strings.Contains(title, "Share"):
+			// Each pod's rate is extrapolated on its own (maxOver).
+			ok = near(canary, 1200.0/4200, 0.15) && near(stable, 3000.0/4200, 0.15) && near(canary+stable, 1, 1e-9)
+		case strings.Contains(title, "errors"):
+			ok = near(canary, canaryErrors, 0.1) && near(stable, stableErrors, 0.1)
+		default:
+			t.Errorf("panel %q: this test does not know what it should show", title)
+			continue
+		}
+		if len(bySide) != 2 || !ok {
+			t.Errorf("%s / %s: canary %.4g, stable %.4g (series %v)\n%s", row, title, canary, stable, res, expr)
+		}
+		checked++
 	}
 	if checked < 7 {
 		t.Errorf("checked %d queries of the dashboard's users' rows, want the 7 (Istio p50, p99, share, errors; Envoy p50, p99, share)", checked)

@@ -1,10 +1,8 @@
 package e2e
 
 import (
-	"encoding/json"
 	"fmt"
 	"math"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -15,49 +13,12 @@ import (
 	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
 	"github.com/prometheus/common/model"
 
+	"github.com/danki-dev/danki/internal/testutil"
 	"github.com/danki-dev/danki/pkg/warmup"
 )
 
 // dashboardFile is the Grafana dashboard danki ships (docs/metrics.md).
 const dashboardFile = "deploy/grafana/danki-dashboard.json"
-
-// dashboardQuery is one target of one panel, with the row it sits in.
-type dashboardQuery struct {
-	row, panel, expr string
-}
-
-// dashboardQueries reads every panel query of the shipped dashboard.
-func dashboardQueries(t *testing.T, root string) []dashboardQuery {
-	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(root, dashboardFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var dash struct {
-		Panels []struct {
-			Type, Title string
-			Targets     []struct{ Expr string }
-		}
-	}
-	if err := json.Unmarshal(raw, &dash); err != nil {
-		t.Fatalf("%s: %v", dashboardFile, err)
-	}
-	var qs []dashboardQuery
-	row := ""
-	for _, p := range dash.Panels {
-		if p.Type == "row" {
-			row = p.Title
-			continue
-		}
-		for _, target := range p.Targets {
-			qs = append(qs, dashboardQuery{row: row, panel: p.Title, expr: target.Expr})
-		}
-	}
-	if len(qs) == 0 {
-		t.Fatalf("%s has no panel queries", dashboardFile)
-	}
-	return qs
-}
 
 // checkDashboard runs every query of the shipped dashboard against the
 // lab's Prometheus as Grafana would, with the rollout's namespace and name
@@ -73,15 +34,19 @@ func checkDashboard(t *testing.T, l *lab, namespace, rollout string, since time.
 	window := fmt.Sprintf("%ds", max(int(time.Since(since).Seconds())+1, 10))
 	vars := strings.NewReplacer("$__rate_interval", window, "$namespace", namespace, "$rollout", rollout)
 	checked := 0
-	for _, q := range dashboardQueries(t, l.root) {
-		expr := vars.Replace(q.expr)
+	queries, err := testutil.DashboardQueries(filepath.Join(l.root, dashboardFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range queries {
+		expr := vars.Replace(q.Expr)
 		if strings.Contains(expr, "$") {
-			t.Errorf("%s / %s: a variable the lab does not set: %s", q.row, q.panel, expr)
+			t.Errorf("%s / %s: a variable the lab does not set: %s", q.Row, q.Panel, expr)
 			continue
 		}
 		wanted := false
 		for _, r := range rows {
-			wanted = wanted || strings.HasPrefix(q.row, r)
+			wanted = wanted || strings.HasPrefix(q.Row, r)
 		}
 		// Fresh scrapes of counters just incremented may lag a second.
 		var last string
@@ -92,7 +57,7 @@ func checkDashboard(t *testing.T, l *lab, namespace, rollout string, since time.
 			}
 			v, _, _, err := api.Query(l.ctx, expr, time.Now())
 			if err != nil {
-				t.Errorf("%s / %s: Prometheus refused the query: %v\n%s", q.row, q.panel, err, expr)
+				t.Errorf("%s / %s: Prometheus refused the query: %v\n%s", q.Row, q.Panel, err, expr)
 				break
 			}
 			vec, _ := v.(model.Vector)
@@ -100,7 +65,7 @@ func checkDashboard(t *testing.T, l *lab, namespace, rollout string, since time.
 			ok = !wanted || numbers(vec) > 0
 		}
 		if !ok {
-			t.Errorf("%s / %s: no series with a value in the lab's Prometheus after the rollout (last: %s)\n%s", q.row, q.panel, last, expr)
+			t.Errorf("%s / %s: no series with a value in the lab's Prometheus after the rollout (last: %s)\n%s", q.Row, q.Panel, last, expr)
 		}
 		if wanted {
 			checked++
