@@ -139,13 +139,20 @@ func (d *dankiLab) metricsAfterFailures(t *testing.T) {
 	})
 }
 
-// wantCounted fails for each counter that counted less than its minimum
-// since since (see counted), and logs them all.
+// wantCounted fails for each counter that has not counted its minimum
+// since since (see counted) within a few scrapes, and logs them all. A few
+// scrapes: the gate counts a warm pod as it writes its condition, which the
+// test may see before the lab's Prometheus scrapes the count (1 s).
 func wantCounted(t *testing.T, l *lab, since time.Time, want map[string]float64) {
 	t.Helper()
 	var got []string
+	deadline := time.Now().Add(15 * time.Second)
 	for selector, least := range want {
 		n := counted(t, l, selector, since)
+		for n < least && time.Now().Before(deadline) {
+			time.Sleep(time.Second)
+			n = counted(t, l, selector, since)
+		}
 		got = append(got, fmt.Sprintf("%s %.0f", selector, n))
 		if n < least {
 			t.Errorf("%s counted %.0f in the last %s, want ≥ %.0f", selector, n, time.Since(since).Round(time.Second), least)
