@@ -30,8 +30,7 @@ const dashboardFile = "deploy/grafana/danki-dashboard.json"
 func checkDashboard(t *testing.T, l *lab, namespace, rollout string, since time.Time, rows ...string) {
 	t.Helper()
 	api := labPrometheus(t)
-	// The run so far, and two scrapes at least (the lab scrapes every second).
-	window := fmt.Sprintf("%ds", max(int(time.Since(since).Seconds())+1, 10))
+	window := windowSince(since)
 	vars := strings.NewReplacer("$__rate_interval", window, "$namespace", namespace, "$rollout", rollout)
 	checked := 0
 	queries, err := testutil.DashboardQueries(filepath.Join(l.root, dashboardFile))
@@ -48,22 +47,17 @@ func checkDashboard(t *testing.T, l *lab, namespace, rollout string, since time.
 		for _, r := range rows {
 			wanted = wanted || strings.HasPrefix(q.Row, r)
 		}
-		// Fresh scrapes of counters just incremented may lag a second.
 		var last string
-		ok := false
-		for try := 0; try < 10 && !ok; try++ {
-			if try > 0 {
-				time.Sleep(time.Second)
-			}
+		ok := withinScrapes(10*time.Second, func() bool {
 			v, _, _, err := api.Query(l.ctx, expr, time.Now())
 			if err != nil {
 				t.Errorf("%s / %s: Prometheus refused the query: %v\n%s", q.Row, q.Panel, err, expr)
-				break
+				return true // reported: no point asking again
 			}
 			vec, _ := v.(model.Vector)
 			last = fmt.Sprint(v)
-			ok = !wanted || numbers(vec) > 0
-		}
+			return !wanted || numbers(vec) > 0
+		})
 		if !ok {
 			t.Errorf("%s / %s: no series with a value in the lab's Prometheus after the rollout (last: %s)\n%s", q.Row, q.Panel, last, expr)
 		}
@@ -72,6 +66,26 @@ func checkDashboard(t *testing.T, l *lab, namespace, rollout string, since time.
 		}
 	}
 	t.Logf("dashboard: %d queries returned series in the lab's Prometheus (rows %q; window %s)", checked, rows, window)
+}
+
+// windowSince is a PromQL range covering the run since since, and two
+// scrapes at least (the lab scrapes every second).
+func windowSince(since time.Time) string {
+	return fmt.Sprintf("%ds", max(int(time.Since(since).Seconds())+1, 10))
+}
+
+// withinScrapes reads until read says it saw what it wants, once a second
+// for up to limit: what the test just saw happen reaches the lab's
+// Prometheus at its next scrape (1 s). It reports whether read succeeded.
+func withinScrapes(limit time.Duration, read func() bool) bool {
+	deadline := time.Now().Add(limit)
+	for !read() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(time.Second)
+	}
+	return true
 }
 
 // numbers counts a vector's samples that are numbers (histogram_quantile
@@ -94,7 +108,7 @@ func numbers(vec model.Vector) int {
 func counted(t *testing.T, l *lab, selector string, since time.Time) float64 {
 	t.Helper()
 	api := labPrometheus(t)
-	q := fmt.Sprintf("sum(max_over_time(%s[%ds]))", selector, max(int(time.Since(since).Seconds())+1, 10))
+	q := fmt.Sprintf("sum(max_over_time(%s[%s]))", selector, windowSince(since))
 	v, _, _, err := api.Query(l.ctx, q, time.Now())
 	if err != nil {
 		t.Fatalf("%s: %v", q, err)
@@ -146,13 +160,12 @@ func (d *dankiLab) metricsAfterFailures(t *testing.T) {
 func wantCounted(t *testing.T, l *lab, since time.Time, want map[string]float64) {
 	t.Helper()
 	var got []string
-	deadline := time.Now().Add(15 * time.Second)
 	for selector, least := range want {
-		n := counted(t, l, selector, since)
-		for n < least && time.Now().Before(deadline) {
-			time.Sleep(time.Second)
+		var n float64
+		withinScrapes(15*time.Second, func() bool {
 			n = counted(t, l, selector, since)
-		}
+			return n >= least
+		})
 		got = append(got, fmt.Sprintf("%s %.0f", selector, n))
 		if n < least {
 			t.Errorf("%s counted %.0f in the last %s, want ≥ %.0f", selector, n, time.Since(since).Round(time.Second), least)
