@@ -20,7 +20,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION)
 # on a 2-core machine.
 TEST_TIMEOUT ?= 60m
 
-.PHONY: all build build-lab release chart test fuzz unit lint demo bench aa lab-bins lab-up lab-down clean help
+.PHONY: all build build-lab release chart test compat fuzz unit lint demo bench aa lab-bins lab-up lab-down clean help
 
 all: build
 
@@ -47,6 +47,12 @@ test: lint chart lab-bins ## lint, lint and render the Helm chart, build the lab
 	go test -count=1 -timeout $(TEST_TIMEOUT) $$(go list ./... | grep -v /test/e2e)
 	hack/fuzz.sh
 	go test -count=1 -timeout $(TEST_TIMEOUT) -v ./test/e2e/ 2>&1 | grep --line-buffered -vE '^\s+lab_test.go:[0-9]+: \[lab' ; exit $${PIPESTATUS[0]}
+
+# Not part of `make test`: it builds a second Argo Rollouts controller (~7 min
+# cold) and runs the lab end to end against it. docs/install.md,
+# "Compatibility", lists what each row of the matrix ran.
+compat: ## (root) the oldest Argo Rollouts controller danki supports (v1.8.5, built beside v1.10.2) in the lab: the end-to-end tests that drive step, traffic router and metric plugin through it; compat-results/compat.md (versions, date, pass/fail)
+	lab/scripts/compat.sh
 
 chart: ## helm lint + helm template of deploy/helm/danki (helm built into $(TOOLS), cached)
 	hack/helm.sh check

@@ -56,7 +56,7 @@ type analyzeFlags struct {
 	healthPath, duration, reqTimeout string
 	count, connections               int
 	qps, stableQPS                   float64
-	warmUp                           bool
+	warmUp, allowSideEffects         bool
 }
 
 var analyzePercentiles = []string{"p50", "p90", "p95", "p99", "p999"}
@@ -85,10 +85,17 @@ same analysis the danki/latency metric plugin runs in an AnalysisTemplate.
 --stable-qps, to the stable pods (--stable-url / --stable-service); cold pods
 are warmed until converged first (--warm-up). Every request carries the marker
 header X-Danki-Warmup: 1; --path sets GET paths (templates use << >>, e.g.
-'/items/<<randInt 1 5000>>'); a full request mix goes in --config.
+'/items/<<randInt 1 5000>>'); a full request mix goes in --config (methods other
+than GET, HEAD and OPTIONS only with --allow-side-effects).
 
-Exit status: 0 only when every SLO holds (Pass); non-zero on Fail,
-Inconclusive (not enough data — never a pass) and Error. See docs/latency.md.`,
+The verdict (Pass, Fail or Inconclusive, with the checks) goes to stdout.
+Exit status:
+  0  Pass: every SLO holds
+  1  Fail: an SLO is breached (a verdict, not an error)
+  2  Inconclusive: not enough data to judge (never a pass)
+  3  error: bad flags or config, or the latency could not be measured
+     (Prometheus or the pods unreachable), with "Error: …" on stderr
+See docs/latency.md.`,
 		Example: `  danki analyze --prometheus http://127.0.0.1:9090 --source istio \
     --canary app-canary.default.svc.cluster.local --stable app-stable.default.svc.cluster.local \
     --window 10m --p99 250ms --p999 1s --p99-ratio 1.2 --max-error-rate 1% --tail-test
@@ -162,6 +169,7 @@ Inconclusive (not enough data — never a pass) and Error. See docs/latency.md.`
 	fl.StringVar(&f.reqTimeout, "request-timeout", "", "load: per-request timeout (default 10s)")
 	fl.Float64Var(&f.stableQPS, "stable-qps", 0, "load: cap on the total rate to the stable pods (default 10)")
 	fl.BoolVar(&f.warmUp, "warm-up", true, "load: warm cold new pods until their latency converged before measuring")
+	fl.BoolVar(&f.allowSideEffects, "allow-side-effects", false, "load: allow --config's requests other than GET, HEAD and OPTIONS (only if the app keeps requests with the marker header free of side effects)")
 	return cmd
 }
 
@@ -227,13 +235,17 @@ func runAnalyze(cmd *cobra.Command, f *analyzeFlags) error {
 	} else if err := v.WriteTable(out, cfg.Source); err != nil {
 		return err
 	}
+	// Fail and Inconclusive are verdicts, printed above: their own exit
+	// codes, no "Error:" line.
 	switch v.Phase {
 	case analysis.Pass:
 		return nil
-	case analysis.Error:
-		return fmt.Errorf("could not measure: %s", v.Error)
+	case analysis.Fail:
+		return verdict(cmd, exitVerdict, fmt.Errorf("verdict %s", v.Phase), false)
+	case analysis.Inconclusive:
+		return verdict(cmd, exitInconclusive, fmt.Errorf("verdict %s", v.Phase), false)
 	}
-	return fmt.Errorf("verdict %s", v.Phase)
+	return fmt.Errorf("could not measure: %s", v.Error)
 }
 
 // config builds the Config from --config and the flags that were set.
@@ -485,6 +497,10 @@ var analyzeSources = map[string]analyzeSource{
 				return nil
 			}},
 			{flag: "warm-up", set: func(f *analyzeFlags, c *analysis.Config) error { c.Load.WarmUp = &f.warmUp; return nil }},
+			{flag: "allow-side-effects", set: func(f *analyzeFlags, c *analysis.Config) error {
+				c.Load.AllowSideEffects = f.allowSideEffects
+				return nil
+			}},
 			{flag: "duration", set: func(f *analyzeFlags, c *analysis.Config) error {
 				return analyzeDuration("duration", f.duration, &c.Load.Duration)
 			}},
@@ -568,6 +584,11 @@ var analyzeFlagNames = strings.NewReplacer(
 	"tailTest.margin", "--margin (tailTest.margin)",
 	"window:", "--window:",
 	"source:", "--source:",
+	// The warm-up's side-effect checks name its field, allowSideEffects
+	// (longest first: the replacer tries them in this order).
+	"load.allowSideEffects", "--allow-side-effects (load.allowSideEffects)",
+	"allowSideEffects is true", "--allow-side-effects is given (load.allowSideEffects: true)",
+	"allowSideEffects", "--allow-side-effects (load.allowSideEffects)",
 )
 
 func analyzeFlagError(err error) error { return errors.New(analyzeFlagNames.Replace(err.Error())) }

@@ -91,17 +91,64 @@ func TestAnalyzeEnvoyPass(t *testing.T) {
 	}
 }
 
+// A Fail is a verdict, not an error: printed on stdout, exit code 1, no
+// "Error:" line and no usage on stderr.
 func TestAnalyzeSlowCanaryExitsNonZero(t *testing.T) {
 	srv := analyzeFakeProm(t)
-	out, _, err := runDanki("analyze", "--prometheus", srv.URL, "--source", "envoy",
+	out, stderr, err := runDanki("analyze", "--prometheus", srv.URL, "--source", "envoy",
 		"--canary", "outbound|8080||app-slow.default.svc.cluster.local",
 		"--stable", "outbound|8080||app-stable.default.svc.cluster.local",
 		"--p99", "250ms", "--tail-test")
-	if err == nil || !strings.Contains(err.Error(), "verdict Fail") {
-		t.Fatalf("err = %v, want verdict Fail\n%s", err, out)
+	if code := exitCode(err); code != exitVerdict {
+		t.Fatalf("exit code %d (err %v), want %d for Fail\n%s", code, err, exitVerdict, out)
 	}
 	if !strings.Contains(out, "FAIL         p99") || !strings.Contains(out, "Fail: p99") {
 		t.Errorf("output does not show the breach:\n%s", out)
+	}
+	if strings.Contains(stderr, "Error:") || strings.Contains(stderr, "Usage:") {
+		t.Errorf("a Fail printed as an error:\n%s", stderr)
+	}
+}
+
+// The exit codes tell Pass (0), Fail (1), Inconclusive (2) and an error (3)
+// apart, as --help says; only the error prints "Error: …".
+func TestAnalyzeExitCodes(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name string, count int, maxSeconds float64) string {
+		p := filepath.Join(dir, name)
+		data := fmt.Sprintf(`{"RunType":"HTTP","RetCodes":{"200":%d},"DurationHistogram":{"Count":%d,"Min":0.001,"Max":%g,
+		  "Data":[{"Start":0.001,"End":%g,"Percent":100,"Count":%d}]}}`, count, count, maxSeconds, maxSeconds, count)
+		if err := os.WriteFile(p, []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	fast, slow, few := write("fast.json", 1000, 0.002), write("slow.json", 1000, 0.9), write("few.json", 20, 0.002)
+	for _, tc := range []struct {
+		name, canary string
+		extra        []string
+		code         int
+		stdout       string
+	}{
+		{"pass", fast, nil, exitOK, "Pass: all SLOs hold"},
+		{"fail", slow, nil, exitVerdict, "Fail: "},
+		{"inconclusive", few, nil, exitInconclusive, "Inconclusive: "},
+		{"error", fast, []string{"--max-error-rate", "lots"}, exitError, ""},
+	} {
+		args := append([]string{"analyze", "--source", "fortio", "--canary", tc.canary, "--stable", fast, "--max", "500ms"}, tc.extra...)
+		out, stderr, err := runDanki(args...)
+		if code := exitCode(err); code != tc.code || !strings.Contains(out, tc.stdout) {
+			t.Errorf("%s: exit code %d (err %v), want %d with %q on stdout:\n%s", tc.name, code, err, tc.code, tc.stdout, out)
+		}
+		if wantErr := tc.code == exitError; strings.Contains(stderr, "Error:") != wantErr {
+			t.Errorf("%s: stderr %q; want an \"Error:\" line only for an error", tc.name, stderr)
+		}
+	}
+	help, _, _ := runDanki("analyze", "--help")
+	for _, w := range []string{"0  Pass", "1  Fail", "2  Inconclusive", "3  error"} {
+		if !strings.Contains(help, w) {
+			t.Errorf("--help does not document exit code %q", w)
+		}
 	}
 }
 
@@ -172,8 +219,8 @@ func TestAnalyzeConfigFileWithOverrides(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte(data), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := runDanki("analyze", "--config", cfg); err == nil || !strings.Contains(err.Error(), "verdict Fail") {
-		t.Fatalf("slow canary from the config file: err %v, want Fail", err)
+	if out, _, err := runDanki("analyze", "--config", cfg); exitCode(err) != exitVerdict || !strings.Contains(out, "Fail: p99") {
+		t.Fatalf("slow canary from the config file: err %v, want Fail\n%s", err, out)
 	}
 	out, _, err := runDanki("analyze", "--config", cfg, "--canary", "outbound|8080||app-canary.default.svc.cluster.local")
 	if err != nil {
@@ -199,7 +246,7 @@ slo: {p99: 250ms}
 		t.Fatal(err)
 	}
 	out, _, err := runDanki("analyze", "--config", good)
-	if err == nil || !strings.Contains(err.Error(), "verdict Fail") || !strings.Contains(out, "window 10m") {
+	if exitCode(err) != exitVerdict || !strings.Contains(out, "Fail: p99") || !strings.Contains(out, "window 10m") {
 		t.Fatalf("slow canary from a YAML config: err %v, want Fail over the file's 10m window\n%s", err, out)
 	}
 	bad := filepath.Join(dir, "typo.yaml")
@@ -245,7 +292,7 @@ func TestAnalyzeLoadSource(t *testing.T) {
 		t.Fatalf("good server: err %v\nstdout:\n%s\nstderr:\n%s", err, out, stderr)
 	}
 	out, _, err = runDanki(args(slow.URL)...)
-	if err == nil || !strings.Contains(out, "Fail: p99") {
+	if exitCode(err) != exitVerdict || !strings.Contains(out, "Fail: p99") {
 		t.Fatalf("slow server: err %v; want a Fail on p99\n%s", err, out)
 	}
 	for _, s := range []*testutil.ColdServer{good, slow} {
@@ -254,8 +301,28 @@ func TestAnalyzeLoadSource(t *testing.T) {
 		}
 	}
 	_, _, err = runDanki("analyze", "--source", "load", "--url", good.URL, "--path", "/x", "--qps", "0", "--p99", "1s")
-	if err == nil || !strings.Contains(err.Error(), "load.qps") {
+	if err == nil || !strings.Contains(err.Error(), "load.qps") || exitCode(err) != exitError {
 		t.Fatalf("--qps 0: %v; want an error naming load.qps", err)
+	}
+}
+
+// A POST in --config's load.requests is refused with the flag that allows
+// it, --allow-side-effects, named; with the flag it is sent.
+func TestAnalyzeLoadSideEffectsNameTheFlag(t *testing.T) {
+	srv := testutil.NewColdServer(t, testutil.Flat(time.Millisecond))
+	srv.HealthPath = "/healthz"
+	cfg := filepath.Join(t.TempDir(), "load.yaml")
+	data := "source: load\nload:\n  urls: [" + srv.URL + "]\n  healthPath: /healthz\n  requests: [{method: POST, path: /orders}]\n  count: 50\n  qps: 200\n  warmUp: false\nslo: {p50: 1s}\n"
+	if err := os.WriteFile(cfg, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := runDanki("analyze", "--config", cfg)
+	if err == nil || !strings.Contains(err.Error(), "unless --allow-side-effects is given (load.allowSideEffects: true)") {
+		t.Fatalf("POST without --allow-side-effects: %v; want the flag named", err)
+	}
+	out, _, err := runDanki("analyze", "--config", cfg, "--allow-side-effects", "--min-samples", "50")
+	if err != nil || srv.Load() == 0 || srv.Last().Method != "POST" {
+		t.Fatalf("with --allow-side-effects: %v, %d requests (last %+v)\n%s", err, srv.Load(), srv.Last(), out)
 	}
 }
 

@@ -2,7 +2,9 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -47,7 +49,8 @@ Never point it at a pod that serves users: it loads the pod until it breaks.
 Use a canary at weight 0, a preview pod, or a test instance. The pod: --url,
 or in Kubernetes the first ready pod of --service / --selector /
 --pod-template-hash. Requests carry the marker header X-Danki-Warmup: 1.
-With --min-qps, a knee below it exits non-zero.`,
+Exit status: 0 the knee was found (and is at least --min-qps); 1 the knee is
+below --min-qps; 3 an error ("Error: …" on stderr).`,
 		Example: `  danki capacity --url http://10.244.0.7:8080 --path /api/items --start-qps 20 --hold 10s --min-qps 150`,
 		Args:    cobra.NoArgs,
 		RunE:    func(cmd *cobra.Command, _ []string) error { return runCapacity(cmd, f) },
@@ -74,7 +77,7 @@ With --min-qps, a knee below it exits non-zero.`,
 	fl.Float64Var(&f.cfg.MinAchievedRatio, "min-achieved-ratio", capacity.DefaultMinAchievedRatio, "a step breaks when the pod serves less than this share of the offered rate")
 	fl.IntVar(&f.refine, "refine", capacity.DefaultRefine, "bisection steps between the last good and the first broken rate")
 	fl.IntVar(&f.confirm, "confirm", capacity.DefaultConfirm, "repeats of a broken step before it counts (a one-off spike does not end the ramp)")
-	fl.Float64Var(&f.minQPS, "min-qps", 0, "fail (exit non-zero) when the knee is below this rate")
+	fl.Float64Var(&f.minQPS, "min-qps", 0, "fail (exit code 1) when the knee is below this rate")
 	fl.StringVarP(&f.output, "output", "o", "table", "output: table or json")
 	return cmd
 }
@@ -97,7 +100,7 @@ func runCapacity(cmd *cobra.Command, f *capacityFlags) error {
 		cfg.Requests = append(cfg.Requests, warmup.RequestSpec{Path: p})
 	}
 	if err := cfg.WithDefaults().Validate(); err != nil {
-		return err
+		return errors.New(capacityFieldFlags.Replace(err.Error()))
 	}
 	pol, closeMesh, err := f.mesh.localPolicy(&f.kube)
 	if err != nil {
@@ -131,10 +134,17 @@ func runCapacity(cmd *cobra.Command, f *capacityFlags) error {
 		return err
 	}
 	if f.minQPS > 0 && res.KneeQPS < f.minQPS {
-		return fmt.Errorf("knee %.1f qps is below --min-qps %g", res.KneeQPS, f.minQPS)
+		return verdict(cmd, exitVerdict, fmt.Errorf("knee %.1f qps is below --min-qps %g", res.KneeQPS, f.minQPS), true)
 	}
 	return nil
 }
+
+// capacityFieldFlags: danki capacity sends GET paths only and has no flag
+// for allowSideEffects, which the capacity check's errors name; say where
+// it is set instead.
+var capacityFieldFlags = strings.NewReplacer(
+	"set allowSideEffects", "set allowSideEffects in a danki/warmup step's capacity block (danki capacity, which sends GETs only, has no flag for it)",
+)
 
 // target is --url, or the first ready pod found in Kubernetes.
 func (f *capacityFlags) target(cmd *cobra.Command) (warmup.Target, error) {

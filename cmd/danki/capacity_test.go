@@ -30,7 +30,7 @@ func TestCapacityCommand(t *testing.T) {
 	url := "http://" + l.Addr().String()
 
 	out, stderr, err := runDanki("capacity", "--url", url, "--start-qps", "80", "--hold", "1s", "--refine", "2", "-o", "json", "--min-qps", "400")
-	if err == nil || !strings.Contains(err.Error(), "below --min-qps 400") {
+	if err == nil || !strings.Contains(err.Error(), "below --min-qps 400") || exitCode(err) != exitVerdict || strings.Contains(stderr, "Error:") {
 		t.Fatalf("err %v; want the knee below --min-qps 400\nstderr:\n%s", err, stderr)
 	}
 	var res struct {
@@ -56,5 +56,9 @@ func TestCapacityCommand(t *testing.T) {
 	}
 	if _, _, err := runDanki("capacity", "--url", url, "--factor", "1"); err == nil || !strings.Contains(err.Error(), "factor") {
 		t.Fatalf("--factor 1: %v; want an error naming factor", err)
+	}
+	// danki capacity has no --allow-side-effects: the refusal says so.
+	if _, _, err := runDanki("capacity", "--url", url, "--path", "/x?_method=DELETE"); err == nil || !strings.Contains(err.Error(), "danki capacity, which sends GETs only, has no flag for it") {
+		t.Fatalf("--path with _method: %v; want the refusal to say danki capacity has no flag for allowSideEffects", err)
 	}
 }

@@ -16,7 +16,6 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := newRootCmd().ExecuteContext(ctx)
 	stop()
-	if err != nil {
-		os.Exit(1)
-	}
+	// cobra printed "Error: …" for an error; a verdict printed itself.
+	os.Exit(exitCode(err))
 }

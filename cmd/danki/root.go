@@ -17,7 +17,11 @@ load until their latency converges, shifts Istio traffic to them gradually, and
 gates every step on tail latency (p99, p99.9) measured against stable.
 
 It runs as Argo Rollouts plugins (danki/warmup, danki/istio, danki/latency; see
-"danki plugin") and as this CLI to do the same by hand.`,
+"danki plugin") and as this CLI to do the same by hand.
+
+Exit status: 0 success (a Pass, a warm pod); 1 a verdict against the version
+(analyze: Fail; warmup: not warm; capacity: the knee below --min-qps);
+2 inconclusive (analyze: too little data); 3 an error ("Error: …" on stderr).`,
 		SilenceUsage: true,
 		PersistentPreRun: func(cmd *cobra.Command, _ []string) {
 			level := slog.LevelInfo

@@ -78,10 +78,11 @@ converged: it stopped improving — its latest quarter of windows of --window
 requests is not faster than the quarter before by more than --tolerance (p50,
 p99, share of slow requests) — after at least --min-requests. Fails (exit
 code 1) at --deadline or --max-requests without convergence, with the latency
-trend. A target failing 20 requests in a row fails at once, with its last error.
-With stable pods (--stable-url, --stable-service or --stable-hash) they are
-loaded side by side and a target whose p99 settles above --reject-ratio ×
-theirs (and --reject-floor above it) is rejected: a slower version, exit code 1.
+trend. A target failing 20 requests in a row fails at once, with its last error
+(exit code 3). With stable pods (--stable-url, --stable-service or
+--stable-hash) they are loaded side by side and a target whose p99 settles
+above --reject-ratio × theirs (and --reject-floor above it) is rejected: a
+slower version, exit code 1.
 Each target's pace starts at --start-qps (default --qps / 8) and doubles while
 the pod keeps up, up to --qps, within --cpu-budget cores if set; with stable pods, the pace is halved while
 their latency rises (--neighbour-guard), and each back-off is printed.
@@ -108,7 +109,15 @@ A live progress line goes to stderr; the table of windows (requests, p50, p90,
 p99, max, errors) goes to stdout at the end. --json writes fortio's result JSON.
 With --until-converged=false every target gets exactly --max-requests requests
 (a fixed warm-up count, any number) and the table shows how latency fell (a
-measurement, not a gate).
+measurement, not a gate: exit code 0 whatever the latency did).
+
+Exit status:
+  0  warm (converged, or accepted near stable); with --until-converged=false,
+     the fixed load was sent
+  1  not warm: no convergence by --deadline or --max-requests, or rejected as
+     a slower version (the reason on stderr)
+  3  error: bad flags, no targets, targets unhealthy or failing every
+     request, Ctrl-C ("Error: …" on stderr)
 
 "danki warmup mirror" warms a canary on a mirrored share of the users' own
 requests instead (Istio mirroring on the VirtualService, judged from
@@ -263,7 +272,7 @@ func (f *warmupFlags) run(cmd *cobra.Command) error {
 	})
 	progress.end()
 	if res == nil {
-		return err
+		return warmupOutcome(cmd, err)
 	}
 	if werr := res.WriteTable(cmd.OutOrStdout()); werr != nil {
 		return werr
@@ -273,7 +282,7 @@ func (f *warmupFlags) run(cmd *cobra.Command) error {
 			return errors.Join(err, fmt.Errorf("--json %s: %w", f.jsonOut, jerr))
 		}
 	}
-	return err
+	return warmupOutcome(cmd, err)
 }
 
 // addStoppingRuleFlags registers the stopping rule's flags (the same for
@@ -358,9 +367,38 @@ func (f *warmupFlags) config() (warmup.Config, error) {
 	}
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
-		return cfg, fmt.Errorf("invalid warm-up settings (fields as in the step plugin config, see docs/warmup.md): %w", err)
+		return cfg, fmt.Errorf("invalid warm-up settings (fields as in the step plugin config, see docs/warmup.md): %s", warmupFieldFlags.Replace(err.Error()))
 	}
 	return cfg, nil
+}
+
+// warmupFieldFlags names, in the warm-up's errors (which name its config
+// fields, as the step plugin's YAML has them), the flags that set them.
+// The replacer tries them in this order: longest first.
+var warmupFieldFlags = strings.NewReplacer(
+	"allowSideEffects is true", "--allow-side-effects is given (allowSideEffects: true)",
+	"allowSideEffects", "--allow-side-effects (allowSideEffects)",
+	"list it in grpcSafeMethods", "list it with --grpc-safe-method (grpcSafeMethods)",
+	"grpcSafeMethods", "--grpc-safe-method (grpcSafeMethods)",
+	"markerHeaderConfirm", "--marker-header-confirm (markerHeaderConfirm)",
+	"markerHeader", "--marker-header (markerHeader)",
+)
+
+// warmupOutcome is the warm-up's error as the command returns it: not
+// converged or rejected as a slower version is a verdict (exit 1, the
+// reason on stderr); anything else an error (exit 3), its config fields
+// named by their flags.
+func warmupOutcome(cmd *cobra.Command, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, warmup.ErrNotConverged), errors.Is(err, warmup.ErrSlowerVersion):
+		return verdict(cmd, exitVerdict, err, true)
+	}
+	if msg := warmupFieldFlags.Replace(err.Error()); msg != err.Error() {
+		return errors.New(msg)
+	}
+	return err
 }
 
 // readWarmupRequestFile reads a YAML or JSON list of requests, or an object

@@ -60,7 +60,8 @@ mirrored while its weight is 0 (read every --poll) and as users' otherwise.
 
 --config takes the step's mirror block (YAML or JSON, see docs/warmup.md,
 Mirrored traffic); flags given override its fields. The window table goes to
-stdout, progress to stderr; exit code 1 when the canary did not converge.`,
+stdout, progress to stderr. Exit status: 0 converged; 1 not converged by
+--deadline or --max-requests (the reason on stderr); 3 an error ("Error: …").`,
 		Example: `  danki warmup mirror -n shop --virtual-service app --stable-host app-stable --canary-host app-canary \
     --method GET --source envoy --prometheus http://prometheus.istio-system:9090 \
     --canary-cluster 'outbound|8080||app-canary.shop.svc.cluster.local'
@@ -212,5 +213,10 @@ func (f *mirrorFlags) run(cmd *cobra.Command) error {
 	}
 	fmt.Fprintln(out)
 	fmt.Fprintln(out, res.Summary())
+	// Not converged by --deadline or --max-requests is the verdict; Ctrl-C
+	// or a failed VirtualService write an error.
+	if err != nil && !res.Converged && cmd.Context().Err() == nil && (ctx.Err() != nil || res.Requests >= wc.MaxRequests) {
+		return verdict(cmd, exitVerdict, err, true)
+	}
 	return err
 }

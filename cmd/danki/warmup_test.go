@@ -115,6 +115,11 @@ func TestWarmupCommandMeasureMode(t *testing.T) {
 	if strings.Count(stdout, "\n| ") != 2+5 { // header, separator, 5 windows of 20
 		t.Errorf("want 5 window rows:\n%s", stdout)
 	}
+	// A fixed count was asked for, not convergence: the output says what
+	// was sent, never "not converged".
+	if strings.Contains(stdout, "not converged") || !strings.Contains(stdout, "fixed load (no convergence asked): sent 100 requests (5 windows of 20 per target)") {
+		t.Errorf("a fixed load's summary:\n%s", stdout)
+	}
 }
 
 // A fixed count below the converging minimums (minRequests 300, window ×
@@ -136,12 +141,41 @@ func TestWarmupCommandFixedSmallCount(t *testing.T) {
 
 func TestWarmupCommandFailsWithoutConvergence(t *testing.T) {
 	srv := warmupServer(t)
-	stdout, _, err := runWarmupCmd("--url", srv.URL, "--health-path", "/healthz", "--qps", "500", "-c", "1", "--window", "20", "--min-requests", "1000", "--max-requests", "1000", "--deadline", "700ms")
+	stdout, stderr, err := runWarmupCmd("--url", srv.URL, "--health-path", "/healthz", "--qps", "500", "-c", "1", "--window", "20", "--min-requests", "1000", "--max-requests", "1000", "--deadline", "700ms")
 	if err == nil || !strings.Contains(err.Error(), "deadline 700ms") || !strings.Contains(err.Error(), "p99 of windows") {
 		t.Fatalf("err = %v, want a deadline failure with the trend", err)
 	}
 	if !strings.Contains(stdout, "not converged") {
 		t.Errorf("table should still be printed:\n%s", stdout)
+	}
+	// Not warm is a verdict (exit code 1, the reason on stderr), not an
+	// error (3, "Error: …").
+	if code := exitCode(err); code != exitVerdict || strings.Contains(stderr, "Error:") || !strings.Contains(stderr, "latency did not converge: deadline 700ms") {
+		t.Errorf("exit code %d, stderr:\n%s\nwant %d and the reason without \"Error:\"", code, stderr, exitVerdict)
+	}
+}
+
+// The warm-up's side-effect refusals name the flags that allow the request
+// (the package names the config fields, as the step's YAML has them).
+func TestWarmupSideEffectsNameTheFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--method", "POST"}, "unless --allow-side-effects is given (allowSideEffects: true)"},
+		{[]string{"--path", "/x?_method=DELETE"}, "or set --allow-side-effects (allowSideEffects)"},
+		{[]string{"--header", "X-HTTP-Method-Override: DELETE"}, "or set --allow-side-effects (allowSideEffects)"},
+	} {
+		_, stderr, err := runWarmupCmd(append([]string{"--url", "http://127.0.0.1:1"}, tc.args...)...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || exitCode(err) != exitError || !strings.Contains(stderr, "Error: ") {
+			t.Errorf("danki warmup %v: err %v (exit code %d), want an error with %q", tc.args, err, exitCode(err), tc.want)
+		}
+	}
+	help, _, _ := runWarmupCmd("--help")
+	for _, w := range []string{"Exit status:", "0  warm", "1  not warm", "3  error"} {
+		if !strings.Contains(help, w) {
+			t.Errorf("--help lacks %q", w)
+		}
 	}
 }
 

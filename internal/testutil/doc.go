@@ -5,7 +5,9 @@
 // mesh in one process (Mesh: istiod's CA over TLS gRPC, an API server that
 // issues tokens, workload certificates, pods behind a STRICT sidecar),
 // which imports nothing of danki's so that pkg/mtls's own tests use it
-// too; and WaitFor, which waits for an eventual state with a deadline.
+// too; DashboardQueries, the panel queries of a Grafana dashboard (the
+// shipped one is run against real Prometheus servers); and WaitFor, which
+// waits for an eventual state with a deadline.
 //
 // Only tests import it.
 package testutil

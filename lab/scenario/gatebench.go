@@ -297,7 +297,8 @@ func GateBench(ctx context.Context, cfg GateBenchConfig) (res *GateBenchResult, 
 	log := cfg.Log
 
 	log.Info("starting danki gate out of cluster", "danki", cfg.Danki, "log", cfg.GateLog)
-	gp, err := StartGate(ctx, kube, GateOptions{Danki: cfg.Danki, Kubeconfig: cfg.Kubeconfig, Root: cfg.Root, LogPath: cfg.GateLog, MaxConcurrent: cfg.GateMaxConcurrent, Mesh: cfg.Mesh})
+	gp, err := StartGate(ctx, kube, GateOptions{Danki: cfg.Danki, Kubeconfig: cfg.Kubeconfig, Root: cfg.Root, LogPath: cfg.GateLog, MaxConcurrent: cfg.GateMaxConcurrent, Mesh: cfg.Mesh,
+		MetricsAddress: LabGateMetricsAddress})
 	if err != nil {
 		return nil, err
 	}

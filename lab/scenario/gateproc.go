@@ -58,7 +58,15 @@ type GateOptions struct {
 	// Mesh is the lab's LAB_MESH (LabMesh): with sidecars the gate warms
 	// over mTLS as ServiceAccount danki-gate/danki.
 	Mesh string
+	// MetricsAddress, when set, serves the gate's metrics there
+	// (--metrics-bind-address): LabGateMetricsAddress is the one the lab's
+	// Prometheus scrapes (job danki-gate).
+	MetricsAddress string
 }
+
+// LabGateMetricsAddress is where the lab's Prometheus looks for the warm
+// gate's metrics (lab/scripts/mesh.sh DANKI_GATE_METRICS_PORT).
+const LabGateMetricsAddress = "127.0.0.1:18097"
 
 // gateWebhookPath is pkg/gate's WebhookPath (the Injector's URL path).
 const gateWebhookPath = "/mutate-pods"
@@ -98,6 +106,9 @@ func StartGate(ctx context.Context, kube kubernetes.Interface, o GateOptions) (*
 		"--webhook-port", strconv.Itoa(o.Port), "--cert-dir", certDir}
 	if o.MaxConcurrent > 0 {
 		args = append(args, "--max-concurrent", strconv.Itoa(o.MaxConcurrent))
+	}
+	if o.MetricsAddress != "" {
+		args = append(args, "--metrics-bind-address", o.MetricsAddress)
 	}
 	args = append(args, meshFlags...)
 	// Not CommandContext: Stop ends it with SIGTERM (a clean shutdown),

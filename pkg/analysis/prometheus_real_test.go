@@ -598,6 +598,10 @@ func TestRealPrometheusSidecarInboundPerPod(t *testing.T) {
 				Stable: &IstioSelector{Namespace: "default", Labels: map[string]string{"rollouts_pod_template_hash": stableHash}}},
 			Window: window("1m"), SLO: slo, TailTest: &TailTestConfig{}},
 	}
+	// The shipped dashboard's rows on users' latency read the same series.
+	t.Run("dashboard rows", func(t *testing.T) {
+		checkDashboardUserRows(t, ctx, api, canaryHash, stableHash, 1.0/600, 0.002)
+	})
 	for name, cfg := range configs {
 		t.Run(name, func(t *testing.T) {
 			a, v := analyzeSlowCanary(t, ctx, cfg)

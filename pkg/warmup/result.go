@@ -164,6 +164,14 @@ func (r *Result) WriteTable(w io.Writer) error {
 		if t.Converged {
 			status = fmt.Sprintf("converged after %d requests (window %d)", t.ConvergedAfter, t.ConvergedWindow)
 		}
+		if !r.Config.Converging() {
+			// A fixed count: convergence was not asked for.
+			if t.Converged {
+				status = "fixed load (no convergence asked), latency " + status
+			} else {
+				status = "fixed load (no convergence asked)"
+			}
+		}
 		fmt.Fprintf(&b, "%s: %s, %d requests, %d errors", t.Target, status, t.Requests, t.Errors)
 		if t.Errors > 0 && t.LastError != "" {
 			fmt.Fprintf(&b, " (last: %s)", t.LastError)

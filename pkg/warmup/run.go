@@ -239,12 +239,20 @@ func (r *Result) Summary() string {
 	}
 	var b strings.Builder
 	n := len(r.Targets)
-	if r.Converged {
-		fmt.Fprintf(&b, "converged: %d/%d targets warm", n, n)
-	} else {
-		fmt.Fprintf(&b, "not converged: %d/%d targets warm", r.convergedTargets(), n)
+	took := fmt.Sprintf("%d requests (%d windows of %d per target) in %s", r.Requests(), r.Windows(), r.Config.Window, r.Elapsed.Round(100*time.Millisecond))
+	switch {
+	case !r.Config.Converging():
+		// A fixed count was asked for, not convergence: say what was sent
+		// (and, as a measurement, where latency settled on the way).
+		fmt.Fprintf(&b, "fixed load (no convergence asked): sent %s", took)
+		if c := r.convergedTargets(); c > 0 {
+			fmt.Fprintf(&b, "; latency converged on the way on %d/%d targets", c, n)
+		}
+	case r.Converged:
+		fmt.Fprintf(&b, "converged: %d/%d targets warm after %s", n, n, took)
+	default:
+		fmt.Fprintf(&b, "not converged: %d/%d targets warm after %s", r.convergedTargets(), n, took)
 	}
-	fmt.Fprintf(&b, " after %d requests (%d windows of %d per target) in %s", r.Requests(), r.Windows(), r.Config.Window, r.Elapsed.Round(100*time.Millisecond))
 	if first, last, ok := r.P99Trend(); ok {
 		fmt.Fprintf(&b, "; worst p99 %s in window 1 → %s in the last window", latency.Format(first), latency.Format(last))
 	}

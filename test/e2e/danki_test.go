@@ -75,10 +75,12 @@ func TestLabDankiRollout(t *testing.T) {
 		r := users.Stop()
 		t.Logf("user traffic: %d requests at %.0f of %.0f qps asked, %d failed", r.Requests, r.AchievedQPS, r.AskedQPS, r.Errors)
 	})
-	d := &dankiLab{lab: l, watch: watchTraffic(t, l.ctx, l.istio)}
+	d := &dankiLab{lab: l, watch: watchTraffic(t, l.ctx, l.istio), start: time.Now()}
 	d.warmup, d.env = exampleConfig(t, l)
 
-	t.Run("good version: warmed, ramped, analysed, promoted", d.goodVersion)
+	if t.Run("good version: warmed, ramped, analysed, promoted", d.goodVersion) {
+		t.Run("danki's metrics in the lab's Prometheus, and the dashboard's queries", d.metricsAfterGoodVersion)
+	}
 	t.Run("abort mid-ramp: all users on stable at once", d.abortMidRamp)
 	t.Run("abort with a corrupt ramp annotation: all users on stable at once", d.abortCorruptState)
 	t.Run("Prometheus down mid-ramp: bounded hold, back to the last good weight, then completes", d.prometheusOutage)
@@ -92,6 +94,7 @@ func TestLabDankiRollout(t *testing.T) {
 	t.Run("capacity: a good version passes the check and records its knee", d.capacityGood)
 	t.Run("capacity: a version with a lock (MAX_CONCURRENCY=1) fails the check at weight 0", d.capacityKnob)
 	t.Run("capacity: the same version without the check passes warm-up and latency at user load", d.capacityKnobUnchecked)
+	t.Run("danki's metrics counted the rejections, aborts and failures", d.metricsAfterFailures)
 }
 
 type dankiLab struct {
@@ -100,6 +103,7 @@ type dankiLab struct {
 	warmup  map[string]any  // the example's danki/warmup config
 	env     []corev1.EnvVar // the example's app container environment
 	version int
+	start   time.Time // before the first rollout: the window of danki's metrics
 }
 
 // exampleConfig reads the danki/warmup step's config and the app

@@ -49,10 +49,13 @@ func TestLabWarmGate(t *testing.T) {
 	logPath := filepath.Join(t.TempDir(), "gate.log")
 	gp, err := scenario.StartGate(ctx, kube, scenario.GateOptions{
 		Danki: filepath.Join(cache, "lab", "bin", "danki"), Kubeconfig: l.kubeconfig, Root: l.root, LogPath: logPath, Mesh: l.mesh,
+		MetricsAddress: scenario.LabGateMetricsAddress,
 	})
 	if err != nil {
 		t.Fatalf("start danki gate: %v", err)
 	}
+	gateStarted := time.Now()
+	waitScraped(t, l, "danki-gate", 1)
 	t.Cleanup(func() {
 		if err := gp.Stop(); err != nil {
 			t.Errorf("stop danki gate: %v", err)
@@ -213,6 +216,18 @@ func TestLabWarmGate(t *testing.T) {
 	if res.Requests == 0 || float64(res.Errors) > 0.01*float64(res.Requests) {
 		t.Errorf("users: %d of %d requests not OK", res.Errors, res.Requests)
 	}
+
+	// The gate's own metrics (--metrics-bind-address), scraped by the lab's
+	// Prometheus (job danki-gate): 2 + 2 pods warmed, 1 deleted mid-warm-up,
+	// 5 admitted with the readiness gate; the dashboard's gate row.
+	wantCounted(t, l, gateStarted, map[string]float64{
+		`danki_gate_warmups_total{outcome="warm"}`:            4,
+		`danki_gate_warmups_total{outcome="deleted"}`:         1,
+		`danki_gate_warmup_duration_seconds_count`:            4,
+		`danki_gate_warmup_requests_count`:                    4,
+		`danki_gate_webhook_admissions_total{result="gated"}`: 5,
+	})
+	checkDashboard(t, l, "default", gatedApp, gateStarted, "danki warm gate")
 }
 
 // gateWatch looks at Envoy's per-endpoint counters and then at the gated

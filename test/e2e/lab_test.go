@@ -25,8 +25,6 @@ import (
 	argoclient "github.com/argoproj/argo-rollouts/pkg/client/clientset/versioned"
 	"github.com/danki-dev/danki/pkg/mtls"
 	"github.com/danki-dev/danki/test/testenv"
-	promapi "github.com/prometheus/client_golang/api"
-	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
 	"github.com/prometheus/common/model"
 	istioclient "istio.io/client-go/pkg/clientset/versioned"
 	corev1 "k8s.io/api/core/v1"
@@ -102,11 +100,7 @@ func TestLabCanarySplit(t *testing.T) {
 
 	// Prometheus: p99 per version from Envoy's upstream histograms. Envoy
 	// flushes histograms every 5 s and rate() needs two scrapes.
-	prom, err := promapi.NewClient(promapi.Config{Address: prometheusURL})
-	if err != nil {
-		t.Fatal(err)
-	}
-	api := promv1.NewAPI(prom)
+	api := labPrometheus(t)
 	for _, side := range []string{"stable", "canary"} {
 		q := fmt.Sprintf(`histogram_quantile(0.99, sum by (le) (rate(envoy_cluster_upstream_rq_time_bucket{cluster_name=~"outbound\\|8080\\|\\|app-%s.*"}[1m])))`, side)
 		var p99 float64

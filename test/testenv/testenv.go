@@ -40,7 +40,23 @@ func Start(t testing.TB) *Env {
 	if testing.Short() {
 		t.Skip("integration test: needs the API server built by `make lab-bins` (skipped with -short)")
 	}
-	e, err := New()
+	return start(t, "")
+}
+
+// StartArgo is Start with the Argo Rollouts CRDs of another argo-rollouts
+// release (a tag, e.g. v1.8.5: the oldest controller the compatibility
+// matrix tests) instead of the one go.mod pins.
+func StartArgo(t testing.TB, argoVersion string) *Env {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("integration test: needs the API server built by `make lab-bins` (skipped with -short)")
+	}
+	return start(t, argoVersion)
+}
+
+func start(t testing.TB, argoVersion string) *Env {
+	t.Helper()
+	e, err := newEnv(argoVersion)
 	if err != nil {
 		t.Fatalf("start envtest: %v", err)
 	}
@@ -53,12 +69,15 @@ func Start(t testing.TB) *Env {
 }
 
 // New starts kube-apiserver and etcd from BinDir and installs the CRDs.
-func New() (*Env, error) {
+func New() (*Env, error) { return newEnv("") }
+
+// newEnv is New with the Argo Rollouts CRDs of argoVersion ("": go.mod's).
+func newEnv(argoVersion string) (*Env, error) {
 	bin, err := BinDir()
 	if err != nil {
 		return nil, err
 	}
-	crds, err := CRDPaths()
+	crds, err := crdPaths(argoVersion)
 	if err != nil {
 		return nil, err
 	}
@@ -152,12 +171,19 @@ func RepoRoot() (string, error) {
 // CRDPaths lists the CRD manifests shipped inside the Istio API and Argo
 // Rollouts modules that go.mod pins, so the API server validates against the
 // same schemas as a real cluster at those versions.
-func CRDPaths() ([]string, error) {
+func CRDPaths() ([]string, error) { return crdPaths("") }
+
+// crdPaths is CRDPaths with argo-rollouts at argoVersion ("": go.mod's).
+func crdPaths(argoVersion string) ([]string, error) {
 	istio, err := ModuleDir("istio.io/api")
 	if err != nil {
 		return nil, err
 	}
-	argo, err := ModuleDir("github.com/argoproj/argo-rollouts")
+	argoModule := "github.com/argoproj/argo-rollouts"
+	if argoVersion != "" {
+		argoModule += "@" + argoVersion
+	}
+	argo, err := ModuleDir(argoModule)
 	if err != nil {
 		return nil, err
 	}
