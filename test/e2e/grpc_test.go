@@ -150,19 +150,23 @@ func TestLabGRPCWarmup(t *testing.T) {
 }
 
 // grpcCanaryWeight reads the canary's weight on VirtualService app-grpc.
-func grpcCanaryWeight(l *lab) (int32, error) {
-	vs, err := l.istio.NetworkingV1().VirtualServices("default").Get(l.ctx, grpcRollout, metav1.GetOptions{})
+func grpcCanaryWeight(l *lab) (int32, error) { return l.canaryWeight(grpcRollout, "app-grpc-canary") }
+
+// canaryWeight reads the weight of the route to canaryHost on VirtualService
+// vs (namespace default).
+func (l *lab) canaryWeight(vs, canaryHost string) (int32, error) {
+	v, err := l.istio.NetworkingV1().VirtualServices("default").Get(l.ctx, vs, metav1.GetOptions{})
 	if err != nil {
 		return 0, err
 	}
-	for _, r := range vs.Spec.Http {
+	for _, r := range v.Spec.Http {
 		for _, d := range r.Route {
-			if d.Destination.Host == "app-grpc-canary" {
+			if d.Destination.Host == canaryHost {
 				return d.Weight, nil
 			}
 		}
 	}
-	return 0, fmt.Errorf("VirtualService %s has no route to app-grpc-canary", grpcRollout)
+	return 0, fmt.Errorf("VirtualService %s has no route to %s", vs, canaryHost)
 }
 
 // grpcPods lists the running gRPC sample-app pods of one ReplicaSet hash.
