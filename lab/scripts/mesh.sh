@@ -123,7 +123,7 @@ mesh_on() { [ "$LAB_MESH" != none ]; }
 build_parts() {
 	local extra=()
 	mesh_on && extra=(pilot-agent)
-	"$here/build.sh" prometheus istiod "${extra[@]}" argo envoy sample-app sample-app-grpc
+	"$here/build.sh" prometheus istiod "${extra[@]}" argo envoy sample-app sample-app-grpc sample-app-spring
 	build_danki danki danki-lab
 }
 
