@@ -297,7 +297,7 @@ func sampleAppJar(t *testing.T) string {
 	dir := filepath.Join(repo, "examples", "sample-app")
 	pin := labFingerprint(t, "sample-app", append([]string{filepath.Join(dir, "build.sh")}, sourceFiles(t, dir, ".java")...)...)
 	if lab, ok := labJar(t, "sample-app", pin); ok {
-		t.Logf("using the lab's jar %s (built from these sources)", lab)
+		t.Logf("using a copy of the lab's jar (built from these sources): %s", lab)
 		return lab
 	}
 	out := t.TempDir()
@@ -318,8 +318,13 @@ func repoRoot(t *testing.T) string {
 	return repo
 }
 
-// labJar is the lab's jar of component name ($DANKI_CACHE/lab/bin/NAME.jar,
-// default .cache), when its stamp is pin: built from the current sources.
+// labJar is a copy, in the test's temporary directory, of the lab's jar of
+// component name ($DANKI_CACHE/lab/bin/NAME.jar, default .cache) when its
+// stamp is pin: built from the current sources. Else it returns the lab's
+// path and false. A copy, because lab down (lib.sh's lab_leftovers) takes
+// every process with a $bin/*.jar argument for one of the lab's pods: a
+// test's JVM run from there is killed by a teardown on the same machine,
+// and fails that teardown ("left processes behind").
 func labJar(t *testing.T, name, pin string) (string, bool) {
 	t.Helper()
 	cache := os.Getenv("DANKI_CACHE")
@@ -331,8 +336,15 @@ func labJar(t *testing.T, name, pin string) (string, bool) {
 	if strings.TrimSpace(string(stamp)) != pin {
 		return jar, false
 	}
-	_, err := os.Stat(jar)
-	return jar, err == nil
+	b, err := os.ReadFile(jar)
+	if err != nil {
+		return jar, false
+	}
+	cp := filepath.Join(t.TempDir(), name+".jar")
+	if err := os.WriteFile(cp, b, 0o644); err != nil {
+		t.Fatalf("copying the lab's %s: %v", jar, err)
+	}
+	return cp, true
 }
 
 // labFingerprint is lab/scripts/build.sh's pin of a component: sha256 of

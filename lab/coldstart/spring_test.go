@@ -48,7 +48,7 @@ func springAppJar(t *testing.T) string {
 	if !ok {
 		t.Skipf("no Spring sample app jar built from these sources at %s: run lab/scripts/build.sh sample-app-spring (or make lab-bins), or set $SPRING_APP_JAR", jar)
 	}
-	t.Logf("using the lab's jar %s (built from these sources)", jar)
+	t.Logf("using a copy of the lab's jar (built from these sources): %s", jar)
 	return jar
 }
 
@@ -63,7 +63,18 @@ func startSpring(t *testing.T, jar string, env ...string) runningApp {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(a.stop)
+	t.Cleanup(func() {
+		select {
+		case err := <-a.done:
+			a.done <- err
+			t.Errorf("the JVM with %v exited before the test ended: %v", env, err)
+		default:
+		}
+		a.stop()
+		if t.Failed() {
+			t.Logf("log of the JVM with %v (%s):\n%s", env, log, readFile(t, log))
+		}
+	})
 	return runningApp{a, log}
 }
 
