@@ -82,7 +82,7 @@ demo: ## the main job (root): baseline vs danki rollout of a cold-starting JVM a
 aa: ## (root) issue #14's lab A/A: the same version rolled out AA_RUNS times (default 20) with danki's defaults — is a good version ever rejected? aa-results/
 	lab/scripts/up.sh && { $(DANKI_CACHE)/lab/bin/danki-lab aa --root . --kubeconfig $(DANKI_CACHE)/lab/kubeconfig --runs $${AA_RUNS:-20} --out aa-results; rc=$$?; lab/scripts/down.sh; exit $$rc; }
 
-lab-bins: ## build the lab's other binaries (control plane, istiod, Argo, Envoy, Prometheus, sample apps HTTP and gRPC) into $(DANKI_CACHE)/lab/bin (cached; ~25 min cold on an idle 2-core machine)
+lab-bins: ## build the lab's other binaries (control plane, istiod, Argo, Envoy, Prometheus, sample apps HTTP, gRPC and Spring Boot) into $(DANKI_CACHE)/lab/bin (cached; ~25 min cold on an idle 2-core machine)
 	lab/scripts/build.sh
 
 lab-up: ## build danki + danki-lab, start the lab (control plane, pod network, istiod + Envoy, Prometheus, Argo Rollouts); kubeconfig at $(DANKI_CACHE)/lab/kubeconfig

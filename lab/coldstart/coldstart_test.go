@@ -249,22 +249,37 @@ func send(t *testing.T, a runningApp, next func(int) string, n int) []result {
 // metric reads one unlabelled gauge from the app's /metrics.
 func metric(t *testing.T, a runningApp, name string) float64 {
 	t.Helper()
-	resp, err := http.Get(a.URL + "metrics")
+	return promValue(t, a.URL+"metrics", name)
+}
+
+// promValue reads the value of metric name (its first series, labelled or
+// not) from the Prometheus text at url.
+func promValue(t *testing.T, url, name string) float64 {
+	t.Helper()
+	resp, err := http.Get(url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
-			f, err := strconv.ParseFloat(v, 64)
+		line := sc.Text()
+		rest, ok := strings.CutPrefix(line, name)
+		if !ok || rest == "" || (rest[0] != ' ' && rest[0] != '{') {
+			continue
+		}
+		if i := strings.LastIndexByte(rest, ' '); i >= 0 {
+			f, err := strconv.ParseFloat(rest[i+1:], 64)
 			if err != nil {
-				t.Fatalf("metric %s: %v", name, err)
+				t.Fatalf("metric %s at %s: %q: %v", name, url, line, err)
 			}
 			return f
 		}
 	}
-	t.Fatalf("metric %s not in /metrics", name)
+	if err := sc.Err(); err != nil {
+		t.Fatalf("reading %s: %v", url, err)
+	}
+	t.Fatalf("metric %s not in %s", name, url)
 	return 0
 }
 
@@ -278,24 +293,15 @@ func sampleAppJar(t *testing.T) string {
 		t.Logf("using $SAMPLE_APP_JAR %s", jar)
 		return jar
 	}
-	repo, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cache := os.Getenv("DANKI_CACHE")
-	if cache == "" {
-		cache = filepath.Join(repo, ".cache")
-	}
-	lab := filepath.Join(cache, "lab", "bin", "sample-app.jar")
-	stamp, _ := os.ReadFile(filepath.Join(cache, "lab", "stamps", "sample-app"))
-	if pin := labFingerprint(t, filepath.Join(repo, "examples", "sample-app")); strings.TrimSpace(string(stamp)) == pin {
-		if _, err := os.Stat(lab); err == nil {
-			t.Logf("using the lab's jar %s (built from these sources)", lab)
-			return lab
-		}
+	repo := repoRoot(t)
+	dir := filepath.Join(repo, "examples", "sample-app")
+	pin := labFingerprint(t, "sample-app", append([]string{filepath.Join(dir, "build.sh")}, sourceFiles(t, dir, ".java")...)...)
+	if lab, ok := labJar(t, "sample-app", pin); ok {
+		t.Logf("using a copy of the lab's jar (built from these sources): %s", lab)
+		return lab
 	}
 	out := t.TempDir()
-	cmd := exec.Command("bash", filepath.Join(repo, "examples", "sample-app", "build.sh"), out)
+	cmd := exec.Command("bash", filepath.Join(dir, "build.sh"), out)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("building the sample app: %v\n%s", err, b)
 	}
@@ -303,25 +309,51 @@ func sampleAppJar(t *testing.T) string {
 	return filepath.Join(out, "sample-app.jar")
 }
 
-// labFingerprint is lab/scripts/build.sh's pin of the sample app: sha256 of
-// "sample-app\n", build.sh and the sorted sources. (Should the shell's sort
-// order differ from Go's, the pins differ and the test builds its own jar.)
-func labFingerprint(t *testing.T, dir string) string {
+func repoRoot(t *testing.T) string {
 	t.Helper()
-	var sources []string
-	err := filepath.WalkDir(filepath.Join(dir, "src"), func(p string, d fs.DirEntry, err error) error {
-		if err == nil && !d.IsDir() && strings.HasSuffix(p, ".java") {
-			sources = append(sources, p)
-		}
-		return err
-	})
+	repo, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
 	}
-	slices.Sort(sources)
+	return repo
+}
+
+// labJar is a copy, in the test's temporary directory, of the lab's jar of
+// component name ($DANKI_CACHE/lab/bin/NAME.jar, default .cache) when its
+// stamp is pin: built from the current sources. Else it returns the lab's
+// path and false. A copy, because lab down (lib.sh's lab_leftovers) takes
+// every process with a $bin/*.jar argument for one of the lab's pods: a
+// test's JVM run from there is killed by a teardown on the same machine,
+// and fails that teardown ("left processes behind").
+func labJar(t *testing.T, name, pin string) (string, bool) {
+	t.Helper()
+	cache := os.Getenv("DANKI_CACHE")
+	if cache == "" {
+		cache = filepath.Join(repoRoot(t), ".cache")
+	}
+	jar := filepath.Join(cache, "lab", "bin", name+".jar")
+	stamp, _ := os.ReadFile(filepath.Join(cache, "lab", "stamps", name))
+	if strings.TrimSpace(string(stamp)) != pin {
+		return jar, false
+	}
+	b, err := os.ReadFile(jar)
+	if err != nil {
+		return jar, false
+	}
+	cp := filepath.Join(t.TempDir(), name+".jar")
+	if err := os.WriteFile(cp, b, 0o644); err != nil {
+		t.Fatalf("copying the lab's %s: %v", jar, err)
+	}
+	return cp, true
+}
+
+// labFingerprint is lab/scripts/build.sh's pin of a component: sha256 of
+// its name, a newline and the files in order.
+func labFingerprint(t *testing.T, name string, files ...string) string {
+	t.Helper()
 	h := sha256.New()
-	h.Write([]byte("sample-app\n"))
-	for _, f := range append([]string{filepath.Join(dir, "build.sh")}, sources...) {
+	h.Write([]byte(name + "\n"))
+	for _, f := range files {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
@@ -329,6 +361,26 @@ func labFingerprint(t *testing.T, dir string) string {
 		h.Write(b)
 	}
 	return fmt.Sprintf("%x", h.Sum(nil))
+}
+
+// sourceFiles are the files under dir/src whose names end in suffix ("":
+// all), in byte order. (build.sh sorts the sample app's with the shell's
+// sort: should its locale order them otherwise, the pins differ and the
+// test builds its own jar.)
+func sourceFiles(t *testing.T, dir, suffix string) []string {
+	t.Helper()
+	var files []string
+	err := filepath.WalkDir(filepath.Join(dir, "src"), func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && strings.HasSuffix(p, suffix) {
+			files = append(files, p)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(files)
+	return files
 }
 
 func readFile(t *testing.T, path string) string {

@@ -3,7 +3,7 @@
 # no Go module) into $DANKI_CACHE/lab/bin (default: .cache/lab/bin). Idempotent:
 # a component already built at the same pin is skipped, so reruns take seconds.
 #
-#   lab/scripts/build.sh                 # all: etcd kube kwok prometheus istiod pilot-agent argo envoy sample-app sample-app-grpc
+#   lab/scripts/build.sh                 # all: etcd kube kwok prometheus istiod pilot-agent argo envoy sample-app sample-app-grpc sample-app-spring
 #   lab/scripts/build.sh etcd kube       # only these
 #   ARGO_VERSION=v1.8.5 lab/scripts/build.sh argo   # another controller, beside the default
 #
@@ -253,8 +253,26 @@ build_sample_app_grpc() {
 	stamp sample-app-grpc "$pin"
 }
 
+build_sample_app_spring() {
+	local src=$repo/examples/sample-app-spring
+	command -v mvn >/dev/null || { log "sample-app-spring: mvn not found: install Maven 3.8+ (Debian: maven)"; return 1; }
+	command -v javac >/dev/null || { log "sample-app-spring: javac not found: install a JDK 17+ (Debian: openjdk-17-jdk-headless)"; return 1; }
+	# Sources and resources (application.properties, logback-spring.xml) are
+	# part of the pin; byte order (LC_ALL=C), as lab/coldstart recomputes it.
+	local pin sources
+	mapfile -t sources < <(find "$src/src" -type f | LC_ALL=C sort)
+	pin=$(fingerprint sample-app-spring "$src/build.sh" "$src/pom.xml" "${sources[@]}")
+	if fresh sample-app-spring "$pin" sample-app-spring.jar; then log "sample-app-spring: up to date"; return; fi
+	# Spring Boot and its dependencies (~60 MB) stay in the cache: only the
+	# first build fetches them.
+	log "sample-app-spring: building with Maven (~15 s cold, ~10 s with $cache/m2 filled)"
+	MAVEN_REPO_LOCAL=$cache/m2 timed sample-app-spring "$src/build.sh" "$bin"
+	chmod 755 "$bin/sample-app-spring.jar"
+	stamp sample-app-spring "$pin"
+}
+
 components=("$@")
-[ ${#components[@]} -gt 0 ] || components=(etcd kube kwok prometheus istiod pilot-agent argo envoy sample-app sample-app-grpc)
+[ ${#components[@]} -gt 0 ] || components=(etcd kube kwok prometheus istiod pilot-agent argo envoy sample-app sample-app-grpc sample-app-spring)
 log "building into $bin: ${components[*]}"
 for c in "${components[@]}"; do
 	case $c in
@@ -262,7 +280,8 @@ for c in "${components[@]}"; do
 	pilot-agent) build_pilot_agent ;;
 	sample-app) build_sample_app ;;
 	sample-app-grpc) build_sample_app_grpc ;;
-	*) log "unknown component $c (known: etcd kube kwok prometheus istiod pilot-agent argo envoy sample-app sample-app-grpc)"; exit 2 ;;
+	sample-app-spring) build_sample_app_spring ;;
+	*) log "unknown component $c (known: etcd kube kwok prometheus istiod pilot-agent argo envoy sample-app sample-app-grpc sample-app-spring)"; exit 2 ;;
 	esac
 done
 log "done"

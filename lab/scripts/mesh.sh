@@ -123,7 +123,7 @@ mesh_on() { [ "$LAB_MESH" != none ]; }
 build_parts() {
 	local extra=()
 	mesh_on && extra=(pilot-agent)
-	"$here/build.sh" prometheus istiod "${extra[@]}" argo envoy sample-app sample-app-grpc
+	"$here/build.sh" prometheus istiod "${extra[@]}" argo envoy sample-app sample-app-grpc sample-app-spring
 	build_danki danki danki-lab
 }
 
@@ -158,7 +158,8 @@ start_runner() {
 		--netns "$NETNS" --device "$NS_DEV" --host-ip "$HOST_IP" --log-dir "$logs/pods" --stop-grace 5s \
 		--prometheus-file-sd "$run/prometheus/pods.json" \
 		--image "danki.dev/sample-app=$SAMPLE_APP_JAVA -jar $bin/sample-app.jar" \
-		--image "danki.dev/sample-app-grpc=$SAMPLE_APP_JAVA -jar $bin/sample-app-grpc.jar"
+		--image "danki.dev/sample-app-grpc=$SAMPLE_APP_JAVA -jar $bin/sample-app-grpc.jar" \
+		--image "danki.dev/sample-app-spring=$SAMPLE_APP_JAVA -jar $bin/sample-app-spring.jar"
 	wait_for lab-runner 30 grep -q "lab runner started" "$logs/lab-runner.log"
 }
 
