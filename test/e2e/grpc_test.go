@@ -13,6 +13,7 @@ import (
 
 	"github.com/argoproj/argo-rollouts/pkg/apis/rollouts/v1alpha1"
 	"github.com/danki-dev/danki/pkg/warmup"
+	"github.com/danki-dev/danki/test/testenv"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -194,10 +195,17 @@ func podMetrics(t *testing.T, l *lab, pod *corev1.Pod) map[string]float64 {
 	return m
 }
 
-// assertNoJVM checks that no process runs the jar any more.
+// assertNoJVM checks that no process runs the lab's jar (the lab's bin
+// directory in the cache: a copy of the same jar run elsewhere on the
+// machine, a local test's JVM, is not the lab's) any more.
 func assertNoJVM(t *testing.T, jar string) {
 	t.Helper()
-	if out, _ := exec.Command("pgrep", "-f", regexp.QuoteMeta(jar)).Output(); len(bytes.TrimSpace(out)) > 0 {
-		t.Errorf("%s JVMs still running after lab down: pids %s", jar, bytes.Fields(out))
+	cache, err := testenv.CacheDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(cache, "lab", "bin", jar)
+	if out, _ := exec.Command("pgrep", "-f", regexp.QuoteMeta(path)).Output(); len(bytes.TrimSpace(out)) > 0 {
+		t.Errorf("%s JVMs still running after lab down: pids %s", path, bytes.Fields(out))
 	}
 }
