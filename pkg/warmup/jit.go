@@ -88,7 +88,7 @@ func (j JITMetrics) validate(errs *config.Errors) {
 	} else if u, err := url.Parse(j.Path); err != nil || u.Scheme != "" || u.Host != "" || u.Fragment != "" {
 		errs.Addf("jitMetrics.path", "%q must be a path (and query) on the pod, such as /actuator/prometheus", j.Path)
 	}
-	if j.Metric != "" && !model.IsValidLegacyMetricName(j.Metric) {
+	if j.Metric != "" && !model.LegacyValidation.IsValidMetricName(j.Metric) {
 		errs.Addf("jitMetrics.metric", "%q is not a Prometheus metric name, such as %s", j.Metric, DefaultJITMetric)
 	}
 }
