@@ -40,6 +40,7 @@ type warmupFlags struct {
 	rejectFloor                   time.Duration
 	neighbourGuard                bool
 	acceptNearStable              bool
+	jitMetrics                    bool
 	neighbourFloor                time.Duration
 	cpuBudget                     cpuBudgetFlag
 	paths, headers                []string
@@ -86,6 +87,10 @@ slower version, exit code 1.
 Each target's pace starts at --start-qps (default --qps / 8) and doubles while
 the pod keeps up, up to --qps, within --cpu-budget cores if set; with stable pods, the pace is halved while
 their latency rises (--neighbour-guard), and each back-off is printed.
+Where a pod exposes its JIT's compile time (Spring Boot's /actuator/prometheus
+by default, --jit-metrics-path), a pod whose JIT still compiles is not called
+warm however flat its latency (a JIT's tiers make it faster in steps); the
+result says whether the signal was used.
 Every request carries the marker header X-Danki-Warmup: 1; only GET, HEAD and
 OPTIONS are sent unless --allow-side-effects.
 
@@ -182,6 +187,10 @@ See docs/warmup.md.`,
 	fl.Float64Var(&f.cfg.RejectRatio, "reject-ratio", warmup.DefaultRejectRatio, "see --reject-slower-version")
 	fl.DurationVar(&f.rejectFloor, "reject-floor", warmup.DefaultRejectFloor, "a converged p99 at most this far above stable's is never rejected")
 	fl.BoolVar(&f.acceptNearStable, "accept-near-stable", true, "with stable pods: at --deadline or --max-requests, accept a target still improving whose p99 is within the rejection bar of stable's")
+	fl.BoolVar(&f.jitMetrics, "jit-metrics", true, "read each pod's JIT compile time (Micrometer's jvm_compilation_time_ms_total or the Prometheus Java client's jvm_compilation_time_seconds_total) from its own address and hold the stop while the JIT still compiles; a pod without it is judged on latency alone")
+	fl.IntVar(&f.cfg.JITMetrics.Port, "jit-metrics-port", 0, "see --jit-metrics: the pod's port serving the metrics page (default: the target port)")
+	fl.StringVar(&f.cfg.JITMetrics.Path, "jit-metrics-path", warmup.DefaultJITMetricsPath, "see --jit-metrics: the metrics page's path on the pod")
+	fl.StringVar(&f.cfg.JITMetrics.Metric, "jit-metric", "", "see --jit-metrics: the compile-time counter (default: jvm_compilation_time_ms_total, else jvm_compilation_time_seconds_total)")
 	fl.BoolVar(&f.neighbourGuard, "neighbour-guard", true, "with stable pods: halve the pace while their latency rises above its baseline")
 	fl.Float64Var(&f.cfg.NeighbourRatio, "neighbour-ratio", warmup.DefaultNeighbourRatio, "see --neighbour-guard: back off when stable's p90 is above this × its baseline")
 	fl.DurationVar(&f.neighbourFloor, "neighbour-floor", warmup.DefaultNeighbourFloor, "see --neighbour-guard: a rise of stable's p90 this small never backs off")
@@ -194,7 +203,7 @@ See docs/warmup.md.`,
 // would silently take as "the default": set to 0 (or below) they are an
 // error instead.
 var warmupPositiveFlags = append([]string{"qps", "start-qps", "connections", "timeout", "health-timeout",
-	"stable-ratio", "stable-qps", "reject-ratio", "reject-floor", "neighbour-ratio", "neighbour-floor", "min-pods"}, stoppingRuleFlags...)
+	"stable-ratio", "stable-qps", "reject-ratio", "reject-floor", "neighbour-ratio", "neighbour-floor", "min-pods", "jit-metrics-port"}, stoppingRuleFlags...)
 
 // stoppingRuleFlags are addStoppingRuleFlags' flags whose zero means the
 // default (--max-error-ratio 0 is meant: no errors).
@@ -231,6 +240,9 @@ func refuseZeroFlags(fl *pflag.FlagSet, names ...string) error {
 func flagField(name string) string {
 	if name == "abs-tolerance" {
 		return "absoluteTolerance"
+	}
+	if sub, ok := strings.CutPrefix(name, "jit-metrics-"); ok {
+		return "jitMetrics." + sub // --jit-metrics-port is jitMetrics.port
 	}
 	parts := strings.Split(name, "-")
 	for i, p := range parts[1:] {
@@ -313,8 +325,8 @@ func (f *warmupFlags) config() (warmup.Config, error) {
 		}
 		cfg.CPUBudget = &b
 	}
-	guard, near := f.neighbourGuard, f.acceptNearStable
-	cfg.NeighbourGuard, cfg.AcceptNearStable = &guard, &near
+	guard, near, jit := f.neighbourGuard, f.acceptNearStable, f.jitMetrics
+	cfg.NeighbourGuard, cfg.AcceptNearStable, cfg.JITMetrics.Enabled = &guard, &near, &jit
 	if f.rejectSlowerSet {
 		reject := f.rejectSlower
 		cfg.RejectSlowerVersion = &reject

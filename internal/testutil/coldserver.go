@@ -1,6 +1,7 @@
 package testutil
 
 import (
+	"cmp"
 	"context"
 	"io"
 	"math"
@@ -36,8 +37,16 @@ type ColdServer struct {
 	MarkerHeader string
 	// Record keeps every load request for Requests.
 	Record bool
+	// MetricsPath is a JVM's metrics page, read by the warm-up for its JIT
+	// signal without the marker header (default /actuator/prometheus,
+	// Spring Boot's, the warm-up's default). MetricsPage, if set, answers
+	// it with 200 and its text; else it answers 404, as a pod without an
+	// actuator. Its requests are counted by Scrapes only: neither load nor
+	// unmarked warm-up requests.
+	MetricsPath string
+	MetricsPage func() string
 
-	load, health, all, firstOnConn, unmarked atomic.Int64
+	load, health, all, firstOnConn, unmarked, scrapes atomic.Int64
 
 	mu   sync.Mutex
 	seen []Request
@@ -80,6 +89,16 @@ func ListenLoopback(tb testing.TB) net.Listener {
 }
 
 func (s *ColdServer) serve(w http.ResponseWriter, r *http.Request) {
+	if path := cmp.Or(s.MetricsPath, "/actuator/prometheus"); r.URL.Path == path {
+		s.scrapes.Add(1)
+		if s.MetricsPage == nil {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+		_, _ = io.WriteString(w, s.MetricsPage())
+		return
+	}
 	s.all.Add(1)
 	if s.MarkerHeader != "" && r.Header.Get(s.MarkerHeader) != "1" {
 		s.unmarked.Add(1)
@@ -117,6 +136,9 @@ func (s *ColdServer) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	_, _ = io.WriteString(w, "ok\n")
 }
+
+// Scrapes counts the requests for MetricsPath.
+func (s *ColdServer) Scrapes() int64 { return s.scrapes.Load() }
 
 // Load counts load requests: everything but health probes.
 func (s *ColdServer) Load() int64 { return s.load.Load() }

@@ -36,7 +36,31 @@ type Shape struct {
 	// Never marks a shape that keeps improving through any request budget:
 	// its oracle is "not warm yet" (math.MaxInt64).
 	Never bool
+	// JIT is the shape's JIT compile time (see JITCurve); nil: none.
+	// Served is how many requests the JVM served before the warm-up (a
+	// pod that warmed itself): its background compiling has decayed as
+	// far.
+	JIT    JITCurve
+	Served int64
+	// RunJIT, when set, draws a run's Cold and JIT together from the run's
+	// random source (spring's steps and the compiling that leads to them
+	// at request counts of the run's own); it replaces Run and JIT.
+	RunJIT func(r *rand.Rand) (ColdFunc, JITCurve)
 }
+
+// JITCurve is a model of what a pod's JIT has spent compiling, in ms,
+// after n requests (n 0: the JVM's start, before the first request): the
+// cumulative figure Micrometer's jvm_compilation_time_ms_total shows. The
+// zoo's curves are a model, not a measurement (the sample app's measured
+// one is in docs/warmup.md): the JIT compiles in proportion to the
+// speed-up it buys on a smooth decay, early for code whose latency
+// depends on something else (a cache), at a steady rate up to each of
+// spring's steps (the next tier's methods compiled as their counters
+// cross the thresholds: issue 37's premise, that the compile time still
+// rising is what says a step is coming), and not at all for a pod that
+// warmed itself. Sequence.Compiled adds a JVM's background compiling
+// (jitTrickle) to every curve.
+type JITCurve func(n int64) float64
 
 // ColdFunc is a shape's cold factor (Shape.Cold).
 type ColdFunc func(n int64, endpoint int, hits int64, r *rand.Rand) float64
@@ -63,15 +87,56 @@ type Sequence struct {
 	episode int
 	cold    ColdFunc
 	quiet   bool
+	// jit is the run's JIT curve (nil: none); jr draws the background
+	// compiling (its own source: the latencies are those of a run
+	// without), trickle its sum so far.
+	jit     JITCurve
+	jr      *rand.Rand
+	trickle float64
 }
 
 // Sequence starts a run of the shape from seed.
 func (s *Shape) Sequence(seed uint64) *Sequence {
-	q := &Sequence{shape: s, r: rand.New(rand.NewPCG(seed, 0x5eed)), hits: make([]int64, max(1, len(s.Endpoints))), cold: s.Cold}
-	if s.Run != nil {
+	q := &Sequence{shape: s, r: rand.New(rand.NewPCG(seed, 0x5eed)), hits: make([]int64, max(1, len(s.Endpoints))), cold: s.Cold, jit: s.JIT}
+	switch {
+	case s.RunJIT != nil:
+		q.cold, q.jit = s.RunJIT(q.r)
+	case s.Run != nil:
 		q.cold = s.Run(q.r)
 	}
+	if q.jit != nil {
+		q.jr = rand.New(rand.NewPCG(seed, 0x717))
+	}
 	return q
+}
+
+// Compiled is the run's JIT compile time so far, in ms (its JITCurve at
+// the requests served, plus the background compiling), and false for a
+// shape without a JIT model.
+func (q *Sequence) Compiled() (float64, bool) {
+	if q.jit == nil {
+		return 0, false
+	}
+	return q.jit(q.n) + q.trickle, true
+}
+
+// jitTrickle is a JVM's background compiling once the hot paths are
+// compiled (rarer methods crossing their thresholds, recompiles after a
+// deoptimisation): each request compiles something with probability
+// 2 % × e^(−n/2500), 2 + ~15 ms (exponential), and one in 2,000 ×
+// e^(−n/2500) a large method, 100–400 ms: ~0.3 ms per request at request
+// 1,000, ~0.1 at 3,500 — what the sample app showed (docs/warmup.md: ~25
+// ms per 100 requests over its requests 800–2,900, a few single compiles
+// of 100–350 ms, ~5 ms per 100 from 2,900 to 4,000). n counts the JVM's
+// requests: a pod that warmed itself (Served) has left most of it behind.
+func (q *Sequence) jitTrickle() {
+	f := math.Exp(-float64(q.n+q.shape.Served) / 2500)
+	if q.jr.Float64() < 0.02*f {
+		q.trickle += 2 + 15*q.jr.ExpFloat64()
+	}
+	if q.jr.Float64() < 0.0005*f {
+		q.trickle += 100 + 300*q.jr.Float64()
+	}
 }
 
 // Quiet drops the noisy neighbour from the rest of the run: what the pod
@@ -88,6 +153,10 @@ func (s *Shape) Warm() *Shape {
 	w.Never = false
 	cold := s.Cold
 	run := s.Run
+	if s.RunJIT != nil {
+		run = func(r *rand.Rand) ColdFunc { c, _ := s.RunJIT(r); return c }
+	}
+	w.RunJIT, w.JIT = nil, nil
 	w.Run = func(r *rand.Rand) ColdFunc {
 		c := cold
 		if run != nil {
@@ -106,6 +175,9 @@ func (s *Shape) Warm() *Shape {
 func (q *Sequence) Next() time.Duration {
 	s := q.shape
 	q.n++
+	if q.jr != nil {
+		q.jitTrickle()
+	}
 	endpoint := 0
 	if len(s.Endpoints) > 0 {
 		endpoint = pickWeighted(q.r, s.Endpoints)
@@ -156,22 +228,45 @@ func jitDecay(a, tau float64) func(int64, int, int64, *rand.Rand) float64 {
 	}
 }
 
+// jitCompiled is the JIT curve of jitDecay(a, tau): start ms compiled
+// before the first request, then total ms more in proportion to the
+// speed-up bought so far (both tiers, the slower one a tenth).
+func jitCompiled(start, total, tau float64) JITCurve {
+	return func(n int64) float64 {
+		x := float64(n)
+		return start + total*(1-(math.Exp(-x/tau)+math.Exp(-x/(4*tau))/10)/1.1)
+	}
+}
+
 // Zoo is the warm-up zoo: each shape alone and with a noisy neighbour.
 // Oracles (Oracle, default settings) range from the minimum to ~10,000
 // requests.
 func Zoo() []*Shape {
+	lazy := []float64{0.55, 0.3, 0.12, 0.03}
 	base := []*Shape{
-		{Name: "jit-fast", Median: 2 * time.Millisecond, Sigma: 0.3, Cold: jitDecay(40, 60)},
-		{Name: "jit-slow", Median: 5 * time.Millisecond, Sigma: 0.4, Cold: jitDecay(30, 500)},
-		{Name: "cache-fill", Median: 3 * time.Millisecond, Sigma: 0.3, Cold: cacheFill(800, 15)},
-		{Name: "lazy-endpoints", Median: 4 * time.Millisecond, Sigma: 0.35, Endpoints: []float64{0.55, 0.3, 0.12, 0.03},
-			Cold: func(_ int64, _ int, hits int64, _ *rand.Rand) float64 { return 50 * math.Exp(-float64(hits)/25) }},
-		{Name: "warm", Median: 3 * time.Millisecond, Sigma: 0.3},
-		{Name: "spring-steps", Median: time.Millisecond, Sigma: 0.16, Run: spring},
+		{Name: "jit-fast", Median: 2 * time.Millisecond, Sigma: 0.3, Cold: jitDecay(40, 60), JIT: jitCompiled(3000, 3000, 60)},
+		{Name: "jit-slow", Median: 5 * time.Millisecond, Sigma: 0.4, Cold: jitDecay(30, 500), JIT: jitCompiled(3000, 4000, 500)},
+		// The cache's code is compiled early; the cache fills on.
+		{Name: "cache-fill", Median: 3 * time.Millisecond, Sigma: 0.3, Cold: cacheFill(800, 15), JIT: jitCompiled(3000, 2000, 60)},
+		{Name: "lazy-endpoints", Median: 4 * time.Millisecond, Sigma: 0.35, Endpoints: lazy,
+			Cold: func(_ int64, _ int, hits int64, _ *rand.Rand) float64 { return 50 * math.Exp(-float64(hits)/25) },
+			JIT: func(n int64) float64 {
+				ms := 3000.0
+				for _, w := range lazy { // each endpoint's code compiled over its own first calls
+					ms += 800 * (1 - math.Exp(-w*float64(n)/25))
+				}
+				return ms
+			}},
+		// It warmed itself before it was ready (the sample app's 3,000
+		// requests): compiled then, not now.
+		{Name: "warm", Median: 3 * time.Millisecond, Sigma: 0.3, JIT: func(int64) float64 { return 6000 }, Served: 3000},
+		{Name: "spring-steps", Median: time.Millisecond, Sigma: 0.16, RunJIT: spring},
 		// Still 2× faster with every doubling of its requests up to
-		// 20,000 (a power law: tiers of compilation that never end).
+		// 20,000 (a power law: tiers of compilation that never end, the
+		// compile time rising with every doubling too).
 		{Name: "never-settles", Median: 2 * time.Millisecond, Sigma: 0.3, Never: true,
-			Cold: func(n int64, _ int, _ int64, _ *rand.Rand) float64 { return 20000/float64(n) - 1 }},
+			Cold: func(n int64, _ int, _ int64, _ *rand.Rand) float64 { return 20000/float64(n) - 1 },
+			JIT:  func(n int64) float64 { return 3000 + 1000*math.Log1p(float64(n)) }},
 	}
 	zoo := make([]*Shape, 0, 2*len(base))
 	for _, s := range base {
@@ -205,10 +300,18 @@ func (s *Shape) WarmPercentiles(n int) (p50, p99 time.Duration) {
 // 1.9×, then warm — the steps at request counts of each run's own (drawn
 // per run: the last one somewhere between 3,600 and 11,000 requests, the
 // first between 800 and 1,600), and a GC pause that adds 10–30× the median
-// to 0.2 % of requests, warm or cold.
-func spring(r *rand.Rand) ColdFunc {
+// to 0.2 % of requests, warm or cold. Its JIT (a model, see JITCurve): 4 s
+// compiled at start (a fresh Spring Boot actuator shows ~3 s), 1 s over
+// the class-loading requests, then 1.5 s spread evenly up to the first
+// step and 2.5 s up to the last: the tiers' methods compiled as their
+// counters cross the thresholds, the step when the last of them is done.
+func spring(r *rand.Rand) (ColdFunc, JITCurve) {
 	logUniform := func(lo, hi float64) float64 { return math.Exp(math.Log(lo) + r.Float64()*math.Log(hi/lo)) }
 	first, last := logUniform(800, 1600), logUniform(3600, 11000)
+	jit := func(n int64) float64 {
+		x := float64(n)
+		return 4000 + 1000*(1-math.Exp(-x/25)) + 1500*min(1, x/first) + 2500*min(1, max(0, x-first)/(last-first))
+	}
 	return func(n int64, _ int, _ int64, r *rand.Rand) float64 {
 		f := 30 * math.Exp(-float64(n)/25)
 		switch x := float64(n); {
@@ -221,7 +324,7 @@ func spring(r *rand.Rand) ColdFunc {
 			f += 10 + 20*r.Float64()
 		}
 		return f
-	}
+	}, jit
 }
 
 // cacheFill is a cache of keys requests pick uniformly: a miss costs

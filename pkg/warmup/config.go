@@ -247,6 +247,18 @@ type Config struct {
 	// them the bound fails the warm-up as before. Default true.
 	AcceptNearStable *bool `json:"acceptNearStable,omitempty"`
 
+	// JITMetrics is where the pod exposes its JIT's cumulative compile
+	// time (jit.go): the warm-up reads it at every window, from the pod's
+	// own address only, and holds the stop back while the JIT is still
+	// compiling (a latency plateau between two of its tiers is no end).
+	// Read where present, never required: a pod without it (404, no such
+	// metric, a page that does not parse) is judged on latency alone, and
+	// the result says which (TargetResult.JIT). Default: on, at
+	// /actuator/prometheus on the target port, Micrometer's
+	// jvm_compilation_time_ms_total or the Prometheus Java client's
+	// jvm_compilation_time_seconds_total; {"enabled": false} turns it off.
+	JITMetrics JITMetrics `json:"jitMetrics,omitzero"`
+
 	// MTLS says when the warm-up dials a pod with Istio mTLS, as a sidecar
 	// would (mesh.go): auto (pods with a sidecar: the label
 	// security.istio.io/tlsMode=istio, or an istio-proxy container), istio
@@ -342,6 +354,7 @@ func (c Config) WithDefaults() Config {
 	setDefault(&c.NeighbourRatio, DefaultNeighbourRatio)
 	setDefault(&c.NeighbourFloor, config.Duration(DefaultNeighbourFloor))
 	setDefault(&c.NeighbourWindow, config.Duration(DefaultNeighbourWindow))
+	c.JITMetrics = c.JITMetrics.withDefaults()
 	return c
 }
 
@@ -459,6 +472,7 @@ func (c Config) Validate() error {
 	if c.NeighbourWindow < config.Duration(time.Second) {
 		errs.Addf("neighbourWindow", "must be at least 1s, e.g. \"30s\" (twice Prometheus' scrape interval; got %s)", c.NeighbourWindow)
 	}
+	c.JITMetrics.validate(&errs)
 	if c.NeighbourFloor < 0 {
 		errs.Addf("neighbourFloor", "must not be negative (got %s)", c.NeighbourFloor)
 	}

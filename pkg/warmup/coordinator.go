@@ -41,6 +41,8 @@ type targetState struct {
 	waiting string
 	// stop is the stopping rule's memory of the target (stopState).
 	stop stopState
+	// jit reads the pod's JIT signal (jit.go); nil: not read.
+	jit *jitReader
 }
 
 // coordinator owns the runners of one warm-up: it turns completed windows
@@ -81,6 +83,14 @@ func (c *coordinator) run(parent, runCtx context.Context, targets []Target) erro
 	reqCtx, cancelRequests := context.WithCancel(context.WithoutCancel(parent))
 	defer cancelRequests()
 	c.events = make(chan event, 256)
+	// The JIT signal's reads end with the run: cancelled, then waited for.
+	jitCtx, stopJIT := context.WithCancel(runCtx)
+	defer func() {
+		stopJIT()
+		for _, st := range c.canary {
+			st.jit.close()
+		}
+	}()
 
 	var runners []*loadRunner
 	abortAll := func() {
@@ -101,6 +111,9 @@ func (c *coordinator) run(parent, runCtx context.Context, targets []Target) erro
 		}
 		st.runner = r
 		st.rec.onCap = func() { r.stop() }
+		if st.jit = c.cfg.newJITReader(jitCtx, t, st.rec.total.Load); st.jit != nil {
+			st.stop.jit = &jitSignal{}
+		}
 		c.canary = append(c.canary, st)
 		runners = append(runners, r)
 	}
@@ -127,6 +140,9 @@ func (c *coordinator) run(parent, runCtx context.Context, targets []Target) erro
 			c.sruns = append(c.sruns, r)
 			runners = append(runners, r)
 		}
+	}
+	for _, st := range c.canary {
+		st.jit.kick() // the compile time before the first request
 	}
 	for _, r := range runners {
 		go func() {
@@ -292,6 +308,10 @@ func (c *coordinator) onWindow(ev event) {
 				continue
 			}
 			st.res.Windows = append(st.res.Windows, w)
+			if st.jit != nil {
+				st.stop.jit.readings = st.jit.snapshot()
+				st.jit.kick()
+			}
 			if !st.res.Converged {
 				v := c.cfg.next(&st.stop, st.res.Windows, c.stableRef(), c.reject)
 				st.waiting = v.why
@@ -492,6 +512,7 @@ func (c *coordinator) finish() {
 	for _, st := range c.canary {
 		collect(st.res, st.rec)
 		st.res.FullPaceAfter, st.res.PaceCuts, st.res.BudgetCuts = st.pacer.stats()
+		st.res.JIT = jitResult(st.jit, st.stop.jit)
 		if err := st.runner.lastErr.get(); err != nil {
 			st.res.LastError = err.Error()
 		} else if st.rec.lastFailCode > 0 {

@@ -68,16 +68,17 @@ func (c *Config) resolvePeers(ctx context.Context, sets ...[]Target) error {
 	return nil
 }
 
-// notePeer records t's addresses (its URL's, and its health URL's unless
-// on an agent port) as mTLS to t.Peer, or as plaintext to a pod with a
-// sidecar.
+// notePeer records t's addresses (its URL's, and its health URL's and JIT
+// signal's unless on an agent port) as mTLS to t.Peer, or as plaintext to
+// a pod with a sidecar.
 func (c *Config) notePeer(t *Target) {
-	for _, raw := range []string{t.URL, t.HealthURL} {
+	jit := c.jitURL(*t)
+	for _, raw := range []string{t.URL, t.HealthURL, jit} {
 		addr := hostPort(raw)
 		if addr == "" {
 			continue
 		}
-		if _, port, _ := net.SplitHostPort(addr); raw == t.HealthURL && slices.Contains(MeshStatusPorts, port) {
+		if _, port, _ := net.SplitHostPort(addr); raw != t.URL && slices.Contains(MeshStatusPorts, port) {
 			continue
 		}
 		switch {

@@ -19,12 +19,17 @@ import (
 	"github.com/danki-dev/danki/pkg/policy"
 )
 
-// countingServer counts the warm-up requests (not the health checks) it
-// gets, each held for hold so connections overlap.
+// countingServer counts the warm-up requests (not the health checks, nor
+// the JIT signal's reads of the metrics page: it has none) it gets, each
+// held for hold so connections overlap.
 func countingServer(t *testing.T, hold time.Duration) (*httptest.Server, *atomic.Int64) {
 	var n atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/healthz" {
+			return
+		}
+		if r.URL.Path == DefaultJITMetricsPath {
+			http.NotFound(w, r)
 			return
 		}
 		n.Add(1)

@@ -72,6 +72,10 @@ type TargetResult struct {
 	// the times the ramp halved the pace because latency jumped;
 	// BudgetCuts the steps at which the CPU budget lowered it
 	// (Config.CPUBudget), and CPUBudget is that budget in cores (0: none).
+	// JIT says whether the JVM's own signal was used (Config.JITMetrics):
+	// "used (compile time flat since request 6200)", "not exposed (404 at
+	// :8080/actuator/prometheus)", "unreadable (…)"; "" when not read.
+	JIT           string  `json:"jit,omitempty"`
 	FullPaceAfter int64   `json:"fullPaceAfter,omitempty"`
 	PaceCuts      int     `json:"paceCuts,omitempty"`
 	BudgetCuts    int     `json:"budgetCuts,omitempty"`
@@ -144,6 +148,30 @@ func (r *Result) P99Trend() (first, last time.Duration, ok bool) {
 	return first, last, ok
 }
 
+// jitSummary says, for the summary line, what became of the JIT signal:
+// "JIT: used (…)" for one target or when all say the same, else per
+// target; "" when it was read on none.
+func jitSummary(targets []TargetResult) string {
+	var parts []string
+	same := true
+	for _, t := range targets {
+		if t.JIT == "" {
+			continue
+		}
+		if len(parts) > 0 && t.JIT != targets[0].JIT {
+			same = false
+		}
+		parts = append(parts, t.Target.Name+": "+t.JIT)
+	}
+	switch {
+	case len(parts) == 0:
+		return ""
+	case same && len(parts) == len(targets):
+		return "JIT: " + targets[0].JIT
+	}
+	return "JIT: " + strings.Join(parts, "; ")
+}
+
 func lastComplete(ws []WindowStats) (WindowStats, bool) {
 	for i := len(ws) - 1; i >= 0; i-- {
 		if !ws[i].Partial {
@@ -175,6 +203,9 @@ func (r *Result) WriteTable(w io.Writer) error {
 		fmt.Fprintf(&b, "%s: %s, %d requests, %d errors", t.Target, status, t.Requests, t.Errors)
 		if t.Errors > 0 && t.LastError != "" {
 			fmt.Fprintf(&b, " (last: %s)", t.LastError)
+		}
+		if t.JIT != "" {
+			fmt.Fprintf(&b, "; JIT: %s", t.JIT)
 		}
 		b.WriteString("\n\n")
 		writeWindows(&b, t.Windows, t.ConvergedWindow)

@@ -268,6 +268,9 @@ func (r *Result) Summary() string {
 	if budget > 0 {
 		fmt.Fprintf(&b, "; CPU budget %s cores per pod (lowered the pace %d time(s))", strconv.FormatFloat(budget, 'f', -1, 64), cuts)
 	}
+	if j := jitSummary(r.Targets); j != "" {
+		b.WriteString("; " + j)
+	}
 	if m := meshSummary(r.Mesh, r.Targets); m != "" {
 		b.WriteString("; " + m)
 	}

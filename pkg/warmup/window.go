@@ -382,6 +382,9 @@ type stopState struct {
 	// flatFor counts the windows in a row at which its own latency had
 	// stopped improving, without stable (verdict.plateau).
 	flatFor int
+	// jit is the JVM's own signal, where the pod exposes it (jit.go);
+	// nil: latency alone.
+	jit *jitSignal
 }
 
 // check is the outcome of one look at a target's windows.
@@ -410,8 +413,16 @@ const settleShare = 1.0 / 2
 // its warm-up (plateauLongEnough) is a slower version; one settled short of
 // stable's latency for settleShare of its warm-up is warm (a version a
 // little slower than stable, a pod on a slower node), unless
-// compareToStable holds it to stable's latency.
+// compareToStable holds it to stable's latency. Where the pod exposes its
+// JIT's compile time, a stop is held back while the JIT still compiles
+// (jitSignal.hold).
 func (c *Config) next(s *stopState, windows []WindowStats, ref stableRef, reject bool) check {
+	return s.jit.hold(c, c.nextOnLatency(s, windows, ref, reject), windows)
+}
+
+// nextOnLatency is next on the latency alone: next adds the JVM's own
+// signal (jitSignal.hold) where the pod exposes it.
+func (c *Config) nextOnLatency(s *stopState, windows []WindowStats, ref stableRef, reject bool) check {
 	v := c.judge(windows, ref, reject)
 	if v.plateau {
 		s.flatFor++

@@ -1,5 +1,6 @@
 package dev.danki.sample;
 
+import java.lang.management.CompilationMXBean;
 import java.lang.management.GarbageCollectorMXBean;
 import java.lang.management.ManagementFactory;
 import java.lang.management.MemoryMXBean;
@@ -9,7 +10,11 @@ import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.atomic.DoubleAdder;
 import java.util.concurrent.atomic.LongAdder;
 
-/** A tiny Prometheus text exposition: request counters and JVM GC/heap figures. */
+/**
+ * A tiny Prometheus text exposition: request counters and JVM GC/heap/JIT figures. The JIT's
+ * cumulative compile time is Micrometer's name for it ({@code jvm_compilation_time_ms_total}),
+ * the signal danki's warm-up reads to tell a JIT still compiling (docs/warmup.md).
+ */
 final class Metrics {
     private final String version;
     private final long startMillis = System.currentTimeMillis();
@@ -47,6 +52,11 @@ final class Metrics {
         b.append("jvm_memory_heap_used_bytes ").append(mem.getHeapMemoryUsage().getUsed()).append('\n');
         b.append("# HELP jvm_classes_loaded Classes currently loaded.\n# TYPE jvm_classes_loaded gauge\n");
         b.append("jvm_classes_loaded ").append(ManagementFactory.getClassLoadingMXBean().getLoadedClassCount()).append('\n');
+        CompilationMXBean jit = ManagementFactory.getCompilationMXBean();
+        if (jit != null && jit.isCompilationTimeMonitoringSupported()) {
+            b.append("# HELP jvm_compilation_time_ms_total Time spent by the JIT compiling, in milliseconds.\n# TYPE jvm_compilation_time_ms_total counter\n");
+            b.append("jvm_compilation_time_ms_total{compiler=\"").append(jit.getName()).append("\"} ").append(jit.getTotalCompilationTime()).append('\n');
+        }
         b.append("# HELP process_uptime_seconds Seconds since the app started.\n# TYPE process_uptime_seconds gauge\n");
         b.append("process_uptime_seconds ").append((System.currentTimeMillis() - startMillis) / 1000.0).append('\n');
         return b.toString();
