@@ -365,23 +365,33 @@ func jitCompileMS(page []byte, h http.Header, names []string) (ms float64, found
 	return 0, false, nil
 }
 
-// jitQuietShare and jitQuietMax say when the JIT has stopped compiling: the
-// compile time it added over the stopping rule's latest block of requests
-// (a quarter of the warm-up, at least 300 requests: the span the latency
-// is judged over) is at most jitQuietShare of its total so far, and at most
-// jitQuietMax. Measured on the sample app (JDK 17, one CPU; docs/warmup.md):
+// jitQuietShare and jitQuietPeakShare say when the JIT has stopped
+// compiling, judged over the stopping rule's latest block of requests (a
+// quarter of the warm-up, at least 300 requests: the span the latency is
+// judged over). The JIT is quiet when the compile time it added over the
+// block is at most jitQuietShare of its total so far, or when its compile
+// time per request over the block has fallen to at most jitQuietPeakShare
+// of the highest it had over any earlier look's block.
+//
+// The share: measured on the sample app (JDK 17, one CPU; docs/warmup.md),
 // 4.6 s compiled by its 500th request, then, its latency long settled,
 // +0 to +56 ms per 100 requests with single compiles of 100–350 ms — 1–2 %
-// of its total per block, up to 3.5 % around one of those compiles; a JIT
-// between two tiers (a Spring Boot service's steps) compiles the next
-// tier's methods as their counters cross the thresholds, more. The total
-// includes the compiling before the first request (the JVM's start, a pod
-// that warmed itself): a pod warm from the start is quiet at once.
-// jitQuietMax keeps a JVM that compiled for a minute at start from passing
-// more than half a second of compiling per block as quiet.
+// of its total per block, up to 3.5 % around one of those compiles. The
+// total includes the compiling before the first request (the JVM's start,
+// a pod that warmed itself): a pod warm from the start is quiet at once.
+//
+// The fall from the peak: a Spring Boot service keeps compiling in the
+// background for thousands of requests (the lab's Spring sample behind its
+// sidecar, one CPU: ~5 ms of compiling per request over its first blocks,
+// a burst of 2 ms per request around request 6,000, then 0.4–0.5 ms), so
+// its blocks, which grow with the warm-up, add more than 3 % of its total
+// long after its latency settled; a rate a tenth of its peak is a JIT
+// that has done its work, whatever the service's size. Not an absolute
+// cap: a block of 2,000 requests of a big service passes any fixed number
+// of milliseconds of background compiling.
 const (
-	jitQuietShare = 0.03
-	jitQuietMax   = 500.0 // ms
+	jitQuietShare     = 0.03
+	jitQuietPeakShare = 0.1
 )
 
 // jitSignal is the stopping rule's view of a target's JIT (stopState.jit):
@@ -396,13 +406,16 @@ type jitSignal struct {
 	held      int
 	// busy is the latest look's "still compiling" figures ("" quiet).
 	busy string
+	// peak is the highest compile time per request over a look's block.
+	peak float64
 }
 
 // quiet says whether the JIT has stopped compiling over the span of
 // requests up to n, and known whether the readings tell: a reading within
 // the span and one at least a span before it (from: its request count). A
 // signal that went stale (no reading for a span) tells nothing: the
-// warm-up never needs it.
+// warm-up never needs it. Each look's compile time per request counts
+// towards the peak (jitQuietPeakShare).
 func (j *jitSignal) quiet(n, span int64) (quiet, known bool, added float64, over, from int64) {
 	if j == nil || len(j.readings) < 2 {
 		return false, false, 0, 0, 0
@@ -413,8 +426,10 @@ func (j *jitSignal) quiet(n, span int64) (quiet, known bool, added float64, over
 	}
 	for i := len(j.readings) - 2; i >= 0; i-- {
 		if a := j.readings[i]; a.requests <= b.requests-span {
-			added = b.ms - a.ms
-			return added <= jitQuietShare*b.ms && added <= jitQuietMax, true, added, b.requests - a.requests, a.requests
+			added, over = b.ms-a.ms, b.requests-a.requests
+			rate := added / float64(over)
+			j.peak = max(j.peak, rate)
+			return added <= jitQuietShare*b.ms || rate <= jitQuietPeakShare*j.peak, true, added, over, a.requests
 		}
 	}
 	return false, false, 0, 0, 0
@@ -455,8 +470,8 @@ func (j *jitSignal) hold(c *Config, ch check, windows []WindowStats) check {
 	}
 	total := j.readings[len(j.readings)-1].ms
 	j.quietFrom = 0
-	j.busy = fmt.Sprintf("the JIT is still compiling: +%s over the last %d requests (%.1f %% of its %s; quiet is at most %g %% and %s)",
-		formatMS(added), over, 100*added/max(total, 1), formatMS(total), 100*jitQuietShare, formatMS(jitQuietMax))
+	j.busy = fmt.Sprintf("the JIT is still compiling: +%s over the last %d requests (%.1f %% of its %s, %.2f ms per request; quiet is at most %g %% or %g of its peak %.2f ms per request)",
+		formatMS(added), over, 100*added/max(total, 1), formatMS(total), added/float64(max(over, 1)), 100*jitQuietShare, jitQuietPeakShare, j.peak)
 	if ch.converged && ch.rejected == "" {
 		j.held++
 		ch.converged, ch.settled, ch.plateau = false, "", false
