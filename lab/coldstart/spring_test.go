@@ -30,7 +30,7 @@ import (
 func springAppJar(t *testing.T) string {
 	t.Helper()
 	if testing.Short() {
-		t.Skip("starts Spring Boot JVMs (~8 min with the load test): not in -short")
+		t.Skip("starts Spring Boot JVMs (5–8 min with the load test): not in -short")
 	}
 	if runtime.GOOS != "linux" {
 		t.Skip("stops the JVM by process group: Linux only")
@@ -138,9 +138,9 @@ func TestSpringShape(t *testing.T) {
 // It builds the analyzer as the danki/latency metric plugin does (one
 // Analyzers per process, the operator's policy, a shared WarmedPods) with
 // the load source's defaults: warm-up on, 1,000 measured requests at 20 per
-// second. At that pace it takes ~7 min on 2 shared cores: each canary's
-// measurement is 50 s, a good canary's warm-up ~1,300 requests, and the
-// slower version's ~3,500 (the stop rule compares with stable, which that
+// second. At that pace it takes 4–7 min on 2 shared cores: each canary's
+// measurement is 50 s, and each warm-up 700–1,400 requests (once 3,500 for
+// the slower version: the stop rule compares with stable, which that
 // version never reaches).
 func TestSpringLoadSLO(t *testing.T) {
 	jar := springAppJar(t)
