@@ -35,7 +35,8 @@ const (
 // its defaults. The canary has no user weight until the warm-up ends; the
 // warm-up converges against the stable pods loaded side by side (not on a
 // flat stretch between two JIT steps: the stop comes after at least the
-// rule's minimum, with the first window's p99 well above the last); then
+// rule's minimum, with the first window's p99 well above the last) and
+// reads the JVM's own JIT signal from Spring's actuator; then
 // danki/latency source: load finds the warm canary's p50 within 1.5 ×
 // stable's, and the canary is ramped to 50 % and promoted.
 func TestLabSpringRollout(t *testing.T) {
@@ -126,6 +127,11 @@ func TestLabSpringRollout(t *testing.T) {
 	minStop := int(defaults.MinStop())
 	if st.Converged != 1 || st.Requests < minStop {
 		t.Fatalf("warm-up status %+v: want the 1 canary pod converged after ≥ %d requests (the stopping rule's minimum)", st, minStop)
+	}
+	// Spring Boot's actuator serves the JIT's compile time where the
+	// warm-up looks by default (/actuator/prometheus): the step read it.
+	if !strings.Contains(st.Message, "JIT: used") {
+		t.Errorf("the step's message does not say the JIT signal was used (Micrometer's jvm_compilation_time_ms_total at /actuator/prometheus): %s", st.Message)
 	}
 	first, err1 := time.ParseDuration(st.FirstP99)
 	last, err2 := time.ParseDuration(st.LastP99)
