@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/argoproj/argo-rollouts/pkg/apis/rollouts/v1alpha1"
-	"github.com/danki-dev/danki/pkg/warmup"
 	"github.com/danki-dev/danki/test/testenv"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -66,58 +65,7 @@ func TestLabGRPCWarmup(t *testing.T) {
 		t.Fatalf("set image v2: %v", err)
 	}
 
-	// Until the warm-up step ends, the VirtualService gives the canary
-	// nothing (checked every second, not once).
-	var st *warmupState
-	waitFor(t, l.ctx, 7*time.Minute, "danki/warmup over gRPC finished", func() (bool, string) {
-		var err error
-		if ro, err = getRO(); err != nil {
-			return false, err.Error()
-		}
-		st = nil
-		if ro.Status.CurrentPodHash != ro.Status.StableRS {
-			st = warmupStatus(ro)
-		}
-		if st != nil && (st.Phase == v1alpha1.StepPluginPhaseSuccessful || st.Phase == v1alpha1.StepPluginPhaseFailed) {
-			return true, ""
-		}
-		w, err := grpcCanaryWeight(l)
-		if err != nil {
-			return false, err.Error()
-		}
-		if w != 0 {
-			// The step may have ended between the two reads.
-			if now, err := getRO(); err == nil {
-				if s := warmupStatus(now); s != nil && s.Phase == v1alpha1.StepPluginPhaseSuccessful {
-					st, ro = s, now
-					return true, ""
-				}
-			}
-			t.Fatalf("canary weight %d on VirtualService %s before the gRPC warm-up finished: %s", w, grpcRollout, describe(ro))
-		}
-		if st == nil {
-			return false, describe(ro)
-		}
-		return false, fmt.Sprintf("warm-up %s, %d requests: %s", st.Phase, st.Requests, st.Summary)
-	})
-	t.Logf("warm-up %s: %s", st.Phase, st.Message)
-	t.Logf("p99 by window (last six): %s; first %s, last %s; %d requests", strings.Join(st.P99Trend, " → "), st.FirstP99, st.LastP99, st.Requests)
-	if st.Phase != v1alpha1.StepPluginPhaseSuccessful {
-		t.Fatalf("gRPC warm-up ended %s: %s", st.Phase, st.Message)
-	}
-	defaults := warmup.Config{}.WithDefaults()
-	minStop := int(defaults.MinStop())
-	if st.Converged != 1 || st.Requests < minStop {
-		t.Fatalf("warm-up status %+v: want the 1 canary pod converged after ≥ %d requests (the stopping rule's minimum)", st, minStop)
-	}
-	first, err1 := time.ParseDuration(st.FirstP99)
-	last, err2 := time.ParseDuration(st.LastP99)
-	if err1 != nil || err2 != nil {
-		t.Fatalf("warm-up status firstP99 %q, lastP99 %q: %v %v", st.FirstP99, st.LastP99, err1, err2)
-	}
-	if first < 3*last {
-		t.Errorf("first window p99 %s is not ≥ 3× the last window's %s: the gRPC canary was not cold, or the warm-up did not measure it", first, last)
-	}
+	st, ro := l.awaitOneCanaryWarm(t, grpcRollout, "app-grpc-canary", 7*time.Minute, "gRPC")
 
 	// The canary JVM itself saw the warm-up: GetItem calls carrying the
 	// metadata x-danki-warmup, answered OK, at least as many as the step

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/argoproj/argo-rollouts/pkg/apis/rollouts/v1alpha1"
+	"github.com/danki-dev/danki/pkg/warmup"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -193,4 +194,68 @@ func envoyHostCounts() ([]hostCount, error) {
 		counts = append(counts, hostCount{cluster: m[1], ip: m[2], port: m[3], n: n})
 	}
 	return counts, nil
+}
+
+// awaitOneCanaryWarm waits for the danki/warmup step of a Rollout with one
+// canary pod (VirtualService vs = the Rollout's name, route to canaryHost)
+// to end, checking every second that the canary has no weight until then;
+// it fails unless the step succeeded with the pod converged after at least
+// the stopping rule's minimum and its first window's p99 ≥ 3 × its last (the
+// pod was cold, and the warm-up measured it). what names the app in
+// messages.
+func (l *lab) awaitOneCanaryWarm(t *testing.T, rollout, canaryHost string, limit time.Duration, what string) (*warmupState, *v1alpha1.Rollout) {
+	t.Helper()
+	rollouts := l.argo.ArgoprojV1alpha1().Rollouts("default")
+	var st *warmupState
+	var ro *v1alpha1.Rollout
+	waitFor(t, l.ctx, limit, "danki/warmup of the "+what+" canary finished", func() (bool, string) {
+		var err error
+		if ro, err = rollouts.Get(l.ctx, rollout, metav1.GetOptions{}); err != nil {
+			return false, err.Error()
+		}
+		st = nil
+		if ro.Status.CurrentPodHash != ro.Status.StableRS {
+			st = warmupStatus(ro)
+		}
+		if st != nil && (st.Phase == v1alpha1.StepPluginPhaseSuccessful || st.Phase == v1alpha1.StepPluginPhaseFailed) {
+			return true, ""
+		}
+		w, err := l.canaryWeight(rollout, canaryHost)
+		if err != nil {
+			return false, err.Error()
+		}
+		if w != 0 {
+			// The step may have ended between the two reads.
+			if now, err := rollouts.Get(l.ctx, rollout, metav1.GetOptions{}); err == nil {
+				if s := warmupStatus(now); s != nil && s.Phase == v1alpha1.StepPluginPhaseSuccessful {
+					st, ro = s, now
+					return true, ""
+				}
+			}
+			t.Fatalf("canary weight %d on VirtualService %s before the %s warm-up finished: %s", w, rollout, what, describe(ro))
+		}
+		if st == nil {
+			return false, describe(ro)
+		}
+		return false, fmt.Sprintf("warm-up %s, %d requests: %s", st.Phase, st.Requests, st.Summary)
+	})
+	t.Logf("warm-up %s: %s", st.Phase, st.Message)
+	t.Logf("p99 by window (last six): %s; first %s, last %s; %d requests", strings.Join(st.P99Trend, " → "), st.FirstP99, st.LastP99, st.Requests)
+	if st.Phase != v1alpha1.StepPluginPhaseSuccessful {
+		t.Fatalf("the %s canary's warm-up ended %s: %s", what, st.Phase, st.Message)
+	}
+	defaults := warmup.Config{}.WithDefaults()
+	minStop := int(defaults.MinStop())
+	if st.Converged != 1 || st.Requests < minStop {
+		t.Fatalf("warm-up status %+v: want the 1 canary pod converged after ≥ %d requests (the stopping rule's minimum)", st, minStop)
+	}
+	first, err1 := time.ParseDuration(st.FirstP99)
+	last, err2 := time.ParseDuration(st.LastP99)
+	if err1 != nil || err2 != nil {
+		t.Fatalf("warm-up status firstP99 %q, lastP99 %q: %v %v", st.FirstP99, st.LastP99, err1, err2)
+	}
+	if first < 3*last {
+		t.Errorf("first window p99 %s is not ≥ 3× the last window's %s: the %s canary was not cold, or the warm-up did not measure it", first, last, what)
+	}
+	return st, ro
 }

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -9,7 +8,6 @@ import (
 
 	"github.com/argoproj/argo-rollouts/pkg/apis/rollouts/v1alpha1"
 	"github.com/danki-dev/danki/lab/traffic"
-	"github.com/danki-dev/danki/pkg/warmup"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -85,61 +83,11 @@ func TestLabSpringRollout(t *testing.T) {
 		t.Fatalf("set image v2: %v", err)
 	}
 
-	// Until the warm-up step ends, the VirtualService gives the canary
-	// nothing (checked every second, not once).
-	var st *warmupState
-	var ro *v1alpha1.Rollout
-	waitFor(t, l.ctx, 8*time.Minute, "danki/warmup of the Spring canary finished", func() (bool, string) {
-		if ro, err = rollouts.Get(l.ctx, springRollout, metav1.GetOptions{}); err != nil {
-			return false, err.Error()
-		}
-		st = nil
-		if ro.Status.CurrentPodHash != ro.Status.StableRS {
-			st = warmupStatus(ro)
-		}
-		if st != nil && (st.Phase == v1alpha1.StepPluginPhaseSuccessful || st.Phase == v1alpha1.StepPluginPhaseFailed) {
-			return true, ""
-		}
-		w, err := l.canaryWeight(springRollout, springCanary)
-		if err != nil {
-			return false, err.Error()
-		}
-		if w != 0 {
-			if now, err := rollouts.Get(l.ctx, springRollout, metav1.GetOptions{}); err == nil {
-				if s := warmupStatus(now); s != nil && s.Phase == v1alpha1.StepPluginPhaseSuccessful {
-					st, ro = s, now
-					return true, ""
-				}
-			}
-			t.Fatalf("canary weight %d on VirtualService %s before the warm-up finished: %s", w, springRollout, describe(ro))
-		}
-		if st == nil {
-			return false, describe(ro)
-		}
-		return false, fmt.Sprintf("warm-up %s, %d requests: %s", st.Phase, st.Requests, st.Summary)
-	})
-	t.Logf("warm-up %s: %s", st.Phase, st.Message)
-	t.Logf("p99 by window (last six): %s; first %s, last %s; %d requests", strings.Join(st.P99Trend, " → "), st.FirstP99, st.LastP99, st.Requests)
-	if st.Phase != v1alpha1.StepPluginPhaseSuccessful {
-		t.Fatalf("the Spring canary's warm-up ended %s: %s", st.Phase, st.Message)
-	}
-	defaults := warmup.Config{}.WithDefaults()
-	minStop := int(defaults.MinStop())
-	if st.Converged != 1 || st.Requests < minStop {
-		t.Fatalf("warm-up status %+v: want the 1 canary pod converged after ≥ %d requests (the stopping rule's minimum)", st, minStop)
-	}
+	st, ro := l.awaitOneCanaryWarm(t, springRollout, springCanary, 8*time.Minute, "Spring")
 	// Spring Boot's actuator serves the JIT's compile time where the
 	// warm-up looks by default (/actuator/prometheus): the step read it.
 	if !strings.Contains(st.Message, "JIT: used") {
 		t.Errorf("the step's message does not say the JIT signal was used (Micrometer's jvm_compilation_time_ms_total at /actuator/prometheus): %s", st.Message)
-	}
-	first, err1 := time.ParseDuration(st.FirstP99)
-	last, err2 := time.ParseDuration(st.LastP99)
-	if err1 != nil || err2 != nil {
-		t.Fatalf("warm-up status firstP99 %q, lastP99 %q: %v %v", st.FirstP99, st.LastP99, err1, err2)
-	}
-	if first < 3*last {
-		t.Errorf("first window p99 %s is not ≥ 3× the last window's %s: the Spring canary was not cold, or the warm-up did not measure it", first, last)
 	}
 	hash := ro.Status.CurrentPodHash
 
