@@ -604,7 +604,7 @@ func TestRealPrometheusSidecarInboundPerPod(t *testing.T) {
 	})
 	for name, cfg := range configs {
 		t.Run(name, func(t *testing.T) {
-			a, v := analyzeSlowCanary(t, ctx, cfg)
+			a, v, at := analyzeSlowCanaryAt(t, ctx, cfg)
 			// increase() extrapolates per pod: close to, not exactly, what was
 			// sent; either side's pods mixed in would be far out of range.
 			if n := v.Canary.Count; n < 1200 || n > 1200*maxOver {
@@ -639,12 +639,12 @@ func TestRealPrometheusSidecarInboundPerPod(t *testing.T) {
 					if got == nil {
 						t.Fatalf("%s: no %s", side.name, qs.label)
 					}
-					pv, _, _, err := api.Query(ctx, fmt.Sprintf("histogram_quantile(%g, %s)", qs.q, histQuery), time.Now())
+					// At danki's own instant: a moment later each pod's
+					// extrapolation has moved (CI read 0.02 % apart).
+					pv, _, _, err := api.Query(ctx, fmt.Sprintf("histogram_quantile(%g, %s)", qs.q, histQuery), at)
 					if vec, ok := pv.(model.Vector); err != nil || !ok || len(vec) != 1 {
 						t.Errorf("histogram_quantile: %v %v", pv, err)
-					} else if prom := float64(vec[0].Value); math.Abs(*got-prom) > 1e-4*prom {
-						// Not 1e-6 as above: the two queries run a moment
-						// apart, and each pod's extrapolation moves with time.
+					} else if prom := float64(vec[0].Value); math.Abs(*got-prom) > 1e-6*prom {
 						t.Errorf("%s %s: danki %.4f ms, Prometheus' histogram_quantile %.4f ms", side.name, qs.label, *got, prom)
 					}
 					// The pods' own scrape timing weighs them slightly
@@ -707,7 +707,18 @@ func waitForSamples(t *testing.T, ctx context.Context, api promv1.API, metric st
 // stable, and wants Fail naming the tail test and the 2× p99 ratio.
 func analyzeSlowCanary(t *testing.T, ctx context.Context, cfg Config) (*Analyzer, Verdict) {
 	t.Helper()
-	a, err := NewAnalyzer(cfg, WithLogger(quiet), WithPolicy(policy.Local()))
+	a, v, _ := analyzeSlowCanaryAt(t, ctx, cfg)
+	return a, v
+}
+
+// analyzeSlowCanaryAt is analyzeSlowCanary with danki's queries pinned to
+// one instant, returned: a query of the test's at the same instant sees
+// the same samples (increase() extrapolates each pod's series to the
+// query's time, so two queries a moment apart weigh the pods differently).
+func analyzeSlowCanaryAt(t *testing.T, ctx context.Context, cfg Config) (*Analyzer, Verdict, time.Time) {
+	t.Helper()
+	at := time.Now()
+	a, err := NewAnalyzer(cfg, WithLogger(quiet), WithPolicy(policy.Local()), WithClock(func() time.Time { return at }))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -716,5 +727,5 @@ func analyzeSlowCanary(t *testing.T, ctx context.Context, cfg Config) (*Analyzer
 	if v.Phase != Fail || !strings.Contains(v.Summary, "canary's tail is heavier") || !strings.Contains(v.Summary, "p99 canary/stable 2.") {
 		t.Fatalf("phase %s, want Fail naming the tail test and the 2× p99 ratio: %s", v.Phase, v.Summary)
 	}
-	return a, v
+	return a, v, at
 }
