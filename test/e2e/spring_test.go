@@ -93,7 +93,7 @@ func TestLabSpringRollout(t *testing.T) {
 
 	// Then the analysis (source: load, p50 ≤ 1.5 × stable's), the ramp to
 	// 50 % and the promotion.
-	ro = l.waitRollout(t, "default", springRollout, 6*time.Minute, "the Spring canary promoted (Healthy, stable = canary)", func(ro *v1alpha1.Rollout) (bool, string) {
+	l.waitRollout(t, "default", springRollout, 6*time.Minute, "the Spring canary promoted (Healthy, stable = canary)", func(ro *v1alpha1.Rollout) (bool, string) {
 		if ro.Status.Abort {
 			t.Fatalf("the good Spring version was aborted: %s", describe(ro))
 		}
