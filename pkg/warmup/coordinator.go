@@ -309,7 +309,7 @@ func (c *coordinator) onWindow(ev event) {
 			}
 			st.res.Windows = append(st.res.Windows, w)
 			if st.jit != nil {
-				st.stop.jit.readings = st.jit.snapshot()
+				st.stop.jit.readings = st.jit.appendNew(st.stop.jit.readings)
 				st.jit.kick()
 			}
 			if !st.res.Converged {

@@ -32,17 +32,7 @@ func waitHealthy(ctx context.Context, cfg *Config, targets []Target, limit strin
 	if cfg.healthGRPC(targets) {
 		return waitHealthyGRPC(ctx, cfg, targets, limit)
 	}
-	tr := &http.Transport{MaxIdleConnsPerHost: 1, DialContext: cfg.dialContext}
-	if !cfg.checked() {
-		tr.Proxy = http.ProxyFromEnvironment // the command line, as before
-	}
-	client := &http.Client{
-		Timeout:   cfg.Timeout.D(),
-		Transport: tr,
-		CheckRedirect: func(*http.Request, []*http.Request) error {
-			return http.ErrUseLastResponse
-		},
-	}
+	client := cfg.sideClient(cfg.Timeout.D())
 	defer client.CloseIdleConnections()
 	failed := failedTargets(targets, func(t Target) (string, string) {
 		url := t.healthURL(cfg.HealthPath)
@@ -53,6 +43,26 @@ func waitHealthy(ctx context.Context, cfg *Config, targets []Target, limit strin
 	}
 	return fmt.Errorf("%w: %d of %d targets did not answer their health check with 200 %s: %s",
 		ErrUnhealthy, len(failed), len(targets), healthLimit(ctx, limit), strings.Join(failed, "; "))
+}
+
+// sideClient is the HTTP client of the requests a warm-up sends a pod
+// beside its load (the health check, the JIT signal's page): one
+// connection, the warm-up's checked dial (dialContext: the network policy,
+// the guard, mTLS for a pod that has it), the environment's proxy only for
+// an unchecked run (the command line), and no redirect followed (it would
+// name another address). timeout bounds each request.
+func (c *Config) sideClient(timeout time.Duration) *http.Client {
+	tr := &http.Transport{MaxIdleConnsPerHost: 1, DialContext: c.dialContext}
+	if !c.checked() {
+		tr.Proxy = http.ProxyFromEnvironment
+	}
+	return &http.Client{
+		Timeout:   timeout,
+		Transport: tr,
+		CheckRedirect: func(*http.Request, []*http.Request) error {
+			return http.ErrUseLastResponse
+		},
+	}
 }
 
 // healthLimit is limit when the health wait ran out of time, else (every

@@ -186,21 +186,12 @@ func (c *Config) newJITReader(ctx context.Context, t Target, count func() int64)
 	if u == "" {
 		return nil
 	}
-	tr := &http.Transport{MaxIdleConnsPerHost: 1, DialContext: c.dialContext}
-	if !c.checked() {
-		tr.Proxy = http.ProxyFromEnvironment // the command line, as the health check
-	}
 	return &jitReader{
-		url: u,
-		client: &http.Client{
-			Timeout:   min(c.Timeout.D(), jitScrapeTimeout),
-			Transport: tr,
-			// A redirect would name another address: never followed.
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-		},
-		names: c.JITMetrics.metrics(),
-		ctx:   ctx,
-		count: count,
+		url:    u,
+		client: c.sideClient(min(c.Timeout.D(), jitScrapeTimeout)),
+		names:  c.JITMetrics.metrics(),
+		ctx:    ctx,
+		count:  count,
 	}
 }
 
@@ -252,14 +243,16 @@ func (r *jitReader) close() {
 	r.client.CloseIdleConnections()
 }
 
-// snapshot is the readings so far.
-func (r *jitReader) snapshot() []jitReading {
+// appendNew appends to seen (the readings taken so far, in order) those
+// taken since: each reading is copied once, not the whole list at every
+// window.
+func (r *jitReader) appendNew(seen []jitReading) []jitReading {
 	if r == nil {
-		return nil
+		return seen
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]jitReading(nil), r.readings...)
+	return append(seen, r.readings[len(seen):]...)
 }
 
 // where is the page for messages: ":8080/actuator/prometheus".
@@ -398,9 +391,9 @@ const (
 // its readings, and what the rule made of them.
 type jitSignal struct {
 	readings []jitReading
-	// quietFrom is the request count from which the JIT has added no more
-	// than the quiet share at every look since (0: not quiet at the latest
-	// look); held counts the looks at which a still compiling JIT held
+	// quietFrom is the request count from which the JIT has been quiet
+	// (jitQuietShare, jitQuietPeakShare) at every look since (0: not quiet
+	// at the latest look); held counts the looks at which a still compiling JIT held
 	// back a stop.
 	quietFrom int64
 	held      int
