@@ -228,12 +228,31 @@ type runningApp struct {
 // start starts the sample app with env and stops it when the test ends.
 func start(t *testing.T, jar string, env ...string) runningApp {
 	t.Helper()
+	return startWithin(t, jar, 2*time.Minute, env...)
+}
+
+// startWithin starts the jar (startApp) with env, waiting up to ready for
+// it to answer; at the test's end the JVM is stopped, a JVM that exited
+// before that fails the test, and a failed test logs the JVM's output.
+func startWithin(t *testing.T, jar string, ready time.Duration, env ...string) runningApp {
+	t.Helper()
 	log := filepath.Join(t.TempDir(), "app.log")
-	a, err := startApp(context.Background(), jar, log, env, 2*time.Minute)
+	a, err := startApp(context.Background(), jar, log, env, ready)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(a.stop)
+	t.Cleanup(func() {
+		select {
+		case err := <-a.done:
+			a.done <- err
+			t.Errorf("the JVM with %v exited before the test ended: %v", env, err)
+		default:
+		}
+		a.stop()
+		if t.Failed() {
+			t.Logf("log of the JVM with %v (%s):\n%s", env, log, readFile(t, log))
+		}
+	})
 	return runningApp{a, log}
 }
 

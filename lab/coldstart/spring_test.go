@@ -56,28 +56,6 @@ func springAppJar(t *testing.T) string {
 // times that on two busy cores.
 const springReady = 3 * time.Minute
 
-func startSpring(t *testing.T, jar string, env ...string) runningApp {
-	t.Helper()
-	log := filepath.Join(t.TempDir(), "spring.log")
-	a, err := startApp(context.Background(), jar, log, env, springReady)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		select {
-		case err := <-a.done:
-			a.done <- err
-			t.Errorf("the JVM with %v exited before the test ended: %v", env, err)
-		default:
-		}
-		a.stop()
-		if t.Failed() {
-			t.Logf("log of the JVM with %v (%s):\n%s", env, log, readFile(t, log))
-		}
-	})
-	return runningApp{a, log}
-}
-
 // seeds returns request i's path: GET / with ?seed=from+i, a different
 // catalogue and quote every request.
 func seeds(from int) func(int) string {
@@ -94,7 +72,7 @@ func seeds(from int) func(int) string {
 func TestSpringShape(t *testing.T) {
 	jar := springAppJar(t)
 	const window, windows = 500, 24
-	a := startSpring(t, jar, "VERSION=shape")
+	a := startWithin(t, jar, springReady, "VERSION=shape")
 	jit := func() float64 { return promValue(t, a.URL+"actuator/prometheus", "jvm_compilation_time_ms_total") }
 
 	start := jit() // Spring's own start compiled a lot already: the windows count from here
@@ -148,8 +126,8 @@ func TestSpringLoadSLO(t *testing.T) {
 
 	// Stable: started and warmed as users would have warmed it (the issue
 	// saw p50's last step at ~3,600 requests and the p99 settle by ~11,000).
-	stable := startSpring(t, jar, "VERSION=stable")
-	good := startSpring(t, jar, "VERSION=good")
+	stable := startWithin(t, jar, springReady, "VERSION=stable")
+	good := startWithin(t, jar, springReady, "VERSION=good")
 	const stableWarm = 6000
 	rs := send(t, stable, seeds(0), stableWarm)
 	warmP50 := p50(latencies(rs[stableWarm-1000:]))
@@ -161,7 +139,7 @@ func TestSpringLoadSLO(t *testing.T) {
 	// ms against 1.2–2.2 sequential): over the 1.5 SLO with room, and far
 	// from anything a good canary does.
 	slowMs := max(5, int(math.Ceil(3*warmP50)))
-	slow := startSpring(t, jar, "VERSION=slow", "SLOW_MS="+strconv.Itoa(slowMs))
+	slow := startWithin(t, jar, springReady, "VERSION=slow", "SLOW_MS="+strconv.Itoa(slowMs))
 	t.Logf("stable warmed with %d sequential requests: p50 of the last 1,000 %.2f ms (p99 %.2f ms); slower version: SLOW_MS=%d",
 		stableWarm, warmP50, pct(latencies(rs[stableWarm-1000:]), 99), slowMs)
 
