@@ -81,7 +81,10 @@ p99, share of slow requests) — after at least --min-requests. Fails (exit
 code 1) at --deadline or --max-requests without convergence, with the latency
 trend. A target failing 20 requests in a row fails at once, with its last error
 (exit code 3). With stable pods (--stable-url, --stable-service or
---stable-hash) they are loaded side by side and a target whose p99 settles
+--stable-hash) they are loaded side by side and are the reference instead: a
+target is warm once the p50 of its latest ~500 requests is within --tolerance
+of theirs and its p99 within --stable-ratio × theirs (a pod that gets faster
+in steps is not taken for warm between two), and a target whose p99 settles
 above --reject-ratio × theirs (and --reject-floor above it) is rejected: a
 slower version, exit code 1.
 Each target's pace starts at --start-qps (default --qps / 8) and doubles while
