@@ -7,10 +7,9 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"slices"
-	"strings"
 	"time"
 
+	"github.com/danki-dev/danki/pkg/podcpu"
 	"github.com/danki-dev/danki/pkg/wellknown"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -69,10 +68,9 @@ const (
 )
 
 // YieldCPURequest is the CPU request a warming pod's containers have while
-// the gate warms it (Config.YieldCPU): 1m maps to cpu.shares 2, the
-// kernel's least weight, so under contention the users' pods on the node
-// run first and the warming JVM takes only the idle CPU.
-const YieldCPURequest = "1m"
+// the gate warms it (Config.YieldCPU): podcpu.YieldRequest, the kernel's
+// least CPU weight.
+const YieldCPURequest = podcpu.YieldRequest
 
 // actuateWait bounds how long the gate waits for the kubelet to apply the
 // restored CPU request before it sets the condition anyway.
@@ -237,20 +235,9 @@ func yieldPlan(pod *corev1.Pod, key RecordKey) (rec map[string]resource.Quantity
 		return nil, "no " + wellknown.CPURequestsAnnotation + " annotation (the webhook records it; a pod given the gate by hand keeps its CPU weight)", false
 	case len(rec) == 0:
 		return nil, "no container requests CPU", false
-	case pod.Status.QOSClass != corev1.PodQOSBurstable:
-		// A Guaranteed pod's requests equal its limits: lowering one would
-		// change its QoS class, which a resize may not.
-		return nil, fmt.Sprintf("QoS class %s: only a Burstable pod's CPU request can be lowered in place", pod.Status.QOSClass), false
 	}
-	for _, c := range pod.Spec.Containers {
-		if _, ok := rec[c.Name]; !ok {
-			continue
-		}
-		for _, p := range c.ResizePolicy {
-			if p.ResourceName == corev1.ResourceCPU && p.RestartPolicy == corev1.RestartContainer {
-				return nil, fmt.Sprintf("container %s resizes CPU by restarting (resizePolicy RestartContainer): a restart would make it cold", c.Name), false
-			}
-		}
+	if why := podcpu.CannotYield(pod, rec); why != "" {
+		return nil, why, false
 	}
 	return rec, "", false
 }
@@ -293,7 +280,7 @@ func (r *Reconciler) lowerCPU(ctx context.Context, log *slog.Logger, pod *corev1
 		if cur.UID != pod.UID || cur.DeletionTimestamp != nil {
 			return errGone
 		}
-		if hasCPURequests(&cur, lowered) {
+		if podcpu.HasRequests(&cur, lowered) {
 			from = nil
 			return nil
 		}
@@ -342,7 +329,7 @@ func (r *Reconciler) lowerCPU(ctx context.Context, log *slog.Logger, pod *corev1
 	case len(from) == 0:
 		return true // low already
 	}
-	log.Info("CPU request lowered", "while", why, "to", YieldCPURequest, "from", formatRequests(from))
+	log.Info("CPU request lowered", "while", why, "to", YieldCPURequest, "from", podcpu.Format(from))
 	return true
 }
 
@@ -392,16 +379,16 @@ func (r *Reconciler) restoreCPU(ctx context.Context, log *slog.Logger, pod *core
 	}
 	if len(back) > 0 {
 		if err := r.resizeCPU(ctx, &cur, back, ""); err != nil {
-			log.Error("restore the CPU request", "to", formatRequests(back), "error", err)
+			log.Error("restore the CPU request", "to", podcpu.Format(back), "error", err)
 			r.Events.Eventf(&cur, nil, corev1.EventTypeWarning, ReasonRestoreFailed, eventAction,
-				"could not restore the CPU request to %s: %v", formatRequests(back), err)
+				"could not restore the CPU request to %s: %v", podcpu.Format(back), err)
 			return // the record stays, for the next restore
 		}
 	}
 	// The record goes only if the pod is as read (and resized): a pod read
 	// from a cache a little behind, still showing its request unlowered,
 	// keeps its record for the next restore.
-	if err := r.patchCondition(ctx, &cur, true, wellknown.CPUYieldCondition, corev1.ConditionFalse, ReasonRestored, "restored: "+formatRequests(back)); err != nil {
+	if err := r.patchCondition(ctx, &cur, true, wellknown.CPUYieldCondition, corev1.ConditionFalse, ReasonRestored, "restored: "+podcpu.Format(back)); err != nil {
 		log.Info("the record of the lowered CPU request stays (the pod changed meanwhile)", "error", err)
 	}
 	if len(back) == 0 {
@@ -412,25 +399,10 @@ func (r *Reconciler) restoreCPU(ctx context.Context, log *slog.Logger, pod *core
 		// applies it when it can; the pod is warm either way.
 		log.Warn("CPU request restored in the spec, not yet applied by the kubelet", "error", err)
 		r.Events.Eventf(&cur, nil, corev1.EventTypeWarning, ReasonRestorePending, eventAction,
-			"CPU request restored to %s; the kubelet has not applied it yet: %v", formatRequests(back), err)
+			"CPU request restored to %s; the kubelet has not applied it yet: %v", podcpu.Format(back), err)
 		return
 	}
-	log.Info("CPU request restored", "to", formatRequests(back))
-}
-
-// hasCPURequests reports whether the pod's spec requests exactly these
-// CPU quantities for the named containers.
-func hasCPURequests(pod *corev1.Pod, want map[string]resource.Quantity) bool {
-	for _, c := range pod.Spec.Containers {
-		q, ok := want[c.Name]
-		if !ok {
-			continue
-		}
-		if got, has := c.Resources.Requests[corev1.ResourceCPU]; !has || got.Cmp(q) != 0 {
-			return false
-		}
-	}
-	return true
+	log.Info("CPU request restored", "to", podcpu.Format(back))
 }
 
 // resizeCPU sets the CPU requests of the named containers through the
@@ -439,39 +411,14 @@ func hasCPURequests(pod *corev1.Pod, want map[string]resource.Quantity) bool {
 // when one is given (a Conflict otherwise). pod's resourceVersion becomes
 // the resized pod's.
 func (r *Reconciler) resizeCPU(ctx context.Context, pod *corev1.Pod, requests map[string]resource.Quantity, resourceVersion string) error {
-	type ctr struct {
-		Name      string `json:"name"`
-		Resources struct {
-			Requests map[string]string `json:"requests"`
-		} `json:"resources"`
-	}
-	var patch struct {
-		Metadata *struct {
-			ResourceVersion string `json:"resourceVersion"`
-		} `json:"metadata,omitempty"`
-		Spec struct {
-			Containers []ctr `json:"containers"`
-		} `json:"spec"`
-	}
-	if resourceVersion != "" {
-		patch.Metadata = &struct {
-			ResourceVersion string `json:"resourceVersion"`
-		}{resourceVersion}
-	}
-	for _, name := range slices.Sorted(maps.Keys(requests)) {
-		c := ctr{Name: name}
-		q := requests[name]
-		c.Resources.Requests = map[string]string{string(corev1.ResourceCPU): q.String()}
-		patch.Spec.Containers = append(patch.Spec.Containers, c)
-	}
-	body, err := json.Marshal(patch)
+	body, err := podcpu.ResizePatch(requests, resourceVersion)
 	if err != nil {
-		return fmt.Errorf("resize patch: %w", err)
+		return err
 	}
 	target := &corev1.Pod{}
 	target.Namespace, target.Name, target.UID = pod.Namespace, pod.Name, pod.UID
 	if err := r.Client.SubResource("resize").Patch(ctx, target, client.RawPatch(types.StrategicMergePatchType, body)); err != nil {
-		return fmt.Errorf("resize pod %s/%s to CPU requests %s: %w", pod.Namespace, pod.Name, formatRequests(requests), err)
+		return fmt.Errorf("resize pod %s/%s to CPU requests %s: %w", pod.Namespace, pod.Name, podcpu.Format(requests), err)
 	}
 	pod.ResourceVersion = target.ResourceVersion // as resized
 	return nil
@@ -491,58 +438,17 @@ func (r *Reconciler) awaitActuated(ctx context.Context, pod *corev1.Pod, want ma
 			}
 			return fmt.Errorf("get pod %s/%s: %w", pod.Namespace, pod.Name, err)
 		}
-		if applied, known := actuated(&cur, want); applied || !known {
+		if applied, known := podcpu.Actuated(&cur, want); applied || !known {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
 			msg := "not applied within " + actuateWait.String()
-			if c := resizeCondition(&cur); c != nil {
+			if c := podcpu.ResizeCondition(&cur); c != nil {
 				msg += fmt.Sprintf(" (%s: %s %s)", c.Type, c.Reason, c.Message)
 			}
 			return fmt.Errorf("%s", msg)
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
-}
-
-// actuated reports whether the pod's container statuses show the CPU
-// requests; known is false when the statuses carry no resources at all.
-func actuated(pod *corev1.Pod, want map[string]resource.Quantity) (applied, known bool) {
-	applied = true
-	for _, s := range pod.Status.ContainerStatuses {
-		q, ok := want[s.Name]
-		if !ok {
-			continue
-		}
-		if s.Resources == nil {
-			continue
-		}
-		known = true
-		got, ok := s.Resources.Requests[corev1.ResourceCPU]
-		if !ok || got.Cmp(q) != 0 {
-			applied = false
-		}
-	}
-	return applied, known
-}
-
-// resizeCondition is the pod's PodResizePending or PodResizeInProgress
-// condition, nil if neither.
-func resizeCondition(pod *corev1.Pod) *corev1.PodCondition {
-	for i := range pod.Status.Conditions {
-		if t := pod.Status.Conditions[i].Type; t == corev1.PodResizePending || t == corev1.PodResizeInProgress {
-			return &pod.Status.Conditions[i]
-		}
-	}
-	return nil
-}
-
-func formatRequests(m map[string]resource.Quantity) string {
-	var parts []string
-	for _, n := range slices.Sorted(maps.Keys(m)) {
-		q := m[n]
-		parts = append(parts, n+"="+q.String())
-	}
-	return strings.Join(parts, ",")
 }

@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/danki-dev/danki/pkg/podcpu"
 	"github.com/danki-dev/danki/pkg/policy"
 	"github.com/danki-dev/danki/pkg/wellknown"
 )
@@ -59,7 +60,7 @@ func TestYieldPlan(t *testing.T) {
 		}
 		got := why
 		if rec != nil {
-			got = formatRequests(rec)
+			got = podcpu.Format(rec)
 		}
 		if !strings.Contains(got, tc.want) {
 			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
@@ -102,7 +103,7 @@ func TestStampCPURequests(t *testing.T) {
 		t.Fatalf("record %s; want the pod's own {\"app\":\"500m\"}", got)
 	}
 	p.Namespace = "shop"
-	if rec, err := verifiedCPURequests(p, testKey); err != nil || formatRequests(rec) != "app=500m" {
+	if rec, err := verifiedCPURequests(p, testKey); err != nil || podcpu.Format(rec) != "app=500m" {
 		t.Fatalf("verified record %v, %v", rec, err)
 	}
 	if _, err := verifiedCPURequests(p, RecordKey("another key of at least 32 bytes...")); err == nil {
