@@ -14,6 +14,8 @@ import (
 	"github.com/argoproj/argo-rollouts/utils/plugin/types"
 	goplugin "github.com/hashicorp/go-plugin"
 	istioclient "istio.io/client-go/pkg/clientset/versioned"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8stypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -149,9 +151,24 @@ func (s *warmupStep) stop(ro *v1alpha1.Rollout, sc *types.RpcStepContext, how st
 // identity and step, its capacity history and its danki/istio binding.
 func (s *warmupStep) rollout(ro *v1alpha1.Rollout) warmupstep.Rollout {
 	r := warmupstep.Rollout{Rollout: warmupRollout(ro), UID: string(ro.UID), Step: stepIndex(ro),
-		CapacityHistory: ro.Annotations[wellknown.CapacityKneesAnnotation]}
+		CapacityHistory: ro.Annotations[wellknown.CapacityKneesAnnotation], TemplateCPURequests: templateCPURequests(ro)}
 	r.Router, r.RouterErr = bind(ro, s.step.Policy)
 	return r
+}
+
+// templateCPURequests is the CPU request of each container of the
+// Rollout's pod template (nil when none requests CPU).
+func templateCPURequests(ro *v1alpha1.Rollout) map[string]resource.Quantity {
+	var out map[string]resource.Quantity
+	for _, c := range ro.Spec.Template.Spec.Containers {
+		if q, ok := c.Resources.Requests[corev1.ResourceCPU]; ok && !q.IsZero() {
+			if out == nil {
+				out = map[string]resource.Quantity{}
+			}
+			out[c.Name] = q
+		}
+	}
+	return out
 }
 
 // stepIndex is the Rollout's current step. A nil index arrives for step 0:

@@ -37,6 +37,14 @@ type StepConfig struct {
 	// (pkg/mirror.Config, docs/warmup.md "Mirrored traffic"), with its
 	// defaults.
 	Mirror *mirror.Config `json:"mirror,omitempty"`
+	// YieldCPU lowers each canary pod's CPU request in place to the
+	// kernel's least weight while it warms (pods/resize, Kubernetes ≥
+	// 1.33), so the stable pods serving users run first, and puts back its
+	// template's request before the pod is reported warm (yield.go).
+	// Default true; false warms at full weight. A pod that cannot yield
+	// (no pods/resize right, a Guaranteed pod, a LimitRange-set request)
+	// warms at full weight, said in the step's message.
+	YieldCPU *bool `json:"yieldCPU,omitempty"`
 }
 
 // ParseStepConfig decodes (strictly, JSON or YAML) the whole step config

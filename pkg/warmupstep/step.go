@@ -10,6 +10,7 @@ import (
 
 	istioclient "istio.io/client-go/pkg/clientset/versioned"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -36,6 +37,11 @@ type Rollout struct {
 	UID string
 	// Step is the index of the step in the Rollout's steps.
 	Step int32
+	// TemplateCPURequests is the CPU request of each container of the
+	// Rollout's pod template — the canary revision's pods were created
+	// from it — by container name: what a yielded canary pod gets back
+	// (CPUYield).
+	TemplateCPURequests map[string]resource.Quantity
 	// CapacityHistory is the Rollout's wellknown.CapacityKneesAnnotation.
 	CapacityHistory string
 	// Router is the Rollout's danki/istio binding (its VirtualService
@@ -139,6 +145,9 @@ func (s *Step) Run(ro Rollout, cfg StepConfig, previous *Status) (Status, error)
 	job.Neighbours = s.UsersOnStable(ro, cfg.Config)
 	job.Owner, job.OwnerEvery = s.rolloutOwner(ro), s.OwnerEvery
 	job.Guard = s.PodGuard(ro, cfg)
+	if y := s.CPUYield(ro, cfg); y != nil {
+		job.Yield = y
+	}
 	if err := s.WithMirror(ro, cfg, &job); err != nil {
 		return Status{}, fmt.Errorf("invalid danki/warmup config: %w", err)
 	}

@@ -81,6 +81,61 @@ type Job struct {
 	// ctx ends with the run. Its error fails the run. An existing
 	// Config.Guard is asked first.
 	Guard func(ctx context.Context, canary, stable []warmup.Target) (func(netip.Addr) error, error)
+	// Yield, if set, lowers the canary pods' CPU weight while they warm
+	// (Step.CPUYield); the run puts it back before After, before it
+	// reports them warm, and whatever its outcome. A rejection while they
+	// yield is judged again at their full weight before it stands.
+	Yield Yielder
+}
+
+// Yielder lowers and restores the CPU requests of a run's canary pods
+// (CPUYield).
+type Yielder interface {
+	// Lower lowers them and returns the targets to warm (their CPU
+	// budgets as at full weight), a note on what could not yield ("" when
+	// all did), and whether any pod yields.
+	Lower(ctx context.Context, canary []warmup.Target) (targets []warmup.Target, note string, lowered bool)
+	// Restore puts back what Lower lowered (even after ctx ended) and
+	// returns a note for the step's message ("" when nothing was lowered).
+	Restore(ctx context.Context) string
+}
+
+// yielding is a run's Yielder as it goes: restore runs once.
+type yielding struct {
+	y       Yielder
+	lowered bool
+	note    string // Lower's note, then Restore's
+	once    sync.Once
+}
+
+// startYield lowers the canary pods' CPU weight when the job asks for it
+// and returns the targets to warm.
+func startYield(ctx context.Context, job Job, canary []warmup.Target) (*yielding, []warmup.Target) {
+	ys := &yielding{y: job.Yield}
+	if job.Yield != nil {
+		canary, ys.note, ys.lowered = job.Yield.Lower(ctx, canary)
+	}
+	return ys, canary
+}
+
+// restore puts the CPU requests back (once) and returns the note for the
+// step's message: "" with nothing to say, else "; …".
+func (ys *yielding) restore(ctx context.Context) string {
+	ys.once.Do(func() {
+		if ys.y == nil || !ys.lowered {
+			return
+		}
+		n := ys.y.Restore(ctx)
+		if ys.note != "" && n != "" {
+			ys.note += "; " + n
+		} else if n != "" {
+			ys.note = n
+		}
+	})
+	if ys.note == "" {
+		return ""
+	}
+	return "; " + ys.note
 }
 
 // Observer sees what the supervised warm-ups did: pkg/metrics.Plugin
@@ -298,17 +353,27 @@ func (r *supervisedRun) execute(ctx context.Context, log *slog.Logger, cfg warmu
 		r.pods[t.String()] = &PodProgress{Name: t.String()}
 	}
 	r.mu.Unlock()
+	ys, canary := startYield(ctx, job, canary)
+	defer ys.restore(ctx)
 	if job.Main != nil {
-		failure = r.executeMain(ctx, log, canary, job)
+		failure = r.executeMain(ctx, log, canary, job, ys)
 		return
 	}
 	r.set(PhaseHealth, fmt.Sprintf("waiting for %d pod(s) to answer %s", len(canary), run.HealthCheck(canary)))
-	log.Info("warming pods", "pods", names, "stable", len(stable))
-	res, err := warmup.Run(ctx, run, canary, warmup.Options{Stable: stable, Logger: log, OnProgress: r.onProgress, Neighbours: job.Neighbours})
+	log.Info("warming pods", "pods", names, "stable", len(stable), "yieldCPU", ys.lowered)
+	opts := warmup.Options{Stable: stable, Logger: log, OnProgress: r.onProgress, Neighbours: job.Neighbours}
+	var res *warmup.Result
+	again := ""
+	if ys.lowered {
+		res, again, err = r.warmYielding(ctx, log, run, deadline, canary, opts, ys)
+	} else {
+		res, err = warmup.Run(ctx, run, canary, opts)
+	}
+	yieldNote := ys.restore(ctx)
 	switch {
 	case err == nil && job.After != nil:
 		log.Info("warm-up converged; checking", "summary", res.Summary())
-		msg := "warm-up " + res.Summary()
+		msg := "warm-up " + res.Summary() + again + yieldNote
 		r.set(PhaseChecking, msg)
 		summary, err := job.After(withRunGuard(ctx, run.Guard), canary, func(p string) { r.set(PhaseChecking, p) })
 		switch {
@@ -322,7 +387,7 @@ func (r *supervisedRun) execute(ctx context.Context, log *slog.Logger, cfg warmu
 		}
 	case err == nil:
 		log.Info("warm-up converged", "summary", res.Summary())
-		r.set(PhaseConverged, "warm-up "+res.Summary())
+		r.set(PhaseConverged, "warm-up "+res.Summary()+again+yieldNote)
 	case errors.Is(err, context.Canceled):
 		r.set(PhaseStopped, "warm-up stopped: "+err.Error())
 	default:
@@ -331,17 +396,60 @@ func (r *supervisedRun) execute(ctx context.Context, log *slog.Logger, cfg warmu
 		if res != nil {
 			msg = fmt.Sprintf("warm-up failed: %s (%d requests)", res.Reason, res.Requests())
 		}
+		msg += again + yieldNote
 		log.Warn("warm-up failed", "err", err)
 		r.set(PhaseFailed, msg)
 	}
 }
 
+// warmYielding warms the canary while it yields CPU, for at most half the
+// run's time: warm at the least CPU weight is warm at any weight, so a
+// convergence stands (the requests are put back after). A pod that is not
+// warm by then, or that settled slower than stable, may only be losing the
+// CPU to the users' pods: its requests are put back and it is judged again
+// at its full weight, with the time and requests left; that run's outcome
+// stands. again describes the second run ("" without one).
+func (r *supervisedRun) warmYielding(ctx context.Context, log *slog.Logger, run warmup.Config, deadline time.Time, canary []warmup.Target, opts warmup.Options, ys *yielding) (res *warmup.Result, again string, err error) {
+	first := run
+	first.Deadline = config.Duration((time.Until(deadline) - deadlineGrace) / 2)
+	res, err = warmup.Run(ctx, first, canary, opts)
+	switch warmup.OutcomeOf(err) {
+	case warmup.OutcomeRejected, warmup.OutcomeNotConverged:
+	default:
+		return res, "", err
+	}
+	why := err.Error()
+	ys.restore(ctx)
+	rest := run
+	rest.Deadline = config.Duration(time.Until(deadline) - deadlineGrace)
+	var sent int64
+	if res != nil {
+		for _, t := range res.Targets {
+			sent = max(sent, t.Requests)
+		}
+	}
+	if rest.MaxRequests > 0 {
+		rest.MaxRequests -= sent
+	}
+	if rest.Deadline <= 0 || rest.MaxRequests <= 0 && run.MaxRequests > 0 {
+		return res, " (while yielding CPU; no time or requests left to judge again at full weight)", err
+	}
+	log.Info("not warm while yielding CPU; judging again at full CPU weight", "why", why, "requestsSent", sent)
+	r.set(PhaseLoad, "not warm while yielding CPU ("+why+"); judging again at full CPU weight")
+	r.mu.Lock()
+	r.sent = 0 // the second run counts its requests from 0 again
+	r.mu.Unlock()
+	res, err = warmup.Run(ctx, rest, canary, opts)
+	return res, fmt.Sprintf("; judged at full CPU weight after %d requests while yielding (%s)", sent, why), err
+}
+
 // executeMain runs Job.Main (instead of the synthetic load), then
 // Job.After.
-func (r *supervisedRun) executeMain(ctx context.Context, log *slog.Logger, canary []warmup.Target, job Job) error {
+func (r *supervisedRun) executeMain(ctx context.Context, log *slog.Logger, canary []warmup.Target, job Job, ys *yielding) error {
 	report := func(p string) { r.set(PhaseLoad, p) }
 	r.set(PhaseLoad, "starting")
 	summary, err := job.Main(ctx, canary, report)
+	summary += ys.restore(ctx)
 	if err == nil && job.After != nil {
 		var more string
 		r.set(PhaseChecking, summary)
@@ -353,7 +461,7 @@ func (r *supervisedRun) executeMain(ctx context.Context, log *slog.Logger, canar
 		r.set(PhaseStopped, "warm-up stopped")
 	case err != nil:
 		log.Warn("warm-up failed", "err", err)
-		r.set(PhaseFailed, err.Error())
+		r.set(PhaseFailed, err.Error()+ys.restore(ctx))
 	default:
 		log.Info("warm-up converged", "summary", summary)
 		r.set(PhaseConverged, summary)

@@ -8,14 +8,17 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/argoproj/argo-rollouts/pkg/apis/rollouts/v1alpha1"
+	"github.com/danki-dev/danki/pkg/podcpu"
 	"github.com/danki-dev/danki/pkg/warmup"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -208,6 +211,9 @@ func (l *lab) awaitOneCanaryWarm(t *testing.T, rollout, canaryHost string, limit
 	rollouts := l.argo.ArgoprojV1alpha1().Rollouts("default")
 	var st *warmupState
 	var ro *v1alpha1.Rollout
+	// The canary pod's CPU request as the step's load runs: lowered to the
+	// least weight while it warms (yieldCPU, on by default).
+	yielded, seen := false, map[string]bool{}
 	waitFor(t, l.ctx, limit, "danki/warmup of the "+what+" canary finished", func() (bool, string) {
 		var err error
 		if ro, err = rollouts.Get(l.ctx, rollout, metav1.GetOptions{}); err != nil {
@@ -219,6 +225,12 @@ func (l *lab) awaitOneCanaryWarm(t *testing.T, rollout, canaryHost string, limit
 		}
 		if st != nil && (st.Phase == v1alpha1.StepPluginPhaseSuccessful || st.Phase == v1alpha1.StepPluginPhaseFailed) {
 			return true, ""
+		}
+		if st != nil {
+			for _, cpu := range l.canaryCPU(t, ro) {
+				seen[cpu] = true
+				yielded = yielded || cpu == podcpu.YieldRequest
+			}
 		}
 		w, err := l.canaryWeight(rollout, canaryHost)
 		if err != nil {
@@ -244,6 +256,22 @@ func (l *lab) awaitOneCanaryWarm(t *testing.T, rollout, canaryHost string, limit
 	if st.Phase != v1alpha1.StepPluginPhaseSuccessful {
 		t.Fatalf("the %s canary's warm-up ended %s: %s", what, st.Phase, st.Message)
 	}
+	// The pod yielded its CPU while it warmed and has its template's
+	// request back (in its spec and, as the lab's runner reports it, in
+	// its status) before users reach it.
+	template := ro.Spec.Template.Spec.Containers[0].Resources.Requests.Cpu().String()
+	t.Logf("canary CPU requests seen while it warmed: %v; template %s", slices.Sorted(maps.Keys(seen)), template)
+	if !yielded {
+		t.Errorf("the %s canary pod never had CPU request %s while it warmed (seen %v)", what, podcpu.YieldRequest, slices.Sorted(maps.Keys(seen)))
+	}
+	if !strings.Contains(st.Message, "restored on 1 pod(s)") {
+		t.Errorf("the step's message does not say the CPU request was restored: %s", st.Message)
+	}
+	for _, cpu := range l.canaryCPU(t, ro) {
+		if cpu != template+"/"+template {
+			t.Errorf("after the warm-up the %s canary pod's CPU request (spec/status) is %s; want its template's %s", what, cpu, template)
+		}
+	}
 	defaults := warmup.Config{}.WithDefaults()
 	minStop := int(defaults.MinStop())
 	if st.Converged != 1 || st.Requests < minStop {
@@ -258,4 +286,36 @@ func (l *lab) awaitOneCanaryWarm(t *testing.T, rollout, canaryHost string, limit
 		t.Errorf("first window p99 %s is not ≥ 3× the last window's %s: the %s canary was not cold, or the warm-up did not measure it", first, last, what)
 	}
 	return st, ro
+}
+
+// canaryCPU lists the CPU request of each canary pod's first container:
+// during a warm-up its spec's, after it "spec/status" (the status as the
+// kubelet, the lab's runner, applied it; "-" when it reports none).
+func (l *lab) canaryCPU(t *testing.T, ro *v1alpha1.Rollout) []string {
+	t.Helper()
+	pods, err := l.kube.CoreV1().Pods("default").List(l.ctx, metav1.ListOptions{LabelSelector: "rollouts-pod-template-hash=" + ro.Status.CurrentPodHash})
+	if err != nil {
+		t.Logf("list canary pods: %v", err)
+		return nil
+	}
+	warm := false
+	if st := warmupStatus(ro); st != nil && st.Phase == v1alpha1.StepPluginPhaseSuccessful {
+		warm = true
+	}
+	var out []string
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp != nil || len(p.Spec.Containers) == 0 {
+			continue
+		}
+		cpu := p.Spec.Containers[0].Resources.Requests.Cpu().String()
+		if warm {
+			applied := "-"
+			if len(p.Status.ContainerStatuses) > 0 && p.Status.ContainerStatuses[0].Resources != nil {
+				applied = p.Status.ContainerStatuses[0].Resources.Requests.Cpu().String()
+			}
+			cpu += "/" + applied
+		}
+		out = append(out, cpu)
+	}
+	return out
 }

@@ -29,6 +29,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	k8stypes "k8s.io/apimachinery/pkg/types"
@@ -39,6 +40,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/yaml"
 
+	"github.com/danki-dev/danki/pkg/podcpu"
 	"github.com/danki-dev/danki/pkg/shift"
 	"github.com/danki-dev/danki/pkg/warmup"
 	"github.com/danki-dev/danki/test/testenv"
@@ -267,6 +269,24 @@ func testRBAC(t *testing.T, e *testenv.Env, k *kubectl, deploy string) {
 					got, err := warmup.KubeTargets{Namespace: ns, Selector: "app=app", PodTemplateHash: "canaryhash", Port: intstr.FromString("http")}.Resolve(ctx, kube)
 					return wantTargets(got, err, "http://10.244.0.5:8080")
 				}},
+				{"danki/warmup yieldCPU (get pods, patch pods/resize)", func() error {
+					// As pkg/warmupstep/yield.go lowers a canary pod's CPU
+					// request while it warms and puts it back.
+					pods := kube.CoreV1().Pods(ns)
+					if _, err := pods.Get(ctx, "app-canary-1", metav1.GetOptions{}); err != nil {
+						return err
+					}
+					for _, cpu := range []string{podcpu.YieldRequest, "250m"} {
+						body, err := podcpu.ResizePatch(map[string]resource.Quantity{"app": resource.MustParse(cpu)}, "")
+						if err != nil {
+							return err
+						}
+						if _, err := pods.Patch(ctx, "app-canary-1", k8stypes.StrategicMergePatchType, body, metav1.PatchOptions{}, "resize"); err != nil {
+							return err
+						}
+					}
+					return nil
+				}},
 				{"danki/istio abort (patch rollouts/status)", func() error {
 					// The call rollouts/trafficrouter.go makes when a gated ramp failed.
 					_, err := argo.ArgoprojV1alpha1().Rollouts(ns).Patch(ctx, "app", k8stypes.MergePatchType,
@@ -359,6 +379,7 @@ func waitAuthorized(t *testing.T, kube kubernetes.Interface, user, ns string) {
 		{Group: "networking.istio.io", Resource: "destinationrules", Verb: "get"},
 		{Group: "discovery.k8s.io", Resource: "endpointslices", Verb: "list"},
 		{Resource: "pods", Verb: "list"},
+		{Resource: "pods", Subresource: "resize", Verb: "patch"},
 		{Group: "argoproj.io", Resource: "rollouts", Subresource: "status", Verb: "patch"},
 		{Group: "argoproj.io", Resource: "rollouts", Verb: "patch"},
 		{Resource: "events", Verb: "create"},
@@ -437,10 +458,13 @@ func seed(t *testing.T, e *testenv.Env, ns string) {
 		ObjectMeta: metav1.ObjectMeta{Name: "app-canary-1", Namespace: ns,
 			Labels: map[string]string{"app": "app", "rollouts-pod-template-hash": "canaryhash"}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.example.com/app:v2",
-			Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}}}}},
+			Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
+			// Burstable: danki/warmup's yieldCPU may resize it in place.
+			Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("250m")},
+				Limits: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}}}}},
 	}, metav1.CreateOptions{})
 	must("Pod", err)
-	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.244.0.5", PodIPs: []corev1.PodIP{{IP: "10.244.0.5"}},
+	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.244.0.5", PodIPs: []corev1.PodIP{{IP: "10.244.0.5"}}, QOSClass: corev1.PodQOSBurstable,
 		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
 	_, err = e.Kube.CoreV1().Pods(ns).UpdateStatus(ctx, pod, metav1.UpdateOptions{})
 	must("Pod status", err)

@@ -1,0 +1,121 @@
+package warmupstep
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/danki-dev/danki/internal/testutil"
+	"github.com/danki-dev/danki/pkg/config"
+	"github.com/danki-dev/danki/pkg/warmup"
+)
+
+// fakeYield stands for CPUYield: while it is "lowered" the canary server
+// answers slower (the CPU it yields is what it needed), and it records the
+// order of calls.
+type fakeYield struct {
+	lowered  atomic.Bool
+	lowers   atomic.Int32
+	restores atomic.Int32
+}
+
+func (f *fakeYield) Lower(_ context.Context, canary []warmup.Target) ([]warmup.Target, string, bool) {
+	f.lowers.Add(1)
+	f.lowered.Store(true)
+	return canary, "", true
+}
+
+func (f *fakeYield) Restore(context.Context) string {
+	f.restores.Add(1)
+	f.lowered.Store(false)
+	return "CPU request 1m while warming, restored on 1 pod(s)"
+}
+
+// yieldJob warms canary next to stable, with y as its yield.
+func yieldJob(canary, stable *testutil.ColdServer, y Yielder) Job {
+	cfg := fastConfig()
+	cfg.Deadline = config.Duration(20 * time.Second) // the yielding half: 10 s
+	cfg.MaxRequests = 6000
+	reject := true // as the step's default with stable pods
+	cfg.RejectSlowerVersion = &reject
+	return Job{Config: cfg, Yield: y, FindTargets: func(ctx context.Context) ([]warmup.Target, []warmup.Target, error) {
+		return warmup.FindTargets(ctx, warmup.TargetQuery{
+			Canary: warmup.TargetSource{URLs: []string{canary.URL}, URLsField: "urls"},
+			Stable: warmup.TargetSource{URLs: []string{stable.URL}, URLsField: "stableURLs"}, CompareToStable: true})
+	}}
+}
+
+// A pod that is only slower while it yields (it lost the CPU to the users)
+// is judged again at full weight, and passes there; the request is put back
+// once, before the step reports it warm.
+func TestYieldSlowerOnlyWhileYieldingIsJudgedAgain(t *testing.T) {
+	y := &fakeYield{}
+	canary := newTestServer(t, func(int64, bool) time.Duration {
+		if y.lowered.Load() {
+			return 20 * time.Millisecond
+		}
+		return time.Millisecond
+	})
+	stable := newTestServer(t, testutil.Flat(time.Millisecond))
+	s := newTestSupervisor()
+	key := RunKey{Owner: "shop/cart", Revision: "h1"}
+	s.Start(key, nil, yieldJob(canary, stable, y))
+	st := waitFinal(t, s, key, time.Minute)
+	if st.Phase != PhaseConverged {
+		t.Fatalf("a pod slower only while yielding CPU failed: %s %s", st.Phase, st.Message)
+	}
+	if !strings.Contains(st.Message, "judged at full CPU weight after") || !strings.Contains(st.Message, "restored on 1 pod(s)") {
+		t.Errorf("message does not say it was judged again at full weight and restored: %s", st.Message)
+	}
+	if y.lowers.Load() != 1 || y.restores.Load() != 1 {
+		t.Errorf("lowered %d, restored %d times; want once each", y.lowers.Load(), y.restores.Load())
+	}
+}
+
+// A pod warm while it yields is warm: one run, the request put back before
+// the check after the warm-up and before it is reported warm.
+func TestYieldWarmWhileYieldingStands(t *testing.T) {
+	y := &fakeYield{}
+	canary := newTestServer(t, testutil.Flat(time.Millisecond))
+	stable := newTestServer(t, testutil.Flat(time.Millisecond))
+	job := yieldJob(canary, stable, y)
+	var loweredAtCheck atomic.Bool
+	loweredAtCheck.Store(true)
+	job.After = func(context.Context, []warmup.Target, func(string)) (string, error) {
+		loweredAtCheck.Store(y.lowered.Load())
+		return "checked", nil
+	}
+	s := newTestSupervisor()
+	key := RunKey{Owner: "shop/cart", Revision: "h1"}
+	s.Start(key, nil, job)
+	st := waitFinal(t, s, key, time.Minute)
+	if st.Phase != PhaseConverged || strings.Contains(st.Message, "judged at full CPU weight") {
+		t.Fatalf("want converged while yielding, in one run: %s %s", st.Phase, st.Message)
+	}
+	if loweredAtCheck.Load() {
+		t.Error("the check after the warm-up ran while the pod still yielded its CPU")
+	}
+	if !strings.Contains(st.Message, "restored on 1 pod(s)") || y.restores.Load() != 1 {
+		t.Errorf("restored %d times; message %s", y.restores.Load(), st.Message)
+	}
+}
+
+// A version slower at full weight too is rejected after the second
+// judgement, and its request is put back all the same.
+func TestYieldSlowerVersionStillRejected(t *testing.T) {
+	y := &fakeYield{}
+	canary := newTestServer(t, testutil.Flat(20*time.Millisecond))
+	stable := newTestServer(t, testutil.Flat(time.Millisecond))
+	s := newTestSupervisor()
+	key := RunKey{Owner: "shop/cart", Revision: "h1"}
+	s.Start(key, nil, yieldJob(canary, stable, y))
+	st := waitFinal(t, s, key, time.Minute)
+	if st.Phase != PhaseFailed || !strings.Contains(st.Message, "judged at full CPU weight after") {
+		t.Fatalf("want the slower version rejected after a judgement at full weight: %s %s", st.Phase, st.Message)
+	}
+	if y.restores.Load() != 1 || y.lowered.Load() {
+		t.Errorf("restored %d times, still lowered %v", y.restores.Load(), y.lowered.Load())
+	}
+}
