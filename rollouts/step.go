@@ -151,13 +151,15 @@ func (s *warmupStep) stop(ro *v1alpha1.Rollout, sc *types.RpcStepContext, how st
 // identity and step, its capacity history and its danki/istio binding.
 func (s *warmupStep) rollout(ro *v1alpha1.Rollout) warmupstep.Rollout {
 	r := warmupstep.Rollout{Rollout: warmupRollout(ro), UID: string(ro.UID), Step: stepIndex(ro),
-		CapacityHistory: ro.Annotations[wellknown.CapacityKneesAnnotation], TemplateCPURequests: templateCPURequests(ro)}
+		CapacityHistory: ro.Annotations[wellknown.CapacityKneesAnnotation]}
 	r.Router, r.RouterErr = bind(ro, s.step.Policy)
 	return r
 }
 
 // templateCPURequests is the CPU request of each container of the
-// Rollout's pod template (nil when none requests CPU).
+// Rollout's pod template (nil when none requests CPU). Only from a Rollout
+// read from the API server: the one the controller hands over its plugin
+// RPC (gob) has lost every resource.Quantity's value.
 func templateCPURequests(ro *v1alpha1.Rollout) map[string]resource.Quantity {
 	var out map[string]resource.Quantity
 	for _, c := range ro.Spec.Template.Spec.Containers {
@@ -215,7 +217,7 @@ func (a argoRollouts) Get(ctx context.Context, namespace, name string) (warmupst
 		return warmupstep.RolloutState{}, err
 	}
 	return warmupstep.RolloutState{UID: string(ro.UID), CanaryHash: ro.Status.CurrentPodHash,
-		Deleting: ro.DeletionTimestamp != nil, Annotations: ro.Annotations}, nil
+		Deleting: ro.DeletionTimestamp != nil, Annotations: ro.Annotations, TemplateCPURequests: templateCPURequests(ro)}, nil
 }
 
 func (a argoRollouts) MergePatch(ctx context.Context, namespace, name string, patch []byte) error {

@@ -37,11 +37,6 @@ type Rollout struct {
 	UID string
 	// Step is the index of the step in the Rollout's steps.
 	Step int32
-	// TemplateCPURequests is the CPU request of each container of the
-	// Rollout's pod template — the canary revision's pods were created
-	// from it — by container name: what a yielded canary pod gets back
-	// (CPUYield).
-	TemplateCPURequests map[string]resource.Quantity
 	// CapacityHistory is the Rollout's wellknown.CapacityKneesAnnotation.
 	CapacityHistory string
 	// Router is the Rollout's danki/istio binding (its VirtualService
@@ -64,6 +59,11 @@ type RolloutState struct {
 	CanaryHash  string
 	Deleting    bool
 	Annotations map[string]string
+	// TemplateCPURequests is the CPU request of each container of the
+	// Rollout's pod template by container name — at CanaryHash, the
+	// canary revision's pods were created from it —: what a yielded canary
+	// pod gets back (CPUYield).
+	TemplateCPURequests map[string]resource.Quantity
 }
 
 // Rollouts reads Rollouts again and patches them; the rollouts package

@@ -59,12 +59,14 @@ const restoreTimeout = 30 * time.Second
 // CPUYield lowers and restores the CPU requests of one run's canary pods.
 type CPUYield struct {
 	kube      kubernetes.Interface
+	rollouts  Rollouts
 	log       *slog.Logger
 	namespace string
+	name      string
 	// hash is the canary revision: only its pods are resized.
 	hash string
 	// template is the canary revision's pod template's CPU request by
-	// container: what a restore puts back.
+	// container, read by Lower: what a restore puts back.
 	template map[string]resource.Quantity
 
 	// lowered are the pods whose requests this run lowered (or found
@@ -85,8 +87,27 @@ func (s *Step) CPUYield(ro Rollout, cfg StepConfig) *CPUYield {
 		return nil // off, or the canary is given as URLs: no pods to resize
 	}
 	kube, _ := s.kube()
-	return &CPUYield{kube: kube, log: s.Log.With("rollout", ro.owner()), namespace: ro.Namespace,
-		hash: ro.CanaryHash, template: ro.TemplateCPURequests, lowered: map[string]yieldedPod{}}
+	return &CPUYield{kube: kube, rollouts: s.Clients().Rollouts, log: s.Log.With("rollout", ro.owner()), namespace: ro.Namespace,
+		name: ro.Name, hash: ro.CanaryHash, lowered: map[string]yieldedPod{}}
+}
+
+// readTemplate reads the Rollout's pod template's CPU requests from the
+// API server ("" when they are the canary revision's), or says why not.
+func (y *CPUYield) readTemplate(ctx context.Context) string {
+	if y.rollouts == nil {
+		return "no Rollouts client"
+	}
+	st, err := y.rollouts.Get(ctx, y.namespace, y.name)
+	switch {
+	case err != nil:
+		return fmt.Sprintf("read the Rollout's pod template: %v", err)
+	case st.CanaryHash != y.hash:
+		return fmt.Sprintf("the Rollout's canary is now revision %s, not %s", st.CanaryHash, y.hash)
+	case len(st.TemplateCPURequests) == 0:
+		return "the Rollout's pod template requests no CPU"
+	}
+	y.template = st.TemplateCPURequests
+	return ""
 }
 
 // Lower lowers the canary pods' CPU requests and returns the targets with
@@ -95,11 +116,11 @@ func (s *Step) CPUYield(ro Rollout, cfg StepConfig) *CPUYield {
 // the step's message. Nothing it cannot lower stops the warm-up: that pod
 // warms at its full weight, and the note says why.
 func (y *CPUYield) Lower(ctx context.Context, canary []warmup.Target) (targets []warmup.Target, note string, lowered bool) {
-	switch {
-	case y.kube == nil:
+	if y.kube == nil {
 		return canary, "CPU not yielded: no Kubernetes client", false
-	case len(y.template) == 0:
-		return canary, "CPU not yielded: the Rollout's pod template requests no CPU", false
+	}
+	if why := y.readTemplate(ctx); why != "" {
+		return canary, "CPU not yielded: " + why, false
 	}
 	out := slices.Clone(canary)
 	var why []string

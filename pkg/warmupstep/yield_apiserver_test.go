@@ -59,9 +59,9 @@ func TestCPUYieldOnAPIServer(t *testing.T) {
 		return p.Spec.Containers[0].Resources.Requests.Cpu().String()
 	}
 
-	s := &Step{Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Clients: func() Clients { return Clients{Kube: e.Kube} }}
-	ro := Rollout{Rollout: warmup.Rollout{Namespace: ns, Name: "app", CanaryHash: "new", StableHash: "old"},
-		TemplateCPURequests: map[string]resource.Quantity{"app": resource.MustParse("250m")}}
+	rollouts := &templateRollouts{state: RolloutState{CanaryHash: "new", TemplateCPURequests: map[string]resource.Quantity{"app": resource.MustParse("250m")}}}
+	s := &Step{Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Clients: func() Clients { return Clients{Kube: e.Kube, Rollouts: rollouts} }}
+	ro := Rollout{Rollout: warmup.Rollout{Namespace: ns, Name: "app", CanaryHash: "new", StableHash: "old"}}
 	y := s.CPUYield(ro, StepConfig{})
 	target := func(name string) warmup.Target {
 		return warmup.Target{Name: name, URL: "http://10.1.0.5:8080", CPURequest: 0.001}
@@ -106,4 +106,19 @@ func TestCPUYieldOnAPIServer(t *testing.T) {
 	if off := false; s.CPUYield(ro, StepConfig{YieldCPU: &off}) != nil {
 		t.Error("yieldCPU: false still yields")
 	}
+	// A Rollout whose canary moved on (its template changed) resizes
+	// nothing: what it would put back is not this revision's.
+	rollouts.state.CanaryHash = "newer"
+	if _, note, lowered := s.CPUYield(ro, StepConfig{}).Lower(ctx, []warmup.Target{target("canary-a")}); lowered || cpu("canary-a") != "250m" ||
+		note != "CPU not yielded: the Rollout's canary is now revision newer, not new" {
+		t.Errorf("a moved-on canary: lowered %v (%s), note %q", lowered, cpu("canary-a"), note)
+	}
 }
+
+// templateRollouts is Rollouts with a fixed state.
+type templateRollouts struct{ state RolloutState }
+
+func (r *templateRollouts) Get(context.Context, string, string) (RolloutState, error) {
+	return r.state, nil
+}
+func (r *templateRollouts) MergePatch(context.Context, string, string, []byte) error { return nil }
