@@ -412,6 +412,10 @@ func (r *supervisedRun) execute(ctx context.Context, log *slog.Logger, cfg warmu
 func (r *supervisedRun) warmYielding(ctx context.Context, log *slog.Logger, run warmup.Config, deadline time.Time, canary []warmup.Target, opts warmup.Options, ys *yielding) (res *warmup.Result, again string, err error) {
 	first := run
 	first.Deadline = config.Duration((time.Until(deadline) - deadlineGrace) / 2)
+	// Near stable at half time is no verdict yet: the run at full weight
+	// may still accept it at the real bound.
+	no := false
+	first.AcceptNearStable = &no
 	res, err = warmup.Run(ctx, first, canary, opts)
 	switch warmup.OutcomeOf(err) {
 	case warmup.OutcomeRejected, warmup.OutcomeNotConverged:
