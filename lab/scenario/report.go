@@ -3,6 +3,7 @@ package scenario
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -24,7 +25,17 @@ func WriteReport(w io.Writer, f traffic.Format, res *Result) error {
 	}
 	b.WriteString("\n")
 	if hasContenders(res) {
-		writeContenderTable(&b, f, res)
+		writeContenderTable(&b, f, res, mainRollouts(res.Scenarios))
+		b.WriteString("\n")
+	}
+	if rows := holdRows(res); rows != nil {
+		b.WriteString("Users on stable while the new pods sat at weight 0: danki's warm-up vs the control's pause of the same length (no warm-up traffic)\n\n")
+		writeRows(&b, f, rows)
+		b.WriteString("\n")
+	}
+	if scs := springRollouts(res.Scenarios); len(scs) > 0 {
+		b.WriteString("The slow-warming workload (the Spring Boot sample app, its own users): a fixed warm-up of 100 requests per pod vs danki\n\n")
+		writeContenderTable(&b, f, res, scs)
 		b.WriteString("\n")
 	}
 	bullet := "  "
@@ -60,6 +71,9 @@ func WriteReport(w io.Writer, f traffic.Format, res *Result) error {
 	}
 	t := res.Traffic
 	fmt.Fprintf(&b, "%susers: %d requests at %.1f of %.0f qps asked (%d failed), through %s\n", bullet, t.Requests, t.AchievedQPS, t.AskedQPS, t.Errors, t.URL)
+	if t := res.SpringTraffic; t != nil {
+		fmt.Fprintf(&b, "%sSpring users: %d requests at %.1f of %.0f qps asked (%d failed), through %s (host %s)\n", bullet, t.Requests, t.AchievedQPS, t.AskedQPS, t.Errors, t.URL, springHost)
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
 }
@@ -80,24 +94,38 @@ func writeBadVersion(b *strings.Builder, bullet string, bad *BadVersion) {
 	}
 }
 
-// hasContenders says whether the result has a scenario besides the
-// baseline, danki and the bad version.
+// hasContenders says whether the result has a scenario of the sample app
+// besides the baseline, danki and the bad version.
 func hasContenders(res *Result) bool {
 	for _, sc := range res.Scenarios {
-		if sc.Name == SlowStart || sc.Name == Fixed100 || sc.Name == DankiMirror {
+		if sc.Name == SlowStart || sc.Name == Fixed100 || sc.Name == DankiMirror || sc.Name == Control {
 			return true
 		}
 	}
 	return false
 }
 
-// writeContenderTable writes one row per rollout — the side-by-side view of
-// the bench's contenders, which the phase table spreads over too many
-// columns to read: rollout time, the danki/warmup step's length, the steady
-// p99 before, and what users saw during and after.
-func writeContenderTable(b *strings.Builder, f traffic.Format, res *Result) {
+// isSpring says whether a scenario rolled out the Spring app (its own
+// users: its figures are not comparable with the sample app's).
+func isSpring(name string) bool { return name == SpringFixed100 || name == SpringDanki }
+
+// mainRollouts are the sample app's scenarios; springRollouts the Spring
+// app's.
+func mainRollouts(scs []traffic.Scenario) []traffic.Scenario {
+	return slices.DeleteFunc(slices.Clone(scs), func(sc traffic.Scenario) bool { return isSpring(sc.Name) })
+}
+
+func springRollouts(scs []traffic.Scenario) []traffic.Scenario {
+	return slices.DeleteFunc(slices.Clone(scs), func(sc traffic.Scenario) bool { return !isSpring(sc.Name) })
+}
+
+// writeContenderTable writes one row per rollout of scs — the side-by-side
+// view of the bench's contenders, which the phase table spreads over too
+// many columns to read: rollout time, the danki/warmup step's length, the
+// steady p99 before, and what users saw during and after.
+func writeContenderTable(b *strings.Builder, f traffic.Format, res *Result, scs []traffic.Scenario) {
 	rows := [][]string{{"rollout", "time", "warm-up", "before p99", "during p50", "p99", "p99.9", "max", "after p50", "p99", "p99.9", "max"}}
-	for _, sc := range res.Scenarios {
+	for _, sc := range scs {
 		warm := "–"
 		if r, ok := res.run(sc.Name); ok {
 			warm = warmupCell(r)
@@ -115,6 +143,41 @@ func writeContenderTable(b *strings.Builder, f traffic.Format, res *Result) {
 		}
 		rows = append(rows, row)
 	}
+	writeRows(b, f, rows)
+}
+
+// holdRows is the control's comparison, rows[0] the header: what users
+// (all on stable) saw while danki's new pods were warmed at weight 0, and
+// while the control's sat there as long with no warm-up traffic; then
+// danki ÷ control. Nil without both.
+func holdRows(res *Result) [][]string {
+	d, okD := res.run(Danki)
+	c, okC := res.run(Control)
+	if !okD || !okC || d.Hold == nil || c.Hold == nil {
+		return nil
+	}
+	rows := [][]string{{"rollout", "new pods at weight 0", "users' requests", "p50", "p99", "p99.9", "max"}}
+	for _, r := range []struct {
+		run  Run
+		what string
+	}{{d, "warm-up"}, {c, "pause, no warm-up"}} {
+		h := r.run.Hold
+		rows = append(rows, []string{r.run.Scenario, fmtDuration(r.run.HoldDuration()) + " " + r.what, fmt.Sprint(h.Count),
+			latency.Format(h.P50), latency.Format(h.P99), latency.Format(h.P999), latency.Format(h.Max)})
+	}
+	ratio := func(a, b time.Duration) string {
+		if b <= 0 {
+			return "–"
+		}
+		return fmtRatio(float64(a) / float64(b))
+	}
+	dh, ch := d.Hold, c.Hold
+	return append(rows, []string{Danki + " ÷ control", "", "", ratio(dh.P50, ch.P50), ratio(dh.P99, ch.P99), ratio(dh.P999, ch.P999), ratio(dh.Max, ch.Max)})
+}
+
+// writeRows writes rows (rows[0] the header) as a Markdown table, or as
+// aligned text columns.
+func writeRows(b *strings.Builder, f traffic.Format, rows [][]string) {
 	if f == traffic.Markdown {
 		for i, r := range rows {
 			b.WriteString("| " + strings.Join(r, " | ") + " |\n")
@@ -262,6 +325,46 @@ func ratios(res *Result) []Ratio {
 		if cw, dw := c.WarmupDuration(), d.WarmupDuration(); cw > 0 && dw > 0 {
 			out = append(out, Ratio{Name: name + " ÷ danki, warm-up time", Value: float64(cw) / float64(dw),
 				Num: name + " " + fmtDuration(cw), Den: "danki " + fmtDuration(dw)})
+		}
+	}
+	// The users' cost of danki's warm-up, against the same stretch with no
+	// warm-up traffic (the control): all users are on stable meanwhile.
+	if d, ok := res.run(Danki); ok && d.Hold != nil {
+		if c, ok := res.run(Control); ok && c.Hold != nil {
+			for _, q := range []struct {
+				name string
+				f    func(*latency.Summary) time.Duration
+			}{
+				{"p50", func(s *latency.Summary) time.Duration { return s.P50 }},
+				{"p99", func(s *latency.Summary) time.Duration { return s.P99 }},
+				{"p99.9", func(s *latency.Summary) time.Duration { return s.P999 }},
+				{"max", func(s *latency.Summary) time.Duration { return s.Max }},
+			} {
+				add("danki ÷ control, users' "+q.name+" during the warm-up (all on stable)", q.f(d.Hold), q.f(c.Hold),
+					"danki warm-up "+q.name, "control pause "+q.name)
+			}
+		}
+	}
+	// The slow-warming workload: the fixed count ÷ danki, during the
+	// rollout and after it (where a pod warmed too little meets all users).
+	if fx, dk := scenario(SpringFixed100), scenario(SpringDanki); fx != nil && dk != nil {
+		for _, ph := range []string{"during", "after"} {
+			c, d := phase(fx, ph), phase(dk, ph)
+			if c == nil || d == nil {
+				continue
+			}
+			for _, q := range []struct {
+				name string
+				f    func(*traffic.PhaseStats) time.Duration
+			}{
+				{"p50", func(p *traffic.PhaseStats) time.Duration { return p.P50 }},
+				{"p99", func(p *traffic.PhaseStats) time.Duration { return p.P99 }},
+				{"p99.9", func(p *traffic.PhaseStats) time.Duration { return p.P999 }},
+				{"max", func(p *traffic.PhaseStats) time.Duration { return p.Max }},
+			} {
+				add(SpringFixed100+" ÷ danki, "+q.name+" "+ph+" rollout", q.f(c), q.f(d),
+					SpringFixed100+" "+ph+" "+q.name, SpringDanki+" "+ph+" "+q.name)
+			}
 		}
 	}
 	if o := res.Oracle; o != nil && o.WarmAfter > 0 {
