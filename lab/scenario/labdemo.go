@@ -108,7 +108,7 @@ type Result struct {
 	// SpringTraffic is the Spring app's users (Config.Spring): its own
 	// host on the gateway, its own pace.
 	SpringTraffic *traffic.Result `json:"springTraffic,omitempty"`
-	Oracle  *Oracle        `json:"oracle,omitempty"`
+	Oracle        *Oracle         `json:"oracle,omitempty"`
 	// Ratios are the headline figures, each measured within this run.
 	Ratios []Ratio `json:"ratios"`
 	// Samples is every user request (for charts); not in JSON.
