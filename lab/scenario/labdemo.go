@@ -108,7 +108,10 @@ type Result struct {
 	// SpringTraffic is the Spring app's users (Config.Spring): its own
 	// host on the gateway, its own pace.
 	SpringTraffic *traffic.Result `json:"springTraffic,omitempty"`
-	Oracle        *Oracle         `json:"oracle,omitempty"`
+	// SpringError is why the Spring app's rollouts are missing, when they
+	// failed.
+	SpringError string  `json:"springError,omitempty"`
+	Oracle      *Oracle `json:"oracle,omitempty"`
 	// Ratios are the headline figures, each measured within this run.
 	Ratios []Ratio `json:"ratios"`
 	// Samples is every user request (for charts); not in JSON.
@@ -322,12 +325,19 @@ func Demo(ctx context.Context, cfg Config) (*Result, error) {
 	if cfg.Spring {
 		runs, ph, t, err := l.spring(ctx, ex)
 		if err != nil {
-			return nil, fmt.Errorf("the Spring app's rollouts: %w", err)
+			if ctx.Err() != nil {
+				return nil, err
+			}
+			// The sample app's rollouts were measured: keep them, and say
+			// why Spring's are missing.
+			cfg.Log.Error("the Spring app's rollouts failed; the results leave them out", "err", err)
+			res.SpringError = err.Error()
+		} else {
+			res.Runs = append(res.Runs, runs...)
+			phases = append(phases, ph...)
+			res.SpringTraffic = &t
+			res.Samples = append(res.Samples, t.Samples...)
 		}
-		res.Runs = append(res.Runs, runs...)
-		phases = append(phases, ph...)
-		res.SpringTraffic = &t
-		res.Samples = append(res.Samples, t.Samples...)
 	}
 	for i := range res.Runs {
 		r := &res.Runs[i]
@@ -499,7 +509,9 @@ func (l *lab) rollout(ctx context.Context, app target, scenario, version string,
 		}
 		now := time.Now()
 		if now.After(deadline) {
-			return nil, fmt.Errorf("%s: rollout of %s not finished after %s", scenario, version, l.cfg.Timeout)
+			// The run so far goes back too: the control only needs its hold.
+			run.End, run.Outcome = now, "unfinished"
+			return run, fmt.Errorf("%s: rollout of %s not finished after %s", scenario, version, l.cfg.Timeout)
 		}
 		ro, err = l.argo.ArgoprojV1alpha1().Rollouts("default").Get(ctx, app.rollout, metav1.GetOptions{})
 		if err != nil {

@@ -71,6 +71,9 @@ func WriteReport(w io.Writer, f traffic.Format, res *Result) error {
 	}
 	t := res.Traffic
 	fmt.Fprintf(&b, "%susers: %d requests at %.1f of %.0f qps asked (%d failed), through %s\n", bullet, t.Requests, t.AchievedQPS, t.AskedQPS, t.Errors, t.URL)
+	if res.SpringError != "" {
+		fmt.Fprintf(&b, "%sthe Spring app's rollouts failed (not in the tables): %s\n", bullet, res.SpringError)
+	}
 	if t := res.SpringTraffic; t != nil {
 		fmt.Fprintf(&b, "%sSpring users: %d requests at %.1f of %.0f qps asked (%d failed), through %s (host %s)\n", bullet, t.Requests, t.AchievedQPS, t.AskedQPS, t.Errors, t.URL, springHost)
 	}

@@ -320,8 +320,16 @@ func TestControlAndSpringReport(t *testing.T) {
 	if tbl := titles[ResultsSpring]; tbl != wantSpring {
 		t.Errorf("RESULTS.md's Spring section:\n%s\nwant:\n%s", tbl, wantSpring)
 	}
-	// A run without the control or Spring leaves their sections alone.
-	plain := &Result{Scenarios: res.Scenarios[:1], Runs: res.Runs[:1]}
+	// A run without the control or Spring leaves their sections alone; a
+	// failed Spring pair says why it is missing.
+	plain := &Result{Scenarios: res.Scenarios[:1], Runs: res.Runs[:1], SpringError: "app-spring: aborted"}
+	b.Reset()
+	if err := WriteReport(&b, traffic.Text, plain); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "the Spring app's rollouts failed (not in the tables): app-spring: aborted") || strings.Contains(b.String(), "Spring users") {
+		t.Errorf("report of a failed Spring pair:\n%s", b.String())
+	}
 	for _, s := range demoSections(plain, "now") {
 		if s.Title == ResultsControl || s.Title == ResultsSpring {
 			t.Errorf("a run without them writes section %q", s.Title)
