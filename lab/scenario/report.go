@@ -211,10 +211,14 @@ func writeRows(b *strings.Builder, f traffic.Format, rows [][]string) {
 
 // warmupCell formats a rollout's warm-up: the danki/warmup step's length
 // and what warmed the canary — synthetic requests per pod, mirrored user
-// requests over all its pods; "–" without a warm-up step.
+// requests over all its pods; "none (pause …)" for the control, whose new
+// pods sat at weight 0 as long with no warm-up traffic; "–" without either.
 func warmupCell(r Run) string {
 	d := r.WarmupDuration()
 	if d <= 0 {
+		if h := r.HoldDuration(); h > 0 {
+			return "none (pause " + fmtDuration(h) + ")"
+		}
 		return "–"
 	}
 	parts := []string{fmtDuration(d)}

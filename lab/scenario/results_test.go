@@ -288,6 +288,7 @@ func TestControlAndSpringReport(t *testing.T) {
 		"| danki | 1m0s warm-up | 4800 | 3.00ms | 12.0ms | 30.0ms | 90.0ms |",
 		"| control (no warm-up) | 1m0s pause, no warm-up | 4800 | 2.00ms | 8.00ms | 40.0ms | 60.0ms |",
 		"| danki ÷ control |  |  | 1.50× | 1.50× | 0.75× | 1.50× |",
+		"| control (no warm-up) | 1m35s | none (pause 1m0s) | 5.00ms | 3.00ms | 40.0ms | 400ms | 600ms | 3.00ms | 30.0ms | 300ms | 500ms |",
 		"| Spring: fixed warm-up 100 | 50s | 2s, 100/pod | 6.00ms | 4.00ms | 60.0ms | 300ms | 500ms | 6.00ms | 90.0ms | 200ms | 400ms |",
 		"| Spring: danki | 1m40s | 35s, 1900/pod | 6.00ms | 3.00ms | 12.0ms | 30.0ms | 50.0ms | 3.00ms | 9.00ms | 20.0ms | 40.0ms |",
 		"- Spring users: 0 requests at 40.0 of 40 qps asked (0 failed), through " + DefaultGatewayURL + " (host spring.lab)",
