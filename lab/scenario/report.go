@@ -37,6 +37,11 @@ func WriteReport(w io.Writer, f traffic.Format, res *Result) error {
 		b.WriteString("The slow-warming workload (the Spring Boot sample app, its own users): a fixed warm-up of 100 requests per pod vs danki\n\n")
 		writeContenderTable(&b, f, res, scs)
 		b.WriteString("\n")
+		if rows := springHoldRows(res); rows != nil {
+			b.WriteString("Of their \"during\": the warm-up step, all Spring users on stable\n\n")
+			writeRows(&b, f, rows)
+			b.WriteString("\n")
+		}
 	}
 	bullet := "  "
 	if f == traffic.Markdown {
@@ -159,15 +164,7 @@ func holdRows(res *Result) [][]string {
 	if !okD || !okC || d.Hold == nil || c.Hold == nil {
 		return nil
 	}
-	rows := [][]string{{"rollout", "new pods at weight 0", "users' requests", "p50", "p99", "p99.9", "max"}}
-	for _, r := range []struct {
-		run  Run
-		what string
-	}{{d, "warm-up"}, {c, "pause, no warm-up"}} {
-		h := r.run.Hold
-		rows = append(rows, []string{r.run.Scenario, fmtDuration(r.run.HoldDuration()) + " " + r.what, fmt.Sprint(h.Count),
-			latency.Format(h.P50), latency.Format(h.P99), latency.Format(h.P999), latency.Format(h.Max)})
-	}
+	rows := holdTable(d, c)
 	ratio := func(a, b time.Duration) string {
 		if b <= 0 {
 			return "–"
@@ -176,6 +173,41 @@ func holdRows(res *Result) [][]string {
 	}
 	dh, ch := d.Hold, c.Hold
 	return append(rows, []string{Danki + " ÷ control", "", "", ratio(dh.P50, ch.P50), ratio(dh.P99, ch.P99), ratio(dh.P999, ch.P999), ratio(dh.Max, ch.Max)})
+}
+
+// holdTable is what users saw while each run's new pods sat at weight 0
+// (rows[0] the header); runs without a measured hold are left out.
+func holdTable(runs ...Run) [][]string {
+	rows := [][]string{{"rollout", "new pods at weight 0", "users' requests", "p50", "p99", "p99.9", "max"}}
+	for _, r := range runs {
+		h := r.Hold
+		if h == nil {
+			continue
+		}
+		what := "warm-up"
+		if r.WarmupDuration() <= 0 {
+			what = "pause, no warm-up"
+		}
+		rows = append(rows, []string{r.Scenario, fmtDuration(r.HoldDuration()) + " " + what, fmt.Sprint(h.Count),
+			latency.Format(h.P50), latency.Format(h.P99), latency.Format(h.P999), latency.Format(h.Max)})
+	}
+	return rows
+}
+
+// springHoldRows: the Spring rollouts' warm-up stretches (all users on
+// stable), to tell a tail the warm-up's load caused from one cold pods
+// caused after it; nil without them.
+func springHoldRows(res *Result) [][]string {
+	var runs []Run
+	for _, name := range []string{SpringFixed100, SpringDanki} {
+		if r, ok := res.run(name); ok {
+			runs = append(runs, r)
+		}
+	}
+	if rows := holdTable(runs...); len(rows) > 1 {
+		return rows
+	}
+	return nil
 }
 
 // writeRows writes rows (rows[0] the header) as a Markdown table, or as

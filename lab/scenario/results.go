@@ -171,9 +171,13 @@ func demoSections(res *Result, measured string) []ResultsSection {
 	if scs := springRollouts(res.Scenarios); len(scs) > 0 {
 		var b strings.Builder
 		if t := res.SpringTraffic; t != nil {
-			fmt.Fprintf(&b, "The Spring Boot sample app rolled v1 → v2 twice under %.0f qps of its own users (stable warmed with %d requests first): a fixed 100 requests per pod, then danki's default warm-up; then setWeight 50 and the promotion.\n\n", t.AskedQPS, springWarmStable)
+			fmt.Fprintf(&b, "The Spring Boot sample app rolled v1 → v2 twice under %.0f qps of its own users (its stable pods first loaded with up to %d requests, %d qps asked): a fixed 100 requests per pod, then danki's default warm-up; then setWeight 50 and the promotion.\n\n", t.AskedQPS, springWarmStable, springWarmQPS)
 		}
 		b.WriteString(rolloutTable(res, scs, true))
+		if rows := springHoldRows(res); rows != nil {
+			b.WriteString("\nOf their \"during\": the warm-up step, all users on stable.\n\n")
+			writeRows(&b, traffic.Markdown, rows)
+		}
 		if r := springRatios(res.Ratios); len(r) > 0 {
 			b.WriteString("\n| " + SpringFixed100 + " ÷ danki | p50 | p99 | p99.9 | max |\n|---|---:|---:|---:|---:|\n")
 			for _, ph := range []string{"during", "after"} {

@@ -60,8 +60,8 @@ fi
 # table (users on stable during danki's warm-up and the control's pause)
 # and the ratio lines. One run took ~15 min before the mirror scenario (15.4
 # measured, lab already built, up and down included), which adds ~4 min;
-# the control adds ~5 min and the Spring pair ~10: with 2 runs and the Go
-# benchmarks, make bench's lab runs take ~75 min.
+# the control adds ~6 min and the Spring pair ~8 (6.3 and 7.5 measured,
+# 2026-11-28): with 2 runs and the Go benchmarks, ~75 min.
 runs=${BENCH_RUNS:-2}
 summary=$out/summary.md
 {
