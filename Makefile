@@ -73,7 +73,7 @@ lint: $(TOOLS)/staticcheck ## gofmt, go vet, staticcheck, shellcheck
 $(TOOLS)/staticcheck:
 	GOBIN=$(TOOLS) go install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 
-bench: ## Go benchmarks, then (root) the lab bench: baseline, Istio slow start, a fixed 100-request warm-up, danki warming on mirrored traffic and danki side by side (warm-up lengths, ratios ÷ danki) + oracle warm-up length, the gate bench, the BlueGreen load test, the capacity knees; in bench-results/, then rewrites lab/RESULTS.md
+bench: ## Go benchmarks, then (root) the lab bench: baseline, Istio slow start, a fixed 100-request warm-up, danki warming on mirrored traffic and danki side by side (warm-up lengths, ratios ÷ danki) + oracle warm-up length, danki ÷ a control with no warm-up (users on stable), Spring Boot with a fixed 100-request warm-up vs danki, the gate bench, the BlueGreen load test, the capacity knees; in bench-results/, then rewrites lab/RESULTS.md
 	lab/scripts/bench.sh
 
 demo: ## the main job (root): baseline vs danki rollout of a cold-starting JVM app under user traffic, then the warm gate's short bench; tables + charts in demo-results/ (lab/README.md)

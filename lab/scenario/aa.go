@@ -166,7 +166,7 @@ func AA(ctx context.Context, cfg AAConfig) (*AAResult, error) {
 	}
 	// A fresh Rollout at v1 with the A/A's steps (the Rollout of whatever
 	// ran before is replaced).
-	if err := l.install(ctx, dir); err != nil {
+	if err := l.install(ctx, mainApp, dir); err != nil {
 		return nil, err
 	}
 	cfg.Log.Info("users: steady traffic through the gateway", "url", cfg.GatewayURL, "qps", cfg.QPS)
@@ -270,7 +270,7 @@ func (l *lab) aaRun(ctx context.Context, cfg AAConfig, i int) (*AARun, error) {
 		}
 		now := time.Now()
 		load.sample()
-		if w, err := l.canaryWeight(ctx); err == nil {
+		if w, err := l.canaryWeight(ctx, mainApp); err == nil {
 			run.MaxWeight = max(run.MaxWeight, w)
 		}
 		ro, err = l.argo.ArgoprojV1alpha1().Rollouts("default").Get(ctx, "app", metav1.GetOptions{})

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/argoproj/argo-rollouts/pkg/apis/rollouts/v1alpha1"
 	argoclient "github.com/argoproj/argo-rollouts/pkg/client/clientset/versioned"
 	"github.com/danki-dev/danki/lab/traffic"
+	"github.com/danki-dev/danki/pkg/latency"
 	"github.com/danki-dev/danki/pkg/warmup"
 	"github.com/danki-dev/danki/pkg/warmupstep"
 	istioclient "istio.io/client-go/pkg/clientset/versioned"
@@ -52,6 +54,22 @@ type Config struct {
 	// SkipBadVersion leaves out the bad version's rollout (make bench: it
 	// yields no ratio, and make demo measures it).
 	SkipBadVersion bool
+	// Control also rolls out, right after danki and under the same users,
+	// danki's Rollout with its warm-up step replaced by a pause as long as
+	// danki's warm-up took (make bench): the new pods start and sit at
+	// weight 0 with no warm-up traffic, so the users' latency on stable
+	// during danki's warm-up is judged against that control, not against
+	// the steady state alone.
+	Control bool
+	// Spring also rolls the Spring Boot sample app (a slow-warming JVM) v1
+	// → v2 twice under its own users, after the sample app's rollouts:
+	// with a fixed warm-up of 100 requests per pod
+	// (lab/manifests/spring-fixed100) and with danki's default warm-up
+	// (lab/manifests/spring-danki) (make bench).
+	Spring bool
+	// SpringQPS is the Spring app's steady user traffic (default 40, what
+	// TestLabSpringRollout's users send on the lab's two shared cores).
+	SpringQPS float64
 }
 
 // Defaults for Config fields left zero.
@@ -65,6 +83,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Timeout == 0 {
 		c.Timeout = 10 * time.Minute
+	}
+	if c.SpringQPS == 0 {
+		c.SpringQPS = 40
 	}
 	return c
 }
@@ -84,7 +105,13 @@ type Result struct {
 	// Bad is nil when the demo left the bad version out (SkipBadVersion).
 	Bad     *BadVersion    `json:"badVersion,omitempty"`
 	Traffic traffic.Result `json:"traffic"`
-	Oracle  *Oracle        `json:"oracle,omitempty"`
+	// SpringTraffic is the Spring app's users (Config.Spring): its own
+	// host on the gateway, its own pace.
+	SpringTraffic *traffic.Result `json:"springTraffic,omitempty"`
+	// SpringError is why the Spring app's rollouts are missing, when they
+	// failed.
+	SpringError string  `json:"springError,omitempty"`
+	Oracle      *Oracle `json:"oracle,omitempty"`
 	// Ratios are the headline figures, each measured within this run.
 	Ratios []Ratio `json:"ratios"`
 	// Samples is every user request (for charts); not in JSON.
@@ -116,6 +143,13 @@ type Run struct {
 	// index reaching it to the index moving on (zero without the step).
 	WarmupStart time.Time `json:"warmupStart,omitzero"`
 	WarmupEnd   time.Time `json:"warmupEnd,omitzero"`
+	// HoldStart and HoldEnd bound the stretch the new pods sat at weight 0
+	// before the first setWeight: danki/warmup's step, or the pause that
+	// stands in for it in the control (isHoldStep). Hold is what the users
+	// saw meanwhile, all of them on stable.
+	HoldStart time.Time        `json:"holdStart,omitzero"`
+	HoldEnd   time.Time        `json:"holdEnd,omitzero"`
+	Hold      *latency.Summary `json:"hold,omitempty"`
 	// WarmupQPS and WarmupConnections are the warm-up's pace per pod.
 	WarmupQPS         float64 `json:"warmupQPS,omitempty"`
 	WarmupConnections int     `json:"warmupConnections,omitempty"`
@@ -132,6 +166,15 @@ func (r Run) WarmupDuration() time.Duration {
 		return 0
 	}
 	return r.WarmupEnd.Sub(r.WarmupStart)
+}
+
+// HoldDuration is how long the new pods sat at weight 0 in the hold step; 0
+// when the rollout had none (or it was not seen to end).
+func (r Run) HoldDuration() time.Duration {
+	if r.HoldStart.IsZero() || r.HoldEnd.Before(r.HoldStart) {
+		return 0
+	}
+	return r.HoldEnd.Sub(r.HoldStart)
 }
 
 // WeightChange is the canary weight on the VirtualService from At on.
@@ -159,6 +202,19 @@ type BadVersion struct {
 	Reason       string `json:"reason"`
 }
 
+// target is the Rollout a scenario rolls out: the sample app's or the
+// Spring app's, with the names the lab/manifests give them.
+type target struct {
+	rollout, image, selector string
+	// virtualService and canaryHost find the canary's weight.
+	virtualService, canaryHost string
+}
+
+var (
+	mainApp   = target{rollout: "app", image: "danki.dev/sample-app", selector: "app=sample-app", virtualService: "app", canaryHost: "app-canary"}
+	springApp = target{rollout: "app-spring", image: "danki.dev/sample-app-spring", selector: "app=sample-app-spring", virtualService: "app-spring", canaryHost: "app-spring-canary"}
+)
+
 // lab is the demo's handle on the lab.
 type lab struct {
 	cfg   Config
@@ -182,7 +238,7 @@ func Demo(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, err
 	}
 	// Users arrive once the gateway answers and stay for the whole traffic.
-	if err := l.install(ctx, filepath.Join(ex, "baseline")); err != nil {
+	if err := l.install(ctx, mainApp, filepath.Join(ex, "baseline")); err != nil {
 		return nil, err
 	}
 	cfg.Log.Info("users: steady traffic through the gateway", "url", cfg.GatewayURL, "qps", cfg.QPS)
@@ -199,7 +255,7 @@ func Demo(ctx context.Context, cfg Config) (*Result, error) {
 	}()
 	for i, sc := range cfg.scenarios() {
 		if i > 0 {
-			if err := l.install(ctx, filepath.Join(ex, sc.dir), sc.with...); err != nil {
+			if err := l.install(ctx, mainApp, filepath.Join(ex, sc.dir), sc.with...); err != nil {
 				return nil, err
 			}
 		}
@@ -212,7 +268,7 @@ func Demo(ctx context.Context, cfg Config) (*Result, error) {
 		if err := sleep(ctx, cfg.Settle+cfg.Before); err != nil {
 			return nil, err
 		}
-		run, err := l.rollout(ctx, sc.name, "v2", nil)
+		run, err := l.rollout(ctx, mainApp, sc.name, "v2", nil)
 		if err != nil {
 			return nil, err
 		}
@@ -225,6 +281,28 @@ func Demo(ctx context.Context, cfg Config) (*Result, error) {
 		}
 		res.Runs = append(res.Runs, *run)
 		phases = append(phases, cfg.phases(run))
+	}
+
+	if cfg.Control {
+		danki, ok := res.run(Danki)
+		if !ok || danki.WarmupDuration() <= 0 {
+			return nil, errors.New("control: danki's rollout has no measured warm-up to match the pause to")
+		}
+		run, err := l.control(ctx, ex, danki.WarmupDuration())
+		if err != nil {
+			return nil, err
+		}
+		if err := sleep(ctx, cfg.After); err != nil {
+			return nil, err
+		}
+		res.Runs = append(res.Runs, *run)
+		phases = append(phases, cfg.phases(run))
+		if !cfg.SkipBadVersion {
+			// The bad version is rolled out over danki's Rollout.
+			if err := l.install(ctx, mainApp, filepath.Join(ex, "danki")); err != nil {
+				return nil, err
+			}
+		}
 	}
 
 	if !cfg.SkipBadVersion {
@@ -244,6 +322,30 @@ func Demo(ctx context.Context, cfg Config) (*Result, error) {
 	res.Traffic = users.Stop()
 	users = nil
 	res.Samples = res.Traffic.Samples
+	if cfg.Spring {
+		runs, ph, t, err := l.spring(ctx, ex)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, err
+			}
+			// The sample app's rollouts were measured: keep them, and say
+			// why Spring's are missing.
+			cfg.Log.Error("the Spring app's rollouts failed; the results leave them out", "err", err)
+			res.SpringError = err.Error()
+		} else {
+			res.Runs = append(res.Runs, runs...)
+			phases = append(phases, ph...)
+			res.SpringTraffic = &t
+			res.Samples = append(res.Samples, t.Samples...)
+		}
+	}
+	for i := range res.Runs {
+		r := &res.Runs[i]
+		if d := r.HoldDuration(); d > 0 {
+			st := traffic.Summarize(res.Samples, []traffic.Phase{{Name: "hold", From: r.HoldStart, To: r.HoldEnd}})[0].Summary
+			r.Hold = &st
+		}
+	}
 	for i, r := range res.Runs {
 		name := r.Scenario
 		res.Scenarios = append(res.Scenarios, traffic.Scenario{
@@ -279,6 +381,12 @@ const (
 	// warms with synthetic load.
 	DankiMirror = "danki (mirror)"
 	BadDanki    = "danki, bad version"
+	// Control is danki's Rollout with a pause instead of the warm-up: the
+	// new pods get no warm-up traffic (Config.Control).
+	Control = "control (no warm-up)"
+	// The Spring app's rollouts (Config.Spring).
+	SpringFixed100 = "Spring: fixed warm-up 100"
+	SpringDanki    = "Spring: danki"
 )
 
 // contenders are the scenarios besides danki that the ratios compare with
@@ -331,10 +439,20 @@ func (c Config) phases(run *Run) []traffic.Phase {
 // install replaces the Rollout with the one in dir (v1), with the files
 // with (relative to dir's parent) applied first, and waits until it is
 // Healthy and the gateway answers.
-func (l *lab) install(ctx context.Context, dir string, with ...string) error {
-	log := l.cfg.Log.With("rollout", filepath.Base(dir))
-	log.Info("installing lab/manifests/" + filepath.Base(dir))
-	if err := l.kubectl(ctx, "delete", "rollout", "app", "--ignore-not-found", "--wait"); err != nil {
+func (l *lab) install(ctx context.Context, app target, dir string, with ...string) error {
+	var files []string
+	for _, f := range with {
+		files = append(files, filepath.Join(filepath.Dir(dir), f))
+	}
+	return l.installFiles(ctx, app, "lab/manifests/"+filepath.Base(dir), append(files, dir)...)
+}
+
+// installFiles replaces app's Rollout with the one in files (applied in
+// order; name says what they are, for the log) and waits until it is
+// Healthy with 2 pods.
+func (l *lab) installFiles(ctx context.Context, app target, name string, files ...string) error {
+	l.cfg.Log.Info("installing "+name, "rollout", app.rollout)
+	if err := l.kubectl(ctx, "delete", "rollout", app.rollout, "--ignore-not-found", "--wait"); err != nil {
 		return err
 	}
 	// A scenario's other objects (the slow start's DestinationRules) carry
@@ -343,20 +461,20 @@ func (l *lab) install(ctx context.Context, dir string, with ...string) error {
 		return err
 	}
 	if err := wait(ctx, 2*time.Minute, "the old pods to go", func() (bool, error) {
-		pods, err := l.kube.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=sample-app"})
+		pods, err := l.kube.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: app.selector})
 		return err == nil && len(pods.Items) == 0, err
 	}); err != nil {
 		return err
 	}
 	args := []string{"apply"}
-	for _, f := range with {
-		args = append(args, "-f", filepath.Join(filepath.Dir(dir), f))
+	for _, f := range files {
+		args = append(args, "-f", f)
 	}
-	if err := l.kubectl(ctx, append(args, "-f", dir)...); err != nil {
+	if err := l.kubectl(ctx, args...); err != nil {
 		return err
 	}
-	return wait(ctx, 3*time.Minute, "Rollout app Healthy with 2 pods", func() (bool, error) {
-		ro, err := l.argo.ArgoprojV1alpha1().Rollouts("default").Get(ctx, "app", metav1.GetOptions{})
+	return wait(ctx, 3*time.Minute, "Rollout "+app.rollout+" Healthy with 2 pods", func() (bool, error) {
+		ro, err := l.argo.ArgoprojV1alpha1().Rollouts("default").Get(ctx, app.rollout, metav1.GetOptions{})
 		if err != nil {
 			return false, err
 		}
@@ -366,19 +484,19 @@ func (l *lab) install(ctx context.Context, dir string, with ...string) error {
 
 // rollout sets the image to version (with env) and follows the rollout to
 // its end (promoted or aborted), noting steps and weights.
-func (l *lab) rollout(ctx context.Context, scenario, version string, env map[string]string) (*Run, error) {
+func (l *lab) rollout(ctx context.Context, app target, scenario, version string, env map[string]string) (*Run, error) {
 	log := l.cfg.Log.With("scenario", scenario, "version", version)
 	envList := []map[string]string{}
 	for k, v := range env {
 		envList = append(envList, map[string]string{"name": k, "value": v})
 	}
 	patch, _ := json.Marshal([]map[string]any{
-		{"op": "replace", "path": "/spec/template/spec/containers/0/image", "value": "danki.dev/sample-app:" + version},
+		{"op": "replace", "path": "/spec/template/spec/containers/0/image", "value": app.image + ":" + version},
 		{"op": "add", "path": "/spec/template/spec/containers/0/env", "value": envList},
 	})
 	run := &Run{Scenario: scenario, Version: version, Start: time.Now()}
 	log.Info("rolling out")
-	ro, err := l.argo.ArgoprojV1alpha1().Rollouts("default").Patch(ctx, "app", types.JSONPatchType, patch, metav1.PatchOptions{})
+	ro, err := l.argo.ArgoprojV1alpha1().Rollouts("default").Patch(ctx, app.rollout, types.JSONPatchType, patch, metav1.PatchOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("set image %s: %w", version, err)
 	}
@@ -391,13 +509,15 @@ func (l *lab) rollout(ctx context.Context, scenario, version string, env map[str
 		}
 		now := time.Now()
 		if now.After(deadline) {
-			return nil, fmt.Errorf("%s: rollout of %s not finished after %s", scenario, version, l.cfg.Timeout)
+			// The run so far goes back too: the control only needs its hold.
+			run.End, run.Outcome = now, "unfinished"
+			return run, fmt.Errorf("%s: rollout of %s not finished after %s", scenario, version, l.cfg.Timeout)
 		}
-		ro, err = l.argo.ArgoprojV1alpha1().Rollouts("default").Get(ctx, "app", metav1.GetOptions{})
+		ro, err = l.argo.ArgoprojV1alpha1().Rollouts("default").Get(ctx, app.rollout, metav1.GetOptions{})
 		if err != nil {
 			continue
 		}
-		if w, err := l.canaryWeight(ctx); err == nil && w != lastWeight {
+		if w, err := l.canaryWeight(ctx, app); err == nil && w != lastWeight {
 			run.Weights = append(run.Weights, WeightChange{At: now, Weight: w})
 			if lastWeight >= 0 {
 				log.Info("canary weight", "percent", w)
@@ -454,7 +574,7 @@ func (l *lab) badVersion(ctx context.Context) (*BadVersion, *Run, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	run, err := l.rollout(ctx, BadDanki, "v3", map[string]string{"SLOW_MS": "1000", "SLOW_PERCENT": "5"})
+	run, err := l.rollout(ctx, mainApp, BadDanki, "v3", map[string]string{"SLOW_MS": "1000", "SLOW_PERCENT": "5"})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -471,7 +591,7 @@ func (l *lab) badVersion(ctx context.Context) (*BadVersion, *Run, error) {
 	}
 	// The abort puts every user back on stable at once.
 	if err := wait(ctx, 30*time.Second, "canary weight 0", func() (bool, error) {
-		w, err := l.canaryWeight(ctx)
+		w, err := l.canaryWeight(ctx, mainApp)
 		bad.FinalWeight = w
 		return err == nil && w == 0, err
 	}); err != nil {
@@ -518,19 +638,19 @@ func (l *lab) canaryRequests(ctx context.Context) (int64, error) {
 	return strconv.ParseInt(string(m[1]), 10, 64)
 }
 
-func (l *lab) canaryWeight(ctx context.Context) (int32, error) {
-	vs, err := l.istio.NetworkingV1().VirtualServices("default").Get(ctx, "app", metav1.GetOptions{})
+func (l *lab) canaryWeight(ctx context.Context, app target) (int32, error) {
+	vs, err := l.istio.NetworkingV1().VirtualServices("default").Get(ctx, app.virtualService, metav1.GetOptions{})
 	if err != nil {
 		return 0, err
 	}
 	for _, r := range vs.Spec.Http {
 		for _, d := range r.Route {
-			if strings.HasPrefix(d.Destination.Host, "app-canary") {
+			if d.Destination.Host == app.canaryHost || strings.HasPrefix(d.Destination.Host, app.canaryHost+".") {
 				return d.Weight, nil
 			}
 		}
 	}
-	return 0, errors.New("VirtualService default/app has no app-canary destination")
+	return 0, fmt.Errorf("VirtualService default/%s has no %s destination", app.virtualService, app.canaryHost)
 }
 
 func stepLabel(s v1alpha1.CanaryStep) string {
@@ -556,6 +676,9 @@ func stepLabel(s v1alpha1.CanaryStep) string {
 // step index moves from one step to the next at now: the warm-up's length
 // runs from the index reaching its step to the index moving on (to the next
 // step, or past the last at promotion). Only the first warm-up step counts.
+//
+// The hold (HoldStart, HoldEnd) is noted the same way for the first hold
+// step (isHoldStep): danki's warm-up, or the control's pause in its place.
 func (r *Run) noteStep(steps []v1alpha1.CanaryStep, from, to int32, now time.Time) {
 	if isWarmupStep(steps, from) && !r.WarmupStart.IsZero() && r.WarmupEnd.IsZero() {
 		r.WarmupEnd = now
@@ -563,6 +686,25 @@ func (r *Run) noteStep(steps []v1alpha1.CanaryStep, from, to int32, now time.Tim
 	if isWarmupStep(steps, to) && r.WarmupStart.IsZero() {
 		r.WarmupStart = now
 	}
+	if isHoldStep(steps, from) && !r.HoldStart.IsZero() && r.HoldEnd.IsZero() {
+		r.HoldEnd = now
+	}
+	if isHoldStep(steps, to) && r.HoldStart.IsZero() {
+		r.HoldStart = now
+	}
+}
+
+// isHoldStep says whether step i of steps holds the new pods at weight 0:
+// danki/warmup, or a pause before any setWeight (the control's stand-in for
+// the warm-up; a pause after a setWeight holds users on the canary).
+func isHoldStep(steps []v1alpha1.CanaryStep, i int32) bool {
+	if isWarmupStep(steps, i) {
+		return true
+	}
+	if i < 0 || int(i) >= len(steps) || steps[i].Pause == nil {
+		return false
+	}
+	return !slices.ContainsFunc(steps[:i], func(s v1alpha1.CanaryStep) bool { return s.SetWeight != nil })
 }
 
 // isWarmupStep says whether step i of steps is danki/warmup.

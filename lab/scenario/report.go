@@ -3,6 +3,7 @@ package scenario
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -24,8 +25,23 @@ func WriteReport(w io.Writer, f traffic.Format, res *Result) error {
 	}
 	b.WriteString("\n")
 	if hasContenders(res) {
-		writeContenderTable(&b, f, res)
+		writeContenderTable(&b, f, res, mainRollouts(res.Scenarios))
 		b.WriteString("\n")
+	}
+	if rows := holdRows(res); rows != nil {
+		b.WriteString("Users on stable while the new pods sat at weight 0: danki's warm-up vs the control's pause of the same length (no warm-up traffic)\n\n")
+		writeRows(&b, f, rows)
+		b.WriteString("\n")
+	}
+	if scs := springRollouts(res.Scenarios); len(scs) > 0 {
+		b.WriteString("The slow-warming workload (the Spring Boot sample app, its own users): a fixed warm-up of 100 requests per pod vs danki\n\n")
+		writeContenderTable(&b, f, res, scs)
+		b.WriteString("\n")
+		if rows := springHoldRows(res); rows != nil {
+			b.WriteString("Of their \"during\": the warm-up step, all Spring users on stable\n\n")
+			writeRows(&b, f, rows)
+			b.WriteString("\n")
+		}
 	}
 	bullet := "  "
 	if f == traffic.Markdown {
@@ -60,6 +76,12 @@ func WriteReport(w io.Writer, f traffic.Format, res *Result) error {
 	}
 	t := res.Traffic
 	fmt.Fprintf(&b, "%susers: %d requests at %.1f of %.0f qps asked (%d failed), through %s\n", bullet, t.Requests, t.AchievedQPS, t.AskedQPS, t.Errors, t.URL)
+	if res.SpringError != "" {
+		fmt.Fprintf(&b, "%sthe Spring app's rollouts failed (not in the tables): %s\n", bullet, res.SpringError)
+	}
+	if t := res.SpringTraffic; t != nil {
+		fmt.Fprintf(&b, "%sSpring users: %d requests at %.1f of %.0f qps asked (%d failed), through %s (host %s)\n", bullet, t.Requests, t.AchievedQPS, t.AskedQPS, t.Errors, t.URL, springHost)
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
 }
@@ -80,24 +102,38 @@ func writeBadVersion(b *strings.Builder, bullet string, bad *BadVersion) {
 	}
 }
 
-// hasContenders says whether the result has a scenario besides the
-// baseline, danki and the bad version.
+// hasContenders says whether the result has a scenario of the sample app
+// besides the baseline, danki and the bad version.
 func hasContenders(res *Result) bool {
 	for _, sc := range res.Scenarios {
-		if sc.Name == SlowStart || sc.Name == Fixed100 || sc.Name == DankiMirror {
+		if sc.Name == SlowStart || sc.Name == Fixed100 || sc.Name == DankiMirror || sc.Name == Control {
 			return true
 		}
 	}
 	return false
 }
 
-// writeContenderTable writes one row per rollout — the side-by-side view of
-// the bench's contenders, which the phase table spreads over too many
-// columns to read: rollout time, the danki/warmup step's length, the steady
-// p99 before, and what users saw during and after.
-func writeContenderTable(b *strings.Builder, f traffic.Format, res *Result) {
+// isSpring says whether a scenario rolled out the Spring app (its own
+// users: its figures are not comparable with the sample app's).
+func isSpring(name string) bool { return name == SpringFixed100 || name == SpringDanki }
+
+// mainRollouts are the sample app's scenarios; springRollouts the Spring
+// app's.
+func mainRollouts(scs []traffic.Scenario) []traffic.Scenario {
+	return slices.DeleteFunc(slices.Clone(scs), func(sc traffic.Scenario) bool { return isSpring(sc.Name) })
+}
+
+func springRollouts(scs []traffic.Scenario) []traffic.Scenario {
+	return slices.DeleteFunc(slices.Clone(scs), func(sc traffic.Scenario) bool { return !isSpring(sc.Name) })
+}
+
+// writeContenderTable writes one row per rollout of scs — the side-by-side
+// view of the bench's contenders, which the phase table spreads over too
+// many columns to read: rollout time, the danki/warmup step's length, the
+// steady p99 before, and what users saw during and after.
+func writeContenderTable(b *strings.Builder, f traffic.Format, res *Result, scs []traffic.Scenario) {
 	rows := [][]string{{"rollout", "time", "warm-up", "before p99", "during p50", "p99", "p99.9", "max", "after p50", "p99", "p99.9", "max"}}
-	for _, sc := range res.Scenarios {
+	for _, sc := range scs {
 		warm := "–"
 		if r, ok := res.run(sc.Name); ok {
 			warm = warmupCell(r)
@@ -115,6 +151,68 @@ func writeContenderTable(b *strings.Builder, f traffic.Format, res *Result) {
 		}
 		rows = append(rows, row)
 	}
+	writeRows(b, f, rows)
+}
+
+// holdRows is the control's comparison, rows[0] the header: what users
+// (all on stable) saw while danki's new pods were warmed at weight 0, and
+// while the control's sat there as long with no warm-up traffic; then
+// danki ÷ control. Nil without both.
+func holdRows(res *Result) [][]string {
+	d, okD := res.run(Danki)
+	c, okC := res.run(Control)
+	if !okD || !okC || d.Hold == nil || c.Hold == nil {
+		return nil
+	}
+	rows := holdTable(d, c)
+	ratio := func(a, b time.Duration) string {
+		if b <= 0 {
+			return "–"
+		}
+		return fmtRatio(float64(a) / float64(b))
+	}
+	dh, ch := d.Hold, c.Hold
+	return append(rows, []string{Danki + " ÷ control", "", "", ratio(dh.P50, ch.P50), ratio(dh.P99, ch.P99), ratio(dh.P999, ch.P999), ratio(dh.Max, ch.Max)})
+}
+
+// holdTable is what users saw while each run's new pods sat at weight 0
+// (rows[0] the header); runs without a measured hold are left out.
+func holdTable(runs ...Run) [][]string {
+	rows := [][]string{{"rollout", "new pods at weight 0", "users' requests", "p50", "p99", "p99.9", "max"}}
+	for _, r := range runs {
+		h := r.Hold
+		if h == nil {
+			continue
+		}
+		what := "warm-up"
+		if r.WarmupDuration() <= 0 {
+			what = "pause, no warm-up"
+		}
+		rows = append(rows, []string{r.Scenario, fmtDuration(r.HoldDuration()) + " " + what, fmt.Sprint(h.Count),
+			latency.Format(h.P50), latency.Format(h.P99), latency.Format(h.P999), latency.Format(h.Max)})
+	}
+	return rows
+}
+
+// springHoldRows: the Spring rollouts' warm-up stretches (all users on
+// stable), to tell a tail the warm-up's load caused from one cold pods
+// caused after it; nil without them.
+func springHoldRows(res *Result) [][]string {
+	var runs []Run
+	for _, name := range []string{SpringFixed100, SpringDanki} {
+		if r, ok := res.run(name); ok {
+			runs = append(runs, r)
+		}
+	}
+	if rows := holdTable(runs...); len(rows) > 1 {
+		return rows
+	}
+	return nil
+}
+
+// writeRows writes rows (rows[0] the header) as a Markdown table, or as
+// aligned text columns.
+func writeRows(b *strings.Builder, f traffic.Format, rows [][]string) {
 	if f == traffic.Markdown {
 		for i, r := range rows {
 			b.WriteString("| " + strings.Join(r, " | ") + " |\n")
@@ -145,10 +243,14 @@ func writeContenderTable(b *strings.Builder, f traffic.Format, res *Result) {
 
 // warmupCell formats a rollout's warm-up: the danki/warmup step's length
 // and what warmed the canary — synthetic requests per pod, mirrored user
-// requests over all its pods; "–" without a warm-up step.
+// requests over all its pods; "none (pause …)" for the control, whose new
+// pods sat at weight 0 as long with no warm-up traffic; "–" without either.
 func warmupCell(r Run) string {
 	d := r.WarmupDuration()
 	if d <= 0 {
+		if h := r.HoldDuration(); h > 0 {
+			return "none (pause " + fmtDuration(h) + ")"
+		}
 		return "–"
 	}
 	parts := []string{fmtDuration(d)}
@@ -262,6 +364,46 @@ func ratios(res *Result) []Ratio {
 		if cw, dw := c.WarmupDuration(), d.WarmupDuration(); cw > 0 && dw > 0 {
 			out = append(out, Ratio{Name: name + " ÷ danki, warm-up time", Value: float64(cw) / float64(dw),
 				Num: name + " " + fmtDuration(cw), Den: "danki " + fmtDuration(dw)})
+		}
+	}
+	// The users' cost of danki's warm-up, against the same stretch with no
+	// warm-up traffic (the control): all users are on stable meanwhile.
+	if d, ok := res.run(Danki); ok && d.Hold != nil {
+		if c, ok := res.run(Control); ok && c.Hold != nil {
+			for _, q := range []struct {
+				name string
+				f    func(*latency.Summary) time.Duration
+			}{
+				{"p50", func(s *latency.Summary) time.Duration { return s.P50 }},
+				{"p99", func(s *latency.Summary) time.Duration { return s.P99 }},
+				{"p99.9", func(s *latency.Summary) time.Duration { return s.P999 }},
+				{"max", func(s *latency.Summary) time.Duration { return s.Max }},
+			} {
+				add("danki ÷ control, users' "+q.name+" during the warm-up (all on stable)", q.f(d.Hold), q.f(c.Hold),
+					"danki warm-up "+q.name, "control pause "+q.name)
+			}
+		}
+	}
+	// The slow-warming workload: the fixed count ÷ danki, during the
+	// rollout and after it (where a pod warmed too little meets all users).
+	if fx, dk := scenario(SpringFixed100), scenario(SpringDanki); fx != nil && dk != nil {
+		for _, ph := range []string{"during", "after"} {
+			c, d := phase(fx, ph), phase(dk, ph)
+			if c == nil || d == nil {
+				continue
+			}
+			for _, q := range []struct {
+				name string
+				f    func(*traffic.PhaseStats) time.Duration
+			}{
+				{"p50", func(p *traffic.PhaseStats) time.Duration { return p.P50 }},
+				{"p99", func(p *traffic.PhaseStats) time.Duration { return p.P99 }},
+				{"p99.9", func(p *traffic.PhaseStats) time.Duration { return p.P999 }},
+				{"max", func(p *traffic.PhaseStats) time.Duration { return p.Max }},
+			} {
+				add(SpringFixed100+" ÷ danki, "+q.name+" "+ph+" rollout", q.f(c), q.f(d),
+					SpringFixed100+" "+ph+" "+q.name, SpringDanki+" "+ph+" "+q.name)
+			}
 		}
 	}
 	if o := res.Oracle; o != nil && o.WarmAfter > 0 {

@@ -25,6 +25,8 @@ import (
 // Titles of RESULTS.md's sections, in the order the file lists them.
 const (
 	ResultsRollouts = "Rollouts under the same users"
+	ResultsControl  = "Users on stable during the warm-up: danki ÷ a control with no warm-up"
+	ResultsSpring   = "A slow-warming workload (Spring Boot): a fixed 100-request warm-up vs danki"
 	ResultsSources  = "Warm-up sources: mirrored user traffic, synthetic load, none"
 	ResultsOracle   = "How long a fresh pod takes to warm (the oracle)"
 	ResultsBad      = "A bad version"
@@ -33,7 +35,7 @@ const (
 	ResultsGoBench  = "Go benchmarks"
 )
 
-var resultsOrder = []string{ResultsRollouts, ResultsSources, ResultsOracle, ResultsBad, ResultsGate, ResultsAA, ResultsGoBench}
+var resultsOrder = []string{ResultsRollouts, ResultsControl, ResultsSpring, ResultsSources, ResultsOracle, ResultsBad, ResultsGate, ResultsAA, ResultsGoBench}
 
 // ResultsSection is one scenario's dated table.
 type ResultsSection struct {
@@ -152,13 +154,41 @@ func readJSON(path string, v any) error {
 func demoSections(res *Result, measured string) []ResultsSection {
 	var out []ResultsSection
 	var rollouts []traffic.Scenario
-	for _, sc := range res.Scenarios {
+	for _, sc := range mainRollouts(res.Scenarios) {
 		if sc.Name != BadDanki {
 			rollouts = append(rollouts, sc)
 		}
 	}
 	if len(rollouts) > 0 {
 		out = append(out, ResultsSection{Title: ResultsRollouts, Measured: measured, Table: rolloutTable(res, rollouts, false)})
+	}
+	if rows := holdRows(res); rows != nil {
+		var b strings.Builder
+		b.WriteString("Users' latency (all on stable) while danki warmed the new pods at weight 0, and while the control's new pods sat at weight 0 as long with no warm-up traffic (danki's Rollout with a pause instead of the warm-up, rolled out right after it under the same users).\n\n")
+		writeRows(&b, traffic.Markdown, rows)
+		out = append(out, ResultsSection{Title: ResultsControl, Measured: measured, Table: b.String()})
+	}
+	if scs := springRollouts(res.Scenarios); len(scs) > 0 {
+		var b strings.Builder
+		if t := res.SpringTraffic; t != nil {
+			fmt.Fprintf(&b, "The Spring Boot sample app rolled v1 → v2 twice under %.0f qps of its own users (its stable pods first loaded with up to %d requests, %d qps asked): a fixed 100 requests per pod, then danki's default warm-up; then setWeight 50 and the promotion.\n\n", t.AskedQPS, springWarmStable, springWarmQPS)
+		}
+		b.WriteString(rolloutTable(res, scs, true))
+		if rows := springHoldRows(res); rows != nil {
+			b.WriteString("\nOf their \"during\": the warm-up step, all users on stable.\n\n")
+			writeRows(&b, traffic.Markdown, rows)
+		}
+		if r := springRatios(res.Ratios); len(r) > 0 {
+			b.WriteString("\n| " + SpringFixed100 + " ÷ danki | p50 | p99 | p99.9 | max |\n|---|---:|---:|---:|---:|\n")
+			for _, ph := range []string{"during", "after"} {
+				row := []string{ph + " rollout"}
+				for _, q := range []string{"p50", "p99", "p99.9", "max"} {
+					row = append(row, fmtRatio(r[q+" "+ph]))
+				}
+				b.WriteString("| " + strings.Join(row, " | ") + " |\n")
+			}
+		}
+		out = append(out, ResultsSection{Title: ResultsSpring, Measured: measured, Table: b.String()})
 	}
 	if slices.ContainsFunc(rollouts, func(sc traffic.Scenario) bool { return sc.Name == DankiMirror }) {
 		var sources []traffic.Scenario
@@ -189,6 +219,19 @@ func demoSections(res *Result, measured string) []ResultsSection {
 		table := "| version | fault | outcome | after the image change | most users on it | user requests on it (Envoy) |\n|---|---|---|---:|---:|---:|\n" +
 			fmt.Sprintf("| %s | %s | %s | %s | %d%% | %d |\n", bad.Version, bad.Slowness, outcome, fmtDuration(bad.SincePatch), bad.MaxWeight, bad.UserRequests)
 		out = append(out, ResultsSection{Title: ResultsBad, Measured: measured, Table: table})
+	}
+	return out
+}
+
+// springRatios are the Spring fixed count ÷ danki ratios by "p99 during"
+// and the like.
+func springRatios(rs []Ratio) map[string]float64 {
+	out := map[string]float64{}
+	prefix := SpringFixed100 + " ÷ danki, "
+	for _, r := range rs {
+		if q, ok := strings.CutPrefix(r.Name, prefix); ok {
+			out[strings.TrimSuffix(q, " rollout")] = r.Value
+		}
 	}
 	return out
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -206,5 +207,139 @@ func TestCheckedInResultsParse(t *testing.T) {
 	}
 	if again, _ := os.ReadFile(tmp); string(again) != doc {
 		t.Fatalf("RewriteResults changed lab/RESULTS.md with nothing to replace:\n%s", again)
+	}
+}
+
+// TestControlAndSpringReport: a bench run with the control and the Spring
+// pair reports danki ÷ control over the users' latency during the warm-up,
+// and the Spring fixed count ÷ danki during and after, as ratio lines
+// (bench.sh copies them into summary.md), as tables in results.md, and as
+// RESULTS.md's two sections; the sample app's table leaves the Spring
+// rollouts out.
+func TestControlAndSpringReport(t *testing.T) {
+	us := time.Microsecond
+	at := time.Date(2026, 11, 28, 18, 0, 0, 0, time.UTC)
+	hold := func(p50, p99, p999, max time.Duration) *latency.Summary {
+		return &latency.Summary{Count: 4800, P50: p50, P99: p99, P999: p999, Max: max}
+	}
+	res := &Result{
+		Scenarios: []traffic.Scenario{
+			fixtureScenario(Danki, 171*time.Second, [4]time.Duration{2 * msec, 5 * msec, 9 * msec, 11 * msec},
+				[4]time.Duration{2660 * us, 7160 * us, 27600 * us, 81600 * us}, [4]time.Duration{2510 * us, 4540 * us, 11700 * us, 17 * msec}),
+			fixtureScenario(Control, 95*time.Second, [4]time.Duration{2 * msec, 5 * msec, 9 * msec, 11 * msec},
+				[4]time.Duration{3 * msec, 40 * msec, 400 * msec, 600 * msec}, [4]time.Duration{3 * msec, 30 * msec, 300 * msec, 500 * msec}),
+			fixtureScenario(SpringFixed100, 50*time.Second, [4]time.Duration{3 * msec, 6 * msec, 10 * msec, 20 * msec},
+				[4]time.Duration{4 * msec, 60 * msec, 300 * msec, 500 * msec}, [4]time.Duration{6 * msec, 90 * msec, 200 * msec, 400 * msec}),
+			fixtureScenario(SpringDanki, 100*time.Second, [4]time.Duration{3 * msec, 6 * msec, 10 * msec, 20 * msec},
+				[4]time.Duration{3 * msec, 12 * msec, 30 * msec, 50 * msec}, [4]time.Duration{3 * msec, 9 * msec, 20 * msec, 40 * msec}),
+		},
+		Runs: []Run{
+			{Scenario: Danki, WarmupStart: at, WarmupEnd: at.Add(60 * time.Second), WarmupRequests: 1500, HoldStart: at, HoldEnd: at.Add(60 * time.Second),
+				Hold: hold(3*msec, 12*msec, 30*msec, 90*msec)},
+			{Scenario: Control, HoldStart: at.Add(10 * time.Minute), HoldEnd: at.Add(11 * time.Minute), Hold: hold(2*msec, 8*msec, 40*msec, 60*msec)},
+			{Scenario: SpringFixed100, WarmupStart: at, WarmupEnd: at.Add(2 * time.Second), WarmupRequests: 100},
+			// The fixed count's hold was not seen: its row is left out.
+			{Scenario: SpringDanki, WarmupStart: at, WarmupEnd: at.Add(35 * time.Second), WarmupRequests: 1900, HoldStart: at, HoldEnd: at.Add(35 * time.Second),
+				Hold: &latency.Summary{Count: 1400, P50: 4 * msec, P99: 25 * msec, P999: 45 * msec, Max: 48 * msec}},
+		},
+		Traffic:       traffic.Result{Start: at, AskedQPS: 80, AchievedQPS: 80},
+		SpringTraffic: &traffic.Result{AskedQPS: 40, AchievedQPS: 40, URL: DefaultGatewayURL},
+	}
+	res.Ratios = ratios(res)
+	got := map[string]float64{}
+	for _, r := range res.Ratios {
+		got[r.Name] = r.Value
+	}
+	for name, w := range map[string]float64{
+		"danki ÷ control, users' p50 during the warm-up (all on stable)":   1.5,
+		"danki ÷ control, users' p99 during the warm-up (all on stable)":   1.5,
+		"danki ÷ control, users' p99.9 during the warm-up (all on stable)": 0.75,
+		"danki ÷ control, users' max during the warm-up (all on stable)":   1.5,
+		"Spring: fixed warm-up 100 ÷ danki, p50 during rollout":            4.0 / 3,
+		"Spring: fixed warm-up 100 ÷ danki, p99 during rollout":            5,
+		"Spring: fixed warm-up 100 ÷ danki, p99.9 during rollout":          10,
+		"Spring: fixed warm-up 100 ÷ danki, max during rollout":            10,
+		"Spring: fixed warm-up 100 ÷ danki, p50 after rollout":             2,
+		"Spring: fixed warm-up 100 ÷ danki, p99 after rollout":             10,
+		"Spring: fixed warm-up 100 ÷ danki, p99.9 after rollout":           10,
+		"Spring: fixed warm-up 100 ÷ danki, max after rollout":             10,
+		// Kept: danki over its own steady state.
+		"danki p99 during rollout ÷ warm steady state": 1.432,
+	} {
+		if g, ok := got[name]; !ok || g < w*0.999 || g > w*1.001 {
+			t.Errorf("%s = %v (present %t), want %v", name, g, ok, w)
+		}
+	}
+	// The control and the Spring rollouts are no contenders of danki's.
+	for name := range got {
+		if strings.HasPrefix(name, Control+" ÷") || strings.HasPrefix(name, SpringDanki+" ÷") || strings.Contains(name, "Spring: fixed warm-up 100 ÷ danki, rollout time") {
+			t.Errorf("unexpected ratio %q", name)
+		}
+	}
+
+	var b strings.Builder
+	if err := WriteReport(&b, traffic.Markdown, res); err != nil {
+		t.Fatal(err)
+	}
+	report := b.String()
+	summary := regexp.MustCompile(`(?m)^- .* ÷ .*$`).FindAllString(report, -1)
+	if len(summary) != len(res.Ratios) { // every ratio's name has its ÷
+		t.Errorf("report has %d ratio lines bench.sh would pick up, want %d:\n%s", len(summary), len(res.Ratios), strings.Join(summary, "\n"))
+	}
+	for _, line := range []string{
+		"| danki | 1m0s warm-up | 4800 | 3.00ms | 12.0ms | 30.0ms | 90.0ms |",
+		"| control (no warm-up) | 1m0s pause, no warm-up | 4800 | 2.00ms | 8.00ms | 40.0ms | 60.0ms |",
+		"| danki ÷ control |  |  | 1.50× | 1.50× | 0.75× | 1.50× |",
+		"| control (no warm-up) | 1m35s | none (pause 1m0s) | 5.00ms | 3.00ms | 40.0ms | 400ms | 600ms | 3.00ms | 30.0ms | 300ms | 500ms |",
+		"| Spring: fixed warm-up 100 | 50s | 2s, 100/pod | 6.00ms | 4.00ms | 60.0ms | 300ms | 500ms | 6.00ms | 90.0ms | 200ms | 400ms |",
+		"| Spring: danki | 1m40s | 35s, 1900/pod | 6.00ms | 3.00ms | 12.0ms | 30.0ms | 50.0ms | 3.00ms | 9.00ms | 20.0ms | 40.0ms |",
+		"| Spring: danki | 35s warm-up | 1400 | 4.00ms | 25.0ms | 45.0ms | 48.0ms |",
+		"- Spring users: 0 requests at 40.0 of 40 qps asked (0 failed), through " + DefaultGatewayURL + " (host spring.lab)",
+	} {
+		if !strings.Contains(report, line) {
+			t.Errorf("report lacks %q:\n%s", line, report)
+		}
+	}
+
+	sections := demoSections(res, "now")
+	titles := map[string]string{}
+	for _, s := range sections {
+		titles[s.Title] = s.Table
+	}
+	if tbl := titles[ResultsRollouts]; strings.Contains(tbl, "Spring") || !strings.Contains(tbl, "| "+Control+" | 1m35s |") {
+		t.Errorf("the sample app's rollout table: want the control and no Spring rollout:\n%s", tbl)
+	}
+	if tbl := titles[ResultsControl]; !strings.Contains(tbl, "| rollout | new pods at weight 0 | users' requests | p50 | p99 | p99.9 | max |\n|---|---:|---:|---:|---:|---:|---:|\n| danki | 1m0s warm-up | 4800 |") ||
+		!strings.Contains(tbl, "| danki ÷ control |  |  | 1.50× | 1.50× | 0.75× | 1.50× |\n") {
+		t.Errorf("RESULTS.md's control section:\n%s", tbl)
+	}
+	wantSpring := "The Spring Boot sample app rolled v1 → v2 twice under 40 qps of its own users (its stable pods first loaded with up to 12000 requests, 200 qps asked): a fixed 100 requests per pod, then danki's default warm-up; then setWeight 50 and the promotion.\n\n" +
+		"| rollout | time | warm-up | before p99 | during p50 | p99 | p99.9 | max | after p50 | p99 | p99.9 | max |\n" +
+		"|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n" +
+		"| Spring: fixed warm-up 100 | 50s | 2s, 100/pod | 6.00ms | 4.00ms | 60.0ms | 300ms | 500ms | 6.00ms | 90.0ms | 200ms | 400ms |\n" +
+		"| Spring: danki | 1m40s | 35s, 1900/pod | 6.00ms | 3.00ms | 12.0ms | 30.0ms | 50.0ms | 3.00ms | 9.00ms | 20.0ms | 40.0ms |\n" +
+		"\nOf their \"during\": the warm-up step, all users on stable.\n\n" +
+		"| rollout | new pods at weight 0 | users' requests | p50 | p99 | p99.9 | max |\n|---|---:|---:|---:|---:|---:|---:|\n" +
+		"| Spring: danki | 35s warm-up | 1400 | 4.00ms | 25.0ms | 45.0ms | 48.0ms |\n" +
+		"\n| Spring: fixed warm-up 100 ÷ danki | p50 | p99 | p99.9 | max |\n|---|---:|---:|---:|---:|\n" +
+		"| during rollout | 1.33× | 5.00× | 10.00× | 10.00× |\n" +
+		"| after rollout | 2.00× | 10.00× | 10.00× | 10.00× |\n"
+	if tbl := titles[ResultsSpring]; tbl != wantSpring {
+		t.Errorf("RESULTS.md's Spring section:\n%s\nwant:\n%s", tbl, wantSpring)
+	}
+	// A run without the control or Spring leaves their sections alone; a
+	// failed Spring pair says why it is missing.
+	plain := &Result{Scenarios: res.Scenarios[:1], Runs: res.Runs[:1], SpringError: "app-spring: aborted"}
+	b.Reset()
+	if err := WriteReport(&b, traffic.Text, plain); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "the Spring app's rollouts failed (not in the tables): app-spring: aborted") || strings.Contains(b.String(), "Spring users") {
+		t.Errorf("report of a failed Spring pair:\n%s", b.String())
+	}
+	for _, s := range demoSections(plain, "now") {
+		if s.Title == ResultsControl || s.Title == ResultsSpring {
+			t.Errorf("a run without them writes section %q", s.Title)
+		}
 	}
 }

@@ -7,7 +7,11 @@
 # and, next to danki, danki warming on mirrored user traffic instead of
 # synthetic load (lab/manifests/mirror), plus an oracle warm-up curve,
 # reporting each rollout's warm-up length and ratios (contender ÷ danki)
-# measured side by side in one run, $BENCH_RUNS times (default 2). The demo's bad
+# measured side by side in one run; after danki, its control (danki's
+# Rollout with a pause as long as danki's warm-up instead of it: users on
+# stable during the warm-up, danki ÷ control); then the slow-warming workload
+# (the Spring Boot sample app rolled out with a fixed 100-request warm-up and
+# with danki's: fixed ÷ danki); $BENCH_RUNS times (default 2). The demo's bad
 # version is left out (it yields no ratio; make demo shows it). Results:
 # $BENCH_OUT (default bench-results/). Then the warm gate's bench
 # (danki-lab gate-bench): new pods three ways side by side; then the lab's
@@ -48,13 +52,16 @@ if [ "$(id -u)" != 0 ]; then
 	exit 0
 fi
 # The lab bench, repeated: each run puts baseline, the contenders (Istio slow
-# start, fixed warm-up 100, danki (mirror)) and danki side by side under the
-# same load, so each run's ratios stand on their own; the summary lists them
-# run by run: the rollout table (time, warm-up length and source, users'
-# p99/p99.9/max before, during, after) and the ratio lines. One run took
-# ~15 min before the mirror scenario (15.4 measured, lab already built, up
-# and down included), which adds ~4 min: with 2 runs and the Go benchmarks,
-# make bench takes ~45 min.
+# start, fixed warm-up 100, danki (mirror)), danki and its control side by
+# side under the same load, then the Spring pair under its own users, so
+# each run's ratios stand on their own; the summary lists them run by run:
+# the rollout tables (time, warm-up length and source, users' p99/p99.9/max
+# before, during, after; the sample app's, then Spring's), the control's
+# table (users on stable during danki's warm-up and the control's pause)
+# and the ratio lines. One run took ~15 min before the mirror scenario (15.4
+# measured, lab already built, up and down included), which adds ~4 min;
+# the control adds ~6 min and the Spring pair ~8 (6.3 and 7.5 measured,
+# 2026-11-28): with 2 runs and the Go benchmarks, ~75 min.
 runs=${BENCH_RUNS:-2}
 summary=$out/summary.md
 {
@@ -64,10 +71,11 @@ summary=$out/summary.md
 } >"$summary"
 for i in $(seq 1 "$runs"); do
 	log "bench: lab run $i of $runs → $out/run-$i"
-	DEMO_OUT=$out/run-$i "$here/demo.sh" --oracle --contenders --mirror --skip-bad-version --gate=false
+	DEMO_OUT=$out/run-$i "$here/demo.sh" --oracle --contenders --mirror --control --spring --skip-bad-version --gate=false
 	{
 		echo; echo "## run $i"; echo
 		sed -n '/^| rollout | time /,/^$/p' "$out/run-$i/results.md"
+		sed -n '/^| rollout | new pods at weight 0 /,/^$/p' "$out/run-$i/results.md"
 		sed -n '/^- .* ÷ /p' "$out/run-$i/results.md"
 	} >>"$summary"
 done

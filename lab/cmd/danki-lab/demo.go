@@ -18,7 +18,8 @@ func newDemoCmd() *cobra.Command {
 		root, kubeconfig, gateway, out, danki string
 		qps                                   float64
 		oracle, contenders, mirror, skipBad   bool
-		withGate                              bool
+		control, spring, withGate             bool
+		springQPS                             float64
 		settle, before, after                 time.Duration
 	)
 	cmd := &cobra.Command{
@@ -45,6 +46,22 @@ requests doubled every 10 s up to 100 %, instead of synthetic load), to compare
 the two warm-up sources and no warm-up side by side. The table gets each
 rollout's warm-up length (the danki/warmup step's start to end, with requests
 per pod or mirrored requests), and the ratios "danki (mirror) ÷ danki".
+
+With --control (make bench), one more rollout runs right after danki, under
+the same users: the control, danki's Rollout (lab/manifests/danki) with its
+warm-up step replaced by a pause as long as danki's warm-up took in this run,
+so the new pods start and sit at weight 0 with no warm-up traffic. What users
+(all on stable) saw during danki's warm-up and during the control's pause —
+p50, p99, p99.9, max — and the ratios "danki ÷ control" say what the warm-up
+itself costs them, beyond starting the new pods.
+
+With --spring (make bench), after the sample app's rollouts, the Spring Boot
+sample app (a slow-warming JVM; lab/manifests/spring's Services and host
+spring.lab on the gateway) is rolled v1 → v2 twice under --spring-qps of its
+own users, its stable pods warmed with 12,000 requests first: with a fixed
+warm-up of 100 requests per pod (lab/manifests/spring-fixed100) and with
+danki's default warm-up (lab/manifests/spring-danki), then setWeight 50 and
+the promotion; ratios "Spring: fixed warm-up 100 ÷ danki" during and after.
 
 Then, with --gate (the default), a short warm gate bench: "danki gate" runs
 out of cluster with its webhook, and lab/manifests/gate's app-cold (no warm-up)
@@ -80,6 +97,7 @@ and stops the lab; "make bench" adds --oracle and reports ratios.`,
 					Settle: settle, Mesh: mesh, Log: stderrLog(cmd)},
 				Before: before, After: after, Oracle: oracle,
 				Contenders: contenders, Mirror: mirror, SkipBadVersion: skipBad,
+				Control: control, Spring: spring, SpringQPS: springQPS,
 			})
 			if err != nil {
 				return err
@@ -114,6 +132,9 @@ and stops the lab; "make bench" adds --oracle and reports ratios.`,
 	f.BoolVar(&oracle, "oracle", false, "also load a fresh pod 5,000 times to find when it stops improving, and compare danki's warm-up length (make bench)")
 	f.BoolVar(&contenders, "contenders", false, "also roll out, between baseline and danki, Istio's slow start (lab/manifests/slowstart) and a fixed warm-up of 100 requests (lab/manifests/fixed100), with ratios contender ÷ danki (make bench)")
 	f.BoolVar(&mirror, "mirror", false, "also roll out, just before danki, danki warming on mirrored user traffic only (lab/manifests/mirror), with ratios danki (mirror) ÷ danki (make bench)")
+	f.BoolVar(&control, "control", false, "also roll out, right after danki, danki's Rollout with a pause of danki's warm-up length instead of the warm-up, with ratios danki ÷ control of the users' latency during the warm-up (make bench)")
+	f.BoolVar(&spring, "spring", false, "also roll the Spring Boot sample app out with a fixed warm-up of 100 requests and with danki (lab/manifests/spring-fixed100, spring-danki), with ratios fixed ÷ danki (make bench; ~8 min)")
+	f.Float64Var(&springQPS, "spring-qps", 40, "the Spring app's steady user traffic with --spring, requests per second")
 	f.BoolVar(&skipBad, "skip-bad-version", false, "leave out the bad version's rollout (make bench: it yields no ratio)")
 	f.BoolVar(&withGate, "gate", true, "then the short warm gate bench: no warm-up vs danki gate (and the control), scale 2 → 4 (make bench runs the full one: gate-bench)")
 	f.StringVar(&danki, "danki", "", "the danki binary that runs `danki gate` for --gate (default $DANKI_CACHE/lab/bin/danki, else <root>/.cache/lab/bin/danki)")
