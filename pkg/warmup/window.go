@@ -322,7 +322,7 @@ func (c *Config) judge(windows []WindowStats, ref stableRef, reject bool) verdic
 			return verdict{why: fmt.Sprintf("window %d had %d errors in %d requests (maxErrorRatio %g)", w.Index, w.Errors, w.Count, *c.MaxErrorRatio)}
 		}
 	}
-	if (c.CompareToStable || reject || c.judgeStable) && ref.known() {
+	if (c.CompareToStable || reject) && ref.known() {
 		if ref.windows < k {
 			return verdict{why: fmt.Sprintf("waiting for stable windows (%d of %d)", ref.windows, k)}
 		}
@@ -445,10 +445,7 @@ func (c *Config) nextOnLatency(s *stopState, windows []WindowStats, ref stableRe
 		return ch
 	}
 	s.settledFor++
-	// Next to the gate's neighbours (judgeStable, no rejection) a plateau
-	// short of theirs, however far, ends the warm-up once it lasted as
-	// long: the same version on a slower node is not held to the deadline.
-	if v.settled != "" && (v.closeToStable || c.judgeStable && !reject && !c.CompareToStable) && float64(s.settledFor) >= max(float64(c.StableWindows), settleShare*float64(len(windows))) {
+	if v.settled != "" && v.closeToStable && float64(s.settledFor) >= max(float64(c.StableWindows), settleShare*float64(len(windows))) {
 		ch.converged, ch.settled = true, fmt.Sprintf("settled for %d windows in a row at %s", s.settledFor, v.settled)
 	}
 	return ch

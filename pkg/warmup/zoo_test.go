@@ -42,11 +42,7 @@ type zooRun struct {
 // as the coordinator reads it: a read kicked at every window boundary
 // answers during the next window, so the rule sees the readings up to the
 // window before (and one from before the first request).
-func zooStop(cfg *Config, shape *testutil.Shape, seed uint64, against string, jit bool) zooRun {
-	stable, reject := against != zooOwn, against == zooStable
-	c := *cfg
-	c.judgeStable = against == zooNeighbours
-	cfg = &c
+func zooStop(cfg *Config, shape *testutil.Shape, seed uint64, stable, jit bool) zooRun {
 	seq := shape.Sequence(seed)
 	var st stopState
 	if jit {
@@ -81,7 +77,7 @@ func zooStop(cfg *Config, shape *testutil.Shape, seed uint64, against string, ji
 			}
 			ref = cfg.stableReference(swindows)
 		}
-		v := cfg.next(&st, windows, ref, reject)
+		v := cfg.next(&st, windows, ref, stable)
 		cfg.shed(windows)
 		if v.rejected != "" {
 			run.rejected = true
@@ -104,16 +100,6 @@ func zooStop(cfg *Config, shape *testutil.Shape, seed uint64, against string, ji
 
 // shed is the coordinator's: a window's latencies dropped once judged.
 func (c *Config) shed(windows []WindowStats) { (&coordinator{cfg: c}).shed(windows) }
-
-// What a zoo warm-up is judged against: its own plateau (no stable: a
-// first deploy, a lone pod), stable (the step: rejectSlowerVersion by
-// default), the warm gate's Ready neighbours (Options.JudgeAgainstStable:
-// the same reference, no rejection).
-const (
-	zooOwn        = "own plateau"
-	zooStable     = "stable"
-	zooNeighbours = "neighbours (gate)"
-)
 
 // zooRow is one shape's row of the zoo table.
 type zooRow struct {
@@ -170,14 +156,14 @@ func zooCheck(t *testing.T, jit bool, known map[string]float64) {
 	cfg := Config{}.WithDefaults()
 	minimum := cfg.MinStop()
 	var rows []zooRow
-	for _, against := range []string{zooOwn, zooStable, zooNeighbours} {
+	for _, against := range []string{"own plateau", "stable"} {
 		for _, shape := range testutil.Zoo() {
 			oracle := shape.Oracle(cfg.MaxRequests, 0.1, 200, 50)
 			w50, w99 := shape.WarmPercentiles(200_000)
 			r := zooRow{shape: shape.Name, against: against, runs: zooRuns, oracle: oracle, ref: max(oracle, minimum), never: shape.Never}
 			var stops []int64
 			for seed := range uint64(zooRuns) {
-				run := zooStop(&cfg, shape, seed+1, against, jit)
+				run := zooStop(&cfg, shape, seed+1, against == "stable", jit)
 				stops = append(stops, run.stop)
 				if run.rejected {
 					r.rejected++
@@ -231,12 +217,7 @@ func zooCheck(t *testing.T, jit bool, known map[string]float64) {
 // between two JIT tiers (spring-steps) or whose tail thins out too slowly
 // to show between blocks (cache-fill, lazy-endpoints) is released early,
 // and waiting longer for every plateau costs the exponential decays their
-// 1.5×. Next to stable, two shares sit within a run or two of 90 %. Next
-// to the gate's neighbours (no rejection) a plateau short of theirs ends
-// the warm-up once it lasted half of it, so spring-steps, flat from its
-// first requests to its first step, is released there (~1,200 requests):
-// the gate cannot tell it from the same version on a slower node; every
-// other shape does as next to stable.
+// 1.5×. Next to stable, two shares sit within a run or two of 90 %.
 var zooKnownMisses = map[string]float64{
 	"jit-slow+noise/own plateau/stop":          60,
 	"cache-fill/own plateau/quality":           65,
@@ -249,11 +230,6 @@ var zooKnownMisses = map[string]float64{
 	"spring-steps+noise/own plateau/quality":   0,
 	"jit-slow+noise/stable/quality":            85,
 	"warm+noise/stable/700":                    85,
-
-	"jit-slow+noise/neighbours (gate)/quality":     85,
-	"warm+noise/neighbours (gate)/700":             85,
-	"spring-steps/neighbours (gate)/quality":       0,
-	"spring-steps+noise/neighbours (gate)/quality": 0,
 }
 
 // zooKnownMissesJIT are zooKnownMisses with the JIT signal (the zoo's
@@ -265,8 +241,7 @@ var zooKnownMisses = map[string]float64{
 // the model's JIT compiles less than 3 % of its total per block, or at
 // under a tenth of its early rate: 2,500 ms over a stretch of up to 10,000
 // requests), or not by maxRequests (after a late last step the plateau
-// rule's blocks need ~1.6× its count): 45.5 % and 47.5 % of runs; next
-// to the gate's neighbours 46.5 % and 56 %.
+// rule's blocks need ~1.6× its count): 45.5 % and 47.5 % of runs.
 var zooKnownMissesJIT = map[string]float64{
 	"jit-slow/own plateau/stop":                60,
 	"jit-slow+noise/own plateau/stop":          60,
@@ -280,11 +255,6 @@ var zooKnownMissesJIT = map[string]float64{
 	"spring-steps+noise/own plateau/quality":   40,
 	"jit-slow+noise/stable/quality":            85,
 	"warm+noise/stable/700":                    85,
-
-	"jit-slow+noise/neighbours (gate)/quality":     85,
-	"warm+noise/neighbours (gate)/700":             85,
-	"spring-steps/neighbours (gate)/quality":       40,
-	"spring-steps+noise/neighbours (gate)/quality": 40,
 }
 
 type zooMiss struct {
@@ -295,7 +265,7 @@ type zooMiss struct {
 func (r zooRow) misses() []zooMiss {
 	var m []zooMiss
 	pct := func(n int) float64 { return 100 * float64(n) / float64(r.runs) }
-	if r.never && r.against == zooOwn {
+	if r.never && r.against == "own plateau" {
 		if r.stopped > 0 {
 			m = append(m, zooMiss{"never", fmt.Sprintf("called warm in %d of %d runs, never settles", r.stopped, r.runs), pct(r.runs - r.stopped)})
 		}
