@@ -41,7 +41,10 @@ type StepConfig struct {
 	// kernel's least weight while it warms (pods/resize, Kubernetes ≥
 	// 1.33), so the stable pods serving users run first, and puts back its
 	// template's request before the pod is reported warm (yield.go).
-	// Default true; false warms at full weight. A pod that cannot yield
+	// Default false (opt-in): with it, a yielding run gets half the
+	// deadline and a pod not warm by then starts its stopping rule afresh
+	// at full weight, which a slow-paced warm-up (a version with 1 s
+	// requests) cannot finish in the other half. A pod that cannot yield
 	// (no pods/resize right, a Guaranteed pod, a LimitRange-set request)
 	// warms at full weight, said in the step's message.
 	YieldCPU *bool `json:"yieldCPU,omitempty"`

@@ -62,7 +62,8 @@ func TestCPUYieldOnAPIServer(t *testing.T) {
 	rollouts := &templateRollouts{state: RolloutState{CanaryHash: "new", TemplateCPURequests: map[string]resource.Quantity{"app": resource.MustParse("250m")}}}
 	s := &Step{Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Clients: func() Clients { return Clients{Kube: e.Kube, Rollouts: rollouts} }}
 	ro := Rollout{Rollout: warmup.Rollout{Namespace: ns, Name: "app", CanaryHash: "new", StableHash: "old"}}
-	y := s.CPUYield(ro, StepConfig{})
+	on := true
+	y := s.CPUYield(ro, StepConfig{YieldCPU: &on})
 	target := func(name string) warmup.Target {
 		return warmup.Target{Name: name, URL: "http://10.1.0.5:8080", CPURequest: 0.001}
 	}
@@ -103,13 +104,13 @@ func TestCPUYieldOnAPIServer(t *testing.T) {
 	if again := y.Restore(ctx); again != "" {
 		t.Errorf("a second restore did something: %q", again)
 	}
-	if off := false; s.CPUYield(ro, StepConfig{YieldCPU: &off}) != nil {
-		t.Error("yieldCPU: false still yields")
+	if off := false; s.CPUYield(ro, StepConfig{YieldCPU: &off}) != nil || s.CPUYield(ro, StepConfig{}) != nil {
+		t.Error("yieldCPU false or unset (the default) still yields")
 	}
 	// A Rollout whose canary moved on (its template changed) resizes
 	// nothing: what it would put back is not this revision's.
 	rollouts.state.CanaryHash = "newer"
-	if _, note, lowered := s.CPUYield(ro, StepConfig{}).Lower(ctx, []warmup.Target{target("canary-a")}); lowered || cpu("canary-a") != "250m" ||
+	if _, note, lowered := s.CPUYield(ro, StepConfig{YieldCPU: &on}).Lower(ctx, []warmup.Target{target("canary-a")}); lowered || cpu("canary-a") != "250m" ||
 		note != "CPU not yielded: the Rollout's canary is now revision newer, not new" {
 		t.Errorf("a moved-on canary: lowered %v (%s), note %q", lowered, cpu("canary-a"), note)
 	}
