@@ -69,6 +69,12 @@ type coordinator struct {
 	// pace's cap is the lower of their ceilings.
 	guard, usersGuard *neighbourGuard
 
+	// yield is where Options.Yield stands; restored fires (closed) once
+	// its Restore returned, restoreDone is the same channel, kept for the
+	// wait at the end.
+	yield                 yieldPhase
+	restored, restoreDone chan struct{}
+
 	events chan event
 	canary []*targetState
 	stable *TargetResult
@@ -156,6 +162,22 @@ func (c *coordinator) run(parent, runCtx context.Context, targets []Target) erro
 		go c.pollNeighbours(pollCtx)
 	}
 
+	var yieldTimer <-chan time.Time
+	var bound time.Duration
+	if c.opts.Yield != nil && c.opts.Yield.Restore != nil {
+		c.yield, c.res.Yield = yieldOn, &YieldResult{}
+		bound = yieldBound(c.opts.Yield, c.cfg.Deadline.D())
+		t := time.NewTimer(time.Until(c.start.Add(bound)))
+		defer t.Stop()
+		yieldTimer = t.C
+		// Run returns after a Restore it started has returned.
+		defer func() {
+			if c.restoreDone != nil {
+				<-c.restoreDone
+			}
+		}()
+	}
+
 	running := len(runners)
 	canaryRunning := len(c.canary)
 	stopping, hardStopped := false, false
@@ -190,6 +212,14 @@ func (c *coordinator) run(parent, runCtx context.Context, targets []Target) erro
 				c.res.Reason = fmt.Sprintf("deadline %s reached", c.cfg.Deadline)
 			}
 			hardStop()
+		case <-yieldTimer:
+			yieldTimer = nil
+			if !stopping {
+				c.endYield(fmt.Sprintf("not warm within %s: %s", bound, c.pendingTrends()))
+			}
+		case <-c.restored:
+			c.restored = nil
+			c.onRestored()
 		case ev := <-c.events:
 			if ev.failing {
 				if !stopping {
@@ -315,8 +345,17 @@ func (c *coordinator) onWindow(ev event) {
 			if !st.res.Converged {
 				v := c.cfg.next(&st.stop, st.res.Windows, c.stableRef(), c.reject)
 				st.waiting = v.why
-				if v.rejected != "" && c.rejected == "" {
+				switch {
+				case v.rejected == "" || c.rejected != "":
+				case c.deferVerdict():
+					// Slower while yielding its CPU is no verdict yet.
+					c.endYield(fmt.Sprintf("%s %s", st.res.Target, v.rejected))
+				default:
 					c.rejected = fmt.Sprintf("%s %s: a slower version, rejected before any user request reached it", st.res.Target, v.rejected)
+				}
+				if !v.converged && c.yield == yieldOn && c.cfg.MaxRequests > 0 && 2*w.Requests >= c.cfg.MaxRequests {
+					// The rest of maxRequests is for the judgement at full weight.
+					c.endYield(fmt.Sprintf("%s: %d of maxRequests %d sent", st.res.Target, w.Requests, c.cfg.MaxRequests))
 				}
 				if v.converged {
 					st.res.Settled = v.settled

@@ -37,6 +37,8 @@ type Result struct {
 	// random one picked), to reproduce the request stream.
 	Seed   int64  `json:"seed"`
 	Config Config `json:"config"`
+	// Yield says how the targets' yield went (Options.Yield); nil without.
+	Yield *YieldResult `json:"yield,omitempty"`
 	// Mesh is danki's SPIFFE ID when it dialled targets with Istio mTLS
 	// (each target's Target.Peer names the pod's).
 	Mesh string `json:"mesh,omitempty"`

@@ -52,6 +52,10 @@ type Options struct {
 	// the stable probe (when stable pods are given), each with its own
 	// baseline; either one backs off.
 	Neighbours NeighbourSignal
+	// Yield, if set, says the targets start with their CPU lowered and
+	// how to give it back (Yield: convergence while yielding stands, a
+	// verdict against a target is judged at full weight, in the same run).
+	Yield *Yield
 	// KeepLatencies keeps every request's latency for
 	// TargetResult.Latencies (exact figures over a fixed count: the
 	// analysis' load source, the capacity check). Without it a run keeps

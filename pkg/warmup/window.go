@@ -385,6 +385,17 @@ type stopState struct {
 	// jit is the JVM's own signal, where the pod exposes it (jit.go);
 	// nil: latency alone.
 	jit *jitSignal
+	// from is how many of the target's first windows count towards no
+	// plateau's length: those measured while it yielded its CPU
+	// (Options.Yield), 0 otherwise.
+	from int
+}
+
+// restart forgets the plateaus counted so far: the target's CPU came back
+// after its first n windows (Options.Yield), and a plateau that ends a
+// warm-up or rejects a version must hold at full weight.
+func (s *stopState) restart(n int) {
+	s.slowerFor, s.settledFor, s.flatFor, s.from = 0, 0, 0, n
 }
 
 // check is the outcome of one look at a target's windows.
@@ -424,9 +435,18 @@ func (c *Config) next(s *stopState, windows []WindowStats, ref stableRef, reject
 // signal (jitSignal.hold) where the pod exposes it.
 func (c *Config) nextOnLatency(s *stopState, windows []WindowStats, ref stableRef, reject bool) check {
 	v := c.judge(windows, ref, reject)
+	// The plateaus' lengths are shares of the windows since the target had
+	// its full CPU weight (all of them unless it yielded).
+	n := len(windows) - s.from
+	if r := c.blockWindows(len(windows)); v.slower != "" && s.from > 0 && n < r {
+		// Slower on a block partly measured while the pod yielded its CPU
+		// is no verdict yet.
+		v.why = fmt.Sprintf("%s; judging it on windows at full CPU weight (%d of %d)", v.why, n, r)
+		v.slower = ""
+	}
 	if v.plateau {
 		s.flatFor++
-		if need := math.Ceil(flatShare * float64(len(windows))); float64(s.flatFor) < need {
+		if need := math.Ceil(flatShare * float64(n)); float64(s.flatFor) < need {
 			v.converged = false
 			v.why = fmt.Sprintf("not improving for %d windows in a row, of %.0f (%g of its windows)", s.flatFor, need, flatShare)
 		}
@@ -436,7 +456,7 @@ func (c *Config) nextOnLatency(s *stopState, windows []WindowStats, ref stableRe
 	ch := check{verdict: v}
 	if v.slower == "" {
 		s.slowerFor = 0
-	} else if s.slowerFor++; c.plateauLongEnough(s.slowerFor, len(windows)) {
+	} else if s.slowerFor++; c.plateauLongEnough(s.slowerFor, n) {
 		ch.rejected = fmt.Sprintf("%s, for %d windows in a row", v.slower, s.slowerFor)
 		return ch
 	}
@@ -445,7 +465,7 @@ func (c *Config) nextOnLatency(s *stopState, windows []WindowStats, ref stableRe
 		return ch
 	}
 	s.settledFor++
-	if v.settled != "" && v.closeToStable && float64(s.settledFor) >= max(float64(c.StableWindows), settleShare*float64(len(windows))) {
+	if v.settled != "" && v.closeToStable && float64(s.settledFor) >= max(float64(c.StableWindows), settleShare*float64(n)) {
 		ch.converged, ch.settled = true, fmt.Sprintf("settled for %d windows in a row at %s", s.settledFor, v.settled)
 	}
 	return ch

@@ -41,12 +41,12 @@ type StepConfig struct {
 	// kernel's least weight while it warms (pods/resize, Kubernetes ≥
 	// 1.33), so the stable pods serving users run first, and puts back its
 	// template's request before the pod is reported warm (yield.go).
-	// Default false (opt-in): with it, a yielding run gets half the
-	// deadline and a pod not warm by then starts its stopping rule afresh
-	// at full weight, which a slow-paced warm-up (a version with 1 s
-	// requests) cannot finish in the other half. A pod that cannot yield
-	// (no pods/resize right, a Guaranteed pod, a LimitRange-set request)
-	// warms at full weight, said in the step's message.
+	// Default true. Warm while yielding is warm; a verdict against a pod
+	// (slower than stable, not warm by half the deadline or half of
+	// maxRequests) waits for its full weight, in the same run
+	// (warmup.Yield). A pod that cannot yield (no pods/resize right, a
+	// Guaranteed pod, a LimitRange-set request) warms at full weight, said
+	// in the step's message.
 	YieldCPU *bool `json:"yieldCPU,omitempty"`
 }
 

@@ -83,8 +83,8 @@ type Job struct {
 	Guard func(ctx context.Context, canary, stable []warmup.Target) (func(netip.Addr) error, error)
 	// Yield, if set, lowers the canary pods' CPU weight while they warm
 	// (Step.CPUYield); the run puts it back before After, before it
-	// reports them warm, and whatever its outcome. A rejection while they
-	// yield is judged again at their full weight before it stands.
+	// reports them warm, and whatever its outcome. A verdict against a pod
+	// while it yields waits for its full weight (warmup.Yield).
 	Yield Yielder
 }
 
@@ -362,12 +362,15 @@ func (r *supervisedRun) execute(ctx context.Context, log *slog.Logger, cfg warmu
 	r.set(PhaseHealth, fmt.Sprintf("waiting for %d pod(s) to answer %s", len(canary), run.HealthCheck(canary)))
 	log.Info("warming pods", "pods", names, "stable", len(stable), "yieldCPU", ys.lowered)
 	opts := warmup.Options{Stable: stable, Logger: log, OnProgress: r.onProgress, Neighbours: job.Neighbours}
-	var res *warmup.Result
-	again := ""
 	if ys.lowered {
-		res, again, err = r.warmYielding(ctx, log, run, deadline, canary, opts, ys)
-	} else {
-		res, err = warmup.Run(ctx, run, canary, opts)
+		// Warm while yielding is warm; a verdict against a pod waits for
+		// its CPU to come back, in the same run (warmup.Yield).
+		opts.Yield = &warmup.Yield{Restore: func() { ys.restore(ctx) }}
+	}
+	res, err := warmup.Run(ctx, run, canary, opts)
+	again := ""
+	if res != nil && res.Yield.String() != "" {
+		again = "; " + res.Yield.String()
 	}
 	yieldNote := ys.restore(ctx)
 	switch {
@@ -400,51 +403,6 @@ func (r *supervisedRun) execute(ctx context.Context, log *slog.Logger, cfg warmu
 		log.Warn("warm-up failed", "err", err)
 		r.set(PhaseFailed, msg)
 	}
-}
-
-// warmYielding warms the canary while it yields CPU, for at most half the
-// run's time: warm at the least CPU weight is warm at any weight, so a
-// convergence stands (the requests are put back after). A pod that is not
-// warm by then, or that settled slower than stable, may only be losing the
-// CPU to the users' pods: its requests are put back and it is judged again
-// at its full weight, with the time and requests left; that run's outcome
-// stands. again describes the second run ("" without one).
-func (r *supervisedRun) warmYielding(ctx context.Context, log *slog.Logger, run warmup.Config, deadline time.Time, canary []warmup.Target, opts warmup.Options, ys *yielding) (res *warmup.Result, again string, err error) {
-	first := run
-	first.Deadline = config.Duration((time.Until(deadline) - deadlineGrace) / 2)
-	// Near stable at half time is no verdict yet: the run at full weight
-	// may still accept it at the real bound.
-	no := false
-	first.AcceptNearStable = &no
-	res, err = warmup.Run(ctx, first, canary, opts)
-	switch warmup.OutcomeOf(err) {
-	case warmup.OutcomeRejected, warmup.OutcomeNotConverged:
-	default:
-		return res, "", err
-	}
-	why := err.Error()
-	ys.restore(ctx)
-	rest := run
-	rest.Deadline = config.Duration(time.Until(deadline) - deadlineGrace)
-	var sent int64
-	if res != nil {
-		for _, t := range res.Targets {
-			sent = max(sent, t.Requests)
-		}
-	}
-	if rest.MaxRequests > 0 {
-		rest.MaxRequests -= sent
-	}
-	if rest.Deadline <= 0 || rest.MaxRequests <= 0 && run.MaxRequests > 0 {
-		return res, " (while yielding CPU; no time or requests left to judge again at full weight)", err
-	}
-	log.Info("not warm while yielding CPU; judging again at full CPU weight", "why", why, "requestsSent", sent)
-	r.set(PhaseLoad, "not warm while yielding CPU ("+why+"); judging again at full CPU weight")
-	r.mu.Lock()
-	r.sent = 0 // the second run counts its requests from 0 again
-	r.mu.Unlock()
-	res, err = warmup.Run(ctx, rest, canary, opts)
-	return res, fmt.Sprintf("; judged at full CPU weight after %d requests while yielding (%s)", sent, why), err
 }
 
 // executeMain runs Job.Main (instead of the synthetic load), then

@@ -36,8 +36,10 @@ func (f *fakeYield) Restore(context.Context) string {
 // yieldJob warms canary next to stable, with y as its yield.
 func yieldJob(canary, stable *testutil.ColdServer, y Yielder) Job {
 	cfg := fastConfig()
-	cfg.Deadline = config.Duration(20 * time.Second) // the yielding half: 10 s
-	cfg.MaxRequests = 6000
+	cfg.Deadline = config.Duration(20 * time.Second) // yields for 10 s at most
+	// The yield ends at 3,000 requests at most; stable's windows come at
+	// 500 qps, so a warm pod is judged warm well before.
+	cfg.MaxRequests, cfg.StableQPS = 6000, 500
 	reject := true // as the step's default with stable pods
 	cfg.RejectSlowerVersion = &reject
 	return Job{Config: cfg, Yield: y, FindTargets: func(ctx context.Context) ([]warmup.Target, []warmup.Target, error) {
@@ -48,8 +50,8 @@ func yieldJob(canary, stable *testutil.ColdServer, y Yielder) Job {
 }
 
 // A pod that is only slower while it yields (it lost the CPU to the users)
-// is judged again at full weight, and passes there; the request is put back
-// once, before the step reports it warm.
+// is judged at full weight, in the same run, and passes there; the request
+// is put back once, before the step reports it warm.
 func TestYieldSlowerOnlyWhileYieldingIsJudgedAgain(t *testing.T) {
 	y := &fakeYield{}
 	canary := newTestServer(t, func(int64, bool) time.Duration {
@@ -102,8 +104,8 @@ func TestYieldWarmWhileYieldingStands(t *testing.T) {
 	}
 }
 
-// A version slower at full weight too is rejected after the second
-// judgement, and its request is put back all the same.
+// A version slower at full weight too is rejected after the judgement at
+// full weight, and its request is put back all the same.
 func TestYieldSlowerVersionStillRejected(t *testing.T) {
 	y := &fakeYield{}
 	canary := newTestServer(t, testutil.Flat(20*time.Millisecond))

@@ -1,0 +1,105 @@
+package warmup
+
+import (
+	"fmt"
+	"time"
+)
+
+// Yield is a run whose targets start with their CPU lowered (Options.Yield:
+// the step's yieldCPU, pods/resize to the least weight so the stable pods'
+// users run first).
+//
+// A pod warm while it yields is warm at any weight, so that convergence
+// stands. A verdict against it does not: a pod starved of CPU may only look
+// slower. So the run ends the yield — Restore, once — at the first sign the
+// missing CPU could explain (a rejection), when a target has had half of
+// maxRequests, or after For, and goes on at full weight in the same run:
+// the windows so far are kept (the stopping rule's blocks carry on, a
+// slow-paced warm-up does not start again from nothing), while the plateaus
+// a rejection or a settled short-of-stable plateau must last are counted
+// from the restore, on windows measured at full weight only.
+type Yield struct {
+	// For is how long the targets yield at most; Run ends the yield by half
+	// its deadline whatever For says (0: half the deadline).
+	For time.Duration
+	// Restore gives the targets their CPU back and returns once that is
+	// applied (or given up on). Run calls it at most once, on a goroutine
+	// of its own while the load goes on, and returns only after it
+	// returned. Run does not call it when every target converged while
+	// yielding: the caller restores then.
+	Restore func()
+}
+
+// YieldResult says how a run's yield (Options.Yield) went.
+type YieldResult struct {
+	// Ended says why the run gave the targets their CPU back before they
+	// were all warm; "" when they were warm while yielding.
+	Ended string `json:"ended,omitempty"`
+	// After is the requests the busiest target had had by then.
+	After int64 `json:"after,omitempty"`
+}
+
+// String is the yield's part of a run's message: "" when the targets were
+// warm while yielding.
+func (y *YieldResult) String() string {
+	if y == nil || y.Ended == "" {
+		return ""
+	}
+	return fmt.Sprintf("judged at full CPU weight after %d requests while yielding (%s)", y.After, y.Ended)
+}
+
+// yieldPhase is where a run's yield stands.
+type yieldPhase int
+
+const (
+	yieldNone      yieldPhase = iota // no Options.Yield, or it is over
+	yieldOn                          // the targets yield
+	yieldRestoring                   // Restore is running
+)
+
+// yieldBound is how long a run's targets yield at most: Yield.For, capped
+// at half the deadline.
+func yieldBound(y *Yield, deadline time.Duration) time.Duration {
+	half := deadline / 2
+	if y.For <= 0 || y.For > half {
+		return half
+	}
+	return y.For
+}
+
+// endYield starts Restore (once) and records why; verdicts against a
+// target stay deferred until it returned (onRestored).
+func (c *coordinator) endYield(why string) {
+	if c.yield != yieldOn {
+		return
+	}
+	c.yield = yieldRestoring
+	var after int64
+	for _, st := range c.canary {
+		after = max(after, st.rec.total.Load())
+	}
+	c.res.Yield.Ended, c.res.Yield.After = why, after
+	c.opts.Logger.Info("not warm while yielding CPU; giving it back, judging at full CPU weight", "why", why, "requests", after)
+	done := make(chan struct{})
+	c.restored, c.restoreDone = done, done
+	go func() {
+		defer close(done)
+		c.opts.Yield.Restore()
+	}()
+}
+
+// onRestored: the targets have their CPU back. Windows from here on are at
+// full weight; the plateaus a verdict against a target needs start again
+// (stopState.restart), its windows and blocks do not.
+func (c *coordinator) onRestored() {
+	c.yield = yieldNone
+	for _, st := range c.canary {
+		if !st.res.Converged {
+			st.stop.restart(len(st.res.Windows))
+		}
+	}
+}
+
+// deferVerdict says whether a verdict against a target must wait: its
+// CPU is still lowered, or being given back.
+func (c *coordinator) deferVerdict() bool { return c.yield != yieldNone }

@@ -1,0 +1,142 @@
+package warmup
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/danki-dev/danki/internal/testutil"
+	"github.com/danki-dev/danki/pkg/config"
+)
+
+// The stopping rule after a yield (stopState.restart): a pod slower only
+// while it yielded its CPU is warm once its windows at full weight are as
+// fast as stable's, never rejected; a pod slower at full weight too is
+// rejected, but only on a block measured at full weight.
+func TestPlateauAfterYieldCountsFromRestore(t *testing.T) {
+	cfg := Config{Window: 100, StableWindows: 3, MinRequests: 300, MaxRequests: 10000, Tolerance: 0.1, AbsoluteTolerance: config.Duration(time.Millisecond)}.WithDefaults()
+	stable := ref(3, 20)
+	const yielded = 40
+	slow50, slow99 := steady(yielded, 9, 400)
+	run := func(t *testing.T, p50, p99 float64) (rejectedAt, convergedAt int) {
+		t.Helper()
+		a50, a99 := steady(30, p50, p99)
+		all := windows(append(slices.Clone(slow50), a50...), append(slices.Clone(slow99), a99...), 100)
+		var st stopState
+		for i := 1; i <= len(all); i++ {
+			if i == yielded+1 {
+				st.restart(yielded)
+			}
+			v := cfg.next(&st, all[:i], stable, true)
+			if i <= yielded {
+				continue // the coordinator defers verdicts against a yielding pod
+			}
+			if v.rejected != "" {
+				return i, 0
+			}
+			if v.converged {
+				return 0, i
+			}
+		}
+		return 0, 0
+	}
+	t.Run("slower only while yielding", func(t *testing.T) {
+		rejectedAt, convergedAt := run(t, 3, 20)
+		if rejectedAt != 0 || convergedAt == 0 || convergedAt > yielded+cfg.compareWindows()+1 {
+			t.Fatalf("rejected at window %d, converged at %d; want warm within %d windows at full weight", rejectedAt, convergedAt, cfg.compareWindows()+1)
+		}
+	})
+	t.Run("slower at full weight too", func(t *testing.T) {
+		rejectedAt, convergedAt := run(t, 9, 400)
+		if convergedAt != 0 || rejectedAt == 0 {
+			t.Fatalf("rejected at window %d, converged at %d; want rejected", rejectedAt, convergedAt)
+		}
+		if full := rejectedAt - yielded; full < cfg.blockWindows(rejectedAt) {
+			t.Fatalf("rejected after %d windows at full weight; want a whole block (%d) measured at full weight first", full, cfg.blockWindows(rejectedAt))
+		}
+	})
+}
+
+// The judgement at full weight carries on the run (Options.Yield): the
+// windows sent while yielding count, so a warm-up that needs more requests
+// than are left after the yield still ends warm. Two runs (yield, then
+// judge afresh) could not: minRequests 1,100 after the yield took 1,000 of
+// maxRequests 2,000.
+func TestYieldKeepsTheWindows(t *testing.T) {
+	cfg := fastConfig()
+	cfg.MinRequests, cfg.MaxRequests = 1100, 2000
+	srv := newTestServer(t, testutil.Flat(time.Millisecond))
+	var restores atomic.Int32
+	res, err := Run(context.Background(), cfg, []Target{target(srv)}, Options{Yield: &Yield{Restore: func() { restores.Add(1) }}})
+	if err != nil || !res.Converged {
+		t.Fatalf("err = %v, want warm in the same run\n%s", err, table(res))
+	}
+	if restores.Load() != 1 || !strings.Contains(res.Yield.Ended, "of maxRequests 2000 sent") || res.Yield.After < 1000 {
+		t.Fatalf("restored %d times, yield %+v; want one restore at half of maxRequests", restores.Load(), res.Yield)
+	}
+	tr := res.Targets[0]
+	for i, w := range tr.Windows {
+		if w.Index != i+1 {
+			t.Fatalf("window %d has index %d: the run started again", i+1, w.Index)
+		}
+	}
+	if tr.ConvergedAfter <= res.Yield.After || tr.ConvergedAfter >= cfg.MaxRequests {
+		t.Errorf("converged after %d requests; want after the restore (%d) and before maxRequests", tr.ConvergedAfter, res.Yield.After)
+	}
+	if !strings.Contains(res.Yield.String(), "judged at full CPU weight after") {
+		t.Errorf("Yield.String() = %q", res.Yield.String())
+	}
+}
+
+// A pod warm while it yields is warm: Run gives nothing back (the caller
+// does), and says nothing about a judgement at full weight.
+func TestYieldWarmWhileYielding(t *testing.T) {
+	srv := newTestServer(t, testutil.Flat(time.Millisecond))
+	var restores atomic.Int32
+	res, err := Run(context.Background(), fastConfig(), []Target{target(srv)}, Options{Yield: &Yield{Restore: func() { restores.Add(1) }}})
+	if err != nil || !res.Converged || restores.Load() != 0 || res.Yield.String() != "" {
+		t.Fatalf("err = %v, restores %d, yield %+v; want warm while yielding, nothing restored by Run\n%s", err, restores.Load(), res.Yield, table(res))
+	}
+}
+
+// A verdict against a yielding pod waits for its CPU: slower than stable
+// only while it yields, it is warm after the restore (which ran once, at
+// the rejection), in the same run; slower at full weight too, it is
+// rejected after it.
+func TestYieldDefersRejection(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		slowAtFull  bool
+		wantWarm    bool
+		wantInError string
+	}{{name: "slower only while yielding", wantWarm: true}, {name: "slower at full weight too", slowAtFull: true, wantInError: "slower than stable"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			var lowered atomic.Bool
+			lowered.Store(true)
+			canary := newTestServer(t, func(n int64, _ bool) time.Duration {
+				if (lowered.Load() || tc.slowAtFull) && n%20 == 0 { // 5 % of requests +100 ms
+					return 101 * time.Millisecond
+				}
+				return time.Millisecond
+			})
+			stable := newTestServer(t, testutil.Flat(time.Millisecond))
+			cfg := fastConfig()
+			cfg.StableQPS, cfg.MaxRequests = 500, 10000
+			var restores atomic.Int32
+			res, err := Run(context.Background(), cfg, []Target{target(canary)}, Options{Stable: []Target{target(stable)},
+				Yield: &Yield{Restore: func() { restores.Add(1); lowered.Store(false) }}})
+			if restores.Load() != 1 || res.Yield == nil || !strings.Contains(res.Yield.Ended, "× stable's") {
+				t.Fatalf("restored %d times, yield %+v; want one restore, at the rejection while yielding\n%s", restores.Load(), res.Yield, table(res))
+			}
+			if tc.wantWarm && (err != nil || !res.Converged) {
+				t.Fatalf("err = %v; want warm at full weight\n%s", err, table(res))
+			}
+			if !tc.wantWarm && (err == nil || !strings.Contains(err.Error(), tc.wantInError) || res.Targets[0].Requests <= res.Yield.After) {
+				t.Fatalf("err = %v after %d requests (restored at %d); want rejected at full weight\n%s", err, res.Targets[0].Requests, res.Yield.After, table(res))
+			}
+		})
+	}
+}
