@@ -46,7 +46,8 @@ type StepConfig struct {
 	// maxRequests) waits for its full weight, in the same run
 	// (warmup.Yield). A pod that cannot yield (no pods/resize right, a
 	// Guaranteed pod, a LimitRange-set request) warms at full weight, said
-	// in the step's message.
+	// in the step's message. Unset with mirror mode only (no synthetic
+	// load, so no judgement at full weight): no yield.
 	YieldCPU *bool `json:"yieldCPU,omitempty"`
 }
 

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/danki-dev/danki/pkg/mirror"
 	"github.com/danki-dev/danki/pkg/podcpu"
 	"github.com/danki-dev/danki/pkg/warmup"
 )
@@ -85,6 +86,12 @@ type yieldedPod struct {
 func (s *Step) CPUYield(ro Rollout, cfg StepConfig) *CPUYield {
 	if cfg.YieldCPU != nil && !*cfg.YieldCPU || len(cfg.URLs) > 0 {
 		return nil // turned off, or the canary is given as URLs: no pods to resize
+	}
+	if cfg.YieldCPU == nil && cfg.Mirror != nil && cfg.Mirror.Mode == mirror.ModeOnly {
+		// Warming on mirrored traffic alone has no judgement at full
+		// weight (the synthetic load's warmup.Yield): a pod not warm by
+		// the deadline fails as it is. It yields only when asked.
+		return nil
 	}
 	kube, _ := s.kube()
 	return &CPUYield{kube: kube, rollouts: s.Clients().Rollouts, log: s.Log.With("rollout", ro.owner()), namespace: ro.Namespace,
