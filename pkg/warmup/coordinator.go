@@ -43,6 +43,9 @@ type targetState struct {
 	stop stopState
 	// jit reads the pod's JIT signal (jit.go); nil: not read.
 	jit *jitReader
+	// lastWindow is when its latest window completed (the load's start
+	// before the first): how long a yield has starved it (checkStarved).
+	lastWindow time.Time
 }
 
 // coordinator owns the runners of one warm-up: it turns completed windows
@@ -162,7 +165,7 @@ func (c *coordinator) run(parent, runCtx context.Context, targets []Target) erro
 		go c.pollNeighbours(pollCtx)
 	}
 
-	var yieldTimer <-chan time.Time
+	var yieldTimer, starvedLook <-chan time.Time
 	var bound time.Duration
 	if c.opts.Yield != nil && c.opts.Yield.Restore != nil {
 		c.yield, c.res.Yield = yieldOn, &YieldResult{}
@@ -170,6 +173,13 @@ func (c *coordinator) run(parent, runCtx context.Context, targets []Target) erro
 		t := time.NewTimer(time.Until(c.start.Add(bound)))
 		defer t.Stop()
 		yieldTimer = t.C
+		look := time.NewTicker(cmp.Or(c.opts.Yield.Stall, yieldStall) / 6)
+		defer look.Stop()
+		starvedLook = look.C
+		now := time.Now()
+		for _, st := range c.canary {
+			st.lastWindow = now
+		}
 		// Run returns after a Restore it started has returned.
 		defer func() {
 			if c.restoreDone != nil {
@@ -216,6 +226,12 @@ func (c *coordinator) run(parent, runCtx context.Context, targets []Target) erro
 			yieldTimer = nil
 			if !stopping {
 				c.endYield(fmt.Sprintf("not warm within %s: %s", bound, c.pendingTrends()))
+			}
+		case now := <-starvedLook:
+			if c.yield != yieldOn {
+				starvedLook = nil
+			} else if !stopping {
+				c.checkStarved(now)
 			}
 		case <-c.restored:
 			c.restored = nil
@@ -338,6 +354,7 @@ func (c *coordinator) onWindow(ev event) {
 				continue
 			}
 			st.res.Windows = append(st.res.Windows, w)
+			st.lastWindow = time.Now()
 			if st.jit != nil {
 				st.stop.jit.readings = st.jit.appendNew(st.stop.jit.readings)
 				st.jit.kick()

@@ -1,6 +1,7 @@
 package warmup
 
 import (
+	"cmp"
 	"fmt"
 	"time"
 )
@@ -12,8 +13,9 @@ import (
 // A pod warm while it yields is warm at any weight, so that convergence
 // stands. A verdict against it does not: a pod starved of CPU may only look
 // slower. So the run ends the yield — Restore, once — at the first sign the
-// missing CPU could explain (a rejection), when a target has had half of
-// maxRequests, or after For, and goes on at full weight in the same run:
+// missing CPU could explain (a rejection, a target starved: no window
+// complete for yieldStall), when a target has had half of maxRequests, or
+// after For, and goes on at full weight in the same run:
 // the windows so far are kept (the stopping rule's blocks carry on, a
 // slow-paced warm-up does not start again from nothing), while the plateaus
 // a rejection or a settled short-of-stable plateau must last are counted
@@ -22,6 +24,10 @@ type Yield struct {
 	// For is how long the targets yield at most; Run ends the yield by half
 	// its deadline whatever For says (0: half the deadline).
 	For time.Duration
+	// Stall is how long a yielding target may go without a complete
+	// window before it counts as starved and the yield ends (0:
+	// yieldStall).
+	Stall time.Duration
 	// Restore gives the targets their CPU back and returns once that is
 	// applied (or given up on). Run calls it at most once, on a goroutine
 	// of its own while the load goes on, and returns only after it
@@ -47,6 +53,14 @@ func (y *YieldResult) String() string {
 	}
 	return fmt.Sprintf("judged at full CPU weight after %d requests while yielding (%s)", y.After, y.Ended)
 }
+
+// yieldStall: a yielding target with no window complete for this long is
+// starved, not warming (the node's CPU is all taken, and the least weight
+// gets next to none of it: in the lab, with its two cores busy, a cold JVM
+// at 1m answered 36 requests in 2.5 min, 10 s each): the yield ends. A
+// window of 100 requests at the lab's slowest paced warm-up (7.5 qps, 5 %
+// of requests taking 1 s) takes ~15 s.
+const yieldStall = 30 * time.Second
 
 // yieldPhase is where a run's yield stands.
 type yieldPhase int
@@ -96,6 +110,23 @@ func (c *coordinator) onRestored() {
 	for _, st := range c.canary {
 		if !st.res.Converged {
 			st.stop.restart(len(st.res.Windows))
+		}
+	}
+}
+
+// checkStarved ends the yield when a target not yet warm has had no window
+// complete for yieldStall (since the load started, or its latest window).
+func (c *coordinator) checkStarved(now time.Time) {
+	if c.yield != yieldOn {
+		return
+	}
+	for _, st := range c.canary {
+		if st.res.Converged || st.done {
+			continue
+		}
+		if since := now.Sub(st.lastWindow); since >= cmp.Or(c.opts.Yield.Stall, yieldStall) {
+			c.endYield(fmt.Sprintf("%s starved: no window of %d requests complete in %s", st.res.Target, c.cfg.Window, since.Round(time.Second)))
+			return
 		}
 	}
 }

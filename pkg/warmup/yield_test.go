@@ -140,3 +140,32 @@ func TestYieldDefersRejection(t *testing.T) {
 		})
 	}
 }
+
+// A target starved while it yields (no window complete for Yield.Stall:
+// the node's CPU all taken, the least weight gets next to none) gets its
+// CPU back long before half the deadline, and warms at full weight.
+func TestYieldEndsWhenStarved(t *testing.T) {
+	var lowered atomic.Bool
+	lowered.Store(true)
+	srv := newTestServer(t, func(int64, bool) time.Duration {
+		if lowered.Load() {
+			return 500 * time.Millisecond // 2 connections: 4 qps, a window of 20 in 5 s
+		}
+		return time.Millisecond
+	})
+	cfg := fastConfig()
+	cfg.Deadline = config.Duration(time.Minute) // half: 30 s
+	var restoredAt atomic.Int64
+	start := time.Now()
+	res, err := Run(context.Background(), cfg, []Target{target(srv)}, Options{Yield: &Yield{Stall: 2 * time.Second,
+		Restore: func() { restoredAt.Store(int64(time.Since(start))); lowered.Store(false) }}})
+	if err != nil || !res.Converged {
+		t.Fatalf("err = %v; want warm at full weight\n%s", err, table(res))
+	}
+	if !strings.Contains(res.Yield.Ended, "starved: no window of 20 requests complete in") {
+		t.Fatalf("yield %+v; want it ended as starved", res.Yield)
+	}
+	if at := time.Duration(restoredAt.Load()); at == 0 || at > 10*time.Second {
+		t.Fatalf("restored after %s; want soon after the 2 s stall, far before half the deadline", at)
+	}
+}
