@@ -486,3 +486,22 @@ func TestPacerStaysWithinTheCPUBudget(t *testing.T) {
 		t.Errorf("pace %g without a budget after a step at 100 ms, want 32 (4 connections at 80 %%: 2.6 cores)", got)
 	}
 }
+
+// A pod starved while it yielded its CPU drove the CPU budget's pace down
+// to its floor (seconds per request); once its CPU is back (restart) the
+// ramp starts again from startQPS on what it measures now.
+func TestPacerRestartForgetsAStarvedPod(t *testing.T) {
+	p := newPacer(paceConfig(60, 7.5, 4), 0.25)
+	feed(p, 2*paceStepRequests, 5*time.Second)
+	if p.current() != paceBudgetFloor {
+		t.Fatalf("pace %g after steps of 5 s requests under a budget of 0.25 cores, want the floor %g", p.current(), paceBudgetFloor)
+	}
+	p.restart()
+	if p.current() != 7.5 || p.pace.QPS() != 7.5 {
+		t.Fatalf("pace %g (load %g) after restart, want startQPS 7.5", p.current(), p.pace.QPS())
+	}
+	feed(p, paceStepRequests, 5*time.Millisecond)
+	if p.current() != 15 {
+		t.Errorf("pace %g one step of 5 ms requests after restart, want 15: the ramp climbs on what it measures now", p.current())
+	}
+}

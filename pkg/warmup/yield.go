@@ -104,12 +104,14 @@ func (c *coordinator) endYield(why string) {
 
 // onRestored: the targets have their CPU back. Windows from here on are at
 // full weight; the plateaus a verdict against a target needs start again
-// (stopState.restart), its windows and blocks do not.
+// (stopState.restart), its windows and blocks do not; its pace forgets
+// what it measured starved (pacer.restart).
 func (c *coordinator) onRestored() {
 	c.yield = yieldNone
 	for _, st := range c.canary {
 		if !st.res.Converged {
 			st.stop.restart(len(st.res.Windows))
+			st.pacer.restart()
 		}
 	}
 }
