@@ -173,7 +173,7 @@ func (c *coordinator) run(parent, runCtx context.Context, targets []Target) erro
 		t := time.NewTimer(time.Until(c.start.Add(bound)))
 		defer t.Stop()
 		yieldTimer = t.C
-		look := time.NewTicker(cmp.Or(c.opts.Yield.Stall, yieldStall) / 6)
+		look := time.NewTicker(c.opts.Yield.stall() / 6)
 		defer look.Stop()
 		starvedLook = look.C
 		now := time.Now()

@@ -71,6 +71,10 @@ const (
 	yieldRestoring                   // Restore is running
 )
 
+// stall is how long a yielding target may go without a complete window
+// (Yield.Stall, or yieldStall).
+func (y *Yield) stall() time.Duration { return cmp.Or(y.Stall, yieldStall) }
+
 // yieldBound is how long a run's targets yield at most: Yield.For, capped
 // at half the deadline.
 func yieldBound(y *Yield, deadline time.Duration) time.Duration {
@@ -126,7 +130,7 @@ func (c *coordinator) checkStarved(now time.Time) {
 		if st.res.Converged || st.done {
 			continue
 		}
-		if since := now.Sub(st.lastWindow); since >= cmp.Or(c.opts.Yield.Stall, yieldStall) {
+		if since := now.Sub(st.lastWindow); since >= c.opts.Yield.stall() {
 			c.endYield(fmt.Sprintf("%s starved: no window of %d requests complete in %s", st.res.Target, c.cfg.Window, since.Round(time.Second)))
 			return
 		}
