@@ -359,15 +359,18 @@ func (r *Reconciler) warm(ctx context.Context, pod *corev1.Pod, cfg Config, targ
 	var first time.Duration
 	var lastPatch time.Time
 	log.Info("warming pod", "target", target.URL, "neighbours", len(neighbours), "cpuRequest", target.CPURequest)
-	// The neighbours are for the guard only: a new pod is not judged
-	// against its siblings (no rejection), just kept from hurting them.
+	// The neighbours — Ready pods of the same workload, so the same
+	// version, warm — are the warm answer: a pod as fast as they are is
+	// warm (warmup.Options.JudgeAgainstStable); nothing is rejected. They
+	// also feed the neighbour guard, which keeps the warm-up from hurting
+	// them. A lone pod is judged on its own plateau.
 	run := cfg.Config
 	off := false
 	run.RejectSlowerVersion = &off
 	run = r.withinBudget(run)
 	r.Metrics.Running(1)
 	started := time.Now()
-	res, err := warmup.Run(ctx, run, []warmup.Target{target}, warmup.Options{Stable: neighbours, Logger: log, OnProgress: func(p warmup.Progress) {
+	res, err := warmup.Run(ctx, run, []warmup.Target{target}, warmup.Options{Stable: neighbours, JudgeAgainstStable: true, Logger: log, OnProgress: func(p warmup.Progress) {
 		if p.Phase != warmup.PhaseLoad || p.Target == "" || p.Stable {
 			return
 		}

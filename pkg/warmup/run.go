@@ -56,6 +56,18 @@ type Options struct {
 	// how to give it back (Yield: convergence while yielding stands, a
 	// verdict against a target is judged at full weight, in the same run).
 	Yield *Yield
+	// JudgeAgainstStable judges the targets against Stable even without
+	// CompareToStable or RejectSlowerVersion, and rejects nothing: a target
+	// as fast as the stable pods (p50 within Tolerance, p99 within
+	// StableRatio of theirs) is warm; one whose own latency stopped
+	// improving with its p50 within StableRatio of theirs is warm once
+	// that plateau has lasted half its warm-up (as next to stable); one
+	// further off (a slower node, or between two JIT tiers: the gate
+	// cannot tell), and one whose neighbours have not answered
+	// StableWindows windows yet, is judged on its own plateau, as without
+	// stable. The warm gate sets it with a pod's Ready neighbours of the
+	// same workload — the same version, warm.
+	JudgeAgainstStable bool
 	// KeepLatencies keeps every request's latency for
 	// TargetResult.Latencies (exact figures over a fixed count: the
 	// analysis' load source, the capacity check). Without it a run keeps
@@ -206,6 +218,7 @@ func Run(ctx context.Context, cfg Config, targets []Target, opts Options) (*Resu
 	}
 	opts.Logger.Debug("warm-up load starting", "targets", len(targets), "qps", cfg.QPS, "startQPS", cfg.StartQPS, "connections", cfg.Connections)
 	emit(Progress{Phase: PhaseLoad})
+	cfg.judgeStable = opts.JudgeAgainstStable && len(opts.Stable) > 0
 	c := &coordinator{cfg: &cfg, opts: opts, set: set, seed: uint64(seed), start: start, emit: emit, res: res, reject: reject, stableLoad: stableLoad}
 	err = c.run(ctx, runCtx, targets)
 	res.Elapsed = time.Since(start)

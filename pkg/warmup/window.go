@@ -322,23 +322,41 @@ func (c *Config) judge(windows []WindowStats, ref stableRef, reject bool) verdic
 			return verdict{why: fmt.Sprintf("window %d had %d errors in %d requests (maxErrorRatio %g)", w.Index, w.Errors, w.Count, *c.MaxErrorRatio)}
 		}
 	}
-	if (c.CompareToStable || reject) && ref.known() {
-		if ref.windows < k {
-			return verdict{why: fmt.Sprintf("waiting for stable windows (%d of %d)", ref.windows, k)}
-		}
-		why, near, within := c.asFastAsStable(complete, ref)
+	// The gate's neighbours (neighboursOnly) are a reference where they
+	// can be one: before StableWindows of their windows, and for a pod
+	// far above them, the pod's own plateau decides (below).
+	own := ""
+	switch {
+	case !(c.CompareToStable || reject || c.judgeStable) || !ref.known():
+	case ref.windows < k && c.neighboursOnly(reject):
+		own = fmt.Sprintf("; its neighbours answered %d of %d windows", ref.windows, k)
+	case ref.windows < k:
+		return verdict{why: fmt.Sprintf("waiting for stable windows (%d of %d)", ref.windows, k)}
+	default:
+		cmp := c.asFastAsStable(complete, ref)
 		switch {
-		case near:
+		case cmp.near:
 			return verdict{converged: true}
 		case c.CompareToStable:
-			return verdict{why: why}
+			return verdict{why: cmp.why}
 		case p.improving != "":
-			return verdict{why: fmt.Sprintf("%s; still improving over the last %d windows: %s (tolerance %g)", why, 2*p.recent.windows, p, c.Tolerance)}
+			return verdict{why: fmt.Sprintf("%s; still improving over the last %d windows: %s (tolerance %g)", cmp.why, 2*p.recent.windows, p, c.Tolerance)}
+		case !c.neighboursOnly(reject) || cmp.within:
+			return verdict{why: cmp.why + "; its own latency has stopped improving", settled: cmp.why, closeToStable: cmp.within}
 		}
-		return verdict{why: why + "; its own latency has stopped improving", settled: why, closeToStable: within}
+		// Settled further above its neighbours than StableRatio, the pod
+		// may run on a slower node, or sit between two JIT tiers: the
+		// gate cannot tell which (it rejects nothing), and holding it for
+		// half its warm-up in a row, which a noisy neighbour's spikes
+		// keep resetting, kept a slower node's pod out until maxRequests.
+		// Its own plateau says when it is warm, as for a lone pod.
+		own = "; p50 over stableRatio × its neighbours'"
 	}
 	if p.improving != "" {
-		return verdict{why: fmt.Sprintf("still improving over the last %d windows: %s (tolerance %g)", 2*p.recent.windows, p, c.Tolerance)}
+		return verdict{why: fmt.Sprintf("still improving over the last %d windows: %s (tolerance %g)%s", 2*p.recent.windows, p, c.Tolerance, own)}
+	}
+	if own != "" {
+		return verdict{converged: true, plateau: true}
 	}
 	if c.CompareToStable || reject {
 		return verdict{why: "waiting for a stable window"}
@@ -361,27 +379,50 @@ const flatShare = 0.1
 // (distribution-free, by rank: the p50 ± √n/2 ranks): a pod is called as
 // fast as stable when the requests say so, not when it is as likely above
 // the bar as below.
-func (c *Config) asFastAsStable(complete []WindowStats, ref stableRef) (why string, near, within bool) {
+func (c *Config) asFastAsStable(complete []WindowStats, ref stableRef) stableComparison {
 	p50, p99 := poolOf(complete).last(complete, c.compareWindows())
 	if float64(p50) <= (1+c.Tolerance)*float64(ref.p50) && float64(p99) <= c.StableRatio*float64(ref.p99) {
-		return "", true, true
+		return stableComparison{near: true, within: true}
 	}
-	within = float64(p50) <= c.StableRatio*float64(ref.p50)
-	return fmt.Sprintf("p50 %s, p99 %s over its last %d windows vs stable's %s and %s (within tolerance %g and stableRatio %g to be warm)",
-		latency.Format(p50), latency.Format(p99), c.compareWindows(), latency.Format(ref.p50), latency.Format(ref.p99), c.Tolerance, c.StableRatio), false, within
+	return stableComparison{
+		why: fmt.Sprintf("p50 %s, p99 %s over its last %d windows vs stable's %s and %s (within tolerance %g and stableRatio %g to be warm)",
+			latency.Format(p50), latency.Format(p99), c.compareWindows(), latency.Format(ref.p50), latency.Format(ref.p99), c.Tolerance, c.StableRatio),
+		within: float64(p50) <= c.StableRatio*float64(ref.p50),
+	}
+}
+
+// stableComparison is a target's latest requests next to stable's
+// (asFastAsStable).
+type stableComparison struct {
+	// why says how far off the target is ("" when near).
+	why string
+	// near: as fast as stable (p50 within Tolerance, p99 within
+	// StableRatio); within: p50 within StableRatio of stable's.
+	near, within bool
+}
+
+// neighboursOnly says whether stable is the warm gate's neighbours: a
+// reference for warm, never for rejection (Options.JudgeAgainstStable).
+func (c *Config) neighboursOnly(reject bool) bool {
+	return c.judgeStable && !reject && !c.CompareToStable
 }
 
 // stopState is what the stopping rule remembers of a target from one of its
 // windows to the next.
 type stopState struct {
 	// slowerFor counts the windows in a row at which the target's own
-	// latency had stopped improving far above stable's (verdict.slower);
-	// settledFor those at which it had stopped improving away from
-	// stable's, above the reject line or below (verdict.settled).
-	slowerFor, settledFor int
+	// latency had stopped improving far above stable's (verdict.slower).
+	slowerFor int
+	// settled says, for each window since from, whether the target's own
+	// latency had stopped improving there, away from stable's (above the
+	// reject line or below: verdict.settled, verdict.slower) or on its
+	// own plateau (verdict.plateau).
+	settled []bool
 	// flatFor counts the windows in a row at which its own latency had
-	// stopped improving, without stable (verdict.plateau).
-	flatFor int
+	// stopped improving: judged on its own plateau (verdict.plateau) or
+	// settled short of stable's (verdict.settled); ownFor those judged on
+	// its own plateau.
+	flatFor, ownFor int
 	// jit is the JVM's own signal, where the pod exposes it (jit.go);
 	// nil: latency alone.
 	jit *jitSignal
@@ -395,7 +436,7 @@ type stopState struct {
 // after its first n windows (Options.Yield), and a plateau that ends a
 // warm-up or rejects a version must hold at full weight.
 func (s *stopState) restart(n int) {
-	s.slowerFor, s.settledFor, s.flatFor, s.from = 0, 0, 0, n
+	s.slowerFor, s.settled, s.flatFor, s.ownFor, s.from = 0, nil, 0, 0, n
 }
 
 // check is the outcome of one look at a target's windows.
@@ -444,14 +485,30 @@ func (c *Config) nextOnLatency(s *stopState, windows []WindowStats, ref stableRe
 		v.why = fmt.Sprintf("%s; judging it on windows at full CPU weight (%d of %d)", v.why, n, r)
 		v.slower = ""
 	}
-	if v.plateau {
+	// A pod settled short of stable has a flat latency too: next to the
+	// gate's neighbours, one whose p50 hovers about StableRatio × theirs
+	// is judged now on its own plateau, now on the settled rule, and
+	// neither count may restart at each switch.
+	if v.plateau || v.settled != "" {
 		s.flatFor++
-		if need := math.Ceil(flatShare * float64(n)); float64(s.flatFor) < need {
+	} else {
+		s.flatFor = 0
+	}
+	if v.plateau {
+		s.ownFor++
+	} else {
+		s.ownFor = 0
+	}
+	if v.plateau {
+		// Next to the gate's neighbours, a pod judged on its own plateau
+		// must have been for a block (StableWindows) in a row: one whose
+		// flat run began settled near theirs and just crossed further off
+		// is, like a cache whose p50 hovers about StableRatio × theirs,
+		// still warming.
+		if need := math.Ceil(flatShare * float64(n)); float64(s.flatFor) < need || c.judgeStable && s.ownFor < c.StableWindows {
 			v.converged = false
 			v.why = fmt.Sprintf("not improving for %d windows in a row, of %.0f (%g of its windows)", s.flatFor, need, flatShare)
 		}
-	} else {
-		s.flatFor = 0
 	}
 	ch := check{verdict: v}
 	if v.slower == "" {
@@ -460,16 +517,44 @@ func (c *Config) nextOnLatency(s *stopState, windows []WindowStats, ref stableRe
 		ch.rejected = fmt.Sprintf("%s, for %d windows in a row", v.slower, s.slowerFor)
 		return ch
 	}
-	if v.settled == "" && v.slower == "" {
-		s.settledFor = 0
+	s.settled = append(s.settled, v.settled != "" || v.slower != "" || v.plateau)
+	if v.settled == "" {
 		return ch
 	}
-	s.settledFor++
-	if v.settled != "" && v.closeToStable && float64(s.settledFor) >= max(float64(c.StableWindows), settleShare*float64(n)) {
-		ch.converged, ch.settled = true, fmt.Sprintf("settled for %d windows in a row at %s", s.settledFor, v.settled)
+	if span, of := c.settledSpan(s.settled, n); v.closeToStable && span > 0 {
+		ch.converged, ch.settled = true, fmt.Sprintf("settled in %d of its last %d windows at %s", of, span, v.settled)
 	}
 	return ch
 }
+
+// settledSpan says whether a target has stayed settled long enough to be
+// warm short of stable's latency: in settleHold of its last windows, as
+// many as settleShare of the n since it had its full CPU (and at least
+// StableWindows). It returns how many windows were looked at and how many
+// of them were settled (span 0: not long enough). A share, not a run in
+// a row: a noisy neighbour's spike in the earlier of the two blocks judge
+// compares reads as an improvement for a block's length, and breaks a run
+// of a pod that is as warm as it gets (a slower node's, next to the gate's
+// neighbours: TestGateReleasesASlowerNode).
+func (c *Config) settledSpan(settled []bool, n int) (span, of int) {
+	need := int(math.Ceil(max(float64(c.StableWindows), settleShare*float64(n))))
+	if len(settled) < need {
+		return 0, 0
+	}
+	for _, ok := range settled[len(settled)-need:] {
+		if ok {
+			of++
+		}
+	}
+	if float64(of) < settleHold*float64(need) {
+		return 0, 0
+	}
+	return need, of
+}
+
+// settleHold is the share of settledSpan's windows that must have been
+// settled.
+const settleHold = 0.9
 
 // tailThinning says whether the share of a target's requests above the
 // reject line (rejectRatio × stable's p99, and rejectFloor above it) fell
