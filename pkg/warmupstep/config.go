@@ -41,13 +41,15 @@ type StepConfig struct {
 	// kernel's least weight while it warms (pods/resize, Kubernetes ≥
 	// 1.33), so the stable pods serving users run first, and puts back its
 	// template's request before the pod is reported warm (yield.go).
-	// Default true. Warm while yielding is warm; a verdict against a pod
+	// Default false (opt-in: in the lab e2e with it on, the warm-up's CPU
+	// budget of the yielded pod's request paced the slower version at ~3
+	// qps per pod, and its rejection missed the deadline; docs/warmup.md,
+	// "Why opt-in"). Warm while yielding is warm; a verdict against a pod
 	// (slower than stable, not warm by half the deadline or half of
 	// maxRequests) waits for its full weight, in the same run
 	// (warmup.Yield). A pod that cannot yield (no pods/resize right, a
 	// Guaranteed pod, a LimitRange-set request) warms at full weight, said
-	// in the step's message. Unset with mirror mode only (no synthetic
-	// load, so no judgement at full weight): no yield.
+	// in the step's message.
 	YieldCPU *bool `json:"yieldCPU,omitempty"`
 }
 

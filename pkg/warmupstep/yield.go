@@ -18,13 +18,12 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/danki-dev/danki/pkg/mirror"
 	"github.com/danki-dev/danki/pkg/podcpu"
 	"github.com/danki-dev/danki/pkg/warmup"
 )
 
 // The step's canary pods yield the node's CPU while they warm
-// (StepConfig.YieldCPU, on by default).
+// (StepConfig.YieldCPU, off by default: opt-in).
 //
 // A canary pod's cold JVM — the warm-up's requests, the JIT's compiler
 // threads, class loading — competes for the node's CPU with the stable pods
@@ -84,14 +83,8 @@ type yieldedPod struct {
 // A missing client or template is said when the run starts, in the log and
 // the step's message, not here.
 func (s *Step) CPUYield(ro Rollout, cfg StepConfig) *CPUYield {
-	if cfg.YieldCPU != nil && !*cfg.YieldCPU || len(cfg.URLs) > 0 {
-		return nil // turned off, or the canary is given as URLs: no pods to resize
-	}
-	if cfg.YieldCPU == nil && cfg.Mirror != nil && cfg.Mirror.Mode == mirror.ModeOnly {
-		// Warming on mirrored traffic alone has no judgement at full
-		// weight (the synthetic load's warmup.Yield): a pod not warm by
-		// the deadline fails as it is. It yields only when asked.
-		return nil
+	if cfg.YieldCPU == nil || !*cfg.YieldCPU || len(cfg.URLs) > 0 {
+		return nil // off (the default), or the canary is given as URLs: no pods to resize
 	}
 	kube, _ := s.kube()
 	return &CPUYield{kube: kube, rollouts: s.Clients().Rollouts, log: s.Log.With("rollout", ro.owner()), namespace: ro.Namespace,
