@@ -55,9 +55,10 @@ so the new pods start and sit at weight 0 with no warm-up traffic. What users
 p50, p99, p99.9, max — and the ratios "danki ÷ control" say what the warm-up
 itself costs them, beyond starting the new pods.
 
-With --spring (make bench), after the sample app's rollouts, the Spring Boot
-sample app (a slow-warming JVM; lab/manifests/spring's Services and host
-spring.lab on the gateway) is rolled v1 → v2 twice under --spring-qps of its
+With --spring (on by default: make demo's second workload; make bench too),
+after the sample app's rollouts, the Spring Boot sample app (a slow-warming
+JVM; lab/manifests/spring's Services and host spring.lab on the gateway) is
+rolled v1 → v2 twice under --spring-qps of its
 own users, its stable pods warmed with 12,000 requests first: with a fixed
 warm-up of 100 requests per pod (lab/manifests/spring-fixed100) and with
 danki's default warm-up (lab/manifests/spring-danki), then setWeight 50 and
@@ -133,7 +134,7 @@ and stops the lab; "make bench" adds --oracle and reports ratios.`,
 	f.BoolVar(&contenders, "contenders", false, "also roll out, between baseline and danki, Istio's slow start (lab/manifests/slowstart) and a fixed warm-up of 100 requests (lab/manifests/fixed100), with ratios contender ÷ danki (make bench)")
 	f.BoolVar(&mirror, "mirror", false, "also roll out, just before danki, danki warming on mirrored user traffic only (lab/manifests/mirror), with ratios danki (mirror) ÷ danki (make bench)")
 	f.BoolVar(&control, "control", false, "also roll out, right after danki, danki's Rollout with a pause of danki's warm-up length instead of the warm-up, with ratios danki ÷ control of the users' latency during the warm-up (make bench)")
-	f.BoolVar(&spring, "spring", false, "also roll the Spring Boot sample app out with a fixed warm-up of 100 requests and with danki (lab/manifests/spring-fixed100, spring-danki), with ratios fixed ÷ danki (make bench; ~8 min)")
+	f.BoolVar(&spring, "spring", true, "then roll the Spring Boot sample app (the second workload: a slow-warming JVM) out with a fixed warm-up of 100 requests and with danki (lab/manifests/spring-fixed100, spring-danki), with ratios fixed ÷ danki (~8 min; --spring=false leaves it out)")
 	f.Float64Var(&springQPS, "spring-qps", 40, "the Spring app's steady user traffic with --spring, requests per second")
 	f.BoolVar(&skipBad, "skip-bad-version", false, "leave out the bad version's rollout (make bench: it yields no ratio)")
 	f.BoolVar(&withGate, "gate", true, "then the short warm gate bench: no warm-up vs danki gate (and the control), scale 2 → 4 (make bench runs the full one: gate-bench)")
