@@ -416,13 +416,11 @@ type stopState struct {
 	// settled says, for each window since from, whether the target's own
 	// latency had stopped improving there, away from stable's (above the
 	// reject line or below: verdict.settled, verdict.slower) or on its
-	// own plateau (verdict.plateau).
+	// own plateau (verdict.plateau): settledSpan's share, and (flatRun)
+	// how long a plateau has lasted.
 	settled []bool
-	// flatFor counts the windows in a row at which its own latency had
-	// stopped improving: judged on its own plateau (verdict.plateau) or
-	// settled short of stable's (verdict.settled); ownFor those judged on
-	// its own plateau.
-	flatFor, ownFor int
+	// ownFor counts the windows in a row judged on its own plateau.
+	ownFor int
 	// jit is the JVM's own signal, where the pod exposes it (jit.go);
 	// nil: latency alone.
 	jit *jitSignal
@@ -436,7 +434,22 @@ type stopState struct {
 // after its first n windows (Options.Yield), and a plateau that ends a
 // warm-up or rejects a version must hold at full weight.
 func (s *stopState) restart(n int) {
-	s.slowerFor, s.settled, s.flatFor, s.ownFor, s.from = 0, nil, 0, 0, n
+	s.slowerFor, s.settled, s.ownFor, s.from = 0, nil, 0, n
+}
+
+// flatRun is how many of the latest windows in a row were flat (settled).
+// A pod settled short of stable has a flat latency as one judged on its
+// own plateau: next to the gate's neighbours, one whose p50 hovers about
+// StableRatio × theirs is judged now on the one rule, now on the other,
+// and its run does not restart at each switch. (A slower verdict counts
+// too, but it comes only with rejection, where no pod is judged on its own
+// plateau.)
+func (s *stopState) flatRun() int {
+	run := 0
+	for i := len(s.settled) - 1; i >= 0 && s.settled[i]; i-- {
+		run++
+	}
+	return run
 }
 
 // check is the outcome of one look at a target's windows.
@@ -485,30 +498,21 @@ func (c *Config) nextOnLatency(s *stopState, windows []WindowStats, ref stableRe
 		v.why = fmt.Sprintf("%s; judging it on windows at full CPU weight (%d of %d)", v.why, n, r)
 		v.slower = ""
 	}
-	// A pod settled short of stable has a flat latency too: next to the
-	// gate's neighbours, one whose p50 hovers about StableRatio × theirs
-	// is judged now on its own plateau, now on the settled rule, and
-	// neither count may restart at each switch.
-	if v.plateau || v.settled != "" {
-		s.flatFor++
-	} else {
-		s.flatFor = 0
-	}
+	s.settled = append(s.settled, v.settled != "" || v.slower != "" || v.plateau)
 	if v.plateau {
 		s.ownFor++
-	} else {
-		s.ownFor = 0
-	}
-	if v.plateau {
 		// Next to the gate's neighbours, a pod judged on its own plateau
 		// must have been for a block (StableWindows) in a row: one whose
 		// flat run began settled near theirs and just crossed further off
 		// is, like a cache whose p50 hovers about StableRatio × theirs,
 		// still warming.
-		if need := math.Ceil(flatShare * float64(n)); float64(s.flatFor) < need || c.judgeStable && s.ownFor < c.StableWindows {
+		flat := s.flatRun()
+		if need := math.Ceil(flatShare * float64(n)); float64(flat) < need || c.judgeStable && s.ownFor < c.StableWindows {
 			v.converged = false
-			v.why = fmt.Sprintf("not improving for %d windows in a row, of %.0f (%g of its windows)", s.flatFor, need, flatShare)
+			v.why = fmt.Sprintf("not improving for %d windows in a row, of %.0f (%g of its windows)", flat, need, flatShare)
 		}
+	} else {
+		s.ownFor = 0
 	}
 	ch := check{verdict: v}
 	if v.slower == "" {
@@ -517,7 +521,6 @@ func (c *Config) nextOnLatency(s *stopState, windows []WindowStats, ref stableRe
 		ch.rejected = fmt.Sprintf("%s, for %d windows in a row", v.slower, s.slowerFor)
 		return ch
 	}
-	s.settled = append(s.settled, v.settled != "" || v.slower != "" || v.plateau)
 	if v.settled == "" {
 		return ch
 	}
