@@ -92,7 +92,7 @@ type Job struct {
 // (CPUYield).
 type Yielder interface {
 	// Lower lowers them and returns the targets to warm (their CPU
-	// budgets as at full weight), a note on what could not yield ("" when
+	// requests as at full weight, for a cpuBudget share), a note on what could not yield ("" when
 	// all did), and whether any pod yields.
 	Lower(ctx context.Context, canary []warmup.Target) (targets []warmup.Target, note string, lowered bool)
 	// Restore puts back what Lower lowered (even after ctx ended) and

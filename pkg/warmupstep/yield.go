@@ -18,12 +18,13 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/danki-dev/danki/pkg/mirror"
 	"github.com/danki-dev/danki/pkg/podcpu"
 	"github.com/danki-dev/danki/pkg/warmup"
 )
 
 // The step's canary pods yield the node's CPU while they warm
-// (StepConfig.YieldCPU, off by default: opt-in).
+// (StepConfig.YieldCPU, on by default).
 //
 // A canary pod's cold JVM — the warm-up's requests, the JIT's compiler
 // threads, class loading — competes for the node's CPU with the stable pods
@@ -83,8 +84,14 @@ type yieldedPod struct {
 // A missing client or template is said when the run starts, in the log and
 // the step's message, not here.
 func (s *Step) CPUYield(ro Rollout, cfg StepConfig) *CPUYield {
-	if cfg.YieldCPU == nil || !*cfg.YieldCPU || len(cfg.URLs) > 0 {
-		return nil // off (the default), or the canary is given as URLs: no pods to resize
+	if cfg.YieldCPU != nil && !*cfg.YieldCPU || len(cfg.URLs) > 0 {
+		return nil // turned off, or the canary is given as URLs: no pods to resize
+	}
+	if cfg.YieldCPU == nil && cfg.Mirror != nil && cfg.Mirror.Mode == mirror.ModeOnly {
+		// Warming on mirrored traffic alone has no judgement at full
+		// weight (the synthetic load's warmup.Yield): a pod not warm by
+		// the deadline fails as it is. It yields only when asked.
+		return nil
 	}
 	kube, _ := s.kube()
 	return &CPUYield{kube: kube, rollouts: s.Clients().Rollouts, log: s.Log.With("rollout", ro.owner()), namespace: ro.Namespace,
@@ -111,9 +118,9 @@ func (y *CPUYield) readTemplate(ctx context.Context) string {
 }
 
 // Lower lowers the canary pods' CPU requests and returns the targets with
-// their warm-up CPU budget as their template's request (a pod found lowered
-// already would otherwise warm within the yield request) and a note for
-// the step's message. Nothing it cannot lower stops the warm-up: that pod
+// their CPU request as their template's (what a cpuBudget share is a share
+// of; a pod found lowered already would otherwise have the yield request;
+// the step budgets none by default) and a note for the step's message. Nothing it cannot lower stops the warm-up: that pod
 // warms at its full weight, and the note says why.
 func (y *CPUYield) Lower(ctx context.Context, canary []warmup.Target) (targets []warmup.Target, note string, lowered bool) {
 	if y.kube == nil {
@@ -190,8 +197,9 @@ func (y *CPUYield) lowerPod(ctx context.Context, name string) (*corev1.Pod, map[
 	return pod, back, nil
 }
 
-// servingRequest is the request to budget the target's warm-up by: that
-// of the lowered container serving the target's port, or of the only one.
+// servingRequest is the request a cpuBudget share of the target's warm-up
+// is a share of: that of the lowered container serving the target's port,
+// or of the only one.
 func servingRequest(pod *corev1.Pod, lowered map[string]resource.Quantity, t warmup.Target) (resource.Quantity, bool) {
 	if len(lowered) == 1 {
 		for _, q := range lowered {

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/danki-dev/danki/pkg/mirror"
 	"github.com/danki-dev/danki/pkg/warmup"
 	"github.com/danki-dev/danki/test/testenv"
 )
@@ -104,8 +105,17 @@ func TestCPUYieldOnAPIServer(t *testing.T) {
 	if again := y.Restore(ctx); again != "" {
 		t.Errorf("a second restore did something: %q", again)
 	}
-	if off := false; s.CPUYield(ro, StepConfig{YieldCPU: &off}) != nil || s.CPUYield(ro, StepConfig{}) != nil {
-		t.Error("yieldCPU false or unset (the default) still yields")
+	if off := false; s.CPUYield(ro, StepConfig{YieldCPU: &off}) != nil {
+		t.Error("yieldCPU false still yields")
+	}
+	if s.CPUYield(ro, StepConfig{}) == nil {
+		t.Error("yieldCPU unset does not yield; the default is true")
+	}
+	// Mirrored traffic alone has no judgement at full weight: it yields
+	// only when asked.
+	only := &mirror.Config{Mode: mirror.ModeOnly}
+	if s.CPUYield(ro, StepConfig{Mirror: only}) != nil || s.CPUYield(ro, StepConfig{Mirror: only, YieldCPU: &on}) == nil {
+		t.Error("mirror mode only: want no yield by default, a yield when yieldCPU is true")
 	}
 	// A Rollout whose canary moved on (its template changed) resizes
 	// nothing: what it would put back is not this revision's.

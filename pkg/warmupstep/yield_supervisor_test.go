@@ -2,6 +2,7 @@ package warmupstep
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -19,12 +20,19 @@ type fakeYield struct {
 	lowered  atomic.Bool
 	lowers   atomic.Int32
 	restores atomic.Int32
+	// cpuRequest, if set, is the template's request the lowered targets
+	// carry, as CPUYield's do.
+	cpuRequest float64
 }
 
 func (f *fakeYield) Lower(_ context.Context, canary []warmup.Target) ([]warmup.Target, string, bool) {
 	f.lowers.Add(1)
 	f.lowered.Store(true)
-	return canary, "", true
+	out := slices.Clone(canary)
+	for i := range out {
+		out[i].CPURequest = f.cpuRequest
+	}
+	return out, "", true
 }
 
 func (f *fakeYield) Restore(context.Context) string {
@@ -119,5 +127,49 @@ func TestYieldSlowerVersionStillRejected(t *testing.T) {
 	}
 	if y.restores.Load() != 1 || y.lowered.Load() {
 		t.Errorf("restored %d times, still lowered %v", y.restores.Load(), y.lowered.Load())
+	}
+}
+
+// A yielded pod carries its template's CPU request, but the step budgets
+// none by default: the kernel's weight protects the users, and the budget
+// would count a request's waiting as busy cores. In the lab a version with
+// 5 % of its requests taking 1 s was paced at ~3 qps per pod and missed its
+// deadline instead of being rejected. Here one request in 20 waits 100 ms,
+// the request is 10m: by default the version is rejected as slower than
+// stable; with a budget the tenant sets (a share of that request: 5m, < 1
+// request/s at this latency) it is paced too slowly for a verdict.
+func TestYieldedPodHasNoCPUBudgetByDefault(t *testing.T) {
+	for _, c := range []struct {
+		raw          string
+		wantRejected bool
+	}{
+		{raw: ``, wantRejected: true},
+		{raw: `{"cpuBudget": "50%"}`},
+	} {
+		parsed, err := ParseStepConfig([]byte(c.raw), *fastPolicy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		y := &fakeYield{cpuRequest: 0.01}
+		canary := newTestServer(t, func(n int64, _ bool) time.Duration {
+			if n%20 == 0 {
+				return 100 * time.Millisecond
+			}
+			return time.Millisecond
+		})
+		stable := newTestServer(t, testutil.Flat(time.Millisecond))
+		job := yieldJob(canary, stable, y)
+		job.Config.CPUBudget = parsed.CPUBudget
+		s := newTestSupervisor()
+		key := RunKey{Owner: "shop/cart", Revision: "h1"}
+		s.Start(key, nil, job)
+		st := waitFinal(t, s, key, time.Minute)
+		rejected := strings.Contains(st.Message, "a slower version, rejected")
+		if st.Phase != PhaseFailed || rejected != c.wantRejected {
+			t.Errorf("config %q: want failed, rejected as a slower version %v: %s %s", c.raw, c.wantRejected, st.Phase, st.Message)
+		}
+		if !c.wantRejected && !strings.Contains(st.Message, "deadline") {
+			t.Errorf("config %q: want the budget to pace it past its deadline: %s", c.raw, st.Message)
+		}
 	}
 }
