@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"time"
 
 	"github.com/danki-dev/danki/pkg/podcpu"
 	"github.com/danki-dev/danki/pkg/wellknown"
@@ -71,10 +70,6 @@ const (
 // the gate warms it (Config.YieldCPU): podcpu.YieldRequest, the kernel's
 // least CPU weight.
 const YieldCPURequest = podcpu.YieldRequest
-
-// actuateWait bounds how long the gate waits for the kubelet to apply the
-// restored CPU request before it sets the condition anyway.
-const actuateWait = 15 * time.Second
 
 // recordCPURequests is the webhook's value of wellknown.CPURequestsAnnotation for
 // pod, "" when no container requests CPU.
@@ -394,7 +389,11 @@ func (r *Reconciler) restoreCPU(ctx context.Context, log *slog.Logger, pod *core
 	if len(back) == 0 {
 		return
 	}
-	if err := r.awaitActuated(ctx, &cur, back); err != nil {
+	get := func(ctx context.Context) (*corev1.Pod, error) {
+		var p corev1.Pod
+		return &p, r.Client.Get(ctx, client.ObjectKeyFromObject(&cur), &p)
+	}
+	if err := podcpu.AwaitActuated(ctx, get, back); err != nil {
 		// Deferred (the node filled meanwhile) or slow: the kubelet
 		// applies it when it can; the pod is warm either way.
 		log.Warn("CPU request restored in the spec, not yet applied by the kubelet", "error", err)
@@ -422,33 +421,4 @@ func (r *Reconciler) resizeCPU(ctx context.Context, pod *corev1.Pod, requests ma
 	}
 	pod.ResourceVersion = target.ResourceVersion // as resized
 	return nil
-}
-
-// awaitActuated waits until the pod's container statuses report the CPU
-// requests (the kubelet applied the resize), at most actuateWait. A status
-// without resources (a kubelet that does not report them) ends the wait.
-func (r *Reconciler) awaitActuated(ctx context.Context, pod *corev1.Pod, want map[string]resource.Quantity) error {
-	ctx, cancel := context.WithTimeout(ctx, actuateWait)
-	defer cancel()
-	for {
-		var cur corev1.Pod
-		if err := r.Client.Get(ctx, client.ObjectKeyFromObject(pod), &cur); err != nil {
-			if apierrors.IsNotFound(err) {
-				return nil
-			}
-			return fmt.Errorf("get pod %s/%s: %w", pod.Namespace, pod.Name, err)
-		}
-		if applied, known := podcpu.Actuated(&cur, want); applied || !known {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			msg := "not applied within " + actuateWait.String()
-			if c := podcpu.ResizeCondition(&cur); c != nil {
-				msg += fmt.Sprintf(" (%s: %s %s)", c.Type, c.Reason, c.Message)
-			}
-			return fmt.Errorf("%s", msg)
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
 }

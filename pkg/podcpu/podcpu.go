@@ -1,14 +1,18 @@
 package podcpu
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // YieldRequest is the CPU request a warming pod's containers have while
@@ -132,4 +136,45 @@ func Format(m map[string]resource.Quantity) string {
 		parts = append(parts, n+"="+q.String())
 	}
 	return strings.Join(parts, ",")
+}
+
+// ActuateWait bounds how long a restore waits for the kubelet to apply the
+// restored request before the pod is reported warm anyway.
+const ActuateWait = 15 * time.Second
+
+// AwaitActuated polls get (every 250 ms, at most ActuateWait) until the
+// pod's container statuses report the CPU requests want: the kubelet
+// applied the resize. A pod gone, or a kubelet that reports no resources,
+// ends the wait with no error; an error from get is retried. Not applied
+// in time is an error naming the pod's resize condition, when it has one
+// (the node filled meanwhile: Deferred).
+func AwaitActuated(ctx context.Context, get func(context.Context) (*corev1.Pod, error), want map[string]resource.Quantity) error {
+	var last *corev1.Pod
+	var lastErr error
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, ActuateWait, true, func(ctx context.Context) (bool, error) {
+		pod, err := get(ctx)
+		switch {
+		case apierrors.IsNotFound(err):
+			return true, nil
+		case err != nil:
+			lastErr = err
+			return false, nil
+		}
+		last = pod
+		applied, known := Actuated(pod, want)
+		return applied || !known, nil
+	})
+	if err == nil {
+		return nil
+	}
+	msg := "not applied by the kubelet within " + ActuateWait.String()
+	switch {
+	case last != nil:
+		if c := ResizeCondition(last); c != nil {
+			msg += fmt.Sprintf(" (%s: %s %s)", c.Type, c.Reason, c.Message)
+		}
+	case lastErr != nil:
+		msg += fmt.Sprintf(" (read the pod: %v)", lastErr)
+	}
+	return fmt.Errorf("%s", msg)
 }

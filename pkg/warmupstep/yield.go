@@ -49,10 +49,6 @@ import (
 // to the users: before such a rejection stands, the step puts the request
 // back and judges the pods again at their full weight (Supervisor).
 
-// resizeWait bounds how long a restore waits for the kubelet to apply the
-// request before the pod is reported warm anyway.
-const resizeWait = 15 * time.Second
-
 // restoreTimeout bounds a restore, which runs even after the run was
 // stopped.
 const restoreTimeout = 30 * time.Second
@@ -222,7 +218,7 @@ func servingRequest(pod *corev1.Pod, lowered map[string]resource.Quantity, t war
 	return resource.Quantity{}, false
 }
 
-// Restore puts back every request Lower lowered, waits (at most resizeWait
+// Restore puts back every request Lower lowered, waits (at most podcpu.ActuateWait
 // per pod) for the kubelet to apply it, and returns a note for the step's
 // message ("" when nothing was lowered). It runs after the run's context
 // ended too, with its own bound.
@@ -283,32 +279,14 @@ func (y *CPUYield) restorePod(ctx context.Context, name string, p yieldedPod) er
 }
 
 // awaitApplied waits until the kubelet reports the requests in the pod's
-// container statuses, at most resizeWait. A kubelet that reports no
-// resources ends the wait; one that does not apply them in time is an
-// error (the pod would meet users at the least weight).
+// container statuses (podcpu.AwaitActuated): one not applied in time is
+// an error, the pod would meet users at the least weight.
 func (y *CPUYield) awaitApplied(ctx context.Context, name string, want map[string]resource.Quantity) error {
-	ctx, cancel := context.WithTimeout(ctx, resizeWait)
-	defer cancel()
-	for {
-		pod, err := y.kube.CoreV1().Pods(y.namespace).Get(ctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		if err == nil {
-			if applied, known := podcpu.Actuated(pod, want); applied || !known {
-				return nil
-			}
-		}
-		select {
-		case <-ctx.Done():
-			msg := fmt.Sprintf("restored in the spec, not applied by the kubelet within %s", resizeWait)
-			if pod != nil {
-				if c := podcpu.ResizeCondition(pod); c != nil {
-					msg += fmt.Sprintf(" (%s: %s %s)", c.Type, c.Reason, c.Message)
-				}
-			}
-			return fmt.Errorf("%s", msg)
-		case <-time.After(250 * time.Millisecond):
-		}
+	err := podcpu.AwaitActuated(ctx, func(ctx context.Context) (*corev1.Pod, error) {
+		return y.kube.CoreV1().Pods(y.namespace).Get(ctx, name, metav1.GetOptions{})
+	}, want)
+	if err != nil {
+		return fmt.Errorf("restored in the spec, %w", err)
 	}
+	return nil
 }
