@@ -72,11 +72,10 @@ type coordinator struct {
 	// pace's cap is the lower of their ceilings.
 	guard, usersGuard *neighbourGuard
 
-	// yield is where Options.Yield stands; restored fires (closed) once
-	// its Restore returned, restoreDone is the same channel, kept for the
-	// wait at the end.
-	yield                 yieldPhase
-	restored, restoreDone chan struct{}
+	// yield is where Options.Yield stands; restoreDone is closed once the
+	// Restore endYield started returned (nil before).
+	yield       yieldPhase
+	restoreDone chan struct{}
 
 	events chan event
 	canary []*targetState
@@ -233,8 +232,7 @@ func (c *coordinator) run(parent, runCtx context.Context, targets []Target) erro
 			} else if !stopping {
 				c.checkStarved(now)
 			}
-		case <-c.restored:
-			c.restored = nil
+		case <-c.restoring():
 			c.onRestored()
 		case ev := <-c.events:
 			if ev.failing {

@@ -99,11 +99,20 @@ func (c *coordinator) endYield(why string) {
 	c.res.Yield.Ended, c.res.Yield.After = why, after
 	c.opts.Logger.Info("not warm while yielding CPU; giving it back, judging at full CPU weight", "why", why, "requests", after)
 	done := make(chan struct{})
-	c.restored, c.restoreDone = done, done
+	c.restoreDone = done
 	go func() {
 		defer close(done)
 		c.opts.Yield.Restore()
 	}()
+}
+
+// restoring fires once the Restore endYield started has returned; nil (a
+// case the run's select never takes) unless one is running.
+func (c *coordinator) restoring() <-chan struct{} {
+	if c.yield != yieldRestoring {
+		return nil
+	}
+	return c.restoreDone
 }
 
 // onRestored: the targets have their CPU back. Windows from here on are at
