@@ -116,8 +116,9 @@ func (y *CPUYield) readTemplate(ctx context.Context) string {
 // Lower lowers the canary pods' CPU requests and returns the targets with
 // their CPU request as their template's (what a cpuBudget share is a share
 // of; a pod found lowered already would otherwise have the yield request;
-// the step budgets none by default) and a note for the step's message. Nothing it cannot lower stops the warm-up: that pod
-// warms at its full weight, and the note says why.
+// the step budgets none by default) and a note for the step's message.
+// Nothing it cannot lower stops the warm-up: that pod warms at its full
+// weight, and the note says why.
 func (y *CPUYield) Lower(ctx context.Context, canary []warmup.Target) (targets []warmup.Target, note string, lowered bool) {
 	if y.kube == nil {
 		return canary, "CPU not yielded: no Kubernetes client", false
@@ -218,9 +219,9 @@ func servingRequest(pod *corev1.Pod, lowered map[string]resource.Quantity, t war
 	return resource.Quantity{}, false
 }
 
-// Restore puts back every request Lower lowered, waits (at most podcpu.ActuateWait
-// per pod) for the kubelet to apply it, and returns a note for the step's
-// message ("" when nothing was lowered). It runs after the run's context
+// Restore puts back every request Lower lowered, waits (at most
+// podcpu.ActuateWait per pod) for the kubelet to apply it, and returns a
+// note for the step's message ("" when nothing was lowered). It runs after the run's context
 // ended too, with its own bound.
 func (y *CPUYield) Restore(ctx context.Context) string {
 	if len(y.lowered) == 0 {
