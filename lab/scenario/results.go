@@ -20,7 +20,8 @@ import (
 // lab/RESULTS.md holds the lab's measured figures: one dated table per
 // scenario, no narrative. make bench rewrites it from its result files
 // (danki-lab results); a scenario the results do not measure keeps the
-// section it had.
+// section it had, as does a table with rows they do not measure
+// (ResultsSection.Rows).
 
 // Titles of RESULTS.md's sections, in the order the file lists them.
 const (
@@ -44,6 +45,11 @@ type ResultsSection struct {
 	// UTC on 2 CPUs (…); `make bench` (bench-results/run-2/results.json)".
 	Measured string
 	Table    string // Markdown, ending in a newline
+	// Rows, if set, are the rows (first cells) the section measured: a
+	// rewrite keeps the file's table when it has a row not among them (a
+	// demo without the contenders does not replace the bench's table of
+	// them; RewriteResults).
+	Rows []string
 }
 
 func (s ResultsSection) markdown() string {
@@ -55,7 +61,7 @@ const resultsHeader = `# Measured results
 What the lab measured, one dated table per scenario. ` + "`make bench`" + ` rewrites this file from its
 result files (` + "`danki-lab results --out lab/RESULTS.md bench-results`" + `; ` + "`make demo`" + `'s and ` + "`make aa`" + `'s
 results the same way: ` + "`danki-lab results --out lab/RESULTS.md demo-results aa-results`" + `); a scenario a
-run did not measure keeps its table. How the lab works and what each scenario does:
+run did not measure keeps its table, as does a table with rows the run did not measure. How the lab works and what each scenario does:
 [README.md](README.md). Users' latencies are exact percentiles over every user request; ratios
 divide two figures measured in the same run.
 
@@ -160,7 +166,11 @@ func demoSections(res *Result, measured string) []ResultsSection {
 		}
 	}
 	if len(rollouts) > 0 {
-		out = append(out, ResultsSection{Title: ResultsRollouts, Measured: measured, Table: rolloutTable(res, rollouts, false)})
+		names := make([]string, len(rollouts))
+		for i, sc := range rollouts {
+			names[i] = sc.Name
+		}
+		out = append(out, ResultsSection{Title: ResultsRollouts, Measured: measured, Table: rolloutTable(res, rollouts, false), Rows: names})
 	}
 	if rows := holdRows(res); rows != nil {
 		var b strings.Builder
@@ -351,8 +361,10 @@ func goBenchSection(path, machine string) (ResultsSection, error) {
 
 // RewriteResults writes path (lab/RESULTS.md) with sections: each replaces
 // the section of the same title, sections the file had and sections does
-// not replace stay as they were, in the file's fixed order.
-func RewriteResults(path string, sections []ResultsSection) error {
+// not replace stay as they were, in the file's fixed order. A section with
+// Rows does not replace a table with rows it did not measure; kept says
+// which, and the rows it lacked.
+func RewriteResults(path string, sections []ResultsSection) (kept map[string][]string, err error) {
 	old := map[string]string{}
 	var extra []string // titles RESULTS.md had that this code does not know
 	data, err := os.ReadFile(path)
@@ -366,9 +378,16 @@ func RewriteResults(path string, sections []ResultsSection) error {
 			}
 		}
 	case !os.IsNotExist(err):
-		return err
+		return nil, err
 	}
 	for _, s := range sections {
+		if missing := missingRows(old[s.Title], s.Rows); len(missing) > 0 {
+			if kept == nil {
+				kept = map[string][]string{}
+			}
+			kept[s.Title] = missing
+			continue
+		}
 		old[s.Title] = s.markdown()
 	}
 	var b strings.Builder
@@ -385,5 +404,26 @@ func RewriteResults(path string, sections []ResultsSection) error {
 		first = false
 		b.WriteString(md)
 	}
-	return os.WriteFile(path, []byte(b.String()), 0o644)
+	return kept, os.WriteFile(path, []byte(b.String()), 0o644)
+}
+
+// missingRows are the rows of the section md's table (their first cells)
+// not among rows; none when rows is nil (the section replaces any table).
+func missingRows(md string, rows []string) []string {
+	if rows == nil {
+		return nil
+	}
+	var missing []string
+	for _, line := range strings.Split(md, "\n") {
+		cells := strings.Split(line, "|")
+		if len(cells) < 3 || strings.TrimSpace(cells[0]) != "" {
+			continue // not a table row
+		}
+		name := strings.TrimSpace(cells[1])
+		if name == "rollout" || strings.HasPrefix(name, "---") || slices.Contains(rows, name) {
+			continue // the header, its rule, or measured
+		}
+		missing = append(missing, name)
+	}
+	return missing
 }

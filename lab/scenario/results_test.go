@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -93,7 +95,7 @@ func TestRewriteResults(t *testing.T) {
 	}
 
 	results := filepath.Join(dir, "RESULTS.md")
-	old := "# old header\n\nold words\n\n## " + ResultsRollouts + "\n\nMeasured long ago.\n\n| stale |\n\n" +
+	old := "# old header\n\nold words\n\n## " + ResultsRollouts + "\n\nMeasured long ago.\n\n| rollout | time |\n|---|---:|\n| baseline | 9m |\n| danki | 9m |\n\n" +
 		"## " + ResultsAA + "\n\nMeasured 2026-11-26 on a machine.\n\n| runs |\n|---:|\n| 20 |\n"
 	if err := os.WriteFile(results, []byte(old), 0o644); err != nil {
 		t.Fatal(err)
@@ -102,7 +104,7 @@ func TestRewriteResults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := RewriteResults(results, sections); err != nil {
+	if _, err := RewriteResults(results, sections); err != nil {
 		t.Fatal(err)
 	}
 	data, err := os.ReadFile(results)
@@ -150,12 +152,35 @@ func TestRewriteResults(t *testing.T) {
 	}
 
 	// Rewriting with the same results changes nothing.
-	if err := RewriteResults(results, sections); err != nil {
+	if _, err := RewriteResults(results, sections); err != nil {
 		t.Fatal(err)
 	}
 	again, _ := os.ReadFile(results)
 	if string(again) != got {
 		t.Fatalf("a second rewrite changed the file:\n%s", again)
+	}
+
+	// A run that measured fewer rollouts than the file's table (a demo
+	// without the contenders) keeps that table and says which rows it
+	// lacked; its other sections are written.
+	fewer := run(start.Add(time.Hour), 5*msec)
+	fewer.Scenarios = slices.DeleteFunc(fewer.Scenarios, func(sc traffic.Scenario) bool { return sc.Name == DankiMirror })
+	fewer.Runs = slices.DeleteFunc(fewer.Runs, func(r Run) bool { return r.Scenario == DankiMirror })
+	writeFixture(t, filepath.Join(dir, "demo-results", "results.json"), fewer)
+	sections, err = CollectResults([]string{filepath.Join(dir, "demo-results")}, "m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept, err := RewriteResults(results, sections)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string][]string{ResultsRollouts: {DankiMirror}}; !reflect.DeepEqual(kept, want) {
+		t.Errorf("kept %v; want %v", kept, want)
+	}
+	after, _ := os.ReadFile(results)
+	if !strings.Contains(string(after), "| "+DankiMirror+" | 3m20s | 15.0ms") || strings.Count(string(after), "2026-11-24 16:02 UTC on m") == 0 {
+		t.Errorf("want the rollouts table kept and the run's other sections written:\n%s", after)
 	}
 }
 
@@ -202,7 +227,7 @@ func TestCheckedInResultsParse(t *testing.T) {
 	if err := os.WriteFile(tmp, data, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := RewriteResults(tmp, nil); err != nil {
+	if _, err := RewriteResults(tmp, nil); err != nil {
 		t.Fatal(err)
 	}
 	if again, _ := os.ReadFile(tmp); string(again) != doc {

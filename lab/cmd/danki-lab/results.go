@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"runtime"
 	"strconv"
+	"strings"
 
 	"github.com/danki-dev/danki/lab/scenario"
 	"github.com/spf13/cobra"
@@ -20,7 +21,9 @@ func newResultsCmd() *cobra.Command {
 the gate bench's gatebench.json, the A/A's aa.json, bench.sh's go-bench.json —
 and rewrite --out with one dated table per scenario they measured. Of several
 files of one kind (bench-results/run-1, run-2, …) the latest wins. A scenario
-none of them measured keeps the table --out already had.`,
+none of them measured keeps the table --out already had, and so does the
+rollouts table when it has rows they did not measure (a demo without the
+bench's contenders): the command says so.`,
 		Example: `  danki-lab results --out lab/RESULTS.md --machine "2 CPUs (Intel Xeon), 24 GiB RAM" bench-results
   danki-lab results --out lab/RESULTS.md demo-results aa-results`,
 		Args: cobra.MinimumNArgs(1),
@@ -35,10 +38,15 @@ none of them measured keeps the table --out already had.`,
 			if len(sections) == 0 {
 				return fmt.Errorf("no result files under %v", dirs)
 			}
-			if err := scenario.RewriteResults(out, sections); err != nil {
+			kept, err := scenario.RewriteResults(out, sections)
+			if err != nil {
 				return err
 			}
 			for _, s := range sections {
+				if missing, ok := kept[s.Title]; ok {
+					fmt.Fprintf(cmd.OutOrStdout(), "%s: %s kept (its table has rows these results did not measure: %s)\n", out, s.Title, strings.Join(missing, ", "))
+					continue
+				}
 				fmt.Fprintf(cmd.OutOrStdout(), "%s: %s\n", out, s.Title)
 			}
 			return nil
