@@ -92,8 +92,8 @@ type Job struct {
 // (CPUYield).
 type Yielder interface {
 	// Lower lowers them and returns the targets to warm (their CPU
-	// requests as at full weight, for a cpuBudget share), a note on what could not yield ("" when
-	// all did), and whether any pod yields.
+	// requests as at full weight, for a cpuBudget share), a note on what
+	// could not yield ("" when all did), and whether any pod yields.
 	Lower(ctx context.Context, canary []warmup.Target) (targets []warmup.Target, note string, lowered bool)
 	// Restore puts back what Lower lowered (even after ctx ended) and
 	// returns a note for the step's message ("" when nothing was lowered).
