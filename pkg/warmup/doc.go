@@ -38,9 +38,10 @@
 //     a target is warm once it has stopped improving: its latest quarter
 //     of windows is not faster than the quarter before by more than a
 //     tolerance, in pooled p50, median window p99 and share of slow
-//     requests (one-sided and scale-free), at every window for a tenth of
-//     its windows (see window.go). Either way it has served MinStop (600
-//     requests with the defaults) and MinRequests.
+//     requests (one-sided and scale-free), at every window for 5 % of its
+//     windows and, once it got faster, for 600 requests (see window.go).
+//     Either way it has served MinStop (600 requests with the defaults)
+//     and MinRequests.
 //   - A target whose p99 settles far above stable's is rejected
 //     (ErrSlowerVersion): a slower version, caught before any user request
 //     reaches it.

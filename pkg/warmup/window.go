@@ -84,6 +84,9 @@ type verdict struct {
 	closeToStable bool
 	// plateau: converged on its own plateau, without stable (see flatShare).
 	plateau bool
+	// improving: its latest block of windows was faster than the block
+	// before (progressOf).
+	improving bool
 }
 
 // blockShare sets how far back the stopping rule looks: it compares the
@@ -292,8 +295,9 @@ func (c *Config) shedStable(windows []WindowStats, keep bool) {
 // plateau that lasts means. Without stable, judge calls the pod warm
 // (verdict.plateau) once, after MinStop, its latest block of windows is no
 // better than the block before (progressOf), and next holds that back
-// until it has held for flatShare of its windows. Either way the latest
-// StableWindows windows must have few enough errors.
+// until it has held for flatShare of its windows (and minPlateauRequests
+// once the pod got faster). Either way the latest StableWindows windows
+// must have few enough errors.
 //
 // reject: a pod that settles far above stable is a slower version
 // (rejectSlowerVersion).
@@ -340,7 +344,7 @@ func (c *Config) judge(windows []WindowStats, ref stableRef, reject bool) verdic
 		case c.CompareToStable:
 			return verdict{why: cmp.why}
 		case p.improving != "":
-			return verdict{why: fmt.Sprintf("%s; still improving over the last %d windows: %s (tolerance %g)", cmp.why, 2*p.recent.windows, p, c.Tolerance)}
+			return verdict{why: fmt.Sprintf("%s; still improving over the last %d windows: %s (tolerance %g)", cmp.why, 2*p.recent.windows, p, c.Tolerance), improving: true}
 		case !c.neighboursOnly(reject) || cmp.within:
 			return verdict{why: cmp.why + "; its own latency has stopped improving", settled: cmp.why, closeToStable: cmp.within}
 		}
@@ -353,7 +357,7 @@ func (c *Config) judge(windows []WindowStats, ref stableRef, reject bool) verdic
 		own = "; p50 over stableRatio × its neighbours'"
 	}
 	if p.improving != "" {
-		return verdict{why: fmt.Sprintf("still improving over the last %d windows: %s (tolerance %g)%s", 2*p.recent.windows, p, c.Tolerance, own)}
+		return verdict{why: fmt.Sprintf("still improving over the last %d windows: %s (tolerance %g)%s", 2*p.recent.windows, p, c.Tolerance, own), improving: true}
 	}
 	if own != "" {
 		return verdict{converged: true, plateau: true}
@@ -367,9 +371,19 @@ func (c *Config) judge(windows []WindowStats, ref stableRef, reject bool) verdic
 // flatShare: without stable, a target is warm once its own latency has
 // not improved (judge) at every window for this share of its windows: a
 // plateau that grows with the warm-up, so one look at two flat blocks (a
-// spike in the latest, a cache's misses thinning too slowly to show
-// between neighbouring blocks) ends nothing.
-const flatShare = 0.1
+// spike in the latest) ends nothing.
+const flatShare = 0.05
+
+// minPlateauRequests: a target that got faster during its warm-up must
+// also hold its plateau over this many requests (rounded up to windows;
+// at settleHold of them: plateauSpan), twice the smallest block: a tail
+// that thins too slowly to show between two neighbouring blocks of 300
+// requests (a cache's misses, a rare endpoint's cold calls, still several
+// % of the requests) passes one look, or two, by chance, not a plateau
+// whose first and last blocks are apart. Where the warm-up is long the
+// plateau is flatShare of it anyway. A pod warm from its first request
+// never got faster: it needs only flatShare (released after MinStop).
+const minPlateauRequests = 2 * minBlockRequests
 
 // asFastAsStable says whether a target's latest requests are as fast as
 // stable's (ref), and if not, how far off they are. The target's figures
@@ -421,6 +435,10 @@ type stopState struct {
 	settled []bool
 	// ownFor counts the windows in a row judged on its own plateau.
 	ownFor int
+	// gotFaster: some look found the target still improving (its latency
+	// fell during the warm-up), so its plateau must last
+	// minPlateauRequests.
+	gotFaster bool
 	// jit is the JVM's own signal, where the pod exposes it (jit.go);
 	// nil: latency alone.
 	jit *jitSignal
@@ -499,6 +517,7 @@ func (c *Config) nextOnLatency(s *stopState, windows []WindowStats, ref stableRe
 		v.slower = ""
 	}
 	s.settled = append(s.settled, v.settled != "" || v.slower != "" || v.plateau)
+	s.gotFaster = s.gotFaster || v.improving
 	if v.plateau {
 		s.ownFor++
 		// Next to the gate's neighbours, a pod judged on its own plateau
@@ -507,9 +526,16 @@ func (c *Config) nextOnLatency(s *stopState, windows []WindowStats, ref stableRe
 		// is, like a cache whose p50 hovers about StableRatio × theirs,
 		// still warming.
 		flat := s.flatRun()
-		if need := math.Ceil(flatShare * float64(n)); float64(flat) < need || c.judgeStable && s.ownFor < c.StableWindows {
+		need := math.Ceil(flatShare * float64(n))
+		switch {
+		case float64(flat) < need || c.judgeStable && s.ownFor < c.StableWindows:
 			v.converged = false
 			v.why = fmt.Sprintf("not improving for %d windows in a row, of %.0f (%g of its windows)", flat, need, flatShare)
+		case s.gotFaster:
+			if span, of := c.plateauSpan(s.settled); of < span {
+				v.converged = false
+				v.why = fmt.Sprintf("not improving at %d of its last %d windows, of %.0f (%d requests once it got faster)", of, span, settleHold*float64(span), minPlateauRequests)
+			}
 		}
 	} else {
 		s.ownFor = 0
@@ -558,6 +584,26 @@ func (c *Config) settledSpan(settled []bool, n int) (span, of int) {
 // settleHold is the share of settledSpan's windows that must have been
 // settled.
 const settleHold = 0.9
+
+// plateauSpan says whether a target that got faster has held its plateau
+// for minPlateauRequests: span is that many requests in windows, and of
+// is span once settleHold of the last span looks (since it had its full
+// CPU) were flat, or else how many were. A share, not
+// a run in a row: with small windows the span is many looks, and a chance
+// "still improving" at one of them (a neighbour's spike in the earlier
+// block) must not restart it.
+func (c *Config) plateauSpan(settled []bool) (span, of int) {
+	span = (minPlateauRequests + c.Window - 1) / c.Window
+	for _, ok := range settled[max(0, len(settled)-span):] {
+		if ok {
+			of++
+		}
+	}
+	if len(settled) >= span && float64(of) >= settleHold*float64(span) {
+		of = span
+	}
+	return span, of
+}
 
 // tailThinning says whether the share of a target's requests above the
 // reject line (rejectRatio × stable's p99, and rejectFloor above it) fell

@@ -380,3 +380,41 @@ func TestRejectionSimulated(t *testing.T) {
 		t.Errorf("the slower version was rejected in only %d of %d warm-ups", bad, runs)
 	}
 }
+
+// A pod that got faster during its warm-up must hold its plateau for
+// minPlateauRequests (600 with windows of 100) before it is warm on its
+// own: a cache's misses thinning too slowly to show between two
+// neighbouring blocks pass a look or two by chance (the zoo's cache-fill
+// and lazy-endpoints were released too early in a quarter to half of
+// their runs when a plateau needed only a tenth of the warm-up). A pod
+// flat from its first request needs no such plateau: warm at MinStop.
+func TestPlateauAfterWarmingLasts600Requests(t *testing.T) {
+	cfg := Config{}.WithDefaults()
+	warmAt := func(p50s, p99s []float64) (flatFrom, warm int64) {
+		t.Helper()
+		ws := windows(p50s, p99s, cfg.Window)
+		var s stopState
+		for i := range ws {
+			v := cfg.next(&s, ws[:i+1], stableRef{}, false)
+			if v.plateau && flatFrom == 0 {
+				flatFrom = ws[i].Requests
+			}
+			if v.converged {
+				return flatFrom, ws[i].Requests
+			}
+		}
+		t.Fatalf("never warm over %d windows", len(ws))
+		return 0, 0
+	}
+	flat50, flat99 := steady(40, 3, 20)
+	if from, warm := warmAt(flat50, flat99); warm != cfg.MinStop() || from != warm {
+		t.Errorf("flat from the start: warm at %d requests (flat from %d), want at MinStop %d", warm, from, cfg.MinStop())
+	}
+	cold50, cold99 := steady(4, 9, 400)
+	p50s, p99s := then(cold50, cold99, flat50, flat99)
+	from, warm := warmAt(p50s, p99s)
+	if got := warm - from; got < minPlateauRequests-int64(cfg.Window) || got > minPlateauRequests {
+		t.Errorf("cold, then flat from %d requests: warm at %d, %d requests later, want its plateau held for %d requests (%d windows, the first look included)",
+			from, warm, got, minPlateauRequests, minPlateauRequests/cfg.Window)
+	}
+}
