@@ -45,7 +45,7 @@ func TestAwaitActuated(t *testing.T) {
 		{name: "kubelet reports no resources", answers: []func() (*corev1.Pod, error){func() (*corev1.Pod, error) { return podAt("", nil), nil }}},
 		{name: "pod gone", answers: []func() (*corev1.Pod, error){func() (*corev1.Pod, error) { return nil, gone }}},
 		{name: "deferred", answers: []func() (*corev1.Pod, error){func() (*corev1.Pod, error) { return podAt("1m", deferred), nil }},
-			wantErr: "not applied by the kubelet within 15s (PodResizePending: Deferred node is full)"},
+			wantErr: "not applied by the kubelet before the wait ended (PodResizePending: Deferred node is full): context deadline exceeded"},
 		{name: "unreadable", answers: []func() (*corev1.Pod, error){func() (*corev1.Pod, error) { return nil, errors.New("connection refused") }},
 			wantErr: "(read the pod: connection refused)"},
 	} {

@@ -3,6 +3,7 @@ package podcpu
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -167,7 +168,12 @@ func AwaitActuated(ctx context.Context, get func(context.Context) (*corev1.Pod, 
 	if err == nil {
 		return nil
 	}
+	// The caller's context may end first (the warm-up's deadline): say so,
+	// not ActuateWait.
 	msg := "not applied by the kubelet within " + ActuateWait.String()
+	if ctx.Err() != nil {
+		msg = "not applied by the kubelet before the wait ended"
+	}
 	switch {
 	case last != nil:
 		if c := ResizeCondition(last); c != nil {
@@ -176,5 +182,8 @@ func AwaitActuated(ctx context.Context, get func(context.Context) (*corev1.Pod, 
 	case lastErr != nil:
 		msg += fmt.Sprintf(" (read the pod: %v)", lastErr)
 	}
-	return fmt.Errorf("%s", msg)
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%s: %w", msg, err)
+	}
+	return errors.New(msg)
 }
