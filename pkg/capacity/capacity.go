@@ -174,15 +174,12 @@ func (c Config) Validate() error {
 
 // step is the warm-up engine's configuration for one step at qps: a fixed
 // count at a steady pace for Hold, no convergence, no stable, and no CPU
-// budget: the check measures the most the pod serves, and a target that
-// carries its CPU request (the step's yielded pods) would otherwise get
-// the warm-up's default budget of it, a pace cut to request ÷ latency (the
-// lab's good version: a knee of 50 qps of its ~300).
+// budget (the warm-up's default): the check measures the most the pod
+// serves.
 func (c Config) step(qps float64) warmup.Config {
 	fixed, off := false, false
 	return warmup.Config{
-		CPUBudget: &config.CPUBudget{},
-		Requests:  c.Requests, AllowSideEffects: c.AllowSideEffects, MarkerHeader: c.MarkerHeader, MarkerHeaderConfirm: c.MarkerHeaderConfirm, HealthPath: c.HealthPath,
+		Requests: c.Requests, AllowSideEffects: c.AllowSideEffects, MarkerHeader: c.MarkerHeader, MarkerHeaderConfirm: c.MarkerHeaderConfirm, HealthPath: c.HealthPath,
 		Policy: c.Policy, Guard: c.Guard, MTLS: c.MTLS,
 		QPS: qps, StartQPS: qps, Connections: c.Connections, Timeout: c.Timeout,
 		Deadline: c.Hold, UntilConverged: &fixed, MaxRequests: int64(math.Ceil(qps * c.Hold.D().Seconds())),

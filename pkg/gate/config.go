@@ -119,6 +119,11 @@ func ParseConfig(annotation string, p policy.Policy) (Config, error) {
 		}
 	}
 	c.Config.Policy = &p
+	if c.CPUBudget == nil {
+		// The gate's own default: the pod's CPU request (docs/gate.md,
+		// "Choosing the CPU budget"); the warm-up's is none.
+		c.CPUBudget = &config.CPUBudget{Share: 1}
+	}
 	c.Config = c.Config.WithDefaults()
 	c.OnFailure = cmp.Or(c.OnFailure, StayUnready)
 	c.Retries = cmp.Or(c.Retries, min(DefaultRetries, p.Limits.WithDefaults().Retries))

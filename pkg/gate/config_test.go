@@ -48,6 +48,13 @@ func TestParseConfig(t *testing.T) {
 	if c, err = ParseConfig("cpuBudget: 50%", policy.Local()); err != nil || c.CPUBudget == nil || c.CPUBudget.Of(0.25) != 0.125 {
 		t.Errorf("cpuBudget 50%%: %v, %v; want half the request", c.CPUBudget, err)
 	}
+	// The gate's default budget is the pod's CPU request (the warm-up's
+	// own is none); 0 lifts it.
+	for annotation, want := range map[string]float64{"true": 0.25, "qps: 20": 0.25, "cpuBudget: 0": 0} {
+		if c, err = ParseConfig(annotation, policy.Local()); err != nil || c.CPUBudget == nil || c.CPUBudget.Of(0.25) != want {
+			t.Errorf("%s: cpuBudget %v, %v; want %g cores of a 250m request", annotation, c.CPUBudget, err, want)
+		}
+	}
 	if c, err = ParseConfig("mtls: istio", policy.Local()); err != nil || c.MTLS != mtls.Istio {
 		t.Errorf("mtls istio: %q, %v", c.MTLS, err)
 	}

@@ -202,11 +202,11 @@ type Config struct {
 	// wait for CPU. A quantity in cores, as in a pod's resources ("250m",
 	// "0.5", 1), or a share of the CPU request of the pod's container that
 	// serves the port ("50%": half of it; none for a container with no
-	// request); "0" for none. Default: that CPU request ("100%"), where the
-	// target is a pod the gate warms; none otherwise. The request is what the scheduler
-	// promised the pod; on a small node it is a large share of the cores
-	// the users' pods run on, and a lower share trades time to Ready for
-	// the users' tail (docs/gate.md has the figures).
+	// request); "0" for none. Default: none. The warm gate's default is
+	// that CPU request ("100%", gate.ParseConfig): the request is what the
+	// scheduler promised the pod; on a small node it is a large share of
+	// the cores the users' pods run on, and a lower share trades time to
+	// Ready for the users' tail (docs/gate.md has the figures).
 	CPUBudget *config.CPUBudget `json:"cpuBudget,omitempty"`
 	// NeighbourGuard: while warming, watch the users' latency on stable —
 	// the stable pods loaded side by side (rejectSlowerVersion,
@@ -493,10 +493,10 @@ func (c Config) Validate() error {
 }
 
 // cpuBudget is a target's CPU budget in cores (CPUBudget, a share of the
-// target pod's CPU request or cores; by default the request), 0 for none.
+// target pod's CPU request or cores), 0 for none (the default).
 func (c *Config) cpuBudget(t Target) float64 {
 	if c.CPUBudget != nil {
 		return c.CPUBudget.Of(t.CPURequest)
 	}
-	return t.CPURequest
+	return 0
 }

@@ -16,11 +16,11 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
-// A pod's warm-up budget defaults to the CPU request of the container
-// that serves the warmed port, not the pod's sum (a sidecar's request is
-// not the app's); cpuBudget overrides it (cores, or a share of the
-// request: "50%"), "0" turns it off.
-func TestCPUBudgetDefaultsToTheServingContainersRequest(t *testing.T) {
+// A pod's warm-up budget is cores, or a share of the CPU request of the
+// container that serves the warmed port ("50%"), not of the pod's sum (a
+// sidecar's request is not the app's); none by default, and "0" is none
+// (the warm gate's default, "100%", is gate.ParseConfig's).
+func TestCPUBudgetIsAShareOfTheServingContainersRequest(t *testing.T) {
 	container := func(name string, port int32, cpu string) corev1.Container {
 		c := corev1.Container{Name: name, Ports: []corev1.ContainerPort{{Name: name, ContainerPort: port}}}
 		if cpu != "" {
@@ -41,10 +41,10 @@ func TestCPUBudgetDefaultsToTheServingContainersRequest(t *testing.T) {
 		t.Errorf("CPURequest %g, want 0.5 (the http container's request)", target.CPURequest)
 	}
 	cfg := Config{}.WithDefaults()
-	if got := cfg.cpuBudget(target); got != 0.5 {
-		t.Errorf("default budget %g, want the request 0.5", got)
+	if got := cfg.cpuBudget(target); got != 0 {
+		t.Errorf("default budget %g, want none (0)", got)
 	}
-	for value, want := range map[string]float64{`"250m"`: 0.25, `"2"`: 2, `0.5`: 0.5, `0`: 0, `"50%"`: 0.25, `"200%"`: 1} {
+	for value, want := range map[string]float64{`"250m"`: 0.25, `"2"`: 2, `0.5`: 0.5, `0`: 0, `"50%"`: 0.25, `"100%"`: 0.5, `"200%"`: 1} {
 		var c Config
 		if err := config.Decode([]byte(`{"cpuBudget": `+value+`}`), &c); err != nil {
 			t.Fatalf("cpuBudget %s: %v", value, err)

@@ -68,17 +68,6 @@ func ParseStepConfig(raw []byte, p policy.Policy) (StepConfig, error) {
 	var err error
 	c.Config, c.TargetConfig, err = warmup.Resolve(c.Config, c.TargetConfig, p)
 	errs.Add("", err)
-	if c.CPUBudget == nil {
-		// The step's default is no CPU budget, yielded or not. A yielded
-		// pod's targets carry its template's request (so that a share like
-		// "50%" means a share of it), and warmup's default would budget by
-		// it; but the kernel's weight already puts the users' pods first,
-		// and the budget's Little's law counts a request's waiting as busy
-		// cores: in the lab, a version with 5 % of its requests taking 1 s
-		// was paced at ~3 qps per pod and missed its deadline instead of
-		// being rejected (docs/warmup.md, "Yielding the CPU").
-		c.CPUBudget = &config.CPUBudget{}
-	}
 	c.PollInterval = cmp.Or(c.PollInterval, config.Duration(DefaultPollInterval))
 	if c.PollInterval.D() <= MinPollInterval {
 		errs.Addf("pollInterval", "%s is too short: Argo Rollouts ignores requeue intervals of 10s or less (and waits 30s); use e.g. \"15s\"", c.PollInterval)
