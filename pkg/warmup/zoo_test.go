@@ -2,6 +2,7 @@ package warmup
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -332,22 +333,18 @@ var zooKnownMisses = map[string]float64{
 // requests), or not by maxRequests (after a late last step the plateau
 // rule's blocks need ~1.6× its count): 46.5 % and 49.5 % of runs, and as
 // many next to the gate's neighbours.
-var zooKnownMissesJIT = map[string]float64{
-	"jit-fast/own plateau/stop":              50,
-	"jit-fast+noise/own plateau/stop":        50,
-	"cache-fill/own plateau/stop":            58,
-	"cache-fill+noise/own plateau/stop":      58,
-	"lazy-endpoints/own plateau/stop":        58,
-	"lazy-endpoints+noise/own plateau/stop":  58,
-	"spring-steps/own plateau/quality":       40,
-	"spring-steps+noise/own plateau/quality": 40,
-	"jit-slow+noise/stable/quality":          85,
-	"warm+noise/stable/700":                  85,
-
-	"jit-slow+noise/neighbours (gate)/quality":     85,
-	"warm+noise/neighbours (gate)/700":             85,
+var zooKnownMissesJIT = withFloors(zooKnownMisses, map[string]float64{
+	"spring-steps/own plateau/quality":             40,
+	"spring-steps+noise/own plateau/quality":       40,
 	"spring-steps/neighbours (gate)/quality":       40,
 	"spring-steps+noise/neighbours (gate)/quality": 40,
+})
+
+// withFloors is known with some floors changed.
+func withFloors(known, changed map[string]float64) map[string]float64 {
+	out := maps.Clone(known)
+	maps.Copy(out, changed)
+	return out
 }
 
 type zooMiss struct {
