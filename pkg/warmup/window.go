@@ -588,10 +588,10 @@ const settleHold = 0.9
 // plateauSpan says whether a target that got faster has held its plateau
 // for minPlateauRequests: span is that many requests in windows, and of
 // is span once settleHold of the last span looks (since it had its full
-// CPU) were flat, or else how many were. A share, not
-// a run in a row: with small windows the span is many looks, and a chance
-// "still improving" at one of them (a neighbour's spike in the earlier
-// block) must not restart it.
+// CPU) were flat, or else how many were. A share, not a run in a row:
+// with small windows the span is many looks, and a chance "still
+// improving" at one of them (a neighbour's spike in the earlier block)
+// must not restart it.
 func (c *Config) plateauSpan(settled []bool) (span, of int) {
 	span = (minPlateauRequests + c.Window - 1) / c.Window
 	for _, ok := range settled[max(0, len(settled)-span):] {
