@@ -7,8 +7,9 @@ package warmup
 // share of slow requests; it never compares with stable (mirrored requests
 // have no stable counterpart in the same window). Like the synthetic
 // warm-up's, a plateau counts once it has held for flatShare of the
-// windows (and minPlateauRequests once the latency fell): the rule is replayed over every prefix of windows (a few dozen
-// summaries), so the caller keeps no state. Such windows give the rule
+// windows (and minPlateauRequests once the latency fell): the rule is
+// replayed over every prefix of windows (a few dozen summaries), so the
+// caller keeps no state. Such windows give the rule
 // less to see (no slow requests, percentiles as coarse as the buckets), so
 // it waits for at least histMinRequests. c must have its defaults.
 func (c Config) JudgeWindows(windows []WindowStats) (converged bool, why string) {

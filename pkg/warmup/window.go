@@ -532,9 +532,9 @@ func (c *Config) nextOnLatency(s *stopState, windows []WindowStats, ref stableRe
 			v.converged = false
 			v.why = fmt.Sprintf("not improving for %d windows in a row, of %.0f (%g of its windows)", flat, need, flatShare)
 		case s.gotFaster:
-			if span, of := c.plateauSpan(s.settled); of < span {
+			if span, of, held := c.plateauSpan(s.settled); !held {
 				v.converged = false
-				v.why = fmt.Sprintf("not improving at %d of its last %d windows, of %.0f (%d requests once it got faster)", of, span, settleHold*float64(span), minPlateauRequests)
+				v.why = fmt.Sprintf("not improving at %d of its last %d windows, of %.0f (%d requests once it got faster)", of, span, math.Ceil(settleHold*float64(span)), minPlateauRequests)
 			}
 		}
 	} else {
@@ -567,42 +567,38 @@ func (c *Config) nextOnLatency(s *stopState, windows []WindowStats, ref stableRe
 // neighbours: TestGateReleasesASlowerNode).
 func (c *Config) settledSpan(settled []bool, n int) (span, of int) {
 	need := int(math.Ceil(max(float64(c.StableWindows), settleShare*float64(n))))
-	if len(settled) < need {
-		return 0, 0
+	if of, held := heldOver(settled, need); held {
+		return need, of
 	}
-	for _, ok := range settled[len(settled)-need:] {
-		if ok {
-			of++
-		}
-	}
-	if float64(of) < settleHold*float64(need) {
-		return 0, 0
-	}
-	return need, of
+	return 0, 0
 }
 
-// settleHold is the share of settledSpan's windows that must have been
-// settled.
+// settleHold is the share of settledSpan's and plateauSpan's windows that
+// must have been settled.
 const settleHold = 0.9
 
-// plateauSpan says whether a target that got faster has held its plateau
-// for minPlateauRequests: span is that many requests in windows, and of
-// is span once settleHold of the last span looks (since it had its full
-// CPU) were flat, or else how many were. A share, not a run in a row:
-// with small windows the span is many looks, and a chance "still
-// improving" at one of them (a neighbour's spike in the earlier block)
-// must not restart it.
-func (c *Config) plateauSpan(settled []bool) (span, of int) {
-	span = (minPlateauRequests + c.Window - 1) / c.Window
+// heldOver counts the settled looks among the last span, and says whether
+// there were span looks and settleHold of them were settled.
+func heldOver(settled []bool, span int) (of int, held bool) {
 	for _, ok := range settled[max(0, len(settled)-span):] {
 		if ok {
 			of++
 		}
 	}
-	if len(settled) >= span && float64(of) >= settleHold*float64(span) {
-		of = span
-	}
-	return span, of
+	return of, len(settled) >= span && float64(of) >= settleHold*float64(span)
+}
+
+// plateauSpan says whether a target that got faster has held its plateau
+// for minPlateauRequests: span is that many requests in windows, of how
+// many of the last span looks (since it had its full CPU) were flat, and
+// held whether settleHold of them were. A share, not a run in a row: with
+// small windows the span is many looks, and a chance "still improving" at
+// one of them (a neighbour's spike in the earlier block) must not restart
+// it.
+func (c *Config) plateauSpan(settled []bool) (span, of int, held bool) {
+	span = (minPlateauRequests + c.Window - 1) / c.Window
+	of, held = heldOver(settled, span)
+	return span, of, held
 }
 
 // tailThinning says whether the share of a target's requests above the
