@@ -640,11 +640,12 @@ func (c *Config) plateauLongEnough(slowerFor, windows int) bool {
 
 // stableReference is what a canary is compared with (stableRef), from the
 // stable pool's windows: the p50 pooled over the latest compareWindows
-// windows, and the p99 pooled so too, or over the compareWindows windows
-// before when that is lower (a hiccup on a stable pod — a GC pause while
-// it serves users — inflates one span, and must not wave a cold canary
-// through). Windows without latencies (shed) give the medians of their
-// p50s and p99s instead (the lower median: the stricter bar).
+// windows, at the lower end of stableP50Z standard errors, and the p99
+// pooled so too, or over the compareWindows windows before when that is
+// lower (a hiccup on a stable pod — a GC pause while it serves users —
+// inflates one span, and must not wave a cold canary through). Windows
+// without latencies (shed) give the medians of their p50s and p99s
+// instead (the lower median: the stricter bar).
 func (c *Config) stableReference(windows []WindowStats) stableRef {
 	complete := completeWindows(windows)
 	k := c.compareWindows()
@@ -662,9 +663,20 @@ func (c *Config) stableReference(windows []WindowStats) stableRef {
 	return r
 }
 
-// pooledOrMedians is the nearest-rank p50 and p99 of windows' latencies
-// pooled, or, when a window kept none, the lower medians of their p50s
-// and p99s.
+// stableP50Z places stable's p50 at the lower end of half its standard
+// error (nearestRank). The canary's p50 is taken at the upper end of its
+// own (asFastAsStable); together the two margins make about the standard
+// error of the difference of two samples of about the same size (√2 of
+// one), so a stable sample that came out slow by chance does not wave a
+// canary through that is still more than Tolerance above stable. With
+// stable's point estimate, a canary still warming slowly (the zoo's
+// jit-slow next to a noisy neighbour) was released with its next 1,000
+// requests' p50 1.10–1.17× its plateau in 1 run in 10.
+const stableP50Z = -0.5
+
+// pooledOrMedians is the nearest-rank p50 (at stableP50Z) and p99 of
+// windows' latencies pooled, or, when a window kept none, the lower
+// medians of their p50s and p99s.
 func pooledOrMedians(windows []WindowStats) (p50, p99 time.Duration) {
 	var lat []time.Duration
 	for _, w := range windows {
@@ -681,7 +693,7 @@ func pooledOrMedians(windows []WindowStats) (p50, p99 time.Duration) {
 		lat = append(lat, w.sorted...)
 	}
 	slices.Sort(lat)
-	return nearestRank(lat, 0.5, 0), nearestRank(lat, 0.99, 0)
+	return nearestRank(lat, 0.5, stableP50Z), nearestRank(lat, 0.99, 0)
 }
 
 // nearestRank is sorted's q-quantile by nearest rank, moved by z standard

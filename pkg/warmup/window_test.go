@@ -418,3 +418,28 @@ func TestPlateauAfterWarmingLasts600Requests(t *testing.T) {
 			from, warm, got, minPlateauRequests, minPlateauRequests/cfg.Window)
 	}
 }
+
+// Stable's p50 is taken at the lower end of half its standard error: 500
+// pooled requests of 1..500 µs have their point p50 at 250 µs, and the
+// reference at rank ⌈250 − 0.5·√125⌉ = 245 (the p99 stays at its point).
+func TestStableP50IsTakenAtTheLowerEndOfItsError(t *testing.T) {
+	cfg := Config{StableWindows: 3, Window: 100}
+	var ws []WindowStats
+	for w := range 5 {
+		samples := make([]sample, 100)
+		for i := range samples {
+			// Interleaved, so each window spans the whole range.
+			samples[i] = sample{latency: time.Duration(1+w+5*i) * time.Microsecond, ok: true}
+		}
+		win := computeWindow(samples)
+		win.Index, win.Requests = w+1, int64(100*(w+1))
+		ws = append(ws, win)
+	}
+	got := cfg.stableReference(ws)
+	if want := 245 * time.Microsecond; got.p50 != want {
+		t.Errorf("stable p50 = %s, want %s (the point p50 is 250µs)", got.p50, want)
+	}
+	if want := 495 * time.Microsecond; got.p99 != want {
+		t.Errorf("stable p99 = %s, want %s", got.p99, want)
+	}
+}
