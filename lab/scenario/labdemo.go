@@ -108,6 +108,10 @@ type Result struct {
 	// SpringTraffic is the Spring app's users (Config.Spring): its own
 	// host on the gateway, its own pace.
 	SpringTraffic *traffic.Result `json:"springTraffic,omitempty"`
+	// UserFailures and SpringUserFailures say where the users' failed
+	// requests fell (Traffic.Errors, SpringTraffic.Errors).
+	UserFailures       *UserFailures `json:"userFailures,omitempty"`
+	SpringUserFailures *UserFailures `json:"springUserFailures,omitempty"`
 	// SpringError is why the Spring app's rollouts are missing, when they
 	// failed.
 	SpringError string  `json:"springError,omitempty"`
@@ -221,6 +225,10 @@ type lab struct {
 	kube  kubernetes.Interface
 	argo  argoclient.Interface
 	istio istioclient.Interface
+	// reinstalls are the stretches in which the lab swapped an app's
+	// Rollout between scenarios (installFiles; Name: the Rollout): its
+	// pods deleted, none serving until the new ones are Healthy.
+	reinstalls []traffic.Phase
 }
 
 // Demo runs baseline and danki rollouts of v2 (with the contenders between
@@ -322,6 +330,7 @@ func Demo(ctx context.Context, cfg Config) (*Result, error) {
 	res.Traffic = users.Stop()
 	users = nil
 	res.Samples = res.Traffic.Samples
+	res.UserFailures = userFailuresOf(res.Traffic.Samples, phases, l.reinstallsOf(mainApp))
 	if cfg.Spring {
 		runs, ph, t, err := l.spring(ctx, ex)
 		if err != nil {
@@ -337,6 +346,7 @@ func Demo(ctx context.Context, cfg Config) (*Result, error) {
 			phases = append(phases, ph...)
 			res.SpringTraffic = &t
 			res.Samples = append(res.Samples, t.Samples...)
+			res.SpringUserFailures = userFailuresOf(t.Samples, ph, l.reinstallsOf(springApp))
 		}
 	}
 	for i := range res.Runs {
@@ -438,7 +448,7 @@ func (c Config) phases(run *Run) []traffic.Phase {
 
 // install replaces the Rollout with the one in dir (v1), with the files
 // with (relative to dir's parent) applied first, and waits until it is
-// Healthy and the gateway answers.
+// Healthy (installFiles).
 func (l *lab) install(ctx context.Context, app target, dir string, with ...string) error {
 	var files []string
 	for _, f := range with {
@@ -449,9 +459,14 @@ func (l *lab) install(ctx context.Context, app target, dir string, with ...strin
 
 // installFiles replaces app's Rollout with the one in files (applied in
 // order; name says what they are, for the log) and waits until it is
-// Healthy with 2 pods.
+// Healthy with 2 pods. The stretch is noted in l.reinstalls: users' requests
+// in it find no pod (failures the report tells apart: userFailures).
 func (l *lab) installFiles(ctx context.Context, app target, name string, files ...string) error {
 	l.cfg.Log.Info("installing "+name, "rollout", app.rollout)
+	from := time.Now()
+	defer func() {
+		l.reinstalls = append(l.reinstalls, traffic.Phase{Name: app.rollout, From: from, To: time.Now()})
+	}()
 	if err := l.kubectl(ctx, "delete", "rollout", app.rollout, "--ignore-not-found", "--wait"); err != nil {
 		return err
 	}

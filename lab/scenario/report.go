@@ -75,15 +75,24 @@ func WriteReport(w io.Writer, f traffic.Format, res *Result) error {
 		b.WriteString("\n")
 	}
 	t := res.Traffic
-	fmt.Fprintf(&b, "%susers: %d requests at %.1f of %.0f qps asked (%d failed), through %s\n", bullet, t.Requests, t.AchievedQPS, t.AskedQPS, t.Errors, t.URL)
+	fmt.Fprintf(&b, "%susers: %d requests at %.1f of %.0f qps asked (%s), through %s\n", bullet, t.Requests, t.AchievedQPS, t.AskedQPS, failed(t.Errors, res.UserFailures), t.URL)
 	if res.SpringError != "" {
 		fmt.Fprintf(&b, "%sthe Spring app's rollouts failed (not in the tables): %s\n", bullet, res.SpringError)
 	}
 	if t := res.SpringTraffic; t != nil {
-		fmt.Fprintf(&b, "%sSpring users: %d requests at %.1f of %.0f qps asked (%d failed), through %s (host %s)\n", bullet, t.Requests, t.AchievedQPS, t.AskedQPS, t.Errors, t.URL, springHost)
+		fmt.Fprintf(&b, "%sSpring users: %d requests at %.1f of %.0f qps asked (%s), through %s (host %s)\n", bullet, t.Requests, t.AchievedQPS, t.AskedQPS, failed(t.Errors, res.SpringUserFailures), t.URL, springHost)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// failed is "N failed", with where they fell when that is known and some
+// did.
+func failed(errors int, where *UserFailures) string {
+	if where == nil || errors == 0 {
+		return fmt.Sprintf("%d failed", errors)
+	}
+	return fmt.Sprintf("%d failed: %s", errors, where)
 }
 
 // writeBadVersion says how danki handled the bad version.
