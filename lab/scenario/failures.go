@@ -27,15 +27,15 @@ func (f UserFailures) String() string {
 // userFailuresOf splits the failed samples between the measured phases
 // (each scenario's), the reinstalls, and the rest.
 func userFailuresOf(samples []traffic.Sample, measured [][]traffic.Phase, reinstalls []traffic.Phase) *UserFailures {
-	phases := slices.Concat(measured...)
-	in := func(phases []traffic.Phase, s traffic.Sample) bool {
-		return slices.ContainsFunc(phases, func(p traffic.Phase) bool { return p.Contains(s.Start) })
+	inMeasured := slices.Concat(measured...)
+	in := func(ps []traffic.Phase, s traffic.Sample) bool {
+		return slices.ContainsFunc(ps, func(p traffic.Phase) bool { return p.Contains(s.Start) })
 	}
 	f := &UserFailures{}
 	for _, s := range samples {
 		switch {
 		case s.OK():
-		case in(phases, s):
+		case in(inMeasured, s):
 			f.Measured++
 		case in(reinstalls, s):
 			f.Reinstalls++
