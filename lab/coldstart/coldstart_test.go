@@ -237,7 +237,7 @@ func start(t *testing.T, jar string, env ...string) runningApp {
 func startWithin(t *testing.T, jar string, ready time.Duration, env ...string) runningApp {
 	t.Helper()
 	log := filepath.Join(t.TempDir(), "app.log")
-	a, err := startApp(context.Background(), jar, log, env, ready)
+	a, err := startApp(context.Background(), jar, log, env, ready, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,7 +258,7 @@ func startWithin(t *testing.T, jar string, ready time.Duration, env ...string) r
 
 func send(t *testing.T, a runningApp, next func(int) string, n int) []result {
 	t.Helper()
-	rs, err := measure(a.URL, next, n)
+	rs, err := measure(a.URL, next, n, 0, nil)
 	if err != nil {
 		t.Fatalf("%v (app log:\n%s)", err, readFile(t, a.log))
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -29,8 +31,10 @@ type app struct {
 // (KEY=VALUE, on top of a minimal environment: the caller's own settings of
 // the app, such as COLD_SHAPE, do not leak in) and waits until /healthz
 // answers 200, as the lab's readiness probe does; the app's stderr goes to
-// logPath. Stop it with stop.
-func startApp(ctx context.Context, jar, logPath string, env []string, ready time.Duration) (*app, error) {
+// logPath. cpus, when not "", pins the JVM to those CPUs (taskset -c) and
+// tells it it has as many (-XX:ActiveProcessorCount), as a pod's CPU limit
+// does. Stop it with stop.
+func startApp(ctx context.Context, jar, logPath string, env []string, ready time.Duration, cpus string) (*app, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
@@ -40,7 +44,17 @@ func startApp(ctx context.Context, jar, logPath string, env []string, ready time
 		return nil, fmt.Errorf("app log: %w", err)
 	}
 	args := append(append([]string{}, jvmArgs...), "-jar", jar, "--bind", "127.0.0.1", "--port", strconv.Itoa(port))
-	cmd := exec.Command("java", args...)
+	name := "java"
+	if cpus != "" {
+		n, err := cpuCount(cpus)
+		if err != nil {
+			logf.Close()
+			return nil, err
+		}
+		args = append([]string{"-c", cpus, "java", "-XX:ActiveProcessorCount=" + strconv.Itoa(n)}, args...)
+		name = "taskset"
+	}
+	cmd := exec.Command(name, args...)
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
 	for _, k := range []string{"HOME", "JAVA_HOME", "TMPDIR"} {
 		if v, ok := os.LookupEnv(k); ok {
@@ -104,6 +118,64 @@ func (a *app) stop() {
 		_ = syscall.Kill(-a.cmd.Process.Pid, syscall.SIGKILL)
 		<-a.done
 	}
+}
+
+// cpuCount is how many CPUs a taskset list names ("1", "0,2", "0-3").
+func cpuCount(list string) (int, error) {
+	n := 0
+	for _, part := range strings.Split(list, ",") {
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, errA := strconv.Atoi(lo)
+		b, errB := a, error(nil)
+		if isRange {
+			b, errB = strconv.Atoi(hi)
+		}
+		if errA != nil || errB != nil || a < 0 || b < a {
+			return 0, fmt.Errorf("-cpus %q: want a CPU list such as 1, 0,2 or 0-3", list)
+		}
+		n += b - a + 1
+	}
+	return n, nil
+}
+
+// compiledMs is the JIT's accumulated compile time in ms, summed over its
+// series: Micrometer's jvm_compilation_time_ms_total on the app's
+// /actuator/prometheus (the Spring sample's).
+func compiledMs(base string) (float64, error) {
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: nil}}
+	defer client.CloseIdleConnections()
+	url := strings.TrimSuffix(base, "/") + "/actuator/prometheus"
+	resp, err := client.Get(url)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	const name = "jvm_compilation_time_ms_total"
+	sum, found := 0.0, false
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		rest, ok := strings.CutPrefix(sc.Text(), name)
+		if !ok || rest == "" || (rest[0] != ' ' && rest[0] != '{') {
+			continue
+		}
+		fields := strings.Fields(rest)
+		v, err := strconv.ParseFloat(fields[len(fields)-1], 64)
+		if err != nil {
+			return 0, fmt.Errorf("%s: %s: %w", url, name, err)
+		}
+		sum, found = sum+v, true
+	}
+	if err := sc.Err(); err != nil {
+		return 0, fmt.Errorf("%s: %w", url, err)
+	}
+	if !found {
+		return 0, fmt.Errorf("%s has no %s (a Spring Boot app with Micrometer's Prometheus registry serves it)", url, name)
+	}
+	return sum, nil
 }
 
 func freePort() (int, error) {

@@ -11,6 +11,14 @@
 //
 //	go run ./lab/coldstart -jar .cache/lab/bin/sample-app.jar -env COLD_SHAPE=cache -n 1000
 //	go run ./lab/coldstart -jar .cache/lab/bin/sample-app.jar -env COLD_SHAPE=lazy-endpoints -mix /a=6,/b=3,/c=1
+//
+// With -jit it also reads the JVM's accumulated JIT compile time
+// (Micrometer's jvm_compilation_time_ms_total on /actuator/prometheus) at the
+// end of every row; -qps paces the requests (as a load generator does) and
+// -cpus pins a JVM started with -jar to some CPUs (one CPU: a pod's limit),
+// e.g. the Spring sample's steps and its JIT (docs/warmup.md):
+//
+//	go run ./lab/coldstart -jar .cache/lab/bin/sample-app-spring.jar -cpus 1 -qps 50 -n 10000 -jit -rows $(seq -s, 500 500 10000)
 package main
 
 import (
@@ -38,46 +46,109 @@ func main() {
 	rows := flag.String("rows", "1,10,100,500,1000,2000,5000,10000", "last request of each table row")
 	seed := flag.Uint64("seed", 1, "seed of the weighted path picks")
 	csv := flag.String("csv", "", "also write every request (n,path,ms) to this CSV file")
+	qps := flag.Float64("qps", 0, "requests per second, one at a time (0: each as soon as the last answered)")
+	cpus := flag.String("cpus", "", "with -jar: run the JVM on these CPUs only (taskset -c LIST, and as many processors for the JVM), e.g. 1")
+	jit := flag.Bool("jit", false, "read the JIT's compile time (jvm_compilation_time_ms_total on /actuator/prometheus) at the end of every row")
 	flag.Parse()
-	if err := run(*url, *jar, env, *mix, *n, *rows, *seed, *csv); err != nil {
+	o := options{mix: *mix, n: *n, rows: *rows, seed: *seed, csv: *csv, qps: *qps, cpus: *cpus, jit: *jit}
+	if err := run(*url, *jar, env, o); err != nil {
 		fmt.Fprintln(os.Stderr, "coldstart:", err)
 		os.Exit(1)
 	}
 }
 
-func run(url, jar string, env []string, mix string, n int, rowSpec string, seed uint64, csv string) error {
-	if n < 1 {
+// options are the command's flags but -url, -jar and -env.
+type options struct {
+	mix  string
+	n    int
+	rows string
+	seed uint64
+	csv  string
+	qps  float64
+	cpus string
+	jit  bool
+}
+
+func run(url, jar string, env []string, o options) error {
+	if o.n < 1 {
 		return fmt.Errorf("-n must be >= 1")
 	}
-	paths, err := parseMix(mix)
+	if o.qps < 0 {
+		return fmt.Errorf("-qps must be >= 0 (0: one request as soon as the last answered), got %g", o.qps)
+	}
+	if o.cpus != "" && jar == "" {
+		return fmt.Errorf("-cpus pins the JVM that -jar starts: give -jar too")
+	}
+	paths, err := parseMix(o.mix)
 	if err != nil {
 		return err
 	}
-	rows, err := parseRows(rowSpec)
+	rows, err := parseRows(o.rows)
 	if err != nil {
 		return err
 	}
 	if jar != "" {
 		logPath := filepath.Join(os.TempDir(), "coldstart-sample-app.log")
-		a, err := startApp(context.Background(), jar, logPath, env, 2*time.Minute)
+		a, err := startApp(context.Background(), jar, logPath, env, 2*time.Minute, o.cpus)
 		if err != nil {
 			return err
 		}
 		defer a.stop()
 		url = a.URL
-		fmt.Fprintf(os.Stderr, "coldstart: sample app ready at %s (env %v, log %s)\n", url, env, logPath)
+		fmt.Fprintf(os.Stderr, "coldstart: sample app ready at %s (env %v, CPUs %q, log %s)\n", url, env, o.cpus, logPath)
 	}
-	rs, err := measure(url, mixRequests(paths, rand.New(rand.NewPCG(seed, 0))), n)
+	var pace time.Duration
+	if o.qps > 0 {
+		pace = time.Duration(float64(time.Second) / o.qps)
+	}
+	// The JIT's compile time at the start and at the end of every row.
+	var jit []float64
+	readJIT := func() error {
+		if !o.jit {
+			return nil
+		}
+		ms, err := compiledMs(url)
+		if err != nil {
+			return fmt.Errorf("-jit: %w", err)
+		}
+		jit = append(jit, ms)
+		return nil
+	}
+	if err := readJIT(); err != nil {
+		return err
+	}
+	rowEnd := map[int]bool{}
+	for _, r := range rows {
+		rowEnd[r] = true
+	}
+	rs, err := measure(url, mixRequests(paths, rand.New(rand.NewPCG(o.seed, 0))), o.n, pace, func(done int) error {
+		if rowEnd[done] {
+			return readJIT()
+		}
+		return nil
+	})
 	if err != nil {
 		return err
 	}
-	if csv != "" {
-		if err := writeCSV(csv, rs); err != nil {
+	if o.jit && !rowEnd[o.n] {
+		if err := readJIT(); err != nil {
 			return err
 		}
 	}
-	fmt.Printf("%d sequential requests to %s (mix %s, answered by %v)\n\n", n, url, mix, versions(rs))
-	printTable(os.Stdout, rs, rows)
+	if o.csv != "" {
+		if err := writeCSV(o.csv, rs); err != nil {
+			return err
+		}
+	}
+	how := "sequential requests"
+	if o.qps > 0 {
+		how = fmt.Sprintf("requests one at a time at %g/s", o.qps)
+	}
+	fmt.Printf("%d %s to %s (mix %s, answered by %v)\n\n", o.n, how, url, o.mix, versions(rs))
+	if o.jit {
+		fmt.Printf("JIT compile time when the measurement started: %.0f ms\n\n", jit[0])
+	}
+	printTable(os.Stdout, rs, rows, jit)
 	if len(paths) > 1 {
 		fmt.Println()
 		printPaths(os.Stdout, rs, paths)
@@ -119,13 +190,20 @@ func mixRequests(paths []weighted, rng *rand.Rand) func(i int) string {
 }
 
 // measure sends n sequential GETs over one keep-alive connection, request i
-// to url + next(i) (a path with its query).
-func measure(url string, next func(i int) string, n int) ([]result, error) {
+// to url + next(i) (a path with its query), one every pace (0: each as soon
+// as the last answered; a late answer sends the next at once), and calls
+// after (when not nil) with the count of requests done after each.
+func measure(url string, next func(i int) string, n int, pace time.Duration, after func(done int) error) ([]result, error) {
 	client := &http.Client{Timeout: time.Minute, Transport: &http.Transport{Proxy: nil}}
 	defer client.CloseIdleConnections()
 	base := strings.TrimSuffix(url, "/")
 	rs := make([]result, 0, n)
+	due := time.Now()
 	for i := range n {
+		if pace > 0 {
+			time.Sleep(time.Until(due))
+			due = due.Add(pace)
+		}
 		target := next(i)
 		path, _, _ := strings.Cut(target, "?")
 		start := time.Now()
@@ -140,19 +218,30 @@ func measure(url string, next func(i int) string, n int) ([]result, error) {
 			return nil, fmt.Errorf("request %d (%s): status %d", i+1, path, resp.StatusCode)
 		}
 		rs = append(rs, result{path: path, ms: ms, version: resp.Header.Get("X-Version"), cache: resp.Header.Get("X-Cache")})
+		if after != nil {
+			if err := after(i + 1); err != nil {
+				return nil, err
+			}
+		}
 	}
 	return rs, nil
 }
 
 // printTable prints latency per request range; "× warm" divides by the p50
 // of the last quarter of the run (converged, for the shapes that converge).
-func printTable(w io.Writer, rs []result, rows []int) {
+// jit, when not empty, is the JIT's compile time at the start and at the
+// end of each row (measure's reads): the table adds what each row compiled.
+func printTable(w io.Writer, rs []result, rows []int, jit []float64) {
 	lat := latencies(rs)
 	warm := pct(lat[len(lat)*3/4:], 50)
-	fmt.Fprintln(w, "| requests | p50 ms | p90 ms | p99 ms | max ms | × warm p50 |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|")
+	head, rule := "| requests | p50 ms | p90 ms | p99 ms | max ms | × warm p50 |", "|---|---|---|---|---|---|"
+	if len(jit) > 0 {
+		head, rule = head+" JIT ms compiled | JIT ms per request |", rule+"---|---|"
+	}
+	fmt.Fprintln(w, head)
+	fmt.Fprintln(w, rule)
 	from := 1
-	for _, to := range rows {
+	for row, to := range rows {
 		if from > len(lat) {
 			break
 		}
@@ -161,7 +250,12 @@ func printTable(w io.Writer, rs []result, rows []int) {
 		if from == min(to, len(lat)) {
 			label = strconv.Itoa(from)
 		}
-		fmt.Fprintf(w, "| %s | %.1f | %.1f | %.1f | %.1f | %.1f× |\n", label, pct(seg, 50), pct(seg, 90), pct(seg, 99), slices.Max(seg), pct(seg, 50)/warm)
+		fmt.Fprintf(w, "| %s | %.1f | %.1f | %.1f | %.1f | %.1f× |", label, pct(seg, 50), pct(seg, 90), pct(seg, 99), slices.Max(seg), pct(seg, 50)/warm)
+		if row+1 < len(jit) {
+			added := jit[row+1] - jit[row]
+			fmt.Fprintf(w, " %.0f | %.2f |", added, added/float64(len(seg)))
+		}
+		fmt.Fprintln(w)
 		from = to + 1
 	}
 }
