@@ -54,13 +54,13 @@ func TestStepLoadStopsWhenTheRolloutIsGone(t *testing.T) {
 			return c.ArgoprojV1alpha1().Rollouts(ro.Namespace).Delete(ctx, ro.Name, metav1.DeleteOptions{})
 		}, "Rollout shop/cart was deleted"},
 		{"created again", func(ctx context.Context, c *argofake.Clientset, ro *v1alpha1.Rollout) error {
-			if err := c.ArgoprojV1alpha1().Rollouts(ro.Namespace).Delete(ctx, ro.Name, metav1.DeleteOptions{}); err != nil {
-				return err
-			}
+			// Deleted and created again between two of the warm-up's
+			// reads: replaced in one step in the fake's store (a Delete
+			// then a Create let a read land between them, and the
+			// warm-up rightly saw it deleted).
 			again := ro.DeepCopy()
 			again.UID = "uid-2"
-			_, err := c.ArgoprojV1alpha1().Rollouts(ro.Namespace).Create(ctx, again, metav1.CreateOptions{})
-			return err
+			return c.Tracker().Update(v1alpha1.SchemeGroupVersion.WithResource("rollouts"), again, ro.Namespace)
 		}, "created again (UID uid-2, the warm-up's was uid-1)"},
 		{"new revision", func(ctx context.Context, c *argofake.Clientset, ro *v1alpha1.Rollout) error {
 			next := ro.DeepCopy()
