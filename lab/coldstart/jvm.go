@@ -139,12 +139,12 @@ func cpuCount(list string) (int, error) {
 }
 
 // compiledMs is the JIT's accumulated compile time in ms, summed over its
-// series: Micrometer's jvm_compilation_time_ms_total on the app's
-// /actuator/prometheus (the Spring sample's).
-func compiledMs(base string) (float64, error) {
+// series: Micrometer's jvm_compilation_time_ms_total on the Prometheus page
+// at url (the Spring sample's /actuator/prometheus, the sample app's
+// /metrics).
+func compiledMs(url string) (float64, error) {
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: nil}}
 	defer client.CloseIdleConnections()
-	url := strings.TrimSuffix(base, "/") + "/actuator/prometheus"
 	resp, err := client.Get(url)
 	if err != nil {
 		return 0, err

@@ -13,8 +13,8 @@
 //	go run ./lab/coldstart -jar .cache/lab/bin/sample-app.jar -env COLD_SHAPE=lazy-endpoints -mix /a=6,/b=3,/c=1
 //
 // With -jit it also reads the JVM's accumulated JIT compile time
-// (Micrometer's jvm_compilation_time_ms_total on /actuator/prometheus) at the
-// end of every row; -qps paces the requests (as a load generator does) and
+// (Micrometer's jvm_compilation_time_ms_total on /actuator/prometheus, or
+// -jit-path) at the end of every row; -qps paces the requests (as a load generator does) and
 // -cpus pins a JVM started with -jar to some CPUs (one CPU: a pod's limit),
 // e.g. the Spring sample's steps and its JIT (docs/warmup.md):
 //
@@ -48,9 +48,10 @@ func main() {
 	csv := flag.String("csv", "", "also write every request (n,path,ms) to this CSV file")
 	qps := flag.Float64("qps", 0, "requests per second, one at a time (0: each as soon as the last answered)")
 	cpus := flag.String("cpus", "", "with -jar: run the JVM on these CPUs only (taskset -c LIST, and as many processors for the JVM), e.g. 1")
-	jit := flag.Bool("jit", false, "read the JIT's compile time (jvm_compilation_time_ms_total on /actuator/prometheus) at the end of every row")
+	jit := flag.Bool("jit", false, "read the JIT's compile time (jvm_compilation_time_ms_total on -jit-path) at the end of every row")
+	jitPath := flag.String("jit-path", "/actuator/prometheus", "with -jit: the app's Prometheus page (Spring Boot's; the sample app serves it at /metrics)")
 	flag.Parse()
-	o := options{mix: *mix, n: *n, rows: *rows, seed: *seed, csv: *csv, qps: *qps, cpus: *cpus, jit: *jit}
+	o := options{mix: *mix, n: *n, rows: *rows, seed: *seed, csv: *csv, qps: *qps, cpus: *cpus, jit: *jit, jitPath: *jitPath}
 	if err := run(*url, *jar, env, o); err != nil {
 		fmt.Fprintln(os.Stderr, "coldstart:", err)
 		os.Exit(1)
@@ -59,14 +60,15 @@ func main() {
 
 // options are the command's flags but -url, -jar and -env.
 type options struct {
-	mix  string
-	n    int
-	rows string
-	seed uint64
-	csv  string
-	qps  float64
-	cpus string
-	jit  bool
+	mix     string
+	n       int
+	rows    string
+	seed    uint64
+	csv     string
+	qps     float64
+	cpus    string
+	jit     bool
+	jitPath string
 }
 
 func run(url, jar string, env []string, o options) error {
@@ -75,6 +77,9 @@ func run(url, jar string, env []string, o options) error {
 	}
 	if o.qps < 0 {
 		return fmt.Errorf("-qps must be >= 0 (0: one request as soon as the last answered), got %g", o.qps)
+	}
+	if o.jit && !strings.HasPrefix(o.jitPath, "/") {
+		return fmt.Errorf("-jit-path %q must be a path on the app, starting with /", o.jitPath)
 	}
 	if o.cpus != "" && jar == "" {
 		return fmt.Errorf("-cpus pins the JVM that -jar starts: give -jar too")
@@ -107,7 +112,7 @@ func run(url, jar string, env []string, o options) error {
 		if !o.jit {
 			return nil
 		}
-		ms, err := compiledMs(url)
+		ms, err := compiledMs(strings.TrimSuffix(url, "/") + o.jitPath)
 		if err != nil {
 			return fmt.Errorf("-jit: %w", err)
 		}

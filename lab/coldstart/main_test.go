@@ -71,12 +71,12 @@ jvm_compilation_time_ms_total_created 1.7e9
 		fmt.Fprint(w, page)
 	}))
 	defer srv.Close()
-	got, err := compiledMs(srv.URL + "/")
+	got, err := compiledMs(srv.URL + "/actuator/prometheus")
 	if err != nil || got != 9800 {
 		t.Fatalf("compiledMs = %v, %v; want 9800 (the two series summed, _created ignored)", got, err)
 	}
 	page = "jvm_gc_pause_seconds_count 3\n"
-	if _, err := compiledMs(srv.URL); err == nil || !strings.Contains(err.Error(), "has no jvm_compilation_time_ms_total") {
+	if _, err := compiledMs(srv.URL + "/actuator/prometheus"); err == nil || !strings.Contains(err.Error(), "has no jvm_compilation_time_ms_total") {
 		t.Errorf("page without the counter: got %v, want an error naming it", err)
 	}
 }
