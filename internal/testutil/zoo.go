@@ -56,8 +56,8 @@ type Shape struct {
 // burst just before each of spring's late steps (fitted to the Spring
 // sample's measured curves: a tier's methods are compiled once their
 // counters cross its threshold, not while they count towards it), and not
-// at all for a pod that warmed itself. Sequence.Compiled adds a JVM's background compiling
-// (jitTrickle) to every curve.
+// at all for a pod that warmed itself. Sequence.Compiled adds a JVM's
+// background compiling (jitTrickle) to every curve.
 type JITCurve func(n int64) float64
 
 // ColdFunc is a shape's cold factor (Shape.Cold).

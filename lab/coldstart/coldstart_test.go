@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"crypto/sha256"
 	"fmt"
 	"io/fs"
 	"math/rand/v2"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -271,35 +269,15 @@ func metric(t *testing.T, a runningApp, name string) float64 {
 	return promValue(t, a.URL+"metrics", name)
 }
 
-// promValue reads the value of metric name (its first series, labelled or
-// not) from the Prometheus text at url.
+// promValue reads the value of metric name (summed over its series, or the
+// one its labels name) from the Prometheus text at url.
 func promValue(t *testing.T, url, name string) float64 {
 	t.Helper()
-	resp, err := http.Get(url)
+	v, err := promSum(url, name)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("metric %s: %v", name, err)
 	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		line := sc.Text()
-		rest, ok := strings.CutPrefix(line, name)
-		if !ok || rest == "" || (rest[0] != ' ' && rest[0] != '{') {
-			continue
-		}
-		if i := strings.LastIndexByte(rest, ' '); i >= 0 {
-			f, err := strconv.ParseFloat(rest[i+1:], 64)
-			if err != nil {
-				t.Fatalf("metric %s at %s: %q: %v", name, url, line, err)
-			}
-			return f
-		}
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatalf("reading %s: %v", url, err)
-	}
-	t.Fatalf("metric %s not in %s", name, url)
-	return 0
+	return v
 }
 
 // sampleAppJar returns $SAMPLE_APP_JAR when set, else the lab's jar when

@@ -143,6 +143,13 @@ func cpuCount(list string) (int, error) {
 // at url (the Spring sample's /actuator/prometheus, the sample app's
 // /metrics).
 func compiledMs(url string) (float64, error) {
+	return promSum(url, "jvm_compilation_time_ms_total")
+}
+
+// promSum is the value of metric name on the Prometheus text page at url,
+// summed over its series (name may carry a series' labels, to pick one);
+// an error when the page has none.
+func promSum(url, name string) (float64, error) {
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: nil}}
 	defer client.CloseIdleConnections()
 	resp, err := client.Get(url)
@@ -153,7 +160,6 @@ func compiledMs(url string) (float64, error) {
 	if resp.StatusCode != http.StatusOK {
 		return 0, fmt.Errorf("%s: %s", url, resp.Status)
 	}
-	const name = "jvm_compilation_time_ms_total"
 	sum, found := 0.0, false
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
