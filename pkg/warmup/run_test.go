@@ -442,6 +442,13 @@ func TestHealthGatesLoad(t *testing.T) {
 // a real run to converge made this test fail when the 2 shared cores were
 // busy with other packages' tests: convergence has tests of its own.)
 func TestWriteTable(t *testing.T) {
+	render := func(t *testing.T, res *Result) string {
+		var buf bytes.Buffer
+		if err := res.WriteTable(&buf); err != nil {
+			t.Fatal(err)
+		}
+		return buf.String()
+	}
 	t.Run("a real run, one row per window", func(t *testing.T) {
 		srv := newTestServer(t, testutil.Decaying(time.Millisecond, 20*time.Millisecond, 30))
 		cfg := fastConfig()
@@ -452,7 +459,7 @@ func TestWriteTable(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		out := table(res)
+		out := render(t, res)
 		for _, want := range []string{
 			`\| window \| requests \| +p50 \| +p90 \| +p99 \| +max \| errors \|`,
 			`: fixed load \(no convergence asked\)(, latency converged after [0-9]+ requests \(window [0-9]+\))?, 210 requests, 0 errors`,
@@ -479,7 +486,7 @@ func TestWriteTable(t *testing.T) {
 				Requests: 100, Converged: true, ConvergedAfter: 100, ConvergedWindow: 5}},
 			Converged: true, Config: Config{Window: 20}, Elapsed: 2 * time.Second,
 		}
-		out := table(res)
+		out := render(t, res)
 		for _, want := range []string{
 			"pod-a.*: converged after 100 requests \\(window 5\\), 100 requests, 0 errors",
 			`\| +5 \| +100 \| 1.00ms \| 2.00ms \| 3.00ms \| 3.00ms \| +0 \| converged \|`,
