@@ -14,9 +14,10 @@
 //
 // With -jit it also reads the JVM's accumulated JIT compile time
 // (Micrometer's jvm_compilation_time_ms_total on /actuator/prometheus, or
-// -jit-path) at the end of every row; -qps paces the requests (as a load generator does) and
-// -cpus pins a JVM started with -jar to some CPUs (one CPU: a pod's limit),
-// e.g. the Spring sample's steps and its JIT (docs/warmup.md):
+// -jit-path) at the end of every row; -qps paces the requests (as a load
+// generator does) and -cpus pins a JVM started with -jar to some CPUs (one
+// CPU: a pod's limit), e.g. the Spring sample's steps and its JIT
+// (docs/warmup.md):
 //
 //	go run ./lab/coldstart -jar .cache/lab/bin/sample-app-spring.jar -cpus 1 -qps 50 -n 10000 -jit -rows $(seq -s, 500 500 10000)
 package main
