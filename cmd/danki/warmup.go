@@ -76,8 +76,9 @@ func warmupCmd() (*cobra.Command, *warmupFlags) {
 		Short: "Warm pods with synthetic load until their latency converges",
 		Long: `Send synthetic fortio load straight at pods (or URLs) until their latency has
 converged: it stopped improving — its latest quarter of windows of --window
-requests is not faster than the quarter before by more than --tolerance (p50,
-p99, share of slow requests) — after at least --min-requests. Fails (exit
+requests is not faster than the quarter before by more than --tolerance in
+p50, nor its latest fifth than the fifth before in p99 and share of slow
+requests — after at least --min-requests. Fails (exit
 code 1) at --deadline or --max-requests without convergence, with the latency
 trend. A target failing 20 requests in a row fails at once, with its last error
 (exit code 3). With stable pods (--stable-url, --stable-service or

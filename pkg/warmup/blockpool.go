@@ -9,8 +9,9 @@ import (
 )
 
 // The stopping rule pools the requests of a block of windows (its p50 and
-// its share of slow requests). Its blocks are the last half of a target's
-// windows, so pooling them afresh at every window, from every request's
+// its share of slow requests). Its blocks reach back over the last half of
+// a target's windows (two pairs: the p50's of a quarter each, the tail's of
+// a fifth: progressOf), so pooling them afresh at every window, from every request's
 // latency kept, cost memory and CPU in proportion to every request sent:
 // O(n²) over a warm-up, in the Argo Rollouts controller. A blockPool keeps
 // the two blocks' merged histograms, moved by the windows entering and
@@ -50,7 +51,9 @@ type blockPool struct {
 	lastIndex    int
 	lastRequests int64
 
-	earlier, recent blockRange
+	// earlier and recent are the p50's blocks (Config.blockWindows);
+	// tailEarlier and tailRecent the tail's (Config.tailBlockWindows).
+	earlier, recent, tailEarlier, tailRecent blockRange
 	// p99s is scratch space for the blocks' median window p99 (and p50
 	// when a block cannot be pooled).
 	p99s []time.Duration
@@ -340,7 +343,7 @@ func (p *blockPool) coarsen() {
 		w.bins = slices.Clip(out)
 		p.held += len(w.bins)
 	}
-	for _, b := range []*blockRange{&p.earlier, &p.recent} {
+	for _, b := range p.ranges() {
 		b.hist.reset()
 		for i := b.lo; i < b.hi; i++ {
 			p.add(&b.hist, &p.wins[i-p.base], 1)
@@ -399,9 +402,16 @@ func (p *blockPool) move(b *blockRange, lo, hi int) {
 	}
 }
 
+// ranges are the pool's four blocks.
+func (p *blockPool) ranges() []*blockRange {
+	return []*blockRange{&p.earlier, &p.recent, &p.tailEarlier, &p.tailRecent}
+}
+
 // forget drops the windows before first: no block reaches them again.
 func (p *blockPool) forget(first int) {
-	first = min(first, p.earlier.lo, p.recent.lo)
+	for _, b := range p.ranges() {
+		first = min(first, b.lo)
+	}
 	drop := first - p.base
 	if drop <= 0 {
 		return
@@ -422,15 +432,27 @@ func (p *blockPool) forget(first int) {
 func (p *blockPool) retained() (held, windows int) { return p.held, len(p.wins) }
 
 // blocks returns the stats of the earlier block [n-2r, n-r) and the recent
-// one [n-r, n) of complete, moving the pool's blocks there.
+// one [n-r, n) of complete, moving the pool's p50 blocks there. Their
+// slow requests are not counted (the tail's blocks judge those).
 func (p *blockPool) blocks(complete []WindowStats, r int) (earlier, recent blockStats) {
-	n := len(complete)
-	p.move(&p.earlier, n-2*r, n-r)
-	p.move(&p.recent, n-r, n)
-	return p.stats(&p.earlier, complete), p.stats(&p.recent, complete)
+	return p.pair(&p.earlier, &p.recent, complete, r, false)
 }
 
-func (p *blockPool) stats(b *blockRange, complete []WindowStats) blockStats {
+// tailBlocks is blocks for the tail's pair of blocks, with their slow
+// requests.
+func (p *blockPool) tailBlocks(complete []WindowStats, r int) (earlier, recent blockStats) {
+	return p.pair(&p.tailEarlier, &p.tailRecent, complete, r, true)
+}
+
+func (p *blockPool) pair(e, q *blockRange, complete []WindowStats, r int, countSlow bool) (earlier, recent blockStats) {
+	n := len(complete)
+	p.move(e, n-2*r, n-r)
+	p.move(q, n-r, n)
+	return p.stats(e, complete, countSlow), p.stats(q, complete, countSlow)
+}
+
+// stats is a block's figures; its slow requests only with countSlow.
+func (p *blockPool) stats(b *blockRange, complete []WindowStats, countSlow bool) blockStats {
 	s := blockStats{windows: b.hi - b.lo}
 	p.p99s = p.p99s[:0]
 	for _, w := range complete[b.lo:b.hi] {
@@ -453,8 +475,10 @@ func (p *blockPool) stats(b *blockRange, complete []WindowStats) blockStats {
 	s.requests = int(total)
 	if p.binned {
 		s.p50 = bucketMid(j, p.level)
-		// 2× every latency of bucket j lies in bucket j + one octave.
-		s.slow = int(b.hist.above(j + (1<<histBits)>>p.level))
+		if countSlow {
+			// 2× every latency of bucket j lies in bucket j + one octave.
+			s.slow = int(b.hist.above(j + (1<<histBits)>>p.level))
+		}
 		return s
 	}
 	// The k-th latency is the (k − those below bucket j)-th in bucket j:
@@ -470,6 +494,9 @@ func (p *blockPool) stats(b *blockRange, complete []WindowStats) blockStats {
 	}
 	slices.Sort(p.p99s)
 	s.p50 = p.p99s[k-below-1]
+	if !countSlow {
+		return s
+	}
 	// Slow: every latency in a bucket above 2× p50's, and those in its
 	// bucket above 2× p50.
 	slowAbove := slowFactor * s.p50
@@ -489,7 +516,8 @@ func (p *blockPool) stats(b *blockRange, complete []WindowStats) blockStats {
 // keepFrom is the first complete window any block can reach from now on,
 // with n complete windows: the earlier block's start, n' − 2r(n'), falls
 // by at most one window from one count to the next and grows by at least
-// two every four, so its least value from n on is within [n, n+3].
+// two every four, so its least value from n on is within [n, n+3]. (The
+// tail's blocks, a fifth each, start later.)
 func (c *Config) keepFrom(n int) int {
 	first := n
 	for m := n; m <= n+3; m++ {
@@ -498,9 +526,14 @@ func (c *Config) keepFrom(n int) int {
 	return first
 }
 
-// blockWindows is the size of each block with n complete windows.
+// blockWindows is the size of each p50 block with n complete windows.
 func (c *Config) blockWindows(n int) int {
 	return max(c.StableWindows, c.minBlockWindows(), n/blockShare)
+}
+
+// tailBlockWindows is the size of each tail block (at most blockWindows).
+func (c *Config) tailBlockWindows(n int) int {
+	return max(c.StableWindows, c.minBlockWindows(), n/tailBlockShare)
 }
 
 // last is the p50 and p99 of the last k of complete's windows but the one
@@ -553,7 +586,7 @@ func (p *blockPool) last(complete []WindowStats, k int) (p50, p99 time.Duration)
 }
 
 // above counts the requests slower than d in the earlier and the recent
-// block (as last moved by blocks), and the blocks' requests: at the
+// p50 block (as last moved by blocks), and the blocks' requests: at the
 // bucket's resolution (1/1024 of an octave, exact enough for a share). 0
 // requests for a block that is not pooled.
 func (p *blockPool) above(d time.Duration) (earlierN, earlier, recentN, recent int) {

@@ -56,12 +56,14 @@ func (c *Config) exactImproving(complete []WindowStats) (string, bool) {
 	}
 	var p progress
 	p.earlier, p.recent = exactStatsOf(complete[n-2*r:n-r]), exactStatsOf(complete[n-r:])
+	t := c.tailBlockWindows(n)
+	p.tailEarlier, p.tailRecent = exactStatsOf(complete[n-2*t:n-t]), exactStatsOf(complete[n-t:])
 	switch {
 	case c.better(p.earlier.p50, p.recent.p50):
 		return "p50", true
-	case c.better(p.earlier.p99, p.recent.p99):
+	case c.better(p.tailEarlier.p99, p.tailRecent.p99):
 		return "p99", true
-	case c.fewerSlow(p.earlier, p.recent):
+	case c.fewerSlow(p.tailEarlier, p.tailRecent):
 		return "slow requests", true
 	}
 	return "", true

@@ -26,9 +26,17 @@ func TestConvergesOnDecayingLatency(t *testing.T) {
 	// 2 ms + 30 ms·e^(−n/50): the p99s (maxima) of the last three windows
 	// of 20 spread by ≈ 55 ms·e^(−n/50), within the 3 ms absolute tolerance
 	// from n ≈ 150 on. Before n = 80 even the two newest windows differ by
-	// more than the tolerance, so converging there would be a bug.
+	// more than the tolerance, so converging there would be a bug. The
+	// rule's first look is at 600 requests (two blocks of 300) and a pod
+	// that got faster holds its plateau for 600 more: ~1,250 requests. A
+	// chance look that finds it still improving (p99 of 20 is a window's
+	// maximum: a scheduler hiccup in the earlier block) restarts that:
+	// 1,440–1,940 in about 1 run in 15 on the 2 shared cores (before the
+	// tail's blocks of a fifth as after), so maxRequests is raised for the
+	// bound to allow a restart or two.
 	srv := newTestServer(t, testutil.Decaying(2*time.Millisecond, 30*time.Millisecond, 50))
 	cfg := fastConfig()
+	cfg.MaxRequests = 3000
 	var progress []Progress
 	res, err := Run(context.Background(), cfg, []Target{target(srv)}, Options{OnProgress: func(p Progress) { progress = append(progress, p) }})
 	if err != nil {
@@ -38,8 +46,8 @@ func TestConvergesOnDecayingLatency(t *testing.T) {
 	if !res.Converged || !tr.Converged {
 		t.Fatalf("result not converged:\n%s", table(res))
 	}
-	if tr.ConvergedAfter < 80 || tr.ConvergedAfter > 1500 {
-		t.Errorf("converged after %d requests, want within [80, 1500] for this decay:\n%s", tr.ConvergedAfter, table(res))
+	if tr.ConvergedAfter < 80 || tr.ConvergedAfter > 2500 {
+		t.Errorf("converged after %d requests, want within [80, 2500] for this decay:\n%s", tr.ConvergedAfter, table(res))
 	}
 	if tr.ConvergedAfter%int64(cfg.Window) != 0 || tr.ConvergedAfter != int64(tr.ConvergedWindow*cfg.Window) {
 		t.Errorf("converged after %d requests in window %d: not a window boundary", tr.ConvergedAfter, tr.ConvergedWindow)

@@ -98,6 +98,19 @@ type verdict struct {
 // neighbouring windows happen to look alike.
 const blockShare = 4
 
+// tailBlockShare is blockShare for the tail (p99, slow requests): it
+// compares the last fifth of the windows with the fifth before. A tail
+// thins out from a high share of slow requests (a cache's misses, a rare
+// endpoint's cold calls): over quarters the earlier block still reaches
+// back to where it was thick, and a tail thin since a while was called
+// "still improving" for a fifth of the warm-up longer (cache-fill and
+// lazy-endpoints released at 1.6× their oracle, docs/warmup.md). The p50
+// keeps its quarters: a slow decay (a JIT's late tier, a power law) moves
+// less than the tolerance between two blocks of a fifth, and was taken
+// for a plateau (jit-slow released with its p50 still more than 10 %
+// above its plateau in 14–18 % of runs).
+const tailBlockShare = 5
+
 // minBlockRequests is the smallest block the rule compares: 300 requests
 // measure a share of slow requests around 10 % to about ±1.7 points (the
 // fall must beat chance, slowShareZ) and a p50 to ~2 %, so two blocks are
@@ -136,9 +149,13 @@ func median(ds []time.Duration) time.Duration {
 	return ds[len(ds)/2]
 }
 
-// progress is how a target's latency moved between the two latest blocks.
+// progress is how a target's latency moved between the two latest blocks:
+// its p50 between two of a quarter of its windows each (earlier, recent),
+// its tail — p99 and slow requests — between two of a fifth
+// (tailEarlier, tailRecent: tailBlockShare).
 type progress struct {
-	earlier, recent blockStats
+	earlier, recent         blockStats
+	tailEarlier, tailRecent blockStats
 	// improving names the first figure that got better by more than the
 	// tolerance ("p50", "p99", "slow requests"), or "" once none does.
 	improving string
@@ -149,9 +166,9 @@ func (p progress) String() string {
 	case "p50":
 		return fmt.Sprintf("p50 %s → %s", latency.Format(p.earlier.p50), latency.Format(p.recent.p50))
 	case "p99":
-		return fmt.Sprintf("p99 %s → %s", latency.Format(p.earlier.p99), latency.Format(p.recent.p99))
+		return fmt.Sprintf("p99 %s → %s", latency.Format(p.tailEarlier.p99), latency.Format(p.tailRecent.p99))
 	case "slow requests":
-		return fmt.Sprintf("slow requests (over %d× p50) %.1f%% → %.1f%%", slowFactor, 100*share(p.earlier), 100*share(p.recent))
+		return fmt.Sprintf("slow requests (over %d× p50) %.1f%% → %.1f%%", slowFactor, 100*share(p.tailEarlier), 100*share(p.tailRecent))
 	}
 	return "not improving"
 }
@@ -195,9 +212,10 @@ func (c *Config) MinStop() int64 {
 
 // progressOf compares the last block of complete windows with the block
 // before it; ok is false until there are two blocks. Each block holds
-// max(StableWindows, minBlockRequests, windows/blockShare) windows. Its
-// blocks come from the target's blockPool (pooled histograms, moved by a
-// few windows per check), not from re-pooling every latency.
+// max(StableWindows, minBlockRequests, windows/blockShare) windows for the
+// p50, windows/tailBlockShare for the tail. Its blocks come from the
+// target's blockPool (pooled histograms, moved by a few windows per
+// check), not from re-pooling every latency.
 func (c *Config) progressOf(complete []WindowStats) (p progress, ok bool) {
 	n := len(complete)
 	pool := poolOf(complete)
@@ -206,13 +224,14 @@ func (c *Config) progressOf(complete []WindowStats) (p progress, ok bool) {
 		return p, false
 	}
 	p.earlier, p.recent = pool.blocks(complete, r)
+	p.tailEarlier, p.tailRecent = pool.tailBlocks(complete, c.tailBlockWindows(n))
 	pool.forget(c.keepFrom(n))
 	switch {
 	case c.better(p.earlier.p50, p.recent.p50):
 		p.improving = "p50"
-	case c.better(p.earlier.p99, p.recent.p99):
+	case c.better(p.tailEarlier.p99, p.tailRecent.p99):
 		p.improving = "p99"
-	case c.fewerSlow(p.earlier, p.recent):
+	case c.fewerSlow(p.tailEarlier, p.tailRecent):
 		p.improving = "slow requests"
 	}
 	return p, true

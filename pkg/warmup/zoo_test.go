@@ -147,7 +147,8 @@ type zooRow struct {
 // warm plateau; the median stop is ≤ 1.5× the oracle (or the rule's
 // minimum, when the oracle is below it); a pod warm from the start is
 // released within 700 requests in ≥ 90 % of runs; a pod that never
-// settles is never called warm on its own, and no shape is rejected as a
+// settles is never called warm on its own while it is still warming, and
+// no shape is rejected as a
 // slower version next to its own warm self. The test prints the table and
 // fails where a criterion is missed, except the known misses listed in
 // zooKnownMisses (each guarded by a floor).
@@ -304,9 +305,9 @@ func zooCheck(t *testing.T, jit bool, known map[string]float64) {
 // between two JIT tiers (spring-steps) is released on it. A pod that got
 // faster must hold its plateau for minPlateauRequests, so a tail thinning
 // too slowly to show between two blocks (cache-fill, lazy-endpoints) is
-// not released early, at a cost in length: the median stop is 1.6× the
-// oracle of the tail shapes and ~1.8× the small one of jit-fast (900; the
-// plateau's 600 requests alone are two thirds of it). Next to stable, a
+// not released early, at a cost in length: the median stop is ~1.8× the
+// small oracle of jit-fast (900; the plateau's 600 requests alone are two
+// thirds of it). Next to stable, a
 // warm pod next to a noisy neighbour is released within 700 requests in
 // a few runs fewer than 90 %. Next to the gate's neighbours
 // (no rejection) a pod settled more than stableRatio above them is judged
@@ -317,10 +318,6 @@ func zooCheck(t *testing.T, jit bool, known map[string]float64) {
 var zooKnownMisses = map[string]float64{
 	"jit-fast/own plateau/stop":              50,
 	"jit-fast+noise/own plateau/stop":        50,
-	"cache-fill/own plateau/stop":            58,
-	"cache-fill+noise/own plateau/stop":      58,
-	"lazy-endpoints/own plateau/stop":        58,
-	"lazy-endpoints+noise/own plateau/stop":  58,
 	"spring-steps/own plateau/quality":       0,
 	"spring-steps+noise/own plateau/quality": 0,
 	"warm+noise/stable/700":                  85,
@@ -352,8 +349,12 @@ func (r zooRow) misses() []zooMiss {
 	var m []zooMiss
 	pct := func(n int) float64 { return 100 * float64(n) / float64(r.runs) }
 	if r.never && r.against == zooOwn {
-		if r.stopped > 0 {
-			m = append(m, zooMiss{"never", fmt.Sprintf("called warm in %d of %d runs, never settles", r.stopped, r.runs), pct(r.runs - r.stopped)})
+		// never-settles improves until the zoo's maxRequests (its cold
+		// excess, 20,000/n − 1, is under 10 % from 18,182 requests on): a
+		// release is false while it is still warming, the requests after
+		// it outside the goal.
+		if early := r.stopped - r.good; early > 0 {
+			m = append(m, zooMiss{"never", fmt.Sprintf("called warm while still warming in %d of %d runs (the %d requests after the stop not within 10 %% (p50) and 20 %% (p99) of the plateau), never settles", early, r.runs, zooAfter), pct(r.runs - early)})
 		}
 		return m
 	}
