@@ -309,7 +309,7 @@ func addStoppingRuleFlags(fl *pflag.FlagSet, c *warmup.Config, absTolerance *tim
 	fl.IntVar(&c.Window, "window", warmup.DefaultWindow, "requests per latency window")
 	fl.IntVar(&c.StableWindows, "stable-windows", warmup.DefaultStableWindows, "smallest block of windows the stopping rule compares")
 	fl.Float64Var(&c.Tolerance, "tolerance", warmup.DefaultTolerance, "still warming while the latest block is faster than the one before by more than this (p50, p99, share of slow requests)")
-	fl.DurationVar(absTolerance, "abs-tolerance", warmup.DefaultAbsoluteTolerance, "an improvement this small counts as none")
+	fl.DurationVar(absTolerance, "abs-tolerance", warmup.DefaultAbsoluteTolerance, "an improvement this small counts as none (nor a request this little above the p50 as slow)")
 	fl.Float64Var(maxErrorRatio, "max-error-ratio", warmup.DefaultMaxErrorRatio, "share of failed requests a converging window may have")
 	fl.DurationVar(deadline, "deadline", warmup.DefaultDeadline, "give up after this long")
 }

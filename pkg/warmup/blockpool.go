@@ -19,7 +19,8 @@ import (
 // nearest-rank p50 and count of slow requests from them: the histogram
 // gives the bucket (1/1024 of an octave) holding the p50, and a binary
 // search in each of the block's windows the latencies in that bucket and in
-// the one holding 2× p50 (O(windows) per check, no sort of the block).
+// the one holding the slow line, slowOver (O(windows) per check, no sort
+// of the block).
 //
 // Memory: a window's latencies are kept only while a block can still reach
 // it (about the last half of the windows; the coordinator drops its own
@@ -435,24 +436,25 @@ func (p *blockPool) retained() (held, windows int) { return p.held, len(p.wins) 
 // one [n-r, n) of complete, moving the pool's p50 blocks there. Their
 // slow requests are not counted (the tail's blocks judge those).
 func (p *blockPool) blocks(complete []WindowStats, r int) (earlier, recent blockStats) {
-	return p.pair(&p.earlier, &p.recent, complete, r, false)
+	return p.pair(&p.earlier, &p.recent, complete, r, false, 0)
 }
 
 // tailBlocks is blocks for the tail's pair of blocks, with their slow
-// requests.
-func (p *blockPool) tailBlocks(complete []WindowStats, r int) (earlier, recent blockStats) {
-	return p.pair(&p.tailEarlier, &p.tailRecent, complete, r, true)
+// requests (slowOver with floor).
+func (p *blockPool) tailBlocks(complete []WindowStats, r int, floor time.Duration) (earlier, recent blockStats) {
+	return p.pair(&p.tailEarlier, &p.tailRecent, complete, r, true, floor)
 }
 
-func (p *blockPool) pair(e, q *blockRange, complete []WindowStats, r int, countSlow bool) (earlier, recent blockStats) {
+func (p *blockPool) pair(e, q *blockRange, complete []WindowStats, r int, countSlow bool, floor time.Duration) (earlier, recent blockStats) {
 	n := len(complete)
 	p.move(e, n-2*r, n-r)
 	p.move(q, n-r, n)
-	return p.stats(e, complete, countSlow), p.stats(q, complete, countSlow)
+	return p.stats(e, complete, countSlow, floor), p.stats(q, complete, countSlow, floor)
 }
 
-// stats is a block's figures; its slow requests only with countSlow.
-func (p *blockPool) stats(b *blockRange, complete []WindowStats, countSlow bool) blockStats {
+// stats is a block's figures; its slow requests (slowOver with floor)
+// only with countSlow.
+func (p *blockPool) stats(b *blockRange, complete []WindowStats, countSlow bool, floor time.Duration) blockStats {
 	s := blockStats{windows: b.hi - b.lo}
 	p.p99s = p.p99s[:0]
 	for _, w := range complete[b.lo:b.hi] {
@@ -476,8 +478,10 @@ func (p *blockPool) stats(b *blockRange, complete []WindowStats, countSlow bool)
 	if p.binned {
 		s.p50 = bucketMid(j, p.level)
 		if countSlow {
-			// 2× every latency of bucket j lies in bucket j + one octave.
-			s.slow = int(b.hist.above(j + (1<<histBits)>>p.level))
+			// 2× every latency of bucket j lies in bucket j + one octave;
+			// floor above p50 in the bucket of p50 + floor.
+			over := max(j+(1<<histBits)>>p.level, bucketOf(s.p50+floor)>>p.level)
+			s.slow = int(b.hist.above(over))
 		}
 		return s
 	}
@@ -497,9 +501,9 @@ func (p *blockPool) stats(b *blockRange, complete []WindowStats, countSlow bool)
 	if !countSlow {
 		return s
 	}
-	// Slow: every latency in a bucket above 2× p50's, and those in its
-	// bucket above 2× p50.
-	slowAbove := slowFactor * s.p50
+	// Slow: every latency in a bucket above slowOver's, and those in its
+	// bucket above it.
+	slowAbove := slowOver(s.p50, floor)
 	j2 := bucketOf(slowAbove) >> p.level
 	slow := b.hist.above(j2)
 	end := bucketLow(j2+1, p.level)

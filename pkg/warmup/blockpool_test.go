@@ -18,7 +18,7 @@ import (
 // exactStatsOf is the stopping rule's block figures from every latency,
 // pooled and sorted afresh (the rule before blockPool): the reference the
 // pool is held to.
-func exactStatsOf(block []WindowStats) blockStats {
+func exactStatsOf(block []WindowStats, floor time.Duration) blockStats {
 	b := blockStats{windows: len(block)}
 	p99s := make([]time.Duration, len(block))
 	var all []time.Duration
@@ -41,7 +41,7 @@ func exactStatsOf(block []WindowStats) blockStats {
 	}
 	slices.Sort(all)
 	b.p50 = latency.Percentile(all, 50)
-	slowAbove := slowFactor * b.p50
+	slowAbove := slowOver(b.p50, floor)
 	b.requests = len(all)
 	b.slow = len(all) - sort.Search(len(all), func(i int) bool { return all[i] > slowAbove })
 	return b
@@ -55,9 +55,10 @@ func (c *Config) exactImproving(complete []WindowStats) (string, bool) {
 		return "", false
 	}
 	var p progress
-	p.earlier, p.recent = exactStatsOf(complete[n-2*r:n-r]), exactStatsOf(complete[n-r:])
+	p.earlier, p.recent = exactStatsOf(complete[n-2*r:n-r], 0), exactStatsOf(complete[n-r:], 0)
 	t := c.tailBlockWindows(n)
-	p.tailEarlier, p.tailRecent = exactStatsOf(complete[n-2*t:n-t]), exactStatsOf(complete[n-t:])
+	floor := c.AbsoluteTolerance.D()
+	p.tailEarlier, p.tailRecent = exactStatsOf(complete[n-2*t:n-t], floor), exactStatsOf(complete[n-t:], floor)
 	switch {
 	case c.better(p.earlier.p50, p.recent.p50):
 		return "p50", true

@@ -129,13 +129,15 @@ type Config struct {
 	// stable's (and its p99 within StableRatio). Without stable, a pod is
 	// still improving (warming) while its latest block of windows is faster
 	// than the block before by more than this, in its pooled p50, its
-	// median window p99 or its share of slow requests (over 2× p50).
-	// One-sided: a block that got slower never holds the warm-up back.
+	// median window p99 or its share of slow requests (over 2× p50 and
+	// AbsoluteTolerance above it). One-sided: a block that got slower
+	// never holds the warm-up back.
 	// Default 0.1 (10 %).
 	Tolerance float64 `json:"tolerance,omitempty"`
 	// AbsoluteTolerance is an improvement (of p50 or p99) too small to count,
-	// however large relative to the latency: it keeps sub-millisecond
-	// services from warming forever on scheduler noise. Default 1ms.
+	// however large relative to the latency, and a request less than this
+	// above its block's p50 is not slow: it keeps sub-millisecond services
+	// from warming forever on scheduler noise. Default 1ms.
 	AbsoluteTolerance config.Duration `json:"absoluteTolerance,omitempty"`
 	// MaxErrorRatio is the share of failed requests (socket errors, HTTP
 	// status < 200 or >= 400, a gRPC status other than OK) a window may

@@ -118,11 +118,24 @@ const tailBlockShare = 5
 const minBlockRequests = 300
 
 // slowFactor: a request slower than slowFactor × its block's median
-// counts as slow. Cold requests (a cache miss, an endpoint's first
-// calls, code not compiled yet) are slow by this measure; their share
-// keeps falling while a pod warms even when no percentile moves (a cache
-// whose misses fall from 30 % to 2 % leaves p50 and p99 where they are).
+// counts as slow (and AbsoluteTolerance above it: slowOver). Cold requests
+// (a cache miss, an endpoint's first calls, code not compiled yet) are
+// slow by this measure; their share keeps falling while a pod warms even
+// when no percentile moves (a cache whose misses fall from 30 % to 2 %
+// leaves p50 and p99 where they are).
 const slowFactor = 2
+
+// slowOver is the latency above which a request of a block with that p50
+// is slow: slowFactor × p50, and at least floor (AbsoluteTolerance) above
+// it. On a service answering in 30 µs a scheduler hiccup of 0.1–2 ms is
+// many times its p50; hiccups come in bursts, and a burst leaving the
+// earlier block read as "fewer slow requests" at every look while it
+// crossed it, so a pod warm from its start was held past maxRequests (a
+// unit test over mTLS, in 1 run in 5). Speeding up a request by less than
+// AbsoluteTolerance is no improvement, as for p50 and p99.
+func slowOver(p50, floor time.Duration) time.Duration {
+	return max(slowFactor*p50, p50+floor)
+}
 
 // slowShareZ is how many standard errors the share of slow requests must
 // fall by, between two blocks, to count as still improving: chance alone
@@ -137,6 +150,7 @@ type blockStats struct {
 	p50, p99 time.Duration
 	windows  int
 	// slow of requests were slower than slowFactor × the block's own p50
+	// (slowOver)
 	// (so a pod that got uniformly faster keeps its share); requests is 0
 	// when some window kept no latencies (then the share is not judged).
 	slow, requests int
@@ -168,7 +182,7 @@ func (p progress) String() string {
 	case "p99":
 		return fmt.Sprintf("p99 %s → %s", latency.Format(p.tailEarlier.p99), latency.Format(p.tailRecent.p99))
 	case "slow requests":
-		return fmt.Sprintf("slow requests (over %d× p50) %.1f%% → %.1f%%", slowFactor, 100*share(p.tailEarlier), 100*share(p.tailRecent))
+		return fmt.Sprintf("slow requests (over %d× p50 and absoluteTolerance above it) %.1f%% → %.1f%%", slowFactor, 100*share(p.tailEarlier), 100*share(p.tailRecent))
 	}
 	return "not improving"
 }
@@ -224,7 +238,7 @@ func (c *Config) progressOf(complete []WindowStats) (p progress, ok bool) {
 		return p, false
 	}
 	p.earlier, p.recent = pool.blocks(complete, r)
-	p.tailEarlier, p.tailRecent = pool.tailBlocks(complete, c.tailBlockWindows(n))
+	p.tailEarlier, p.tailRecent = pool.tailBlocks(complete, c.tailBlockWindows(n), c.AbsoluteTolerance.D())
 	pool.forget(c.keepFrom(n))
 	switch {
 	case c.better(p.earlier.p50, p.recent.p50):

@@ -144,7 +144,7 @@ func TestJudgeSeesSlowRequestsThinOut(t *testing.T) {
 		return ws
 	}
 	thinning := append(block(0.3, 1), block(0.1, 4)...)
-	if v := cfg.judge(thinning, stableRef{}, false); v.converged || !strings.Contains(v.why, "slow requests (over 2× p50) 30.0% → 10.0%") {
+	if v := cfg.judge(thinning, stableRef{}, false); v.converged || !strings.Contains(v.why, "slow requests (over 2× p50 and absoluteTolerance above it) 30.0% → 10.0%") {
 		t.Errorf("misses 30 %% → 10 %%: judge = %+v, want still improving on slow requests", v)
 	}
 	steadyShare := append(block(0.1, 1), block(0.1, 4)...)
