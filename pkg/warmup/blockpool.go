@@ -10,17 +10,17 @@ import (
 
 // The stopping rule pools the requests of a block of windows (its p50 and
 // its share of slow requests). Its blocks reach back over the last half of
-// a target's windows (two pairs: the p50's of a quarter each, the tail's of
-// a fifth: progressOf), so pooling them afresh at every window, from every request's
-// latency kept, cost memory and CPU in proportion to every request sent:
-// O(n²) over a warm-up, in the Argo Rollouts controller. A blockPool keeps
-// the two blocks' merged histograms, moved by the windows entering and
-// leaving them (O(1) windows per check), and finds a block's exact
-// nearest-rank p50 and count of slow requests from them: the histogram
-// gives the bucket (1/1024 of an octave) holding the p50, and a binary
-// search in each of the block's windows the latencies in that bucket and in
-// the one holding the slow line, slowOver (O(windows) per check, no sort
-// of the block).
+// a target's windows (two pairs: the p50's, a quarter each, and the
+// tail's, a fifth each: progressOf), so pooling them afresh at every
+// window, from every request's latency kept, cost memory and CPU in
+// proportion to every request sent: O(n²) over a warm-up, in the Argo
+// Rollouts controller. A blockPool keeps the blocks' merged histograms,
+// moved by the windows entering and leaving them (O(1) windows per check),
+// and finds a block's exact nearest-rank p50 and count of slow requests
+// from them: the histogram gives the bucket (1/1024 of an octave) holding
+// the p50, and a binary search in each of the block's windows the
+// latencies in that bucket and in the one holding the slow line, slowOver
+// (O(windows) per check, no sort of the block).
 //
 // Memory: a window's latencies are kept only while a block can still reach
 // it (about the last half of the windows; the coordinator drops its own

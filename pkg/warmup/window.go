@@ -128,11 +128,12 @@ const slowFactor = 2
 // slowOver is the latency above which a request of a block with that p50
 // is slow: slowFactor × p50, and at least floor (AbsoluteTolerance) above
 // it. On a service answering in 30 µs a scheduler hiccup of 0.1–2 ms is
-// many times its p50; hiccups come in bursts, and a burst leaving the
-// earlier block read as "fewer slow requests" at every look while it
-// crossed it, so a pod warm from its start was held past maxRequests (a
-// unit test over mTLS, in 1 run in 5). Speeding up a request by less than
-// AbsoluteTolerance is no improvement, as for p50 and p99.
+// many times its p50, and the share of hiccups moves with the machine's
+// load, not with warming: a pod warm from its start, its p50 and p99 moving
+// by far less than AbsoluteTolerance, was held past maxRequests as "still
+// improving" on slow requests (a unit test over mTLS, in 1 run in 5).
+// Speeding up a request by less than AbsoluteTolerance is no improvement,
+// as for p50 and p99.
 func slowOver(p50, floor time.Duration) time.Duration {
 	return max(slowFactor*p50, p50+floor)
 }
@@ -150,8 +151,8 @@ type blockStats struct {
 	p50, p99 time.Duration
 	windows  int
 	// slow of requests were slower than slowFactor × the block's own p50
-	// (slowOver)
-	// (so a pod that got uniformly faster keeps its share); requests is 0
+	// and AbsoluteTolerance above it (slowOver: a pod that got uniformly
+	// faster keeps its share; counted in the tail's blocks); requests is 0
 	// when some window kept no latencies (then the share is not judged).
 	slow, requests int
 }

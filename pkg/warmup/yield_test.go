@@ -93,10 +93,11 @@ func TestYieldKeepsTheWindows(t *testing.T) {
 
 // A pod warm while it yields is warm: Run gives nothing back (the caller
 // does), and says nothing about a judgement at full weight. The yield
-// ends at half of maxRequests: 2,000 leave room for the plateau the rule
-// asks of a pod that got faster — on a loaded machine its first windows'
-// p99s (scheduler hiccups at its start) are several times its later ones,
-// and with maxRequests 2,000 it failed in 1 run in 5 under two busy loops.
+// ends at half of maxRequests, here after 2,000 requests: room for the
+// plateau the rule asks of a pod that got faster — on a loaded machine its
+// first windows' p99s (scheduler hiccups at its start) are several times
+// its later ones, and with maxRequests 2,000 it failed in 1 run in 5 under
+// two busy loops.
 func TestYieldWarmWhileYielding(t *testing.T) {
 	srv := newTestServer(t, testutil.Flat(time.Millisecond))
 	cfg := fastConfig()

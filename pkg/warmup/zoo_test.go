@@ -148,10 +148,9 @@ type zooRow struct {
 // minimum, when the oracle is below it); a pod warm from the start is
 // released within 700 requests in ≥ 90 % of runs; a pod that never
 // settles is never called warm on its own while it is still warming, and
-// no shape is rejected as a
-// slower version next to its own warm self. The test prints the table and
-// fails where a criterion is missed, except the known misses listed in
-// zooKnownMisses (each guarded by a floor).
+// no shape is rejected as a slower version next to its own warm self. The
+// test prints the table and fails where a criterion is missed, except the
+// known misses listed in zooKnownMisses (each guarded by a floor).
 func TestZooDoneWhen(t *testing.T) {
 	if testing.Short() {
 		t.Skip("seeded simulation: 14 shapes × 200 warm-ups × 2")
@@ -307,14 +306,13 @@ func zooCheck(t *testing.T, jit bool, known map[string]float64) {
 // too slowly to show between two blocks (cache-fill, lazy-endpoints) is
 // not released early, at a cost in length: the median stop is ~1.8× the
 // small oracle of jit-fast (900; the plateau's 600 requests alone are two
-// thirds of it). Next to stable, a
-// warm pod next to a noisy neighbour is released within 700 requests in
-// a few runs fewer than 90 %. Next to the gate's neighbours
-// (no rejection) a pod settled more than stableRatio above them is judged
-// on its own plateau, so spring-steps, ~1.9× above them from its first
-// requests to its first step, is released there (~1,200 requests): the
-// gate cannot tell it from the same version on a slower node; every other
-// shape does as next to stable.
+// thirds of it). Next to stable, a warm pod next to a noisy neighbour is
+// released within 700 requests in a few runs fewer than 90 %. Next to the
+// gate's neighbours (no rejection) a pod settled more than stableRatio
+// above them is judged on its own plateau, so spring-steps, ~1.9× above
+// them from its first requests to its first step, is released there
+// (~1,200 requests): the gate cannot tell it from the same version on a
+// slower node; every other shape does as next to stable.
 var zooKnownMisses = map[string]float64{
 	"jit-fast/own plateau/stop":              50,
 	"jit-fast+noise/own plateau/stop":        50,
