@@ -78,10 +78,10 @@ func warmupCmd() (*cobra.Command, *warmupFlags) {
 converged: it stopped improving — its latest quarter of windows of --window
 requests is not faster than the quarter before by more than --tolerance in
 p50, nor its latest fifth than the fifth before in p99 and share of slow
-requests — after at least --min-requests. Fails (exit
-code 1) at --deadline or --max-requests without convergence, with the latency
-trend. A target failing 20 requests in a row fails at once, with its last error
-(exit code 3). With stable pods (--stable-url, --stable-service or
+requests — after at least --min-requests. Fails (exit code 1) at --deadline
+or --max-requests without convergence, with the latency trend. A target
+failing 20 requests in a row fails at once, with its last error (exit code
+3). With stable pods (--stable-url, --stable-service or
 --stable-hash) they are loaded side by side and are the reference instead: a
 target is warm once the p50 of its latest ~500 requests is within --tolerance
 of theirs and its p99 within --stable-ratio × theirs (a pod that gets faster

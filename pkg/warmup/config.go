@@ -121,8 +121,8 @@ type Config struct {
 	Window int `json:"window,omitempty"`
 	// StableWindows is the smallest block of windows the stopping rule
 	// compares (blocks also hold at least 300 requests and a quarter of the
-	// windows so far, a fifth for the tail), and how many latest windows MaxErrorRatio applies
-	// to. Default 3.
+	// windows so far, a fifth for the tail), and how many latest windows
+	// MaxErrorRatio applies to. Default 3.
 	StableWindows int `json:"stableWindows,omitempty"`
 	// Tolerance: next to stable (stable pods loaded side by side), a pod is
 	// warm once the p50 of its latest ~500 requests is within this of
