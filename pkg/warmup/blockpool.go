@@ -55,9 +55,9 @@ type blockPool struct {
 	// earlier and recent are the p50's blocks (Config.blockWindows);
 	// tailEarlier and tailRecent the tail's (Config.tailBlockWindows).
 	earlier, recent, tailEarlier, tailRecent blockRange
-	// p99s is scratch space for the blocks' median window p99 (and p50
-	// when a block cannot be pooled).
-	p99s []time.Duration
+	// scratch is space for a block's latencies in its p50's bucket, or
+	// its windows' p50s when it cannot be pooled.
+	scratch []time.Duration
 }
 
 // poolWindow is one window's latencies, sorted (lat, while the pool is
@@ -68,6 +68,8 @@ type poolWindow struct {
 	lat    []time.Duration
 	bins   []histBin
 	pooled bool
+	// p99 is the window's own p99 (WindowStats.P99), pooled or not.
+	p99 time.Duration
 }
 
 // histBin is one occupied bucket of a window: its index (at the pool's
@@ -137,14 +139,20 @@ func bucketMid(idx, level int) time.Duration {
 	return lo + (hi-lo)/2
 }
 
-// blockRange is one block: windows [lo, hi) of the complete windows and
-// their merged histogram.
+// blockRange is one block: windows [lo, hi) of the complete windows, their
+// merged histogram and their p99s in order.
 type blockRange struct {
 	lo, hi int
 	// unpooled counts the block's windows without a histogram: such a
 	// block is judged on its windows' median p50, without slow requests.
 	unpooled int
 	hist     blockHist
+	// p99s are the block's windows' p99s, sorted: kept in order as windows
+	// enter and leave (a binary search and a copy each), so the block's
+	// median window p99 is read off, not sorted afresh at every check (a
+	// sort of a quarter of the windows, four times per check, was most of
+	// the rule's cost on a long warm-up).
+	p99s []time.Duration
 }
 
 // blockHist is a histogram over every bucket index at the pool's level.
@@ -272,12 +280,12 @@ func (p *blockPool) follows(complete []WindowStats) bool {
 func (p *blockPool) take(w *WindowStats) {
 	p.lastIndex, p.lastRequests = w.Index, w.Requests
 	if len(w.sorted) == 0 {
-		p.wins = append(p.wins, poolWindow{})
+		p.wins = append(p.wins, poolWindow{p99: w.P99})
 		return
 	}
-	pw := poolWindow{lat: w.sorted, pooled: true} // shared: the coordinator drops its own reference
+	pw := poolWindow{lat: w.sorted, pooled: true, p99: w.P99} // shared: the coordinator drops its own reference
 	if p.binned {
-		pw = poolWindow{bins: binsOf(w.sorted, p.level), pooled: true}
+		pw = poolWindow{bins: binsOf(w.sorted, p.level), pooled: true, p99: w.P99}
 		p.held += len(pw.bins)
 	} else {
 		p.held += len(pw.lat)
@@ -377,6 +385,12 @@ func (p *blockPool) move(b *blockRange, lo, hi int) {
 	}
 	step := func(i int, sign int64) {
 		w := &p.wins[i-p.base]
+		at, _ := slices.BinarySearch(b.p99s, w.p99)
+		if sign > 0 {
+			b.p99s = slices.Insert(b.p99s, at, w.p99)
+		} else {
+			b.p99s = slices.Delete(b.p99s, at, at+1)
+		}
 		if !w.pooled {
 			b.unpooled += int(sign)
 			return
@@ -400,6 +414,7 @@ func (p *blockPool) move(b *blockRange, lo, hi int) {
 	if b.lo == b.hi {
 		b.hist.reset()
 		b.unpooled = 0
+		b.p99s = b.p99s[:0]
 	}
 }
 
@@ -456,17 +471,13 @@ func (p *blockPool) pair(e, q *blockRange, complete []WindowStats, r int, countS
 // only with countSlow.
 func (p *blockPool) stats(b *blockRange, complete []WindowStats, countSlow bool, floor time.Duration) blockStats {
 	s := blockStats{windows: b.hi - b.lo}
-	p.p99s = p.p99s[:0]
-	for _, w := range complete[b.lo:b.hi] {
-		p.p99s = append(p.p99s, w.P99)
-	}
-	s.p99 = median(p.p99s)
+	s.p99 = b.p99s[len(b.p99s)/2] // the upper median, as median's
 	if b.unpooled > 0 || b.hist.total == 0 {
-		p.p99s = p.p99s[:0]
+		p.scratch = p.scratch[:0]
 		for _, w := range complete[b.lo:b.hi] {
-			p.p99s = append(p.p99s, w.P50)
+			p.scratch = append(p.scratch, w.P50)
 		}
-		s.p50 = median(p.p99s)
+		s.p50 = median(p.scratch)
 		return s
 	}
 	// Nearest rank, as latency.Percentile: the k-th latency.
@@ -489,15 +500,15 @@ func (p *blockPool) stats(b *blockRange, complete []WindowStats, countSlow bool,
 	// the block's windows' latencies in it, found by binary search.
 	below := total - b.hist.above(j-1)
 	lo, hi := bucketLow(j, p.level), bucketLow(j+1, p.level)
-	p.p99s = p.p99s[:0]
+	p.scratch = p.scratch[:0]
 	for i := b.lo; i < b.hi; i++ {
 		lat := p.wins[i-p.base].lat
 		from, _ := slices.BinarySearch(lat, lo)
 		to, _ := slices.BinarySearch(lat, hi)
-		p.p99s = append(p.p99s, lat[from:to]...)
+		p.scratch = append(p.scratch, lat[from:to]...)
 	}
-	slices.Sort(p.p99s)
-	s.p50 = p.p99s[k-below-1]
+	slices.Sort(p.scratch)
+	s.p50 = p.scratch[k-below-1]
 	if !countSlow {
 		return s
 	}

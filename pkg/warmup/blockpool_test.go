@@ -47,27 +47,27 @@ func exactStatsOf(block []WindowStats, floor time.Duration) blockStats {
 	return b
 }
 
-// exactImproving is progressOf's verdict from exactStatsOf.
-func (c *Config) exactImproving(complete []WindowStats) (string, bool) {
+// exactProgress is progressOf from exactStatsOf.
+func (c *Config) exactProgress(complete []WindowStats) (progress, bool) {
 	n := len(complete)
 	r := c.blockWindows(n)
-	if n < 2*r {
-		return "", false
-	}
 	var p progress
+	if n < 2*r {
+		return p, false
+	}
 	p.earlier, p.recent = exactStatsOf(complete[n-2*r:n-r], 0), exactStatsOf(complete[n-r:], 0)
 	t := c.tailBlockWindows(n)
 	floor := c.AbsoluteTolerance.D()
 	p.tailEarlier, p.tailRecent = exactStatsOf(complete[n-2*t:n-t], floor), exactStatsOf(complete[n-t:], floor)
 	switch {
 	case c.better(p.earlier.p50, p.recent.p50):
-		return "p50", true
+		p.improving = "p50"
 	case c.better(p.tailEarlier.p99, p.tailRecent.p99):
-		return "p99", true
+		p.improving = "p99"
 	case c.fewerSlow(p.tailEarlier, p.tailRecent):
-		return "slow requests", true
+		p.improving = "slow requests"
 	}
-	return "", true
+	return p, true
 }
 
 // poolMatch runs the rule window by window over draw's latencies, as the
@@ -88,7 +88,7 @@ func poolMatch(t *testing.T, cfg *Config, windows int, draw func() time.Duration
 		ws, exact = append(ws, w), append(exact, e)
 		p, ok := cfg.progressOf(ws)
 		ws[len(ws)-1].sorted = nil
-		want, wantOK := cfg.exactImproving(exact)
+		want, wantOK := cfg.exactProgress(exact)
 		if ok != wantOK {
 			t.Fatalf("window %d: pool ok %v, exact %v", i+1, ok, wantOK)
 		}
@@ -96,9 +96,15 @@ func poolMatch(t *testing.T, cfg *Config, windows int, draw func() time.Duration
 			continue
 		}
 		checks++
-		if p.improving != want {
+		if p.improving != want.improving {
 			differ++
-			t.Logf("window %d: pool says %q (%s), exact %q", i+1, p.improving, p, want)
+			t.Logf("window %d: pool says %q (%s), exact %q", i+1, p.improving, p, want.improving)
+		}
+		// The blocks' median window p99s are exact (kept in order, not
+		// binned): the reject paths read the p50 blocks'.
+		got := []time.Duration{p.earlier.p99, p.recent.p99, p.tailEarlier.p99, p.tailRecent.p99}
+		if exact := []time.Duration{want.earlier.p99, want.recent.p99, want.tailEarlier.p99, want.tailRecent.p99}; !slices.Equal(got, exact) {
+			t.Fatalf("window %d: blocks' median window p99 %v, exact %v", i+1, got, exact)
 		}
 	}
 	return checks, differ
