@@ -40,7 +40,8 @@
 //     tolerance in pooled p50, nor its latest fifth than the fifth before
 //     in median window p99 and share of slow requests (one-sided and
 //     scale-free), at every window for 5 % of its windows and, once it got
-//     faster, for 600 requests (see window.go).
+//     faster, for 300 requests (600 while its tail is heavy: its p99 over
+//     3× its p50; see window.go).
 //     Either way it has served MinStop (600 requests with the defaults)
 //     and MinRequests.
 //   - A target whose p99 settles far above stable's is rejected

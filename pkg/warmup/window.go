@@ -84,6 +84,9 @@ type verdict struct {
 	closeToStable bool
 	// plateau: converged on its own plateau, without stable (see flatShare).
 	plateau bool
+	// heavyTail: on its own plateau, its tail is still heavy (heavyTail):
+	// its plateau must last heavyTailPlateauRequests.
+	heavyTail bool
 	// improving: its latest block of windows was faster than the block
 	// before (progressOf).
 	improving bool
@@ -394,12 +397,12 @@ func (c *Config) judge(windows []WindowStats, ref stableRef, reject bool) verdic
 		return verdict{why: fmt.Sprintf("still improving over the last %d windows: %s (tolerance %g)%s", 2*p.recent.windows, p, c.Tolerance, own), improving: true}
 	}
 	if own != "" {
-		return verdict{converged: true, plateau: true}
+		return verdict{converged: true, plateau: true, heavyTail: heavyTail(p)}
 	}
 	if c.CompareToStable || reject {
 		return verdict{why: "waiting for a stable window"}
 	}
-	return verdict{converged: true, plateau: true}
+	return verdict{converged: true, plateau: true, heavyTail: heavyTail(p)}
 }
 
 // flatShare: without stable, a target is warm once its own latency has
@@ -410,14 +413,37 @@ const flatShare = 0.05
 
 // minPlateauRequests: a target that got faster during its warm-up must
 // also hold its plateau over this many requests (rounded up to windows;
-// at settleHold of them: plateauSpan), twice the smallest block: a tail
-// that thins too slowly to show between two neighbouring blocks of 300
-// requests (a cache's misses, a rare endpoint's cold calls, still several
-// % of the requests) passes one look, or two, by chance, not a plateau
-// whose first and last blocks are apart. Where the warm-up is long the
-// plateau is flatShare of it anyway. A pod warm from its first request
-// never got faster: it needs only flatShare (released after MinStop).
-const minPlateauRequests = 2 * minBlockRequests
+// at settleHold of them: plateauSpan), the smallest block, and over
+// heavyTailPlateauRequests while its tail is heavy. Where the warm-up is
+// long the plateau is flatShare of it anyway. A pod warm from its first
+// request never got faster: it needs only flatShare (released after
+// MinStop).
+const minPlateauRequests = minBlockRequests
+
+// heavyTailPlateauRequests is minPlateauRequests for a heavy tail
+// (heavyTail), twice the smallest block: a tail that thins too slowly to
+// show between two neighbouring blocks of 300 requests (a cache's misses,
+// a rare endpoint's cold calls, still several % of the requests 10–50×
+// slower) passes one look, or two, by chance, not a plateau whose first
+// and last blocks are apart. A thin tail moves with the body, whose p50
+// a block pins within a few %: a pod whose JIT made every request faster
+// at once is seen flat by a block's plateau (the zoo's jit-fast, released
+// at 1.44× its oracle instead of 1.78×, every run still within the goal
+// after the stop).
+const heavyTailPlateauRequests = 2 * minBlockRequests
+
+// heavyTailRatio: a tail is heavy when the latest tail block's median
+// window p99 is more than this many times its p50. A lognormal body up to
+// σ ≈ 0.47 (a JVM's spread of a thin tail) stays under it; a few % of
+// requests 10–50× slower (misses, cold endpoints) lift every window's p99
+// far over it, a spike or a neighbour's episode only a window's or two.
+const heavyTailRatio = 3
+
+// heavyTail says whether a target's latest tail block is heavy
+// (heavyTailRatio).
+func heavyTail(p progress) bool {
+	return float64(p.tailRecent.p99) > heavyTailRatio*float64(p.tailRecent.p50)
+}
 
 // asFastAsStable says whether a target's latest requests are as fast as
 // stable's (ref), and if not, how far off they are. The target's figures
@@ -471,7 +497,7 @@ type stopState struct {
 	ownFor int
 	// gotFaster: some look found the target still improving (its latency
 	// fell during the warm-up), so its plateau must last
-	// minPlateauRequests.
+	// minPlateauRequests (heavyTailPlateauRequests for a heavy tail).
 	gotFaster bool
 	// jit is the JVM's own signal, where the pod exposes it (jit.go);
 	// nil: latency alone.
@@ -566,9 +592,13 @@ func (c *Config) nextOnLatency(s *stopState, windows []WindowStats, ref stableRe
 			v.converged = false
 			v.why = fmt.Sprintf("not improving for %d windows in a row, of %.0f (%g of its windows)", flat, need, flatShare)
 		case s.gotFaster:
-			if span, of, held := c.plateauSpan(s.settled); !held {
+			if span, of, held := c.plateauSpan(s.settled, v.heavyTail); !held {
+				heavy := ""
+				if v.heavyTail {
+					heavy = ", its tail heavy"
+				}
 				v.converged = false
-				v.why = fmt.Sprintf("not improving at %d of its last %d windows, of %.0f (%d requests once it got faster)", of, span, math.Ceil(settleHold*float64(span)), minPlateauRequests)
+				v.why = fmt.Sprintf("not improving at %d of its last %d windows, of %.0f (%d requests once it got faster%s)", of, span, math.Ceil(settleHold*float64(span)), plateauRequests(v.heavyTail), heavy)
 			}
 		}
 	} else {
@@ -623,16 +653,26 @@ func heldOver(settled []bool, span int) (of int, held bool) {
 }
 
 // plateauSpan says whether a target that got faster has held its plateau
-// for minPlateauRequests: span is that many requests in windows, of how
-// many of the last span looks (since it had its full CPU) were flat, and
-// held whether settleHold of them were. A share, not a run in a row: with
-// small windows the span is many looks, and a chance "still improving" at
-// one of them (a neighbour's spike in the earlier block) must not restart
-// it.
-func (c *Config) plateauSpan(settled []bool) (span, of int, held bool) {
-	span = (minPlateauRequests + c.Window - 1) / c.Window
+// for plateauRequests(heavy): span is that many requests in windows, of
+// how many of the last span looks (since it had its full CPU) were flat,
+// and held whether settleHold of them were. A share, not a run in a row:
+// with small windows the span is many looks, and a chance "still
+// improving" at one of them (a neighbour's spike in the earlier block)
+// must not restart it.
+func (c *Config) plateauSpan(settled []bool, heavy bool) (span, of int, held bool) {
+	span = (plateauRequests(heavy) + c.Window - 1) / c.Window
 	of, held = heldOver(settled, span)
 	return span, of, held
+}
+
+// plateauRequests is how long a target that got faster must hold its
+// plateau: heavyTailPlateauRequests while its tail is heavy,
+// minPlateauRequests otherwise.
+func plateauRequests(heavy bool) int {
+	if heavy {
+		return heavyTailPlateauRequests
+	}
+	return minPlateauRequests
 }
 
 // tailThinning says whether the share of a target's requests above the

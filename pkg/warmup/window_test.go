@@ -381,14 +381,16 @@ func TestRejectionSimulated(t *testing.T) {
 	}
 }
 
-// A pod that got faster during its warm-up must hold its plateau for
-// minPlateauRequests (600 with windows of 100) before it is warm on its
-// own: a cache's misses thinning too slowly to show between two
-// neighbouring blocks pass a look or two by chance (the zoo's cache-fill
-// and lazy-endpoints were released too early in a quarter to half of
-// their runs when a plateau needed only a tenth of the warm-up). A pod
-// flat from its first request needs no such plateau: warm at MinStop.
-func TestPlateauAfterWarmingLasts600Requests(t *testing.T) {
+// A pod that got faster during its warm-up must hold its plateau before
+// it is warm on its own: for heavyTailPlateauRequests (600 with windows of
+// 100) while its tail is heavy (its p99 over heavyTailRatio × its p50), as
+// a cache's misses thinning too slowly to show between two neighbouring
+// blocks pass a look or two by chance (the zoo's cache-fill and
+// lazy-endpoints were released too early in a quarter to half of their
+// runs when a plateau needed only a tenth of the warm-up); for a block
+// (minPlateauRequests, 300) where its tail is thin. A pod flat from its
+// first request needs no such plateau: warm at MinStop.
+func TestPlateauAfterWarmingLasts(t *testing.T) {
 	cfg := Config{}.WithDefaults()
 	warmAt := func(p50s, p99s []float64) (flatFrom, warm int64) {
 		t.Helper()
@@ -406,16 +408,24 @@ func TestPlateauAfterWarmingLasts600Requests(t *testing.T) {
 		t.Fatalf("never warm over %d windows", len(ws))
 		return 0, 0
 	}
-	flat50, flat99 := steady(40, 3, 20)
-	if from, warm := warmAt(flat50, flat99); warm != cfg.MinStop() || from != warm {
-		t.Errorf("flat from the start: warm at %d requests (flat from %d), want at MinStop %d", warm, from, cfg.MinStop())
-	}
 	cold50, cold99 := steady(4, 9, 400)
-	p50s, p99s := then(cold50, cold99, flat50, flat99)
-	from, warm := warmAt(p50s, p99s)
-	if got := warm - from; got < minPlateauRequests-int64(cfg.Window) || got > minPlateauRequests {
-		t.Errorf("cold, then flat from %d requests: warm at %d, %d requests later, want its plateau held for %d requests (%d windows, the first look included)",
-			from, warm, got, minPlateauRequests, minPlateauRequests/cfg.Window)
+	for _, tc := range []struct {
+		name    string
+		p99     float64
+		plateau int
+	}{
+		{"heavy tail (p99 6.7× p50)", 20, heavyTailPlateauRequests},
+		{"thin tail (p99 2× p50)", 6, minPlateauRequests},
+	} {
+		flat50, flat99 := steady(40, 3, tc.p99)
+		if from, warm := warmAt(flat50, flat99); warm != cfg.MinStop() || from != warm {
+			t.Errorf("%s, flat from the start: warm at %d requests (flat from %d), want at MinStop %d", tc.name, warm, from, cfg.MinStop())
+		}
+		from, warm := warmAt(then(cold50, cold99, flat50, flat99))
+		if got := warm - from; got < int64(tc.plateau-cfg.Window) || got > int64(tc.plateau) {
+			t.Errorf("%s, cold, then flat from %d requests: warm at %d, %d requests later, want its plateau held for %d requests (%d windows, the first look included)",
+				tc.name, from, warm, got, tc.plateau, tc.plateau/cfg.Window)
+		}
 	}
 }
 
