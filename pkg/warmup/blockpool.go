@@ -68,8 +68,6 @@ type poolWindow struct {
 	lat    []time.Duration
 	bins   []histBin
 	pooled bool
-	// p99 is the window's own p99 (WindowStats.P99), pooled or not.
-	p99 time.Duration
 }
 
 // histBin is one occupied bucket of a window: its index (at the pool's
@@ -280,12 +278,12 @@ func (p *blockPool) follows(complete []WindowStats) bool {
 func (p *blockPool) take(w *WindowStats) {
 	p.lastIndex, p.lastRequests = w.Index, w.Requests
 	if len(w.sorted) == 0 {
-		p.wins = append(p.wins, poolWindow{p99: w.P99})
+		p.wins = append(p.wins, poolWindow{})
 		return
 	}
-	pw := poolWindow{lat: w.sorted, pooled: true, p99: w.P99} // shared: the coordinator drops its own reference
+	pw := poolWindow{lat: w.sorted, pooled: true} // shared: the coordinator drops its own reference
 	if p.binned {
-		pw = poolWindow{bins: binsOf(w.sorted, p.level), pooled: true, p99: w.P99}
+		pw = poolWindow{bins: binsOf(w.sorted, p.level), pooled: true}
 		p.held += len(pw.bins)
 	} else {
 		p.held += len(pw.lat)
@@ -377,20 +375,21 @@ func (p *blockPool) add(h *blockHist, w *poolWindow, sign int64) {
 	}
 }
 
-// move makes b hold windows [lo, hi), adding and removing windows at its
-// ends.
-func (p *blockPool) move(b *blockRange, lo, hi int) {
+// move makes b hold windows [lo, hi) of complete, adding and removing
+// windows at its ends.
+func (p *blockPool) move(b *blockRange, complete []WindowStats, lo, hi int) {
 	if b.lo == b.hi { // empty: start where asked
 		b.lo, b.hi = lo, lo
 	}
 	step := func(i int, sign int64) {
-		w := &p.wins[i-p.base]
-		at, _ := slices.BinarySearch(b.p99s, w.p99)
+		p99 := complete[i].P99
+		at, _ := slices.BinarySearch(b.p99s, p99)
 		if sign > 0 {
-			b.p99s = slices.Insert(b.p99s, at, w.p99)
+			b.p99s = slices.Insert(b.p99s, at, p99)
 		} else {
 			b.p99s = slices.Delete(b.p99s, at, at+1)
 		}
+		w := &p.wins[i-p.base]
 		if !w.pooled {
 			b.unpooled += int(sign)
 			return
@@ -462,8 +461,8 @@ func (p *blockPool) tailBlocks(complete []WindowStats, r int, floor time.Duratio
 
 func (p *blockPool) pair(e, q *blockRange, complete []WindowStats, r int, countSlow bool, floor time.Duration) (earlier, recent blockStats) {
 	n := len(complete)
-	p.move(e, n-2*r, n-r)
-	p.move(q, n-r, n)
+	p.move(e, complete, n-2*r, n-r)
+	p.move(q, complete, n-r, n)
 	return p.stats(e, complete, countSlow, floor), p.stats(q, complete, countSlow, floor)
 }
 
