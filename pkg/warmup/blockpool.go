@@ -19,7 +19,7 @@ import (
 // and finds a block's exact nearest-rank p50 and count of slow requests
 // from them: the histogram gives the bucket (1/1024 of an octave) holding
 // the p50, and a binary search in each of the block's windows the
-// latencies in that bucket and in the one holding the slow line, slowOver
+// latencies in that bucket, and its requests above the slow line, slowOver
 // (O(windows) per check, no sort of the block).
 //
 // Memory: a window's latencies are kept only while a block can still reach
@@ -58,6 +58,8 @@ type blockPool struct {
 	// scratch is space for a block's latencies in its p50's bucket, or
 	// its windows' p50s when it cannot be pooled.
 	scratch []time.Duration
+	// slowCounts is space for a block's windows' counts of slow requests.
+	slowCounts []windowCount
 }
 
 // poolWindow is one window's latencies, sorted (lat, while the pool is
@@ -511,19 +513,21 @@ func (p *blockPool) stats(b *blockRange, complete []WindowStats, countSlow bool,
 	if !countSlow {
 		return s
 	}
-	// Slow: every latency in a bucket above slowOver's, and those in its
-	// bucket above it.
+	// Slow: each window's latencies above slowOver, counted per window for
+	// their scatter (dispersion). The run's first windows are left
+	// binomial: a clump of slow requests there is the cold start itself,
+	// not a neighbour's episode.
 	slowAbove := slowOver(s.p50, floor)
-	j2 := bucketOf(slowAbove) >> p.level
-	slow := b.hist.above(j2)
-	end := bucketLow(j2+1, p.level)
+	p.slowCounts = p.slowCounts[:0]
 	for i := b.lo; i < b.hi; i++ {
 		lat := p.wins[i-p.base].lat
-		from := sort.Search(len(lat), func(x int) bool { return lat[x] > slowAbove })
-		to, _ := slices.BinarySearch(lat, end)
-		slow += int64(max(0, to-from))
+		n := len(lat) - sort.Search(len(lat), func(x int) bool { return lat[x] > slowAbove })
+		s.slow += n
+		p.slowCounts = append(p.slowCounts, windowCount{slow: n, requests: len(lat)})
 	}
-	s.slow = int(slow)
+	if b.lo > 0 {
+		s.slowDispersion = dispersion(p.slowCounts)
+	}
 	return s
 }
 
@@ -615,3 +619,45 @@ func (p *blockPool) above(d time.Duration) (earlierN, earlier, recentN, recent i
 	recentN, recent = count(&p.recent)
 	return earlierN, earlier, recentN, recent
 }
+
+// windowCount is one window's slow requests, of its requests.
+type windowCount struct{ slow, requests int }
+
+// dispersion is how many times a binomial share's variance a block's share
+// of slow requests has, from how its windows' counts scatter about it: the
+// Pearson χ² ÷ its degrees of freedom where that χ² is beyond a
+// binomial's upper 1 % (dispersionZ), 1 otherwise. A neighbour's episode
+// makes tens of requests in a row slow, in one window or two, not spread
+// over the block: a block it passes through had a share of slow requests
+// that says nothing of how warm the pod is, and its fall once the episode
+// has left is not the pod getting faster (fewerSlow). Slow requests spread
+// over the block (a cache's misses, a rare endpoint's cold calls) scatter
+// as a binomial's and keep their full weight.
+func dispersion(counts []windowCount) float64 {
+	slow, requests := 0, 0
+	for _, c := range counts {
+		slow, requests = slow+c.slow, requests+c.requests
+	}
+	df := len(counts) - 1
+	if df < 1 || slow == 0 || slow == requests {
+		return 1
+	}
+	share := float64(slow) / float64(requests)
+	chi2 := 0.0
+	for _, c := range counts {
+		want := share * float64(c.requests)
+		d := float64(c.slow) - want
+		chi2 += d * d / (want * (1 - share))
+	}
+	// χ²(df)'s upper quantile at dispersionZ (Wilson–Hilferty).
+	k := 2 / (9 * float64(df))
+	if chi2 <= float64(df)*math.Pow(1-k+dispersionZ*math.Sqrt(k), 3) {
+		return 1
+	}
+	return chi2 / float64(df)
+}
+
+// dispersionZ places dispersion's bar at a binomial χ²'s upper 1 %: a pod
+// whose slow requests are spread over its requests is judged as a
+// binomial share in 99 % of looks.
+const dispersionZ = 2.326

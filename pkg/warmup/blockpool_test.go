@@ -15,10 +15,12 @@ import (
 	"github.com/danki-dev/danki/pkg/latency"
 )
 
-// exactStatsOf is the stopping rule's block figures from every latency,
-// pooled and sorted afresh (the rule before blockPool): the reference the
-// pool is held to.
-func exactStatsOf(block []WindowStats, floor time.Duration) blockStats {
+// exactStatsOf is the stopping rule's block figures for complete's
+// windows [lo, hi) from every latency, pooled and sorted afresh (the rule
+// before blockPool), each window's slow requests counted in its own
+// latencies: the reference the pool is held to.
+func exactStatsOf(complete []WindowStats, lo, hi int, floor time.Duration) blockStats {
+	block := complete[lo:hi]
 	b := blockStats{windows: len(block)}
 	p99s := make([]time.Duration, len(block))
 	var all []time.Duration
@@ -44,6 +46,19 @@ func exactStatsOf(block []WindowStats, floor time.Duration) blockStats {
 	slowAbove := slowOver(b.p50, floor)
 	b.requests = len(all)
 	b.slow = len(all) - sort.Search(len(all), func(i int) bool { return all[i] > slowAbove })
+	var counts []windowCount
+	for _, w := range block {
+		n := 0
+		for _, d := range w.sorted {
+			if d > slowAbove {
+				n++
+			}
+		}
+		counts = append(counts, windowCount{slow: n, requests: len(w.sorted)})
+	}
+	if lo > 0 {
+		b.slowDispersion = dispersion(counts)
+	}
 	return b
 }
 
@@ -55,10 +70,10 @@ func (c *Config) exactProgress(complete []WindowStats) (progress, bool) {
 	if n < 2*r {
 		return p, false
 	}
-	p.earlier, p.recent = exactStatsOf(complete[n-2*r:n-r], 0), exactStatsOf(complete[n-r:], 0)
+	p.earlier, p.recent = exactStatsOf(complete, n-2*r, n-r, 0), exactStatsOf(complete, n-r, n, 0)
 	t := c.tailBlockWindows(n)
 	floor := c.AbsoluteTolerance.D()
-	p.tailEarlier, p.tailRecent = exactStatsOf(complete[n-2*t:n-t], floor), exactStatsOf(complete[n-t:], floor)
+	p.tailEarlier, p.tailRecent = exactStatsOf(complete, n-2*t, n-t, floor), exactStatsOf(complete, n-t, n, floor)
 	switch {
 	case c.better(p.earlier.p50, p.recent.p50):
 		p.improving = "p50"
@@ -105,6 +120,15 @@ func poolMatch(t *testing.T, cfg *Config, windows int, draw func() time.Duration
 		got := []time.Duration{p.earlier.p99, p.recent.p99, p.tailEarlier.p99, p.tailRecent.p99}
 		if exact := []time.Duration{want.earlier.p99, want.recent.p99, want.tailEarlier.p99, want.tailRecent.p99}; !slices.Equal(got, exact) {
 			t.Fatalf("window %d: blocks' median window p99 %v, exact %v", i+1, got, exact)
+		}
+		// So are the tail blocks' slow requests and their scatter.
+		type slowOf struct {
+			slow, requests int
+			dispersion     float64
+		}
+		gotSlow := []slowOf{{p.tailEarlier.slow, p.tailEarlier.requests, p.tailEarlier.slowDispersion}, {p.tailRecent.slow, p.tailRecent.requests, p.tailRecent.slowDispersion}}
+		if exact := []slowOf{{want.tailEarlier.slow, want.tailEarlier.requests, want.tailEarlier.slowDispersion}, {want.tailRecent.slow, want.tailRecent.requests, want.tailRecent.slowDispersion}}; !slices.Equal(gotSlow, exact) {
+			t.Fatalf("window %d: tail blocks' slow requests %v, exact %v", i+1, gotSlow, exact)
 		}
 	}
 	return checks, differ

@@ -158,6 +158,11 @@ type blockStats struct {
 	// faster keeps its share; counted in the tail's blocks); requests is 0
 	// when some window kept no latencies (then the share is not judged).
 	slow, requests int
+	// slowDispersion is how many times a binomial share's variance the
+	// block's share of slow requests has, from its windows' scatter
+	// (dispersion); 0 or 1: a binomial's (past poolBudget, where windows
+	// are histograms, and in the run's first windows).
+	slowDispersion float64
 }
 
 // median is the upper median: for an even count, the stricter (slower)
@@ -257,15 +262,18 @@ func (c *Config) progressOf(complete []WindowStats) (p progress, ok bool) {
 
 // fewerSlow says whether the share of slow requests fell from before to
 // now by more than the tolerance and by more than chance explains
-// (slowShareZ standard errors of the difference of two proportions).
+// (slowShareZ standard errors of the difference of two proportions, each
+// block's variance times its dispersion: a neighbour's episode in the
+// earlier block is not the pod getting faster).
 func (c *Config) fewerSlow(before, now blockStats) bool {
-	return c.fewer(before.slow, before.requests, now.slow, now.requests, slowShareZ)
+	return c.fewer(before.slow, before.requests, now.slow, now.requests, slowShareZ, before.slowDispersion, now.slowDispersion)
 }
 
 // fewer says whether a share fell from bn of b requests to an of a by more
 // than the tolerance and by more than chance explains (z standard errors
-// of the difference of two proportions).
-func (c *Config) fewer(bn, b, an, a int, z float64) bool {
+// of the difference of two proportions, the variance of each times its
+// dispersion, bd and ad: at least 1).
+func (c *Config) fewer(bn, b, an, a int, z, bd, ad float64) bool {
 	if b == 0 || a == 0 {
 		return false
 	}
@@ -274,7 +282,8 @@ func (c *Config) fewer(bn, b, an, a int, z float64) bool {
 		return false
 	}
 	pooled := float64(bn+an) / float64(b+a)
-	se := math.Sqrt(pooled * (1 - pooled) * (1/float64(b) + 1/float64(a)))
+	v := pooled * (1 - pooled)
+	se := math.Sqrt(max(1, bd)*v/float64(b) + max(1, ad)*v/float64(a))
 	return before-now > z*se
 }
 
@@ -682,7 +691,7 @@ func plateauRequests(heavy bool) int {
 func (c *Config) tailThinning(complete []WindowStats, ref stableRef) bool {
 	line := max(time.Duration(c.RejectRatio*float64(ref.p99)), ref.p99+c.RejectFloor.D())
 	bn, b, an, a := poolOf(complete).above(line)
-	return c.fewer(bn, b, an, a, tailThinZ)
+	return c.fewer(bn, b, an, a, tailThinZ, 1, 1)
 }
 
 // tailThinZ is slowShareZ for tailThinning: a slower version's share above

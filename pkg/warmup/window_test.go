@@ -153,6 +153,60 @@ func TestJudgeSeesSlowRequestsThinOut(t *testing.T) {
 	}
 }
 
+// A neighbour's episode (tens of requests in a row 3× slower) in the
+// earlier tail block is not fewer slow requests once it has passed: they
+// sit in a window or two, not spread over the block as a cache's misses
+// are. The same count spread over the block's windows, or clumped in the
+// run's first window (the cold start itself), is. (Split evenly over two
+// of the block's three windows, 30 against a base of ~1 % still reads as
+// fewer: three windows' scatter says only so much.)
+func TestEpisodeIsNotWarming(t *testing.T) {
+	cfg := Config{}.WithDefaults()
+	// progressAfter judges n windows of 100 requests (p50 3 ms, a few
+	// requests over 2× it) whose window i has extra[i] more slow
+	// requests (10 ms).
+	progressAfter := func(n int, extra map[int]int) progress {
+		rng := rand.New(rand.NewPCG(7, 8))
+		var ws []WindowStats
+		for i := range n {
+			samples := make([]sample, 100)
+			for j := range samples {
+				d := time.Duration(float64(ms(3)) * math.Exp(0.25*rng.NormFloat64()))
+				if j < extra[i] {
+					d = ms(10)
+				}
+				samples[j] = sample{latency: d, ok: true}
+			}
+			w := computeWindow(samples)
+			w.Index, w.Requests = i+1, int64((i+1)*100)
+			ws = append(ws, w)
+		}
+		p, ok := cfg.progressOf(ws)
+		if !ok {
+			t.Fatalf("%d windows: no progress", n)
+		}
+		return p
+	}
+	// 8 windows: blocks of 3, the earlier tail block windows 3–5.
+	for _, c := range []struct {
+		name  string
+		n     int
+		extra map[int]int
+		fewer bool
+	}{
+		{"an episode of 30 in window 4", 8, map[int]int{3: 30}, false},
+		{"an episode of 30 over windows 4 and 5", 8, map[int]int{3: 24, 4: 6}, false},
+		{"30 spread over windows 3–5", 8, map[int]int{2: 10, 3: 10, 4: 10}, true},
+		{"30 in the run's first window", 6, map[int]int{0: 30}, true},
+	} {
+		p := progressAfter(c.n, c.extra)
+		if got := cfg.fewerSlow(p.tailEarlier, p.tailRecent); got != c.fewer {
+			t.Errorf("%s: slow requests %d → %d of %d (dispersion %.1f): fewer %v, want %v",
+				c.name, p.tailEarlier.slow, p.tailRecent.slow, p.tailRecent.requests, p.tailEarlier.slowDispersion, got, c.fewer)
+		}
+	}
+}
+
 func TestStableReferenceIgnoresOneHiccup(t *testing.T) {
 	cfg := Config{StableWindows: 3, Window: 100}
 	ws := windows([]float64{1, 1, 40, 1}, []float64{2, 2, 90, 2}, 100)

@@ -305,17 +305,15 @@ func zooCheck(t *testing.T, jit bool, known map[string]float64) {
 // faster must hold its plateau for a block (minPlateauRequests), for two
 // while its tail is heavy (heavyTailPlateauRequests), so a tail thinning
 // too slowly to show between two blocks (cache-fill, lazy-endpoints) is
-// not released early; next to a noisy neighbour, whose episodes read as
-// a tail still thinning, jit-fast's median stop is 1.56× its small oracle
-// (900). Next to stable, a warm pod next to a noisy neighbour is
-// released within 700 requests in a few runs fewer than 90 %. Next to the
+// not released early. Next to stable, a warm pod next to a noisy
+// neighbour is released within 700 requests in a few runs fewer than
+// 90 %. Next to the
 // gate's neighbours (no rejection) a pod settled more than stableRatio
 // above them is judged on its own plateau, so spring-steps, ~1.9× above
 // them from its first requests to its first step, is released there
 // (~900 requests): the gate cannot tell it from the same version on a
 // slower node; every other shape does as next to stable.
 var zooKnownMisses = map[string]float64{
-	"jit-fast+noise/own plateau/stop":        60,
 	"spring-steps/own plateau/quality":       0,
 	"spring-steps+noise/own plateau/quality": 0,
 	"warm+noise/stable/700":                  85,
@@ -327,7 +325,7 @@ var zooKnownMisses = map[string]float64{
 
 // zooKnownMissesJIT are zooKnownMisses with the JIT signal: a quiet JIT
 // cannot vouch for a cache or a lazy endpoint still warming, nor shorten
-// a plateau, so the stop miss stays; and spring-steps on its own plateau
+// a plateau; and spring-steps on its own plateau
 // (or next to the gate's neighbours) is released on the flat stretch
 // before its first step as without the signal: its JIT compiles at about
 // a tenth of its early peak there (~1.5 ms per request against ~15 over
