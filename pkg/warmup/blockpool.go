@@ -514,9 +514,9 @@ func (p *blockPool) stats(b *blockRange, complete []WindowStats, countSlow bool,
 		return s
 	}
 	// Slow: each window's latencies above slowOver, counted per window for
-	// their scatter (dispersion). The run's first windows are left
-	// binomial: a clump of slow requests there is the cold start itself,
-	// not a neighbour's episode.
+	// their scatter (dispersion). A block from the run's first window is
+	// left binomial: a clump of slow requests there is the cold start
+	// itself, not a neighbour's episode.
 	slowAbove := slowOver(s.p50, floor)
 	p.slowCounts = p.slowCounts[:0]
 	for i := b.lo; i < b.hi; i++ {
