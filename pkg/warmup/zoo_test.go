@@ -307,12 +307,12 @@ func zooCheck(t *testing.T, jit bool, known map[string]float64) {
 // too slowly to show between two blocks (cache-fill, lazy-endpoints) is
 // not released early. Next to stable, a warm pod next to a noisy
 // neighbour is released within 700 requests in a few runs fewer than
-// 90 %. Next to the
-// gate's neighbours (no rejection) a pod settled more than stableRatio
-// above them is judged on its own plateau, so spring-steps, ~1.9× above
-// them from its first requests to its first step, is released there
-// (~900 requests): the gate cannot tell it from the same version on a
-// slower node; every other shape does as next to stable.
+// 90 %. Next to the gate's neighbours (no rejection) a pod settled more
+// than stableRatio above them is judged on its own plateau, so
+// spring-steps, ~1.9× above them from its first requests to its first
+// step, is released there (~900 requests): the gate cannot tell it from
+// the same version on a slower node; every other shape does as next to
+// stable.
 var zooKnownMisses = map[string]float64{
 	"spring-steps/own plateau/quality":       0,
 	"spring-steps+noise/own plateau/quality": 0,
@@ -325,12 +325,12 @@ var zooKnownMisses = map[string]float64{
 
 // zooKnownMissesJIT are zooKnownMisses with the JIT signal: a quiet JIT
 // cannot vouch for a cache or a lazy endpoint still warming, nor shorten
-// a plateau; and spring-steps on its own plateau
-// (or next to the gate's neighbours) is released on the flat stretch
-// before its first step as without the signal: its JIT compiles at about
-// a tenth of its early peak there (~1.5 ms per request against ~15 over
-// its class loading: quiet), and before its last step it adds only its
-// background (0.3 ms per request) until the burst that compiles the step.
+// a plateau; and spring-steps on its own plateau (or next to the gate's
+// neighbours) is released on the flat stretch before its first step as
+// without the signal: its JIT compiles at about a tenth of its early peak
+// there (~1.5 ms per request against ~15 over its class loading: quiet),
+// and before its last step it adds only its background (0.3 ms per
+// request) until the burst that compiles the step.
 // What the Spring sample did (docs/warmup.md): its JIT added 0.2–0.5 ms
 // per request over the 1,000 requests before its p50 stepped down, in
 // each run, and compiled the step's tier in a burst of 0.8–1.6 s.
