@@ -28,6 +28,7 @@ type gateFlags struct {
 	maxConcurrent           int
 	maxPerNode              int
 	maxPerNamespace         int
+	maxHealthWait           time.Duration
 	metricsAddr, healthAddr string
 	leaderElect             bool
 	leaderElectionNamespace string
@@ -83,7 +84,7 @@ and carry the label danki.dev/gated=true (the gate caches only such pods).`,
 			}
 			defer closeMesh()
 			return gate.Run(ctx, rc, gate.Options{Policy: pol,
-				MaxConcurrent: f.maxConcurrent, MaxPerNode: f.maxPerNode, MaxPerNamespace: f.maxPerNamespace, WebhookHost: f.webhookHost, WebhookPort: f.webhookPort,
+				MaxConcurrent: f.maxConcurrent, MaxPerNode: f.maxPerNode, MaxPerNamespace: f.maxPerNamespace, MaxHealthWait: f.maxHealthWait, WebhookHost: f.webhookHost, WebhookPort: f.webhookPort,
 				CertDir: f.certDir, CertHosts: f.certHosts, CertValidity: f.certValidity, WebhookConfig: f.webhookConfig,
 				MaxTotalQPS: f.maxTotalQPS, MetricsAddr: f.metricsAddr, HealthAddr: f.healthAddr,
 				LeaderElection: f.leaderElect, LeaderElectionNamespace: f.leaderElectionNamespace, Log: log,
@@ -109,6 +110,7 @@ and carry the label danki.dev/gated=true (the gate caches only such pods).`,
 	fl.IntVar(&f.maxConcurrent, "max-concurrent", gate.DefaultMaxConcurrent, "warm-ups running at once, at most")
 	fl.IntVar(&f.maxPerNode, "max-per-node", gate.DefaultMaxPerNode, "warm-ups running at once on one node, at most (a cold JVM's JIT takes the node's cores from the pods serving users there); -1: no cap")
 	fl.IntVar(&f.maxPerNamespace, "max-per-namespace", 0, "warm-ups of one namespace running at once, at most (0: none beyond its fair share of --max-concurrent while other namespaces wait; set it where tenants must not hold every slot with long warm-ups)")
+	fl.DurationVar(&f.maxHealthWait, "max-health-wait", gate.DefaultMaxHealthWait, "longest a warm-up waits for its pod's health check while it holds a slot; then its attempt fails (retried after the back-off) and the slot goes to the next in line; a pod's healthTimeout may only narrow it; -1s: the pod's healthTimeout only")
 	fl.StringVar(&f.metricsAddr, "metrics-bind-address", "0", "metrics endpoint address, e.g. :8080: controller-runtime's metrics and the gate's (docs/metrics.md) at /metrics (0: off)")
 	fl.StringVar(&f.healthAddr, "health-probe-bind-address", "0", "health endpoints /healthz and /readyz, e.g. :8081 (0: off)")
 	fl.BoolVar(&f.leaderElect, "leader-elect", false, "elect one active replica (Lease "+gate.LeaderElectionID+")")

@@ -48,6 +48,10 @@ type Options struct {
 	// MaxPerNamespace caps one namespace's warm-ups at once (0: only its
 	// fair share of MaxConcurrent while other namespaces wait).
 	MaxPerNamespace int
+	// MaxHealthWait bounds a warm-up's wait for its pod's health check
+	// while it holds a slot (DefaultMaxHealthWait; negative: the pod's
+	// healthTimeout only).
+	MaxHealthWait time.Duration
 	// WebhookHost and WebhookPort are where the mutating webhook listens;
 	// port 0 serves no webhook (pods must carry the readiness gate).
 	WebhookHost string
@@ -160,7 +164,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	}
 	defer gm.Unregister()
 	r := &Reconciler{Metrics: gm, Client: mgr.GetClient(), Events: mgr.GetEventRecorder("danki-gate"), Log: log,
-		MaxConcurrent: o.MaxConcurrent, MaxPerNode: o.MaxPerNode, MaxPerNamespace: o.MaxPerNamespace, MaxTotalQPS: o.MaxTotalQPS, RecordKey: key, Policy: o.Policy}
+		MaxConcurrent: o.MaxConcurrent, MaxPerNode: o.MaxPerNode, MaxPerNamespace: o.MaxPerNamespace, MaxHealthWait: o.MaxHealthWait, MaxTotalQPS: o.MaxTotalQPS, RecordKey: key, Policy: o.Policy}
 	err = builder.ControllerManagedBy(mgr).
 		Named("danki-gate").
 		For(&corev1.Pod{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(obj client.Object) bool {

@@ -67,6 +67,11 @@ type Reconciler struct {
 	// (0: none beyond the fair share of the MaxConcurrent slots; see
 	// slots).
 	MaxPerNamespace int
+	// MaxHealthWait bounds a warm-up's wait for its pod's health check
+	// while it holds a slot (DefaultMaxHealthWait; negative: only the
+	// pod's own healthTimeout): a pod that never answers gives its slot
+	// back after it, its attempt failed.
+	MaxHealthWait time.Duration
 	// RecordKey signs and verifies the records of CPU requests.
 	RecordKey RecordKey
 	// Policy is the operator's: pods' annotations are parsed under it
@@ -76,8 +81,16 @@ type Reconciler struct {
 	// on controller-runtime's registry).
 	Metrics *metrics.Gate
 
+	// testParseTimeout replaces ParseTimeout in tests (0: ParseTimeout);
+	// testParse, if set, replaces ParseConfig (a parse that never ends,
+	// whatever the template engine bounds).
+	testParseTimeout time.Duration
+	testParse        func(annotation string) (Config, error)
+
 	once      sync.Once
 	slots     *slots
+	parseMu   sync.Mutex
+	parses    map[[32]byte]*parsing    // guarded by parseMu; bounds.go
 	nodeSlots map[string]chan struct{} // guarded by mu
 	// requeue asks for a pod's reconcile when its warm-up ended: the
 	// outcome may call for a retry after a back-off.
@@ -145,6 +158,7 @@ func (r *Reconciler) init() {
 		r.jobs = map[types.UID]*job{}
 		r.tries = map[types.UID]*attempts{}
 		r.warmed = map[types.UID]bool{}
+		r.parses = map[[32]byte]*parsing{}
 		if r.Log == nil {
 			r.Log = slog.Default()
 		}
@@ -154,6 +168,12 @@ func (r *Reconciler) init() {
 // Reconcile brings one pod's warm-up in line with the pod.
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	r.init()
+	// A reconcile holds one of the controller's few workers: everything
+	// it waits for is bounded, so that no pod — whatever its annotation —
+	// keeps another's reconcile from running (a warm-up itself runs in
+	// the background).
+	ctx, cancel := context.WithTimeout(ctx, reconcileTimeout)
+	defer cancel()
 	var pod corev1.Pod
 	if err := r.Client.Get(ctx, req.NamespacedName, &pod); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -178,7 +198,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		r.stop(pod.UID, errContainersNotReady)
 		r.forget(pod.UID)
 		// yieldCPU fromStart: the JVM starts at the least CPU weight too.
-		if cfg, err := ParseConfig(pod.Annotations[wellknown.WarmUpAnnotation], r.Policy); err == nil && cfg.YieldCPU == YieldFromStart && pod.Spec.NodeName != "" {
+		if cfg, err := r.parseConfig(ctx, pod.Annotations[wellknown.WarmUpAnnotation]); err == nil && cfg.YieldCPU == YieldFromStart && pod.Spec.NodeName != "" && !pod.Spec.HostNetwork {
 			r.lowerCPU(ctx, r.Log.With("pod", pod.Namespace+"/"+pod.Name), &pod, "starting")
 		}
 		if c := condition(&pod); c != nil && c.Status == corev1.ConditionFalse && c.Reason == ReasonWaiting {
@@ -199,7 +219,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if done {
 		return reconcile.Result{}, nil
 	}
-	cfg, err := ParseConfig(pod.Annotations[wellknown.WarmUpAnnotation], r.Policy)
+	if pod.Spec.HostNetwork {
+		return reconcile.Result{}, r.refuseHostNetwork(ctx, &pod)
+	}
+	cfg, err := r.parseConfig(ctx, pod.Annotations[wellknown.WarmUpAnnotation])
 	var target warmup.Target
 	if err == nil {
 		// The budget is a share of the request the pod was created with,
@@ -251,7 +274,8 @@ func (r *Reconciler) neighbours(ctx context.Context, pod *corev1.Pod, cfg Config
 	for i := range list.Items {
 		p := &list.Items[i]
 		o := metav1.GetControllerOf(p)
-		if p.UID == pod.UID || o == nil || o.UID != owner.UID || p.DeletionTimestamp != nil || !podReady(p) {
+		// A host-network sibling's address is its node's: never probed.
+		if p.UID == pod.UID || o == nil || o.UID != owner.UID || p.DeletionTimestamp != nil || !podReady(p) || p.Spec.HostNetwork {
 			continue
 		}
 		if t, err := warmup.PodTarget(p, cfg.Port); err == nil {
@@ -354,7 +378,9 @@ func (r *Reconciler) warm(ctx context.Context, pod *corev1.Pod, cfg Config, targ
 	}()
 
 	if cfg.YieldCPU != YieldOff {
-		r.lowerCPU(ctx, log, pod, "warming")
+		lctx, lowered := context.WithTimeout(ctx, apiCallTimeout)
+		r.lowerCPU(lctx, log, pod, "warming")
+		lowered()
 	}
 	var first time.Duration
 	var lastPatch time.Time
@@ -368,6 +394,7 @@ func (r *Reconciler) warm(ctx context.Context, pod *corev1.Pod, cfg Config, targ
 	off := false
 	run.RejectSlowerVersion = &off
 	run = r.withinBudget(run)
+	run, healthBound := r.withinHealthWait(run)
 	r.Metrics.Running(1)
 	started := time.Now()
 	res, err := warmup.Run(ctx, run, []warmup.Target{target}, warmup.Options{Stable: neighbours, JudgeAgainstStable: true, Logger: log, OnProgress: func(p warmup.Progress) {
@@ -417,6 +444,9 @@ func (r *Reconciler) warm(ctx context.Context, pod *corev1.Pod, cfg Config, targ
 			log.Error("set the warm condition", "error", err)
 		}
 		return
+	}
+	if healthBound > 0 && errors.Is(err, warmup.ErrUnhealthy) {
+		err = fmt.Errorf("%w (the gate waits at most %s for a pod's health while it holds a warm-up slot: --max-health-wait; its slot went to the next in line)", err, healthBound)
 	}
 	r.failed(wctx, log, pod, cfg, err)
 }
@@ -559,6 +589,8 @@ func (r *Reconciler) Running() int {
 // subresource with a strategic merge patch (conditions merge by type, so
 // the kubelet's own are left alone). Unchanged conditions are not written.
 func (r *Reconciler) setCondition(ctx context.Context, pod *corev1.Pod, status corev1.ConditionStatus, reason, message string) error {
+	ctx, cancel := context.WithTimeout(ctx, apiCallTimeout)
+	defer cancel()
 	var cur corev1.Pod
 	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(pod), &cur); err != nil {
 		if apierrors.IsNotFound(err) {
