@@ -20,6 +20,8 @@ type gateFlags struct {
 	mesh                    meshFlags
 	webhookHost             string
 	webhookPort             int
+	webhookClientCA         string
+	webhookClientNames      []string
 	certDir                 string
 	certHosts               []string
 	certValidity            time.Duration
@@ -85,6 +87,7 @@ and carry the label danki.dev/gated=true (the gate caches only such pods).`,
 			defer closeMesh()
 			return gate.Run(ctx, rc, gate.Options{Policy: pol,
 				MaxConcurrent: f.maxConcurrent, MaxPerNode: f.maxPerNode, MaxPerNamespace: f.maxPerNamespace, MaxHealthWait: f.maxHealthWait, WebhookHost: f.webhookHost, WebhookPort: f.webhookPort,
+				WebhookClientCA: f.webhookClientCA, WebhookClientNames: f.webhookClientNames,
 				CertDir: f.certDir, CertHosts: f.certHosts, CertValidity: f.certValidity, WebhookConfig: f.webhookConfig,
 				MaxTotalQPS: f.maxTotalQPS, MetricsAddr: f.metricsAddr, HealthAddr: f.healthAddr,
 				LeaderElection: f.leaderElect, LeaderElectionNamespace: f.leaderElectionNamespace, Log: log,
@@ -102,6 +105,8 @@ and carry the label danki.dev/gated=true (the gate caches only such pods).`,
 	f.mesh.addFlags(fl)
 	fl.StringVar(&f.webhookHost, "webhook-host", "", "address the webhook listens on (default: all)")
 	fl.IntVar(&f.webhookPort, "webhook-port", 9443, "webhook port; 0 serves no webhook")
+	fl.StringVar(&f.webhookClientCA, "webhook-client-ca", "", "PEM file of the CAs whose client certificate the webhook requires: only the API server, configured to present one (its admission-control kubeconfig), is answered (default: any caller; docs/gate.md)")
+	fl.StringSliceVar(&f.webhookClientNames, "webhook-client-name", nil, "with --webhook-client-ca: a name (common name or DNS name) the client certificate must carry, repeatable (default: any certificate of that CA)")
 	fl.StringVar(&f.certDir, "cert-dir", "", "directory with tls.crt and tls.key (e.g. cert-manager's Secret); without them a self-managed CA writes them there (default: a temporary directory)")
 	fl.StringSliceVar(&f.certHosts, "cert-host", nil, "DNS names or IPs of the self-managed certificate (default: --webhook-host)")
 	fl.DurationVar(&f.certValidity, "cert-validity", gate.DefaultCertValidity, "validity of the self-managed CA and certificate; renewed at two thirds of it (also at start, for a persisted --cert-dir)")

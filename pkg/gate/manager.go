@@ -56,6 +56,14 @@ type Options struct {
 	// port 0 serves no webhook (pods must carry the readiness gate).
 	WebhookHost string
 	WebhookPort int
+	// WebhookClientCA, if set, is a PEM file of the CAs whose client
+	// certificates the webhook requires (the API server's, presented
+	// through its admission-control kubeconfig): a caller without one is
+	// refused at the TLS handshake. WebhookClientNames, if set, are the
+	// names (common name or DNS name) such a certificate must carry one
+	// of. Empty: any caller that reaches the port is answered.
+	WebhookClientCA    string
+	WebhookClientNames []string
 	// CertDir holds tls.crt and tls.key (e.g. cert-manager's Secret,
 	// mounted). Empty, or with no tls.crt there: a self-managed CA signs a
 	// certificate for CertHosts, written to CertDir (or a temporary
@@ -141,7 +149,17 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 		if rotator, err = selfManagedCerts(ctx, cfg, scheme, certDir, o, log); err != nil {
 			return err
 		}
-		mo.WebhookServer = webhook.NewServer(webhook.Options{Host: o.WebhookHost, Port: o.WebhookPort, CertDir: certDir})
+		wo := webhook.Options{Host: o.WebhookHost, Port: o.WebhookPort, CertDir: certDir}
+		if o.WebhookClientCA != "" {
+			auth, err := webhookClientAuth(o.WebhookClientCA, o.WebhookClientNames)
+			if err != nil {
+				return err
+			}
+			wo.TLSOpts = append(wo.TLSOpts, auth)
+		} else if len(o.WebhookClientNames) > 0 {
+			return fmt.Errorf("webhook client names %v without a webhook client CA to verify them", o.WebhookClientNames)
+		}
+		mo.WebhookServer = webhook.NewServer(wo)
 	}
 	mgr, err := ctrl.NewManager(cfg, mo)
 	if err != nil {
