@@ -47,6 +47,13 @@ type MeshConfig struct {
 // mTLS asks once, not once per pod, and a CA that comes up is used soon.
 const RetryAfter = 10 * time.Second
 
+// MintTimeout bounds one mint of danki's identity (the token, the root,
+// the CA's signature). The mint runs under a context of its own, not the
+// caller's: one process serves every tenant's warm-ups, and a tenant run
+// cancelled mid-mint must not leave its "context canceled" as everyone's
+// answer.
+const MintTimeout = 30 * time.Second
+
 // Mesh is danki's place in the mesh for one process: its settings and its
 // Identity, minted on the first connection that needs mTLS (a cluster
 // without Istio never asks istiod anything) and then shared and renewed
@@ -60,6 +67,12 @@ type Mesh struct {
 	id      *Identity
 	err     error     // of the last failed mint
 	errTime time.Time // when it failed
+	// minting is closed when the mint under way ends (nil: none is);
+	// stopMint cancels it. closes counts Close calls: a mint that ends
+	// after one is dropped.
+	minting  chan struct{}
+	stopMint context.CancelFunc
+	closes   int
 }
 
 // NewMesh keeps the settings; nothing is asked of the CA before the first
@@ -96,26 +109,75 @@ func (m *Mesh) Resolve(own Mode) Mode {
 }
 
 // Identity returns danki's identity, minting it on the first call. After a
-// failure, calls within RetryAfter return the same error at once.
+// failed mint, calls within RetryAfter return the same error at once.
+//
+// The mint runs in the background under its own MintTimeout, started by
+// the first caller and shared by every caller meanwhile; each waits only
+// as long as its own ctx allows. A caller whose ctx ends gets its ctx's
+// error, which is never kept: the mint goes on for the others.
 func (m *Mesh) Identity(ctx context.Context) (*Identity, error) {
 	if m == nil {
 		return nil, errors.New("mtls: danki has no mesh settings here (mode off)")
 	}
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	if m.id != nil {
+		defer m.mu.Unlock()
 		return m.id, nil
 	}
-	if m.err != nil && m.clock.Since(m.errTime) < RetryAfter {
+	if m.minting == nil {
+		if m.err != nil && m.clock.Since(m.errTime) < RetryAfter {
+			defer m.mu.Unlock()
+			return nil, m.err
+		}
+		m.startMint()
+	}
+	done := m.minting
+	m.mu.Unlock()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("mtls: waiting for danki's mesh certificate (still being minted for later callers): %w", ctx.Err())
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch {
+	case m.id != nil:
+		return m.id, nil
+	case m.err != nil:
 		return nil, m.err
 	}
-	id, err := m.mint(ctx)
-	if err != nil {
-		m.err, m.errTime = err, m.clock.Now()
-		return nil, err
-	}
-	m.id, m.err = id, nil
-	return id, nil
+	return nil, errors.New("mtls: the mesh was closed while danki's certificate was minted")
+}
+
+// startMint mints in the background; m.mu is held. The mint's result is
+// kept when it ends: the identity, or its error for RetryAfter — unless
+// Close came first.
+func (m *Mesh) startMint() {
+	done := make(chan struct{})
+	ctx, cancel := context.WithTimeout(context.Background(), MintTimeout)
+	m.minting, m.stopMint = done, cancel
+	gen := m.closes
+	go func() {
+		defer close(done)
+		defer cancel()
+		id, err := m.mint(ctx)
+		if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			err = fmt.Errorf("mtls: minting danki's mesh certificate took over %s: %w", MintTimeout, err)
+		}
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		m.minting, m.stopMint = nil, nil
+		switch {
+		case m.closes != gen: // closed meanwhile: nothing is kept
+			if id != nil {
+				id.Close()
+			}
+		case err != nil:
+			m.err, m.errTime = err, m.clock.Now()
+		default:
+			m.id, m.err = id, nil
+		}
+	}()
 }
 
 func (m *Mesh) mint(ctx context.Context) (*Identity, error) {
@@ -204,15 +266,24 @@ func (m *Mesh) Self() string {
 	return m.id.ID()
 }
 
-// Close stops the renewals of the identity, if one was minted.
+// Close stops the renewals of the identity, if one was minted, and waits
+// for a mint under way to end (it is cancelled).
 func (m *Mesh) Close() {
 	if m == nil {
 		return
 	}
 	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.closes++
 	if m.id != nil {
 		m.id.Close()
 		m.id = nil
+	}
+	done := m.minting
+	if m.stopMint != nil {
+		m.stopMint()
+	}
+	m.mu.Unlock()
+	if done != nil {
+		<-done
 	}
 }

@@ -11,6 +11,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/danki-dev/danki/internal/testutil"
 )
@@ -237,5 +239,76 @@ func TestMeshDial(t *testing.T) {
 	})
 	if len(dialled) != 3 {
 		t.Errorf("the checked dialer saw %d dials; want every one of the 3", len(dialled))
+	}
+}
+
+// TestMeshACancelledCallerLeavesTheMintToOthers: one process serves every
+// tenant's warm-ups, so the first caller's run being cancelled mid-mint
+// (its rollout aborted) must neither end the mint nor become the answer
+// the next tenant gets for RetryAfter.
+func TestMeshACancelledCallerLeavesTheMintToOthers(t *testing.T) {
+	m := newTestMesh(t)
+	mesh := m.mesh(Auto)
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	// Before the API server's own reactor: the TokenRequest waits.
+	m.Client.PrependReactor("create", "serviceaccounts", func(k8stesting.Action) (bool, runtime.Object, error) {
+		once.Do(func() { close(entered) })
+		<-release
+		return false, nil, nil
+	})
+	first, cancel := context.WithCancel(context.Background())
+	firstErr := make(chan error, 1)
+	go func() {
+		_, err := mesh.Identity(first)
+		firstErr <- err
+	}()
+	<-entered
+	cancel()
+	select {
+	case err := <-firstErr:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("the cancelled caller got %v; want its own context.Canceled", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("the cancelled caller still waits for the mint: its ctx does not bound its wait")
+	}
+	close(release)
+	id, err := mesh.Identity(context.Background())
+	if err != nil || id.ID() != dankiID {
+		t.Fatalf("the next caller got %v, %v; want danki's certificate, not the cancelled caller's error", id, err)
+	}
+	if n := m.tokenRequests(); n != 1 || len(m.Signed()) != 1 {
+		t.Errorf("%d token requests, %d signed; want the one mint, carried on after the first caller left", n, len(m.Signed()))
+	}
+}
+
+// TestMeshCloseDuringAMintKeepsNothing: a mint that ends after Close is
+// dropped (its renewals stopped), and its waiters are told.
+func TestMeshCloseDuringAMintKeepsNothing(t *testing.T) {
+	m := newTestMesh(t)
+	mesh := m.mesh(Auto)
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	m.Client.PrependReactor("create", "serviceaccounts", func(k8stesting.Action) (bool, runtime.Object, error) {
+		once.Do(func() { close(entered) })
+		<-release
+		return false, nil, nil
+	})
+	got := make(chan error, 1)
+	go func() {
+		_, err := mesh.Identity(context.Background())
+		got <- err
+	}()
+	<-entered
+	closed := make(chan struct{})
+	go func() { mesh.Close(); close(closed) }()
+	close(release) // the fake API server does not see the mint's ctx end
+	<-closed
+	if err := <-got; err == nil {
+		t.Error("a caller got an identity minted across Close")
+	}
+	if mesh.Self() != "" {
+		t.Errorf("Self %q after Close: the late mint was kept", mesh.Self())
 	}
 }
