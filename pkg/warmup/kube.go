@@ -126,6 +126,9 @@ func (k KubeTargets) Wait(ctx context.Context, kube kubernetes.Interface, minTar
 			return false, nil // cut short by the end of ctx: keep the last full answer
 		}
 		targets, lastErr = found, err
+		if hn := (*HostNetworkError)(nil); errors.As(err, &hn) {
+			return false, err // no wait changes it
+		}
 		if replicas, rs := k.wantedReplicas(ctx, kube); replicas > minTargets {
 			want, wantWhy = replicas, fmt.Sprintf(", the replicas ReplicaSet %s wants", rs)
 		} else {
@@ -210,6 +213,9 @@ func (k KubeTargets) fromEndpointSlices(ctx context.Context, kube kubernetes.Int
 			if k.PodTemplateHash != "" && pod == nil {
 				continue
 			}
+			if err := refuseHostNetwork(pod); err != nil {
+				return nil, err
+			}
 			url := "http://" + net.JoinHostPort(ep.Addresses[0], strconv.Itoa(int(port)))
 			if !seen[url] {
 				seen[url] = true
@@ -267,9 +273,32 @@ func (k KubeTargets) fromPods(ctx context.Context, kube kubernetes.Interface) ([
 	return targets, nil
 }
 
+// HostNetworkError refuses a pod with spec.hostNetwork as a target: its IP
+// is its node's, so the load would reach whatever listens on the node at
+// that port (the kubelet, another tenant's host-network pod), not the pod
+// alone. Waiting does not change it.
+type HostNetworkError struct{ Namespace, Name string }
+
+func (e *HostNetworkError) Error() string {
+	return fmt.Sprintf("pod %s/%s runs with spec.hostNetwork: its IP is its node's, so the warm-up's load would reach the node (whatever listens there on that port), not the pod alone; danki warms no host-network pod: run it on the pod network", e.Namespace, e.Name)
+}
+
+// refuseHostNetwork is the HostNetworkError of p, nil for a pod on the pod
+// network.
+func refuseHostNetwork(p *corev1.Pod) error {
+	if p != nil && p.Spec.HostNetwork {
+		return &HostNetworkError{Namespace: p.Namespace, Name: p.Name}
+	}
+	return nil
+}
+
 // PodTarget addresses one pod at its pod IP: port by name or number (empty:
-// its only container port), the health URL from its readinessProbe.
+// its only container port), the health URL from its readinessProbe. A
+// host-network pod is refused (HostNetworkError).
 func PodTarget(p *corev1.Pod, port intstr.IntOrString) (Target, error) {
+	if err := refuseHostNetwork(p); err != nil {
+		return Target{}, err
+	}
 	if p.Status.PodIP == "" {
 		return Target{}, fmt.Errorf("pod %s/%s has no IP yet", p.Namespace, p.Name)
 	}
