@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"strconv"
+	"strings"
+	"time"
 
 	"github.com/danki-dev/danki/pkg/podcpu"
 	"github.com/danki-dev/danki/pkg/wellknown"
@@ -30,8 +33,10 @@ import (
 //
 //   - wellknown.CPURequestsAnnotation, the requests at admission, is always written
 //     by the webhook (a value the pod came with is replaced) and signed
-//     with the gate's RecordKey over the namespace and the value
-//     (wellknown.CPURequestsSignatureAnnotation). A pod whose record does not verify
+//     with the gate's RecordKey over the namespace, the value and the time
+//     it signed (wellknown.CPURequestsSignatureAnnotation), which must be
+//     within admissionRecordWindow of the pod's creation (so an answer of
+//     the webhook to another caller is worthless later). A pod whose record does not verify
 //     — written or changed by hand, or created while the webhook was down —
 //     is refused: a Warning Event and a log line, and it warms at its full
 //     weight, never resized. A signed record copied from another pod of the
@@ -62,7 +67,7 @@ const ReasonRecordRefused = "CPURecordRefused"
 // The purposes a RecordKey signs for: no signature of one is valid for the
 // other.
 const (
-	signAdmission = "danki.dev/cpu-requests/v1"
+	signAdmission = "danki.dev/cpu-requests/v2" // v2: bound to the time of admission
 	signLowered   = "danki.dev/cpu-yield/v1"
 )
 
@@ -92,6 +97,29 @@ func recordCPURequests(pod *corev1.Pod) string {
 // own CPU requests, signed with key for namespace (the admission request's:
 // the pod's may be empty). A pod that requests no CPU gets neither.
 func stampCPURequests(pod *corev1.Pod, namespace string, key RecordKey) {
+	stampCPURequestsAt(pod, namespace, key, time.Now())
+}
+
+// admissionRecordWindow is how far apart the time the webhook signed a
+// record and the pod's creation (its creationTimestamp, set by the API
+// server after admission) may be for the record to verify: the webhook's
+// call (timeoutSeconds: 5) and the clocks of the gate's replicas and the
+// API server. The webhook answers whoever reaches its port unless
+// --webhook-client-ca is set; bound to the moment, what it signed for one
+// caller is worthless on a pod created later, and a pod created through the
+// webhook carries the webhook's own record, whatever it came with.
+const admissionRecordWindow = time.Minute
+
+// admissionSignature is the record's signature as the webhook writes it:
+// the time it signed (Unix seconds), ".", the key's MAC over the
+// namespace, the record and that time.
+func admissionSignature(key RecordKey, namespace, rec string, at time.Time) string {
+	t := strconv.FormatInt(at.Unix(), 10)
+	return t + "." + key.sign(signAdmission, namespace, rec, t)
+}
+
+// stampCPURequestsAt is stampCPURequests signing at now.
+func stampCPURequestsAt(pod *corev1.Pod, namespace string, key RecordKey, now time.Time) {
 	delete(pod.Annotations, wellknown.CPURequestsAnnotation)
 	delete(pod.Annotations, wellknown.CPURequestsSignatureAnnotation)
 	rec := recordCPURequests(pod)
@@ -103,7 +131,7 @@ func stampCPURequests(pod *corev1.Pod, namespace string, key RecordKey) {
 	}
 	pod.Annotations[wellknown.CPURequestsAnnotation] = rec
 	if len(key) > 0 {
-		pod.Annotations[wellknown.CPURequestsSignatureAnnotation] = key.sign(signAdmission, namespace, rec)
+		pod.Annotations[wellknown.CPURequestsSignatureAnnotation] = admissionSignature(key, namespace, rec, now)
 	}
 }
 
@@ -118,8 +146,18 @@ func verifiedCPURequests(pod *corev1.Pod, key RecordKey) (map[string]resource.Qu
 	if !ok {
 		return nil, nil
 	}
-	if !key.verify(pod.Annotations[wellknown.CPURequestsSignatureAnnotation], signAdmission, pod.Namespace, v) {
+	at, mac, _ := strings.Cut(pod.Annotations[wellknown.CPURequestsSignatureAnnotation], ".")
+	if !key.verify(mac, signAdmission, pod.Namespace, v, at) {
 		return nil, fmt.Errorf("annotation %s: %w", wellknown.CPURequestsAnnotation, errNotSigned)
+	}
+	unix, err := strconv.ParseInt(at, 10, 64)
+	if err != nil {
+		return nil, fmt.Errorf("annotation %s: %w", wellknown.CPURequestsAnnotation, errNotSigned)
+	}
+	signed, created := time.Unix(unix, 0), pod.CreationTimestamp.Time
+	if d := created.Sub(signed); d > admissionRecordWindow || d < -admissionRecordWindow {
+		return nil, fmt.Errorf("annotation %s: %w: signed at %s, the pod created at %s — another admission's record",
+			wellknown.CPURequestsAnnotation, errNotSigned, signed.UTC().Format(time.RFC3339), created.UTC().Format(time.RFC3339))
 	}
 	return parseRequests("annotation "+wellknown.CPURequestsAnnotation, v)
 }

@@ -1,8 +1,12 @@
 package gate
 
 import (
+	"errors"
+	"maps"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -18,14 +22,14 @@ var testKey = RecordKey("0123456789abcdef0123456789abcdef")
 func TestYieldPlan(t *testing.T) {
 	pod := func(qos corev1.PodQOSClass, annotation string, policy corev1.ResourceResizeRestartPolicy) *corev1.Pod {
 		p := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Annotations: map[string]string{}},
+			ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Annotations: map[string]string{}, CreationTimestamp: metav1.Now()},
 			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Resources: corev1.ResourceRequirements{
 				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("250m")}}}}},
 			Status: corev1.PodStatus{QOSClass: qos},
 		}
 		if annotation != "" {
 			p.Annotations[wellknown.CPURequestsAnnotation] = annotation
-			p.Annotations[wellknown.CPURequestsSignatureAnnotation] = testKey.sign(signAdmission, "shop", annotation)
+			p.Annotations[wellknown.CPURequestsSignatureAnnotation] = admissionSignature(testKey, "shop", annotation, time.Now())
 		}
 		if policy != "" {
 			p.Spec.Containers[0].ResizePolicy = []corev1.ContainerResizePolicy{{ResourceName: corev1.ResourceCPU, RestartPolicy: policy}}
@@ -93,7 +97,7 @@ func TestWithRecordedRequests(t *testing.T) {
 
 func TestStampCPURequests(t *testing.T) {
 	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{
+		ObjectMeta: metav1.ObjectMeta{CreationTimestamp: metav1.Now(), Annotations: map[string]string{
 			wellknown.CPURequestsAnnotation: `{"app":"32"}`, wellknown.CPURequestsSignatureAnnotation: "forged"}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Resources: corev1.ResourceRequirements{
 			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m")}}}}},
@@ -118,6 +122,52 @@ func TestStampCPURequests(t *testing.T) {
 	stampCPURequests(p, "shop", testKey)
 	if _, ok := p.Annotations[wellknown.CPURequestsAnnotation]; ok {
 		t.Fatalf("record left: %v", p.Annotations)
+	}
+}
+
+// TestAdmissionRecordBoundToItsAdmission: the webhook's signed record
+// verifies on a pod created right after it signed, not on one created a
+// while later (an answer the webhook gave another caller, replayed), nor
+// with its time changed.
+func TestAdmissionRecordBoundToItsAdmission(t *testing.T) {
+	signed := time.Date(2026, 12, 2, 7, 0, 0, 0, time.UTC)
+	pod := func(created time.Time) *corev1.Pod {
+		return &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "shop", CreationTimestamp: metav1.NewTime(created)},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Resources: corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("32")}}}}},
+		}
+	}
+	oracle := pod(time.Time{})
+	stampCPURequestsAt(oracle, "shop", testKey, signed)
+	for _, tc := range []struct {
+		name    string
+		created time.Time
+		sig     func(string) string
+		ok      bool
+	}{
+		{"created as admitted", signed.Add(2 * time.Second), nil, true},
+		{"created a little before (clocks)", signed.Add(-20 * time.Second), nil, true},
+		{"created two minutes later: a replayed answer", signed.Add(2 * time.Minute), nil, false},
+		{"created an hour before", signed.Add(-time.Hour), nil, false},
+		{"its time moved to the pod's creation", signed.Add(2 * time.Minute), func(sig string) string {
+			_, mac, _ := strings.Cut(sig, ".")
+			return strconv.FormatInt(signed.Add(2*time.Minute).Unix(), 10) + "." + mac
+		}, false},
+		{"no time", signed, func(sig string) string { _, mac, _ := strings.Cut(sig, "."); return mac }, false},
+	} {
+		p := pod(tc.created)
+		p.Annotations = maps.Clone(oracle.Annotations)
+		if tc.sig != nil {
+			p.Annotations[wellknown.CPURequestsSignatureAnnotation] = tc.sig(p.Annotations[wellknown.CPURequestsSignatureAnnotation])
+		}
+		rec, err := verifiedCPURequests(p, testKey)
+		if tc.ok && (err != nil || podcpu.Format(rec) != "app=32") {
+			t.Errorf("%s: %v, %v; want the record", tc.name, rec, err)
+		}
+		if !tc.ok && !errors.Is(err, errNotSigned) {
+			t.Errorf("%s: %v, %v; want refused as not signed", tc.name, rec, err)
+		}
 	}
 }
 
