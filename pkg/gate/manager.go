@@ -104,6 +104,10 @@ type Options struct {
 	OnStarted func(r *Reconciler, certDir string)
 	// Policy is the operator's, for the pods' annotations (Reconciler.Policy).
 	Policy policy.Policy
+
+	// secondRun lets a test process run the gate more than once (a
+	// controller's name is unique within a process otherwise).
+	secondRun bool
 }
 
 // Run runs the gate until ctx ends.
@@ -191,7 +195,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 		}))).
 		// Reconciles are quick (a warm-up runs in the background): a few
 		// workers keep a burst of new pods from waiting on each other.
-		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 4, SkipNameValidation: &o.secondRun}).
 		WatchesRawSource(source.Channel(r.Requeue(), &handler.EnqueueRequestForObject{})).
 		Complete(r)
 	if err != nil {

@@ -42,6 +42,7 @@ func TestHostileAnnotationsDoNotStopOtherTenants(t *testing.T) {
 		done <- Run(ctx, env.Config, Options{
 			Policy:    policy.Policy{Network: policy.Network{AllowLoopback: true}},
 			RecordKey: RecordKey("0123456789abcdef0123456789abcdef"),
+			secondRun: true, // TestGateOnAPIServer runs it too
 			Log:       slog.New(slog.NewTextHandler(testLog{t}, nil)),
 			OnStarted: func(r *Reconciler, _ string) {
 				r.testParse = func(annotation string) (Config, error) {
