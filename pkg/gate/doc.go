@@ -31,7 +31,12 @@
 // (becomeReady: fail open), with an Event either way. A pod deleted, or
 // whose containers stop being ready, stops its load at once. Warm-ups of
 // many pods run concurrently, at most MaxConcurrent at a time, shared
-// fairly between namespaces.
+// fairly between namespaces; a slot waits for a pod's health at most
+// MaxHealthWait. What one tenant's pod makes the gate do is bounded
+// (bounds.go): a reconcile's time, the annotation's parse, the API calls;
+// host-network pods are never warmed. The webhook can require the API
+// server's client certificate (Options.WebhookClientCA); without it, the
+// record it signs is bound to the pod's admission.
 //
 // Run starts both in a controller-runtime manager (leader election, health
 // and metrics endpoints — the latter with the gate's own metrics,
