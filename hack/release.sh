@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
-# Builds danki's release files (make release) into OUT (default dist/):
+# Builds danki's release files (make release) into OUT (default dist/), every
+# one at the same version (hack/version.sh, or $VERSION):
 #
 #   danki-<os>-<arch>          static (CGO_ENABLED=0), -trimpath, version by -ldflags
 #   checksums.txt              sha256sum format: `sha256sum -c checksums.txt` checks them
 #   argo-rollouts-config.yaml  deploy/http with this version's URL and the sha256 of
 #                              danki-linux-amd64 filled in (docs/install.md, 1b)
 #   argo-rollouts-values.yaml  deploy/helm/argo-rollouts-values.yaml, init image at this version
-#   VERSION                    the version (hack/version.sh unless $VERSION is set)
+#   deploy/                    the tree's deploy/ with this version everywhere it names one:
+#                              deploy/gate's image tag, the chart's version and appVersion
+#                              (deploy/helm/danki), the init image, deploy/http (the file above)
+#   VERSION                    the version; the images are tagged with it (images/*/Dockerfile)
 #
 #   hack/release.sh [OUT [OS/ARCH...]]   # default: linux and darwin × amd64 and arm64
 set -euo pipefail
@@ -17,10 +21,21 @@ out=${1:-$repo/dist}
 platforms=("$@")
 [ ${#platforms[@]} -gt 0 ] || platforms=(linux/amd64 linux/arm64 darwin/amd64 darwin/arm64)
 version=${VERSION:-$("$repo/hack/version.sh")}
-# The in-repo version the manifests name (deploy/gate/kustomization.yaml,
-# the chart's appVersion); the released copies get $version instead.
-repo_version=v0.1.0
+# The version the tree's manifests name; the released copies name $version.
+manifests_version=$("$repo/hack/version.sh" --manifests)
 export GOTOOLCHAIN=${GOTOOLCHAIN:-auto} GOFLAGS=-buildvcs=false CGO_ENABLED=0
+
+if ! [[ $version =~ ^v[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z-]+(\.[0-9A-Za-z-]+)*)?$ ]]; then
+	echo "release: version $version is not vMAJOR.MINOR.PATCH[-PRERELEASE] (a tag, a chart version)" >&2
+	exit 1
+fi
+# A final version (a release tag) is the one the tree's manifests were bumped
+# to: tagging v0.2.0 on a tree whose deploy/gate still names v0.1.0 is a
+# mistake, not a release.
+if [[ $version =~ ^v[0-9]+\.[0-9]+\.[0-9]+$ ]] && [ "$version" != "$manifests_version" ]; then
+	echo "release: $version is a final version but the manifests name $manifests_version: hack/version.sh --set $version first" >&2
+	exit 1
+fi
 
 rm -rf "$out"
 mkdir -p "$out"
@@ -33,7 +48,18 @@ for p in "${platforms[@]}"; do
 done
 (cd "$out" && sha256sum danki-* >checksums.txt)
 
-# The plugin-by-URL snippet: Argo downloads danki-linux-amd64 and checks it.
+# deploy/ at this version: each substitution is of the exact line the tree
+# writes (hack/version.sh --set writes the same lines); test/release checks
+# that no file of the copy names another version.
+cp -R "$repo/deploy" "$out/deploy"
+sed -i "s|^  newTag: $manifests_version\$|  newTag: $version|" "$out/deploy/gate/kustomization.yaml"
+sed -i -e "s|^version: ${manifests_version#v}\$|version: ${version#v}|" \
+	-e "s|^appVersion: $manifests_version\$|appVersion: $version|" "$out/deploy/helm/danki/Chart.yaml"
+sed -i "s|ghcr.io/danki-dev/danki-plugin:$manifests_version\$|ghcr.io/danki-dev/danki-plugin:$version|" \
+	"$out/deploy/helm/argo-rollouts-values.yaml"
+cp "$out/deploy/helm/argo-rollouts-values.yaml" "$out/argo-rollouts-values.yaml"
+
+# The plugin-by-URL registration: Argo downloads danki-linux-amd64 and checks it.
 asset=danki-linux-amd64
 sum=$(awk -v f="$asset" '$2 == f {print $1}' "$out/checksums.txt")
 if [ -n "$sum" ]; then
@@ -42,9 +68,9 @@ if [ -n "$sum" ]; then
 		sed -e '/^#/d' -e "s|/download/vX/|/download/$version/|" -e "s|SHA256_OF_$asset|$sum|" \
 			"$repo/deploy/http/argo-rollouts-config.yaml"
 	} >"$out/argo-rollouts-config.yaml"
+	cp "$out/argo-rollouts-config.yaml" "$out/deploy/http/argo-rollouts-config.yaml"
 else
 	echo "release: no $asset built: no argo-rollouts-config.yaml" >&2
+	rm -r "$out/deploy/http"
 fi
-sed "s|ghcr.io/danki-dev/danki-plugin:$repo_version|ghcr.io/danki-dev/danki-plugin:$version|" \
-	"$repo/deploy/helm/argo-rollouts-values.yaml" >"$out/argo-rollouts-values.yaml"
 cat "$out/checksums.txt"

@@ -159,6 +159,63 @@ func TestRelease(t *testing.T) {
 	if !bytes.Contains(values, []byte("image: ghcr.io/danki-dev/danki-plugin:"+testVersion+"\n")) {
 		t.Errorf("argo-rollouts-values.yaml does not name the init image at %s:\n%s", testVersion, values)
 	}
+
+	// dist/deploy: the tree's deploy/ with the release's version wherever it
+	// names one (the gate's image tag, the chart's version and appVersion,
+	// the init image, deploy/http's URL and sha256), byte for byte the
+	// tree's everywhere else, and the tree's version nowhere.
+	for file, got := range manifestVersions(t, out) {
+		if got != testVersion {
+			t.Errorf("dist/%s names %s, the release is %s", file, got, testVersion)
+		}
+	}
+	filled := map[string][]byte{
+		"deploy/http/argo-rollouts-config.yaml": raw,
+		"deploy/helm/argo-rollouts-values.yaml": values,
+		"deploy/gate/kustomization.yaml":        nil,
+		"deploy/helm/danki/Chart.yaml":          nil,
+	}
+	mv, err := exec.Command(filepath.Join(root, "hack", "version.sh"), "--manifests").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	treeVersion := strings.TrimSpace(string(mv))
+	copied := 0
+	err = filepath.WalkDir(filepath.Join(root, "deploy"), func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		tree, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		dist, err := os.ReadFile(filepath.Join(out, rel))
+		if err != nil {
+			t.Errorf("dist/%s: %v", rel, err)
+			return nil
+		}
+		copied++
+		want, isFilled := filled[rel]
+		switch {
+		case isFilled && want != nil && !bytes.Equal(dist, want):
+			t.Errorf("dist/%s is not the release's top-level copy of it", rel)
+		case isFilled && bytes.Equal(dist, tree):
+			t.Errorf("dist/%s is the tree's as it is: the version was not filled in", rel)
+		case !isFilled && !bytes.Equal(dist, tree):
+			t.Errorf("dist/%s differs from the tree's, but names no version", rel)
+		}
+		if bytes.Contains(dist, []byte(treeVersion)) || bytes.Contains(dist, []byte("version: "+strings.TrimPrefix(treeVersion, "v")+"\n")) {
+			t.Errorf("dist/%s still names the tree's version %s", rel, treeVersion)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if copied < 10 {
+		t.Errorf("compared %d files of deploy/ with dist/deploy: is the walk broken?", copied)
+	}
 }
 
 func fileSHA256(t *testing.T, path string) string {
