@@ -4,7 +4,8 @@
 #
 #   hack/helm.sh --path           # build if needed, print the binary's path
 #   hack/helm.sh lint deploy/helm/danki
-#   hack/helm.sh check            # make test's static check: lint + template of deploy/helm/danki
+#   hack/helm.sh check            # make test's static check of deploy/helm/danki: lint, template,
+#                                 # bad values refused, promtool on the alerts (if installed)
 set -euo pipefail
 
 HELM_VERSION=v3.22.0
@@ -28,14 +29,53 @@ case ${1:-} in
 --path) echo "$helm" ;;
 check)
 	chart=$repo/deploy/helm/danki
+	render=("$helm" template danki "$chart" --namespace danki-gate --kube-version 1.34.4)
+	# every toggle of values.yaml's monitoring on
+	monitoring=(--set monitoring.prometheusRule.enabled=true --set monitoring.gate.podMonitor=true
+		--set monitoring.gate.serviceMonitor=true --set monitoring.plugins.podMonitor=true)
 	"$helm" lint --strict "$chart"
 	"$helm" lint --strict "$chart" --set certificates.certManager.enabled=true
+	"$helm" lint --strict "$chart" "${monitoring[@]}"
 	# Render both certificate modes; the API server checks the output in
 	# test/manifests (TestHelmChart).
 	# (--kube-version: the lab's API server; helm's own default is 1.20.)
-	"$helm" template danki "$chart" --namespace danki-gate --kube-version 1.34.4 >/dev/null
-	"$helm" template danki "$chart" --namespace danki-gate --kube-version 1.34.4 --set certificates.certManager.enabled=true >/dev/null
-	echo "hack/helm.sh: $chart lints and renders (self-managed and cert-manager certificates)" >&2
+	"${render[@]}" >/dev/null
+	"${render[@]}" --set certificates.certManager.enabled=true >/dev/null
+	"${render[@]}" "${monitoring[@]}" >/dev/null
+
+	tmp=$(mktemp -d)
+	trap 'rm -rf "$tmp"' EXIT
+	# values.schema.json refuses a wrong type and an unknown key (a typo
+	# would otherwise be ignored and the default used).
+	printf 'gate:\n  replicas: "2"\n' >"$tmp/wrong-type.yaml"
+	printf 'gate:\n  replica: 2\n' >"$tmp/unknown-key.yaml"
+	printf 'monitoring:\n  prometheusRule:\n    queuedFor: soon\n' >"$tmp/bad-duration.yaml"
+	for bad in wrong-type unknown-key bad-duration; do
+		if "${render[@]}" -f "$tmp/$bad.yaml" >/dev/null 2>"$tmp/$bad.err"; then
+			echo "hack/helm.sh: $chart accepted the bad values $bad.yaml:" >&2
+			cat "$tmp/$bad.yaml" >&2
+			exit 1
+		fi
+		grep -q "values don't meet the specifications of the schema" "$tmp/$bad.err" || {
+			echo "hack/helm.sh: $bad.yaml refused, but not by values.schema.json:" >&2
+			cat "$tmp/$bad.err" >&2
+			exit 1
+		}
+	done
+
+	# The alerts (templates/prometheus-rule.yaml): the PrometheusRule's spec
+	# is a Prometheus rule file; promtool checks it and runs its unit tests.
+	if command -v promtool >/dev/null; then
+		"${render[@]}" --set monitoring.prometheusRule.enabled=true --show-only templates/prometheus-rule.yaml |
+			sed -n '/^spec:$/,$p' | tail -n +2 | sed 's/^  //' >"$tmp/rules.yaml"
+		cp "$repo/deploy/helm/alerts-test.yaml" "$tmp/"
+		promtool check rules "$tmp/rules.yaml"
+		promtool test rules "$tmp/alerts-test.yaml"
+		rules="alert rules pass promtool check and test"
+	else
+		rules="alert rules NOT checked: no promtool (Debian: apt-get install prometheus)"
+	fi
+	echo "hack/helm.sh: $chart lints and renders (self-managed and cert-manager certificates, monitoring on), refuses bad values; $rules" >&2
 	;;
 *) exec "$helm" "$@" ;;
 esac

@@ -11,3 +11,11 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- define "danki.gateHost" -}}
 danki-gate.{{ .Release.Namespace }}.svc
 {{- end }}
+
+{{/* The Prometheus Operator objects' labels: the chart's and monitoring.labels. */}}
+{{- define "danki.monitoringLabels" -}}
+{{ include "danki.labels" . }}
+{{- with .Values.monitoring.labels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
