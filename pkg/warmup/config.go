@@ -42,6 +42,19 @@ const (
 	DefaultNeighbourWindow  = 30 * time.Second
 )
 
+// Sizes a config may not exceed, whatever the operator's caps: one `danki
+// plugin` process serves every tenant's rollouts, and each of these sizes
+// is turned into memory the plugin holds (per target, per connection) or
+// work it repeats on every request.
+const (
+	// MaxRequestMix is the most entries requests may have: each
+	// connection keeps its own copy of every entry's templates.
+	MaxRequestMix = 64
+	// MaxRequestHeaders is the most headers an HTTP request (or metadata
+	// keys a gRPC call) of the mix may set.
+	MaxRequestHeaders = 32
+)
+
 // Config is what to send and when to stop. The JSON (or YAML) form is the
 // config of the danki/warmup step plugin (see docs/warmup.md): decode it with
 // config.Decode, then WithDefaults, then Validate. Zero values take the
@@ -407,8 +420,11 @@ var safeMethods = map[string]bool{http.MethodGet: true, http.MethodHead: true, h
 // reported, each naming its JSON field path and the fix.
 func (c Config) Validate() error {
 	var errs config.Errors
-	for i, r := range c.Requests {
-		errs.Add(fmt.Sprintf("requests[%d]", i), r.validate(c.AllowSideEffects, c.TemplateDelims))
+	c.validateSizes(&errs)
+	if len(c.Requests) <= MaxRequestMix { // past it, one error says so: no entry is compiled
+		for i, r := range c.Requests {
+			errs.Add(fmt.Sprintf("requests[%d]", i), r.validate(c.AllowSideEffects, c.TemplateDelims))
+		}
 	}
 	c.validateGRPC(&errs)
 	c.validateCaps(&errs)
@@ -451,7 +467,10 @@ func (c Config) Validate() error {
 	}
 	if c.MaxRequests < 1 {
 		errs.Addf("maxRequests", "must be at least 1 (got %d)", c.MaxRequests)
-	} else if need := max(c.MinRequests, int64(c.Window)*int64(c.StableWindows)); c.Converging() && c.MaxRequests < need {
+	} else if c.Converging() && c.Window > 0 && c.sizesWithin() && !c.roomToConverge() {
+		// Beyond sizesWithin, window and stableWindows are refused on their
+		// own (validateSizes); within it, their product is no overflow.
+		need := max(c.MinRequests, int64(c.Window)*int64(c.StableWindows))
 		errs.Addf("maxRequests", "%d leaves no room to converge: raise it to at least %d (minRequests, and window × stableWindows = %d × %d)",
 			c.MaxRequests, need, c.Window, c.StableWindows)
 	}
@@ -492,6 +511,49 @@ func (c Config) Validate() error {
 		}
 	}
 	return errs.Err()
+}
+
+// roomToConverge says whether maxRequests holds minRequests and one block
+// of stableWindows windows, computed without overflow for any sizes.
+func (c Config) roomToConverge() bool {
+	return c.MaxRequests >= c.MinRequests && int64(c.Window) <= c.MaxRequests && int64(c.StableWindows) <= c.MaxRequests/int64(c.Window)
+}
+
+// sizesWithin says whether window and stableWindows are within what
+// validateSizes allows.
+func (c Config) sizesWithin() bool {
+	return int64(c.Window) <= max(c.MaxRequests, DefaultWindow) && int64(c.StableWindows) <= max(c.MaxRequests, DefaultStableWindows)
+}
+
+// validateSizes refuses the sizes the warm-up turns into memory before a
+// request is sent. A window's buffer is allocated whole (make(…, window))
+// for every target, and untilConverged: false skips the check that ties
+// window to maxRequests, so window and stableWindows are capped by
+// maxRequests (itself capped by the operator) in every mode — or by their
+// defaults, which a fixed count below them (maxRequests 50) keeps. The
+// request mix and its headers are copied per connection (MaxRequestMix,
+// MaxRequestHeaders).
+func (c Config) validateSizes(errs *config.Errors) {
+	if int64(c.Window) > max(c.MaxRequests, DefaultWindow) {
+		errs.Addf("window", "%d is above maxRequests %d: a window holds at most every request a target gets; lower window (or raise maxRequests within the operator's cap)", c.Window, c.MaxRequests)
+	}
+	if int64(c.StableWindows) > max(c.MaxRequests, DefaultStableWindows) {
+		errs.Addf("stableWindows", "%d is above maxRequests %d: a block of windows holds at most every request a target gets; lower stableWindows", c.StableWindows, c.MaxRequests)
+	}
+	if n := len(c.Requests); n > MaxRequestMix {
+		errs.Addf("requests", "%d entries is above danki's limit of %d: every connection keeps a copy of the mix; merge entries (a template such as {{pick \"a\" \"b\"}} varies one request) or leave the rarest out", n, MaxRequestMix)
+		return
+	}
+	for i, r := range c.Requests {
+		if n := len(r.Headers); n > MaxRequestHeaders {
+			errs.Addf(fmt.Sprintf("requests[%d].headers", i), "%d headers is above danki's limit of %d per request; leave the ones the server does not need out", n, MaxRequestHeaders)
+		}
+		if r.GRPC != nil {
+			if n := len(r.GRPC.Metadata); n > MaxRequestHeaders {
+				errs.Addf(fmt.Sprintf("requests[%d].grpc.metadata", i), "%d keys is above danki's limit of %d per call; leave the ones the server does not need out", n, MaxRequestHeaders)
+			}
+		}
+	}
 }
 
 // cpuBudget is a target's CPU budget in cores (CPUBudget, a share of the
