@@ -17,7 +17,13 @@ import (
 	"fortio.org/fortio/fhttp"
 	"fortio.org/fortio/periodic"
 	flog "fortio.org/log"
+	"golang.org/x/net/http2"
 )
+
+// MaxResponseHeaderBytes bounds the headers of a response to the load (and
+// the warm-up's side requests): a server that sends endless headers makes
+// net/http buffer up to 10 MB per connection by default, per target.
+const MaxResponseHeaderBytes = 64 << 10
 
 // Options describe paced load on one URL.
 type Options struct {
@@ -148,6 +154,12 @@ func newClient(o Options, conn int) (*fhttp.Client, error) {
 		return nil, fmt.Errorf("load %s: a checked dialer (DialContext) needs a plain http:// URL", o.URL)
 	}
 	ho.Transport = func(base http.RoundTripper) http.RoundTripper {
+		switch tr := base.(type) {
+		case *http.Transport:
+			tr.MaxResponseHeaderBytes = MaxResponseHeaderBytes // HTTP/2 over it too (MaxHeaderListSize)
+		case *http2.Transport:
+			tr.MaxHeaderListSize = MaxResponseHeaderBytes
+		}
 		if o.DialContext != nil {
 			tr, ok := base.(*http.Transport)
 			if !ok {

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/danki-dev/danki/pkg/load"
 )
 
 // healthPoll is the pause between health probes of a target.
@@ -52,7 +54,7 @@ func waitHealthy(ctx context.Context, cfg *Config, targets []Target, limit strin
 // an unchecked run (the command line), and no redirect followed (it would
 // name another address). timeout bounds each request.
 func (c *Config) sideClient(timeout time.Duration) *http.Client {
-	tr := &http.Transport{MaxIdleConnsPerHost: 1, DialContext: c.dialContext}
+	tr := &http.Transport{MaxIdleConnsPerHost: 1, DialContext: c.dialContext, MaxResponseHeaderBytes: load.MaxResponseHeaderBytes}
 	if !c.checked() {
 		tr.Proxy = http.ProxyFromEnvironment
 	}
@@ -127,7 +129,9 @@ func probeUntilOK(ctx context.Context, client *http.Client, cfg *Config, url str
 			return false, nil
 		}
 		denied := explain.http(resp)
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+		// Read as the load reads (MaxResponseBodyBytes); past that, Close
+		// drops the connection instead of reading on.
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, MaxResponseBodyBytes))
 		resp.Body.Close()
 		if resp.StatusCode == http.StatusOK {
 			return true, nil

@@ -171,7 +171,7 @@ func newLoadRunner(reqCtx context.Context, t Target, qps float64, pace *load.Pac
 		MaxRequests:    limit,
 		DialContext:    dial,
 		WrapTransport: func(conn int, base http.RoundTripper) http.RoundTripper {
-			return &requestRewriter{base: base, gen: set.newGenerator(seed, stream<<20|uint64(conn), seq), lastErr: lr.lastErr, renderFails: &lr.renderFails, explain: explain}
+			return bodyCap{&requestRewriter{base: base, gen: set.newGenerator(seed, stream<<20|uint64(conn), seq), lastErr: lr.lastErr, renderFails: &lr.renderFails, explain: explain}}
 		},
 	})
 	if err != nil {
