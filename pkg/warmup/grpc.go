@@ -48,6 +48,7 @@ type descriptorResolver interface {
 // load, so a call only renders its JSON and encodes it.
 func resolveGRPC(ctx context.Context, cfg *Config, set *requestSet, t Target) error {
 	var res descriptorResolver
+	var budget *reflectionBudget
 	source := "the descriptor set grpcDescriptorSet " + cfg.GRPCDescriptorSet
 	if cfg.GRPCDescriptorSet != "" {
 		files, err := readDescriptorSet(cfg.policy(), cfg.GRPCDescriptorSet)
@@ -61,9 +62,10 @@ func resolveGRPC(ctx context.Context, cfg *Config, set *requestSet, t Target) er
 			return err
 		}
 		defer conn.Close()
-		rctx, cancel := context.WithTimeout(markedContext(ctx, cfg), cfg.Timeout.D())
+		rctx, cancel := context.WithTimeout(markedContext(ctx, cfg), min(cfg.Timeout.D(), GRPCReflectionTimeout))
 		defer cancel()
-		client := grpcreflect.NewClientAuto(rctx, conn)
+		budget = &reflectionBudget{cc: conn, target: t.String()}
+		client := grpcreflect.NewClientAuto(rctx, budget)
 		defer client.Reset()
 		res = client.AsResolver()
 		source = fmt.Sprintf("the server reflection service of %s", t)
@@ -74,6 +76,12 @@ func resolveGRPC(ctx context.Context, cfg *Config, set *requestSet, t Target) er
 		path := fmt.Sprintf("requests[%d]", i)
 		m, err := findGRPCMethod(res, r.grpc.spec, source)
 		if err != nil {
+			if over := budget.exceeded(); over != nil {
+				// The reflection client's own error would read as a
+				// service not found; no later method gets further.
+				errs.Add(path+".grpc.method", over)
+				break
+			}
 			errs.Add(path+".grpc.method", err)
 			continue
 		}
@@ -164,7 +172,7 @@ func dialGRPC(cfg *Config, t Target) (*grpc.ClientConn, error) {
 	if err != nil || u.Host == "" {
 		return nil, fmt.Errorf("target %s: no host:port in %q", t, t.URL)
 	}
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithUserAgent(userAgent)}
+	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithUserAgent(userAgent)}, grpcLimits()...)
 	if cfg.checked() {
 		opts = append(opts, grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
 			// A target with a Peer gets a TLS connection speaking h2
@@ -257,7 +265,7 @@ func (gl *grpcLoad) call(ctx context.Context, conn *grpc.ClientConn, g *generato
 	md = append(md, strings.ToLower(gl.cfg.MarkerHeader), "1")
 	ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(ctx, md...), gl.cfg.Timeout.D())
 	defer cancel()
-	err = conn.Invoke(ctx, m.path, in, dynamicpb.NewMessage(m.out))
+	err = conn.Invoke(ctx, m.path, in, droppedReply{}, grpc.ForceCodecV2(replyCodec{}))
 	code := status.Code(err)
 	if err != nil {
 		gl.lastErr.set(fmt.Errorf("%s: %w", r.spec.Method, gl.explain.grpc(err)))
