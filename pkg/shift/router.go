@@ -97,8 +97,8 @@ type Router struct {
 
 	mu      sync.Mutex
 	shifter *Shifter
-	locks   map[string]*sync.Mutex // by VirtualService
-	gates   map[string]Gate        // by rollout key and gate config
+	locks   map[string]chan struct{} // by VirtualService: held while a call works on it
+	gates   map[string]Gate          // by rollout key and gate config
 	// lastEvent rate-limits the events recorded while a ramp holds:
 	// rollout key and reason → when the last one was recorded.
 	lastEvent map[string]time.Time
@@ -121,7 +121,7 @@ func NewRouter(name string, log *slog.Logger) *Router {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Router{Now: time.Now, GateFor: GateFromConfig, name: name, log: log,
-		locks: map[string]*sync.Mutex{}, gates: map[string]Gate{}, lastEvent: map[string]time.Time{}}
+		locks: map[string]chan struct{}{}, gates: map[string]Gate{}, lastEvent: map[string]time.Time{}}
 }
 
 // Use sets the Shifter the router works through, once the front end has
@@ -133,24 +133,30 @@ func (r *Router) Use(s *Shifter) {
 }
 
 // do runs fn under the VirtualService's lock with a bounded context: calls
-// for one VirtualService are serialised, different ones run in parallel.
+// for one VirtualService are serialised, different ones run in parallel. A
+// call waits for the lock at most callTimeout too, so no call's answer
+// waits on a queue of others.
 func (r *Router) do(ctx context.Context, op string, ro Rollout, fn func(ctx context.Context, s *Shifter, log *slog.Logger) error) error {
 	key := ro.Binding.Target.String()
 	r.mu.Lock()
 	s := r.shifter
 	lock, ok := r.locks[key]
 	if !ok {
-		lock = &sync.Mutex{}
+		lock = make(chan struct{}, 1)
 		r.locks[key] = lock
 	}
 	r.mu.Unlock()
 	if s == nil {
 		return errors.New("no Shifter: the router is not set up")
 	}
-	lock.Lock()
-	defer lock.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
+	select {
+	case lock <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("VirtualService %s: another call has held it for over %s; try again", key, callTimeout)
+	}
+	defer func() { <-lock }()
 	return fn(ctx, s, r.log.With("rollout", ro.Key, "op", op, "virtualService", key))
 }
 
@@ -167,6 +173,9 @@ func (r *Router) gate(ro Rollout) (Gate, error) {
 	g, err := r.GateFor(b.Gate)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", b.gateField, err)
+	}
+	if g != nil {
+		g = newBoundedGate(g, gateAnswerWithin, r.Now)
 	}
 	for k := range r.gates { // one gate per rollout: drop the old configuration's
 		if strings.HasPrefix(k, ro.Key+"\x00") {
