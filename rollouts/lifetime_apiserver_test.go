@@ -109,7 +109,7 @@ func TestLoadStopsWhenItsOwnerIsDeletedOnAPIServer(t *testing.T) {
 		if err := e.Argo.ArgoprojV1alpha1().AnalysisRuns("shop").Delete(ctx, run.Name, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		r, _ := impl.loads.Get(loadID(run, metric))
+		r, _ := impl.loads.Get(measurementID(run, metric))
 		testutil.WaitFor(t, 10*time.Second, func() bool { _, done := jobs.Result(r); return done })
 		if v, _ := jobs.Result(r); !strings.Contains(v.Summary, "AnalysisRun shop/pre-promotion was deleted") {
 			t.Fatalf("verdict %s %q; want the AnalysisRun deleted", v.Phase, v.Summary)

@@ -75,7 +75,7 @@ func TestLoadMeasurementStopsWhenTheAnalysisRunIsGone(t *testing.T) {
 			if err := tc.change(context.Background(), argo, run); err != nil {
 				t.Fatal(err)
 			}
-			r, _ := impl.loads.Get(loadID(run, metric))
+			r, _ := impl.loads.Get(measurementID(run, metric))
 			testutil.WaitFor(t, 10*time.Second, func() bool { _, done := jobs.Result(r); return done })
 			v, _ := jobs.Result(r)
 			if !strings.Contains(v.Summary, tc.want) {

@@ -2,6 +2,8 @@ package rollouts
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -30,12 +32,14 @@ func init() {
 }
 
 // latencyProvider is the danki/latency metric provider: an adapter from
-// Argo's metric RPC calls to pkg/analysis. A measurement that reads data
-// (Prometheus, fortio files) is one complete analysis, bounded by the
-// config's timeout: Run returns it finished. A measurement that sends its
-// own load (source: load) is asynchronous, like Argo's Job provider: Run
-// starts the load and returns Running with a ResumeAt, Resume polls it,
-// Terminate and GarbageCollect stop it.
+// Argo's metric RPC calls to pkg/analysis. Every measurement runs in the
+// background, so no call holds one of Argo's reconcile workers longer than
+// answerWithin whatever a tenant's config asks for: a measurement that reads
+// data (Prometheus, fortio files) usually ends within it and Run returns it
+// finished; one that takes longer (a slow query, up to the config's timeout)
+// or sends its own load (source: load) is returned Running with a ResumeAt,
+// Resume polls it, Terminate and GarbageCollect stop it (as Argo's Job
+// provider does).
 type latencyProvider struct {
 	log *slog.Logger
 	// policy is the operator's (the plugin's args): what tenant metric
@@ -58,6 +62,11 @@ type latencyProvider struct {
 // loadPollInterval: a load measurement's progress shows in its message
 // this often; its verdict lands at most this long after the load ends.
 const loadPollInterval = 5 * time.Second
+
+// answerWithin bounds how long Run and Resume wait for a measurement that
+// reads data before they answer Running: a tenant's slow query (its
+// timeout may be minutes) must not hold a controller worker that long.
+const answerWithin = 3 * time.Second
 
 // terminateWait bounds how long Terminate waits for a load to stop.
 const terminateWait = time.Second
@@ -97,8 +106,10 @@ func (p *latencyProvider) observe(m *metrics.Plugin) *latencyProvider {
 func (p *latencyProvider) InitPlugin() types.RpcError { return types.RpcError{} }
 
 // Run measures once: fetch canary and stable latency over the window, judge
-// the SLOs, and map the verdict onto the measurement phase. With source:
-// load it starts the measurement's load and returns it Running.
+// the SLOs, and map the verdict onto the measurement phase. The measurement
+// runs in the background: Run returns it finished when it ends within
+// answerWithin, else Running with a ResumeAt (a source: load measurement
+// always: its load runs for its duration).
 func (p *latencyProvider) Run(run *v1alpha1.AnalysisRun, metric v1alpha1.Metric) v1alpha1.Measurement {
 	started := metav1.NewTime(p.now())
 	m := v1alpha1.Measurement{StartedAt: &started}
@@ -106,28 +117,65 @@ func (p *latencyProvider) Run(run *v1alpha1.AnalysisRun, metric v1alpha1.Metric)
 	if err != nil {
 		return p.finish(m, v1alpha1.AnalysisPhaseError, oneLineError(err), nil)
 	}
-	if a.Source() != analysis.SourceLoad {
-		return p.measure(run, metric, a, m)
+	if a.Source() == analysis.SourceLoad {
+		if err := a.CheckNamespace(runNamespace(run)); err != nil {
+			return p.finish(m, v1alpha1.AnalysisPhaseError, fmt.Sprintf("metric %q: %s", metric.Name, oneLineError(err)), nil)
+		}
 	}
-	if err := a.CheckNamespace(runNamespace(run)); err != nil {
-		return p.finish(m, v1alpha1.AnalysisPhaseError, fmt.Sprintf("metric %q: %s", metric.Name, oneLineError(err)), nil)
+	j := p.measurement(run, metric, a)
+	if a.Source() == analysis.SourceLoad {
+		p.logFor(run, metric).Info("danki/latency load test started", "load", strings.Join(a.Queries(), "; "))
+		m.Phase = v1alpha1.AnalysisPhaseRunning
+		m.Message = "load test started: " + strings.Join(a.Queries(), "; ")
+		return p.resumeLater(m)
 	}
-	since, ns := analysisStart(run), runNamespace(run)
-	p.loads.start(p.logFor(run, metric), run, loadID(run, metric), func(ctx context.Context) analysis.Verdict {
-		return a.Analyze(analysis.ForNamespace(ctx, ns), since)
-	})
-	p.logFor(run, metric).Info("danki/latency load test started", "load", strings.Join(a.Queries(), "; "))
-	m.Phase = v1alpha1.AnalysisPhaseRunning
-	m.Message = "load test started: " + strings.Join(a.Queries(), "; ")
-	return p.resumeLater(m)
+	return p.collect(run, metric, j, m, answerWithin)
 }
 
-// Resume returns a completed measurement unchanged. A load test still
-// running says how far it got; a finished one becomes the measurement. A
-// load test this process does not know was lost with a plugin restart: an
-// Error (Argo retries the measurement), never a hang. Other sources always
-// complete in Run, so an incomplete one comes from an interrupted call:
-// measure again.
+// measurement returns the metric's measurement running in the
+// background: a load test started anew (replacing an earlier one of the
+// same measurement), or one that reads data joined while it runs (a Run
+// repeated before the first answered) and else started.
+func (p *latencyProvider) measurement(run *v1alpha1.AnalysisRun, metric v1alpha1.Metric, a *analysis.Analyzer) *loadJob {
+	if a.Source() != analysis.SourceLoad {
+		if j, ok := p.loads.Get(measurementID(run, metric)); ok && !j.Finished() {
+			return j
+		}
+	}
+	since, ns := analysisStart(run), runNamespace(run)
+	return p.loads.start(p.logFor(run, metric), run, measurementID(run, metric), func(ctx context.Context) analysis.Verdict {
+		return a.Analyze(analysis.ForNamespace(ctx, ns), since)
+	})
+}
+
+// collect waits up to wait for j and returns its verdict as the finished
+// measurement, or m Running with its progress and a ResumeAt.
+func (p *latencyProvider) collect(run *v1alpha1.AnalysisRun, metric v1alpha1.Metric, j *loadJob, m v1alpha1.Measurement, wait time.Duration) v1alpha1.Measurement {
+	if wait > 0 {
+		t := time.NewTimer(wait)
+		select {
+		case <-j.Done():
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	v, done := jobs.Result(j)
+	if !done {
+		m.Phase = v1alpha1.AnalysisPhaseRunning
+		m.Message = "measurement running: " + j.Value.Message()
+		return p.resumeLater(m)
+	}
+	p.loads.Forget(measurementID(run, metric), j)
+	p.logFor(run, metric).Info("danki/latency measurement", "phase", v.Phase, "summary", v.Summary)
+	return p.finish(m, phaseOf(v.Phase), v.Summary, &v)
+}
+
+// Resume returns a completed measurement unchanged, and a running one's
+// progress or, once it ended, its verdict. A load test this process does
+// not know was lost with a plugin restart: an Error (Argo retries the
+// measurement), never a hang. A measurement that reads data and is not
+// known (a restart, or a Run interrupted before it answered) is started
+// again.
 func (p *latencyProvider) Resume(run *v1alpha1.AnalysisRun, metric v1alpha1.Metric, m v1alpha1.Measurement) v1alpha1.Measurement {
 	if m.Phase.Completed() {
 		return m
@@ -140,22 +188,16 @@ func (p *latencyProvider) Resume(run *v1alpha1.AnalysisRun, metric v1alpha1.Metr
 	if err != nil {
 		return p.finish(m, v1alpha1.AnalysisPhaseError, oneLineError(err), nil)
 	}
-	if a.Source() != analysis.SourceLoad {
-		return p.measure(run, metric, a, m)
-	}
-	id := loadID(run, metric)
-	r, ok := p.loads.Get(id)
-	if !ok {
+	j, ok := p.loads.Get(measurementID(run, metric))
+	switch {
+	case ok && a.Source() == analysis.SourceLoad:
+		return p.collect(run, metric, j, m, 0)
+	case ok:
+		return p.collect(run, metric, j, m, answerWithin)
+	case a.Source() == analysis.SourceLoad:
 		return p.finish(m, v1alpha1.AnalysisPhaseError, "the load test of this measurement is gone: the danki plugin process restarted while it ran, and its load stopped with it; the next measurement starts a new one", nil)
 	}
-	v, done := jobs.Result(r)
-	if !done {
-		m.Message = "load test running: " + r.Value.Message()
-		return p.resumeLater(m)
-	}
-	p.loads.Forget(id, r)
-	p.logFor(run, metric).Info("danki/latency measurement", "phase", v.Phase, "summary", v.Summary)
-	return p.finish(m, phaseOf(v.Phase), v.Summary, &v)
+	return p.collect(run, metric, p.measurement(run, metric, a), m, answerWithin)
 }
 
 func (p *latencyProvider) resumeLater(m v1alpha1.Measurement) v1alpha1.Measurement {
@@ -164,8 +206,17 @@ func (p *latencyProvider) resumeLater(m v1alpha1.Measurement) v1alpha1.Measureme
 	return m
 }
 
-// loadID names a metric's in-progress measurement: Argo runs at most one
-// at a time per metric of an AnalysisRun.
+// measurementID names a metric's in-progress measurement: Argo runs at most
+// one at a time per metric of an AnalysisRun. The configuration's digest
+// keeps apart two metrics of one name whose configurations differ (a run
+// without a name, as the CLI's and tests' are).
+func measurementID(run *v1alpha1.AnalysisRun, metric v1alpha1.Metric) string {
+	sum := sha256.Sum256(metric.Provider.Plugin[LatencyPluginName])
+	return loadID(run, metric) + "#" + hex.EncodeToString(sum[:8])
+}
+
+// loadID names a metric's measurements under their AnalysisRun (Terminate
+// stops them by this prefix).
 func loadID(run *v1alpha1.AnalysisRun, metric v1alpha1.Metric) string {
 	return runPrefix(run) + metric.Name
 }
@@ -181,7 +232,7 @@ func runPrefix(run *v1alpha1.AnalysisRun) string {
 // Inconclusive, never a pass (as Argo's job provider does). A load test's
 // load stops at once (Terminate waits up to a second for it).
 func (p *latencyProvider) Terminate(run *v1alpha1.AnalysisRun, metric v1alpha1.Metric, m v1alpha1.Measurement) v1alpha1.Measurement {
-	if n := p.loads.Stop(loadID(run, metric), terminateWait); n > 0 {
+	if n := p.loads.Stop(loadID(run, metric)+"#", terminateWait); n > 0 {
 		p.logFor(run, metric).Info("danki/latency load test stopped: measurement terminated")
 	}
 	if m.Phase.Completed() {
@@ -218,12 +269,6 @@ func (p *latencyProvider) GetMetadata(metric v1alpha1.Metric) map[string]string 
 		return map[string]string{"error": oneLineError(err)}
 	}
 	return a.Describe()
-}
-
-func (p *latencyProvider) measure(run *v1alpha1.AnalysisRun, metric v1alpha1.Metric, a *analysis.Analyzer, m v1alpha1.Measurement) v1alpha1.Measurement {
-	v := a.Analyze(analysis.ForNamespace(context.Background(), runNamespace(run)), analysisStart(run))
-	p.logFor(run, metric).Info("danki/latency measurement", "phase", v.Phase, "summary", v.Summary)
-	return p.finish(m, phaseOf(v.Phase), v.Summary, &v)
 }
 
 func (p *latencyProvider) logFor(run *v1alpha1.AnalysisRun, metric v1alpha1.Metric) *slog.Logger {
