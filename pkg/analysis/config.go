@@ -180,7 +180,7 @@ var quantiles = []quantileSpec{
 
 // Bounds on the counts and durations: beyond them a config is a typo, and
 // would hold a rollout forever (a tail test needing millions of requests)
-// or block one of Argo's reconcile workers for too long.
+// or keep a measurement running for too long.
 const (
 	maxMinSamples   = 1_000_000
 	maxMinTailCount = 1_000
@@ -350,7 +350,7 @@ func Compile(c Config) (*Rules, error) {
 	case t <= 0:
 		errs.Addf("timeout", "%s must be positive; write it like \"30s\"", t)
 	case t > maxTimeout:
-		errs.Addf("timeout", "%s is longer than %s: a measurement blocks one of Argo's reconcile workers; use at most %s", t, maxTimeout, maxTimeout)
+		errs.Addf("timeout", "%s is longer than %s: a measurement waits for its queries that long; use at most %s", t, maxTimeout, maxTimeout)
 	default:
 		r.timeout = t
 	}
