@@ -157,7 +157,9 @@ func newClient(o Options, conn int) (*fhttp.Client, error) {
 		switch tr := base.(type) {
 		case *http.Transport:
 			tr.MaxResponseHeaderBytes = MaxResponseHeaderBytes // HTTP/2 over it too (MaxHeaderListSize)
+		//lint:ignore SA1019 fortio's h2 client is x/net's http2.Transport: its own cap is the one it reads
 		case *http2.Transport:
+			//lint:ignore SA1019 as above
 			tr.MaxHeaderListSize = MaxResponseHeaderBytes
 		}
 		if o.DialContext != nil {

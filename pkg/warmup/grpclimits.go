@@ -113,7 +113,9 @@ func (b *reflectionBudget) take(m any) error {
 	switch r := m.(type) {
 	case *refv1.ServerReflectionResponse:
 		files = r.GetFileDescriptorResponse().GetFileDescriptorProto()
+	//lint:ignore SA1019 servers that speak only v1alpha reflection are still common; its answers count too
 	case *refv1alpha.ServerReflectionResponse:
+		//lint:ignore SA1019 as above
 		files = r.GetFileDescriptorResponse().GetFileDescriptorProto()
 	}
 	b.mu.Lock()
