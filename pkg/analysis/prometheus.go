@@ -13,7 +13,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"text/template"
 	"time"
 
 	"github.com/danki-dev/danki/pkg/config"
@@ -86,16 +85,16 @@ type Prometheus struct {
 type promSide struct {
 	name      string
 	data      QueryData // Window is filled per fetch
-	histogram *template.Template
-	requests  *template.Template
-	errors    *template.Template
+	histogram *queryTemplate
+	requests  *queryTemplate
+	errors    *queryTemplate
 	leScale   float64 // le label × leScale = milliseconds
 	values    []promValue
 }
 
 type promValue struct {
 	name  string
-	query *template.Template
+	query *queryTemplate
 	data  QueryData
 }
 
@@ -209,7 +208,7 @@ func newPrometheusWithAPI(cfg Config, rules *Rules, promAPI promv1.API, logger *
 	}
 	canary, stable, hasStable, leScale := q.canary, q.stable, q.hasStable, q.leScale
 
-	mk := func(name, text string) (*template.Template, error) {
+	mk := func(name, text string) (*queryTemplate, error) {
 		if text == "" {
 			return nil, nil
 		}
@@ -287,7 +286,7 @@ func matchers(labels map[string]string) string {
 func (p *Prometheus) Queries(window time.Duration) []string {
 	var out []string
 	for _, s := range p.sides {
-		for _, t := range []*template.Template{s.histogram, s.requests, s.errors} {
+		for _, t := range []*queryTemplate{s.histogram, s.requests, s.errors} {
 			if t != nil {
 				out = append(out, render(t, s.data, window))
 			}
@@ -299,17 +298,17 @@ func (p *Prometheus) Queries(window time.Duration) []string {
 	return out
 }
 
-func render(t *template.Template, d QueryData, window time.Duration) string {
+func render(t *queryTemplate, d QueryData, window time.Duration) string {
 	d.Window = "<window>"
 	if window > 0 {
 		d.Window = promRange(window)
 	}
-	var b strings.Builder
-	if err := t.Execute(&b, d); err != nil {
-		// Validate executed every template with the same fields.
-		return fmt.Sprintf("<template %s: %v>", t.Name(), err)
+	out, err := t.render(d)
+	if err != nil {
+		// Validate rendered every template with the same fields.
+		return fmt.Sprintf("<template %s: %v>", t.name, err)
 	}
-	return b.String()
+	return out
 }
 
 // promRange renders a window as a PromQL range, rounded up to whole seconds.
@@ -334,7 +333,7 @@ func (p *Prometheus) Fetch(ctx context.Context, window time.Duration) (*Sample, 
 	at := p.now()
 	var jobs []*promJob
 	for i, s := range p.sides {
-		add := func(kind string, t *template.Template, d QueryData, idx int) {
+		add := func(kind string, t *queryTemplate, d QueryData, idx int) {
 			if t != nil {
 				jobs = append(jobs, &promJob{side: i, kind: kind, index: idx, query: render(t, d, window)})
 			}

@@ -3,20 +3,21 @@ package analysis
 import (
 	"fmt"
 	"strings"
-	"text/template"
 
 	"github.com/danki-dev/danki/pkg/config"
+	"github.com/danki-dev/danki/pkg/tmpl"
 )
 
 // DefaultPromQLUnit is promql.unit's default: seconds, the Prometheus
 // convention for the le label.
 const DefaultPromQLUnit = "s"
 
-// PromQLConfig is a custom query set. Queries are Go text/template with
-// << and >> as delimiters (Argo resolves every {{…}} in a metric itself and
-// fails on the ones it does not know): <<.Selector>> is this side's label
-// matchers, <<.Window>> the range ("5m"), <<.Side>> "canary" or "stable",
-// <<.Canary>> and <<.Stable>> both sides' matchers.
+// PromQLConfig is a custom query set. Queries are templates (pkg/tmpl:
+// fields only, no functions) with << and >> as delimiters (Argo resolves
+// every {{…}} in a metric itself and fails on the ones it does not know):
+// <<.Selector>> is this side's label matchers, <<.Window>> the range
+// ("5m"), <<.Side>> "canary" or "stable", <<.Canary>> and <<.Stable>> both
+// sides' matchers.
 type PromQLConfig struct {
 	Canary string `json:"canary"`           // label matchers, e.g. app="checkout",version="v2"
 	Stable string `json:"stable,omitempty"` // label matchers of the stable version
@@ -122,14 +123,16 @@ func (c Config) compileQueries(p *config.Errors, r *Rules) {
 	}
 }
 
+// compileTemplate parses a query template and renders it once with sample
+// fields, so that a query over its budget (tmpl.DefaultMaxOutput) is
+// refused with the config, naming its field.
 func compileTemplate(p *config.Errors, field, text string) {
 	t, err := parseQueryTemplate(field, text)
 	if err != nil {
 		p.Addf(field, "%v", err)
 		return
 	}
-	var b strings.Builder
-	if err := t.Execute(&b, QueryData{Selector: `a="b"`, Window: "5m", Side: "canary", Canary: `a="b"`, Stable: `a="c"`}); err != nil {
+	if _, err := t.render(QueryData{Selector: `a="b"`, Window: "5m", Side: "canary", Canary: `a="b"`, Stable: `a="c"`}); err != nil {
 		p.Addf(field, "%v (fields: <<.Selector>> <<.Window>> <<.Side>> <<.Canary>> <<.Stable>>)", err)
 	}
 }
@@ -143,6 +146,28 @@ type QueryData struct {
 	Stable   string // the stable's label matchers
 }
 
-func parseQueryTemplate(name, text string) (*template.Template, error) {
-	return template.New(name).Delims("<<", ">>").Option("missingkey=error").Parse(text)
+// queryFields are QueryData's fields as templates name them, in the order
+// of QueryData.values.
+var queryFields = []string{"Selector", "Window", "Side", "Canary", "Stable"}
+
+func (d QueryData) values() []string {
+	return []string{d.Selector, d.Window, d.Side, d.Canary, d.Stable}
+}
+
+// queryTemplate is a parsed PromQL template and its name for messages.
+type queryTemplate struct {
+	name string
+	t    *tmpl.Template[struct{}]
+}
+
+func (q *queryTemplate) render(d QueryData) (string, error) {
+	return q.t.Render(struct{}{}, d.values())
+}
+
+func parseQueryTemplate(name, text string) (*queryTemplate, error) {
+	t, err := tmpl.Parse(text, tmpl.Options[struct{}]{Delims: tmpl.Delims{Left: "<<", Right: ">>"}, Fields: queryFields})
+	if err != nil {
+		return nil, err
+	}
+	return &queryTemplate{name: name, t: t}, nil
 }

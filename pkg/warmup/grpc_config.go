@@ -6,7 +6,6 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"text/template"
 
 	"golang.org/x/net/http/httpguts"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -70,11 +69,16 @@ func (g GRPCRequest) validate(delims Delims) error {
 	if _, _, err := grpcMethodName(g.Method); err != nil {
 		errs.Add("grpc.method", err)
 	}
-	for name := range g.Metadata {
+	for _, name := range slices.Sorted(maps.Keys(g.Metadata)) {
 		if !httpguts.ValidHeaderFieldName(name) {
 			errs.Addf("grpc.metadata", "%q is not a valid metadata key (an HTTP/2 header name)", name)
 		} else if strings.HasPrefix(strings.ToLower(name), "grpc-") || strings.HasPrefix(name, ":") {
 			errs.Addf("grpc.metadata", "%q: keys starting with grpc- are reserved by gRPC itself", name)
+		}
+		// Parsed here, as the message is: the caller skips the sample
+		// render of a request that does not compile.
+		if _, err := parseTemplate(fmt.Sprintf("grpc.metadata[%s]", name), g.Metadata[name], delims); err != nil {
+			errs.Add("", err)
 		}
 	}
 	if t, err := parseTemplate("grpc.message", g.message(), delims); err != nil {
@@ -88,9 +92,9 @@ func (g GRPCRequest) validate(delims Delims) error {
 // compiledGRPC is a GRPCRequest with its templates parsed (nil: static).
 type compiledGRPC struct {
 	spec         GRPCRequest
-	message      *template.Template
+	message      *requestTemplate
 	metadataKeys []string // sorted, lower-cased
-	metadata     []*template.Template
+	metadata     []*requestTemplate
 	metadataText []string // parallel to metadataKeys
 }
 

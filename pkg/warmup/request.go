@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
@@ -15,26 +16,30 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"text/template"
 
 	"github.com/google/uuid"
 	"golang.org/x/net/http/httpguts"
 
 	"github.com/danki-dev/danki/pkg/config"
+	"github.com/danki-dev/danki/pkg/tmpl"
 	"github.com/danki-dev/danki/pkg/wellknown"
 )
 
 // RequestSpec is one entry of the warm-up request mix. Path, header values
-// and Body are Go text/template templates evaluated per request with these
+// and Body are templates (pkg/tmpl: text/template's syntax without loops,
+// conditions or nested templates) rendered per request with these
 // functions (arguments in brackets):
 //
 //	randInt [min max]   a random integer in [min, max]
-//	randString [n]      n random characters from [a-z0-9]
+//	randString [n]      n random characters from [a-z0-9], n at most 4096
 //	pick [a b …]        one of its arguments, uniformly
 //	uuid                a random version-4 UUID
 //	seq                 1, 2, 3, … per target (shared by its connections)
+//	urlquery [s]        s escaped for a URL query
 //
-// plus the text/template built-ins (urlquery, printf, …). Example:
+// Each rendered field is at most 64 KiB; a template that does not render
+// within that budget is refused when the config is checked (docs/warmup.md,
+// "Request templates"). Example:
 // "/api/users/{{randInt 1 5000}}?q={{pick \"a\" \"b\" | urlquery}}".
 type RequestSpec struct {
 	// Name labels the request in errors. Optional.
@@ -156,49 +161,85 @@ func (c *compiledRequest) sample() (generatedRequest, error) {
 // means the text is static.
 type compiledRequest struct {
 	spec        RequestSpec
-	path, body  *template.Template
+	path, body  *requestTemplate
 	headerNames []string
-	headers     []*template.Template // parallel to headerNames; nil = static
-	contentType string               // default Content-Type for a body
-	grpc        *compiledGRPC        // set for a gRPC call
+	headers     []*requestTemplate // parallel to headerNames; nil = static
+	contentType string             // default Content-Type for a body
+	grpc        *compiledGRPC      // set for a gRPC call
 }
 
-// templateFuncs returns the template function map. Functions that need
-// randomness draw from rng; seq from the shared counter. Parsing uses a map
-// bound to nil values: only the names matter then.
-func templateFuncs(rng *rand.Rand, seq *atomic.Int64) template.FuncMap {
-	return template.FuncMap{
-		"randInt": func(lo, hi int) (int, error) {
-			if hi < lo {
-				return 0, fmt.Errorf("randInt %d %d: max is below min", lo, hi)
-			}
-			return lo + rng.IntN(hi-lo+1), nil
-		},
-		"randString": func(n int) string {
-			const letters = "abcdefghijklmnopqrstuvwxyz0123456789"
-			b := make([]byte, n)
-			for i := range b {
-				b[i] = letters[rng.IntN(len(letters))]
-			}
-			return string(b)
-		},
-		"pick": func(items ...any) (any, error) {
-			if len(items) == 0 {
-				return nil, errors.New("pick needs at least one argument")
-			}
-			return items[rng.IntN(len(items))], nil
-		},
-		"uuid": func() string {
-			var u uuid.UUID
-			binary.LittleEndian.PutUint64(u[:8], rng.Uint64())
-			binary.LittleEndian.PutUint64(u[8:], rng.Uint64())
-			u[6] = u[6]&0x0f | 0x40 // version 4
-			u[8] = u[8]&0x3f | 0x80 // RFC 4122 variant
-			return u.String()
-		},
-		"seq": func() int64 { return seq.Add(1) },
-	}
+// maxRandString caps randString's n: a few KiB is more random text than
+// any request needs, and keeps one call far below a rendered field's cap
+// (tmpl.DefaultMaxOutput).
+const maxRandString = 4 << 10
+
+// templateState is what the template functions draw from: a generator's
+// RNG and its target's sequence. Parsing never calls them.
+type templateState struct {
+	rng *rand.Rand
+	seq *atomic.Int64
 }
+
+func intParams(names ...string) []tmpl.Param {
+	ps := make([]tmpl.Param, len(names))
+	for i, n := range names {
+		ps[i] = tmpl.Param{Name: n, Kind: tmpl.KindInt}
+	}
+	return ps
+}
+
+// templateFuncs are the request templates' functions (RequestSpec), plus
+// urlquery, the one text/template built-in users write.
+var templateFuncs = []tmpl.Func[*templateState]{
+	{Name: "randInt", Params: intParams("min", "max"), Call: func(s *templateState, a []tmpl.Value) (tmpl.Value, error) {
+		lo, hi := a[0].Int(), a[1].Int()
+		if hi < lo {
+			return tmpl.Value{}, fmt.Errorf("randInt %d %d: max is below min", lo, hi)
+		}
+		// In uint64, so that a span of the whole int64 range does not
+		// overflow (Int64N panics on a non-positive n).
+		span := uint64(hi) - uint64(lo)
+		r := s.rng.Uint64()
+		if span != math.MaxUint64 {
+			r = s.rng.Uint64N(span + 1)
+		}
+		return tmpl.IntValue(int64(uint64(lo) + r)), nil
+	}},
+	{Name: "randString", Params: []tmpl.Param{{Name: "n", Kind: tmpl.KindInt, Check: func(n int64) error {
+		if n < 0 || n > maxRandString {
+			return fmt.Errorf("%d is outside 0..%d (random text is capped at 4 KiB)", n, maxRandString)
+		}
+		return nil
+	}}}, Call: func(s *templateState, a []tmpl.Value) (tmpl.Value, error) {
+		const letters = "abcdefghijklmnopqrstuvwxyz0123456789"
+		b := make([]byte, a[0].Int())
+		for i := range b {
+			b[i] = letters[s.rng.IntN(len(letters))]
+		}
+		return tmpl.StringValue(string(b)), nil
+	}},
+	{Name: "pick", Params: []tmpl.Param{{Name: "item"}}, Variadic: true, Call: func(s *templateState, a []tmpl.Value) (tmpl.Value, error) {
+		if len(a) == 0 {
+			return tmpl.Value{}, errors.New("pick needs at least one argument")
+		}
+		return a[s.rng.IntN(len(a))], nil
+	}},
+	{Name: "uuid", Call: func(s *templateState, _ []tmpl.Value) (tmpl.Value, error) {
+		var u uuid.UUID
+		binary.LittleEndian.PutUint64(u[:8], s.rng.Uint64())
+		binary.LittleEndian.PutUint64(u[8:], s.rng.Uint64())
+		u[6] = u[6]&0x0f | 0x40 // version 4
+		u[8] = u[8]&0x3f | 0x80 // RFC 4122 variant
+		return tmpl.StringValue(u.String()), nil
+	}},
+	{Name: "seq", Call: func(s *templateState, _ []tmpl.Value) (tmpl.Value, error) {
+		return tmpl.IntValue(s.seq.Add(1)), nil
+	}},
+	tmpl.URLQuery[*templateState](),
+}
+
+// requestTemplate is a parsed request template (pkg/tmpl).
+type requestTemplate = tmpl.Template[*templateState]
 
 // Delims are the template delimiters of request templates. The zero value
 // means {{ and }}. Argo Rollouts resolves every {{…}} in an
@@ -213,12 +254,15 @@ func (d Delims) orDefault() Delims {
 	return d
 }
 
-func parseTemplate(name, text string, delims Delims) (*template.Template, error) {
+// parseTemplate parses one request template; nil means the text is static.
+// Parsing refuses what could make a render unbounded (pkg/tmpl); the
+// budget of a render itself is checked by sample.
+func parseTemplate(name, text string, delims Delims) (*requestTemplate, error) {
 	delims = delims.orDefault()
 	if !strings.Contains(text, delims.Left) {
 		return nil, nil
 	}
-	t, err := template.New(name).Delims(delims.Left, delims.Right).Funcs(templateFuncs(nil, nil)).Option("missingkey=error").Parse(text)
+	t, err := tmpl.Parse(text, tmpl.Options[*templateState]{Delims: tmpl.Delims(delims), Funcs: templateFuncs})
 	if err != nil {
 		return nil, &config.FieldError{Path: name, Err: err}
 	}
@@ -302,58 +346,49 @@ type generatedRequest struct {
 }
 
 // generator draws requests from a requestSet. It is owned by one connection
-// and not safe for concurrent use; its templates are clones bound to its own
-// RNG so that a fixed seed gives a reproducible stream per connection.
+// and not safe for concurrent use; the templates are shared, rendered with
+// its own RNG (state) so that a fixed seed gives a reproducible stream per
+// connection.
 type generator struct {
 	set       *requestSet
 	rng       *rand.Rand
+	state     *templateState
 	templates []generatorTemplates
-	buf       bytes.Buffer
+	buf       []byte
 }
 
 type generatorTemplates struct {
-	path, body *template.Template
-	headers    []*template.Template
+	path, body *requestTemplate
+	headers    []*requestTemplate
 	// message and metadata of a gRPC call (parallel to its metadataKeys)
-	message  *template.Template
-	metadata []*template.Template
+	message  *requestTemplate
+	metadata []*requestTemplate
 }
 
 func (s *requestSet) newGenerator(seed1, seed2 uint64, seq *atomic.Int64) *generator {
 	g := &generator{set: s, rng: rand.New(rand.NewPCG(seed1, seed2))}
-	funcs := templateFuncs(g.rng, seq)
-	bind := func(t *template.Template) *template.Template {
-		if t == nil {
-			return nil
-		}
-		c := template.Must(t.Clone()) // Clone only fails after Execute, never here
-		return c.Funcs(funcs)
-	}
+	g.state = &templateState{rng: g.rng, seq: seq}
 	for _, r := range s.requests {
-		gt := generatorTemplates{path: bind(r.path), body: bind(r.body)}
-		for _, h := range r.headers {
-			gt.headers = append(gt.headers, bind(h))
-		}
+		gt := generatorTemplates{path: r.path, body: r.body, headers: r.headers}
 		if r.grpc != nil {
-			gt.message = bind(r.grpc.message)
-			for _, m := range r.grpc.metadata {
-				gt.metadata = append(gt.metadata, bind(m))
-			}
+			gt.message, gt.metadata = r.grpc.message, r.grpc.metadata
 		}
 		g.templates = append(g.templates, gt)
 	}
 	return g
 }
 
-func (g *generator) render(t *template.Template, static string) (string, error) {
+// render renders t, or returns static when t is nil (a text without
+// actions).
+func (g *generator) render(t *requestTemplate, static string) (string, error) {
 	if t == nil {
 		return static, nil
 	}
-	g.buf.Reset()
-	if err := t.Execute(&g.buf, nil); err != nil {
+	var err error
+	if g.buf, err = t.AppendRender(g.buf[:0], g.state, nil); err != nil {
 		return "", err
 	}
-	return g.buf.String(), nil
+	return string(g.buf), nil
 }
 
 // pick draws the index of the next request by weight.

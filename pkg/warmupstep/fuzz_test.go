@@ -1,6 +1,7 @@
 package warmupstep
 
 import (
+	"encoding/json"
 	"testing"
 
 	"github.com/danki-dev/danki/pkg/policy"
@@ -24,6 +25,10 @@ func FuzzParseStepConfig(f *testing.F) {
 		`{"untilConverged": false, "maxRequests": 1, "connections": 64, "startQPS": -1}`,
 	} {
 		f.Add([]byte(seed))
+	}
+	for text := range hostileTemplates { // hostile_template_test.go
+		seed, _ := json.Marshal(map[string]any{"requests": []any{map[string]string{"path": text}}})
+		f.Add(seed)
 	}
 	tenant := policy.Policy{Network: policy.Network{AllowHosts: []string{"cart.shop"}}}
 	l := tenant.Limits.WithDefaults()
