@@ -117,19 +117,17 @@ func (p *latencyProvider) Run(run *v1alpha1.AnalysisRun, metric v1alpha1.Metric)
 	if err != nil {
 		return p.finish(m, v1alpha1.AnalysisPhaseError, oneLineError(err), nil)
 	}
-	if a.Source() == analysis.SourceLoad {
-		if err := a.CheckNamespace(runNamespace(run)); err != nil {
-			return p.finish(m, v1alpha1.AnalysisPhaseError, fmt.Sprintf("metric %q: %s", metric.Name, oneLineError(err)), nil)
-		}
+	if a.Source() != analysis.SourceLoad {
+		return p.collect(run, metric, p.measurement(run, metric, a), m, answerWithin)
 	}
-	j := p.measurement(run, metric, a)
-	if a.Source() == analysis.SourceLoad {
-		p.logFor(run, metric).Info("danki/latency load test started", "load", strings.Join(a.Queries(), "; "))
-		m.Phase = v1alpha1.AnalysisPhaseRunning
-		m.Message = "load test started: " + strings.Join(a.Queries(), "; ")
-		return p.resumeLater(m)
+	if err := a.CheckNamespace(runNamespace(run)); err != nil {
+		return p.finish(m, v1alpha1.AnalysisPhaseError, fmt.Sprintf("metric %q: %s", metric.Name, oneLineError(err)), nil)
 	}
-	return p.collect(run, metric, j, m, answerWithin)
+	p.measurement(run, metric, a)
+	p.logFor(run, metric).Info("danki/latency load test started", "load", strings.Join(a.Queries(), "; "))
+	m.Phase = v1alpha1.AnalysisPhaseRunning
+	m.Message = "load test started: " + strings.Join(a.Queries(), "; ")
+	return p.resumeLater(m)
 }
 
 // measurement returns the metric's measurement running in the

@@ -249,14 +249,7 @@ func TestMeshDial(t *testing.T) {
 func TestMeshACancelledCallerLeavesTheMintToOthers(t *testing.T) {
 	m := newTestMesh(t)
 	mesh := m.mesh(Auto)
-	entered, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	// Before the API server's own reactor: the TokenRequest waits.
-	m.Client.PrependReactor("create", "serviceaccounts", func(k8stesting.Action) (bool, runtime.Object, error) {
-		once.Do(func() { close(entered) })
-		<-release
-		return false, nil, nil
-	})
+	entered, release := m.holdTokenRequests()
 	first, cancel := context.WithCancel(context.Background())
 	firstErr := make(chan error, 1)
 	go func() {
@@ -288,13 +281,7 @@ func TestMeshACancelledCallerLeavesTheMintToOthers(t *testing.T) {
 func TestMeshCloseDuringAMintKeepsNothing(t *testing.T) {
 	m := newTestMesh(t)
 	mesh := m.mesh(Auto)
-	entered, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	m.Client.PrependReactor("create", "serviceaccounts", func(k8stesting.Action) (bool, runtime.Object, error) {
-		once.Do(func() { close(entered) })
-		<-release
-		return false, nil, nil
-	})
+	entered, release := m.holdTokenRequests()
 	got := make(chan error, 1)
 	go func() {
 		_, err := mesh.Identity(context.Background())
@@ -311,4 +298,18 @@ func TestMeshCloseDuringAMintKeepsNothing(t *testing.T) {
 	if mesh.Self() != "" {
 		t.Errorf("Self %q after Close: the late mint was kept", mesh.Self())
 	}
+}
+
+// holdTokenRequests makes the TokenRequest behind a mint wait (before the
+// API server's own reactor): entered is closed when the first one arrives,
+// and closing release lets them through.
+func (m *testMesh) holdTokenRequests() (entered <-chan struct{}, release chan struct{}) {
+	in, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	m.Client.PrependReactor("create", "serviceaccounts", func(k8stesting.Action) (bool, runtime.Object, error) {
+		once.Do(func() { close(in) })
+		<-release
+		return false, nil, nil
+	})
+	return in, release
 }
