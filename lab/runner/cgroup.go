@@ -250,7 +250,14 @@ func (t *cgroupTree) ensureQoS() error {
 func (t *cgroupTree) destroy() error {
 	var errs []error
 	for _, root := range t.dirs() {
-		errs = append(errs, removeGroup(root))
+		if err := removeGroup(root); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		// Checked, not assumed: the teardown's check finds what is left.
+		if _, err := os.Stat(root); !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("cgroup %s still present after its removal (stat: %v)", root, err))
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -157,9 +157,14 @@ func (r *Runner) Run(ctx context.Context) error {
 		} else {
 			r.log.Info("pods' resources applied through cgroup v1 as kubelet would", "groups", r.cg.dirs())
 			defer func() {
+				// Said either way: lab/scripts/down.sh fails on groups left
+				// behind and shows these lines.
+				removing := time.Now()
 				if err := r.cg.destroy(); err != nil {
-					r.log.Warn("remove the lab's cgroups", "err", err)
+					r.log.Warn("remove the lab's cgroups", "err", err, "took", time.Since(removing).Round(time.Millisecond))
+					return
 				}
+				r.log.Info("cgroups removed", "groups", r.cg.dirs(), "took", time.Since(removing).Round(time.Millisecond))
 			}()
 		}
 	}

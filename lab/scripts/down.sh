@@ -34,8 +34,16 @@ if [ -n "$cgroups" ]; then
 	log "ERROR: the lab runner's cgroups still exist after lab down (its teardown removes them):"
 	mapfile -t cgroup_dirs <<<"$cgroups"
 	printf '  %s\n' "${cgroup_dirs[@]}" >&2
-	# Why: the runner logs its failed removals (and how long its stop took).
-	grep -hE 'level=(WARN|ERROR)|pods stopped' "$logs/lab-runner.log" 2>/dev/null | tail -n 5 | sed 's/^/  runner: /' >&2 || true
+	# Why: the runner logs its failed removals, how long its stop took and
+	# the groups it removed; what is in each group left (its members, its
+	# child groups) tells a process that escaped from a group made anew.
+	grep -hE 'level=(WARN|ERROR)|pods stopped|cgroups removed' "$logs/lab-runner.log" 2>/dev/null | tail -n 8 | sed 's/^/  runner: /' >&2 || true
+	tail -n 3 "$logs/lab-runner.log" 2>/dev/null | sed 's/^/  runner log ends: /' >&2 || true
+	for d in "${cgroup_dirs[@]}"; do
+		printf '  %s: created %s, members [%s], groups [%s]\n' "$d" "$(stat -c %y "$d" 2>/dev/null)" \
+			"$(find "$d" -name cgroup.procs -exec cat {} + 2>/dev/null | tr '\n' ' ')" \
+			"$(find "$d" -mindepth 1 -type d -printf '%P ' 2>/dev/null)" >&2
+	done
 	remove_cgroups "${cgroup_dirs[@]}"
 	die "lab down left ${#cgroup_dirs[@]} cgroup(s) behind (removed now, see above)"
 fi
