@@ -17,7 +17,7 @@
 // -jit-path) at the end of every row; -qps paces the requests (as a load
 // generator does) and -cpus pins a JVM started with -jar to some CPUs (one
 // CPU: a pod's limit), e.g. the Spring sample's steps and its JIT
-// (docs/warmup.md):
+// (docs/stopping-rule.md, "The JIT hold"):
 //
 //	go run ./lab/coldstart -jar .cache/lab/bin/sample-app-spring.jar -cpus 1 -qps 50 -n 10000 -jit -rows $(seq -s, 500 500 10000)
 package main

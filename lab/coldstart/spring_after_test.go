@@ -44,7 +44,7 @@ const springAfterRuns = "DANKI_SPRING_RUNS"
 // control, the median over the runs, must be ≤ 1.1× (p50) and ≤ 1.2× (p99):
 // its canary as close to stable as a JVM warmed as long as stable was. A
 // warm-up that does not converge fails it. danki on its own plateau is
-// reported, not judged (a known miss: docs/warmup.md, "The Spring sample
+// reported, not judged (a known miss: docs/stopping-rule.md, "The real JVM
 // after the stop"). ~5.5 min a run on 2 cores: only with
 // DANKI_SPRING_RUNS=N, not in make test.
 func TestSpringAfterTheStop(t *testing.T) {
@@ -57,7 +57,7 @@ func TestSpringAfterTheStop(t *testing.T) {
 		t.Skip("pins stable and the canary to a CPU each: needs 2")
 	}
 	// Past every step the sample's p50 took in the runs measured one at a
-	// time (the last one by request ~9,000: docs/warmup.md), and past the
+	// time (the last one by request ~9,000: docs/stopping-rule.md), and past the
 	// further ~25 % its p50 still fell over requests 15,000–21,000 in a
 	// trial of this test.
 	const warmedBy = 25000

@@ -217,7 +217,7 @@ MESH
 # no outbound listeners (pods share one netns: 127.0.0.1:<service port>
 # listeners would clash). strict: mesh-wide PeerAuthentication STRICT.
 # Both modes: an AuthorizationPolicy admits only the gateway's and danki's
-# principals to the pods of namespace default (docs/warmup.md, "Telling
+# principals to the pods of namespace default (docs/install.md, "Telling
 # warm-up from users"); plaintext has no principal, so under permissive it
 # gets 403 too. Probes and Prometheus reach the apps past the sidecars.
 mesh_config() {

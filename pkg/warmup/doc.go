@@ -27,26 +27,15 @@
 //     histogram): danki drives periodic with its own Runnable, so there is no
 //     unrecorded warm-up call.
 //   - Latency is cut into windows of N requests per target with exact
-//     percentiles. With stable pods known they are loaded side by side by
-//     default, with the same request mix (Config.RejectSlowerVersion,
-//     CompareToStable), and a target is warm (converged) once it is as
-//     fast as they are: the p50 of its latest ~500 requests within
-//     Tolerance of theirs and its p99 within StableRatio — robust to a
-//     JIT that makes a pod faster in steps, since the reference is the
-//     warm answer itself (a plateau of its own short of stable's counts
-//     only within StableRatio and after half its warm-up). Without stable
-//     a target is warm once it has stopped improving: its latest quarter
-//     of windows is not faster than the quarter before by more than a
-//     tolerance in pooled p50, nor its latest fifth than the fifth before
-//     in median window p99 and share of slow requests (one-sided and
-//     scale-free), at every window for 5 % of its windows and, once it got
-//     faster, for 300 requests (600 while its tail is heavy: its p99 over
-//     3× its p50; see window.go).
-//     Either way it has served MinStop (600 requests with the defaults)
-//     and MinRequests.
-//   - A target whose p99 settles far above stable's is rejected
-//     (ErrSlowerVersion): a slower version, caught before any user request
-//     reaches it.
+//     percentiles, and after each window the stopping rule (window.go,
+//     blockpool.go, jit.go, nearstable.go) says whether the target is warm:
+//     as fast as the stable pods loaded side by side with the same mix
+//     (Config.RejectSlowerVersion, CompareToStable), or, without stable, on
+//     a plateau of its own; held while its JIT still compiles; rejected
+//     (ErrSlowerVersion) when its p99 settles far above stable's; accepted
+//     near stable at a bound (AcceptNearStable). The rule, its constants and
+//     the tests that hold them are explained once, in docs/stopping-rule.md;
+//     the knobs a user sets are in docs/warmup.md.
 //   - Each pod's pace ramps up from StartQPS as it keeps up, and the
 //     neighbour guard halves it while the stable pods' latency rises
 //     (pace.go): warming a cold JVM must not slow the users on stable.
