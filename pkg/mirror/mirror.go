@@ -115,7 +115,7 @@ func (c Config) Validate() error {
 		}
 	}
 	if !c.AllowSideEffects && !readOnly {
-		errs.Addf("mirror.allowSideEffects", "mirrored requests are real users' requests, writes included, and the canary executes them; set mirror.allowSideEffects: true once the app skips writes for a Host ending in -shadow (docs/warmup.md, Mirrored traffic), or mirror only reads with mirror.methods: [GET, HEAD]")
+		errs.Addf("mirror.allowSideEffects", "mirrored requests are real users' requests, writes included, and the canary executes them; set mirror.allowSideEffects: true once the app skips writes for a Host ending in -shadow (docs/mirror.md), or mirror only reads with mirror.methods: [GET, HEAD]")
 	}
 	if c.StartPercent <= 0 || c.StartPercent > 100 {
 		errs.Addf("mirror.startPercent", "%g: must be above 0 and at most 100", c.StartPercent)
