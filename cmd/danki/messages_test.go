@@ -2,6 +2,8 @@ package main
 
 import (
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -46,6 +48,16 @@ func TestCapErrorsNameTheCommandsOwnFlag(t *testing.T) {
 	}
 	if _, err := f.config(); err != nil {
 		t.Errorf("--qps 600 --cap-qps 600: %v", err)
+	}
+	// analyze's load too (its config is held to the caps it runs under).
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer srv.Close()
+	if out, _, err := runDanki("analyze", "--source", "load", "--url", srv.URL, "--stable-url", srv.URL, "--count", "20", "--qps", "600", "--cap-qps", "600",
+		"--warm-up=false", "--p99", "1s"); exitCode(err) == exitError {
+		t.Errorf("danki analyze --qps 600 --cap-qps 600: %v, want a measurement (20 requests: inconclusive)\n%s", err, out)
+	}
+	if _, _, err := runDanki("analyze", "--source", "load", "--url", srv.URL, "--count", "20", "--qps", "600", "--warm-up=false", "--p99", "1s"); err == nil || !strings.Contains(err.Error(), "raise the cap with --cap-qps") {
+		t.Errorf("danki analyze --qps 600: %v, want the cap named with --cap-qps", err)
 	}
 	// Every command that sends load or checks a load config has the caps.
 	for _, path := range [][]string{{"warmup"}, {"warmup", "mirror"}, {"capacity"}, {"analyze"}, {"shift", "ramp"}} {
