@@ -186,7 +186,7 @@ func (k KubeTargets) wantedReplicas(ctx context.Context, kube kubernetes.Interfa
 		return 0, "", nil
 	case err != nil:
 		return 0, "", apiError(err, "list", "apps", "replicasets", k.Namespace,
-			"to learn how many canary pods to wait for")
+			"danki lists them to learn how many canary pods to wait for")
 	}
 	for _, rs := range list.Items {
 		if rs.DeletionTimestamp == nil && rs.Spec.Replicas != nil {
@@ -203,7 +203,7 @@ type ForbiddenError struct {
 	// User is who the API server refused ("system:serviceaccount:ns:name"),
 	// "" when its answer does not say.
 	User string
-	// Why is what danki needs the call for.
+	// Why says what danki needs the call for ("danki lists them to …").
 	Why string
 	Err error
 }
@@ -219,7 +219,7 @@ func (e *ForbiddenError) Error() string {
 	}
 	msg := fmt.Sprintf("%s %s in namespace %s is forbidden%s", e.Verb, res, e.Namespace, who)
 	if e.Why != "" {
-		msg += " (danki lists them " + e.Why + ")"
+		msg += " (" + e.Why + ")"
 	}
 	msg += fmt.Sprintf(": grant %q on %q in apiGroup %q (%s)", e.Verb, e.Resource, e.Group, PluginsRBAC)
 	if e.User == "" {
@@ -272,7 +272,7 @@ func (k KubeTargets) fromEndpointSlices(ctx context.Context, kube kubernetes.Int
 	})
 	if err != nil {
 		return nil, fmt.Errorf("EndpointSlices of Service %s/%s: %w", k.Namespace, k.Service,
-			apiError(err, "list", "discovery.k8s.io", "endpointslices", k.Namespace, "to find the Service's ready endpoints"))
+			apiError(err, "list", "discovery.k8s.io", "endpointslices", k.Namespace, "danki lists them to find the Service's ready endpoints"))
 	}
 	// The endpoints' pods, by name: with a hash, only those are targets;
 	// either way a target keeps its pod (its readinessProbe, gRPC port,
@@ -280,7 +280,7 @@ func (k KubeTargets) fromEndpointSlices(ctx context.Context, kube kubernetes.Int
 	byName := map[string]*corev1.Pod{}
 	pods, err := kube.CoreV1().Pods(k.Namespace).List(ctx, metav1.ListOptions{LabelSelector: k.selector().String()})
 	if err != nil {
-		return nil, fmt.Errorf("pods matching %q: %w", k.selector(), apiError(err, "list", "", "pods", k.Namespace, "to find the pods to warm"))
+		return nil, fmt.Errorf("pods matching %q: %w", k.selector(), apiError(err, "list", "", "pods", k.Namespace, "danki lists them to find the pods to warm"))
 	}
 	for i := range pods.Items {
 		byName[pods.Items[i].Name] = &pods.Items[i]
@@ -351,7 +351,7 @@ func (k KubeTargets) fromPods(ctx context.Context, kube kubernetes.Interface) ([
 	sel := k.selector()
 	pods, err := kube.CoreV1().Pods(k.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
 	if err != nil {
-		return nil, fmt.Errorf("pods matching %q: %w", sel, apiError(err, "list", "", "pods", k.Namespace, "to find the pods to warm"))
+		return nil, fmt.Errorf("pods matching %q: %w", sel, apiError(err, "list", "", "pods", k.Namespace, "danki lists them to find the pods to warm"))
 	}
 	var targets []Target
 	for _, p := range pods.Items {
