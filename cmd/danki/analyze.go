@@ -20,6 +20,7 @@ import (
 
 // analyzeFlags holds the flag values; apply copies the ones set into a Config.
 type analyzeFlags struct {
+	caps       capFlags
 	configFile string
 	output     string
 
@@ -170,12 +171,15 @@ See docs/latency.md.`,
 	fl.Float64Var(&f.stableQPS, "stable-qps", 0, "load: cap on the total rate to the stable pods (default 10)")
 	fl.BoolVar(&f.warmUp, "warm-up", true, "load: warm cold new pods until their latency converged before measuring")
 	fl.BoolVar(&f.allowSideEffects, "allow-side-effects", false, "load: allow --config's requests other than GET, HEAD and OPTIONS (only if the app keeps requests with the marker header free of side effects)")
-	return cmd
+	return withCaps(cmd, &f.caps)
 }
 
 func runAnalyze(cmd *cobra.Command, f *analyzeFlags) error {
 	if f.output != "table" && f.output != "json" {
 		return fmt.Errorf("--output %q: use table or json", f.output)
+	}
+	if err := errors.Join(checkURLFlag("url", f.urls), checkURLFlag("stable-url", f.stableURLs)); err != nil {
+		return err
 	}
 	cfg, err := f.config(cmd.Flags())
 	if err != nil {
@@ -185,7 +189,7 @@ func runAnalyze(cmd *cobra.Command, f *analyzeFlags) error {
 	ctx := cmd.Context()
 	// The command line's user is the operator: its files and any address;
 	// source: load dials pods with danki's mesh identity as the flags say.
-	pol, closeMesh, err := f.mesh.localPolicy(&f.kube)
+	pol, closeMesh, err := f.mesh.localPolicy(&f.kube, f.caps.local())
 	if err != nil {
 		return err
 	}
@@ -204,7 +208,7 @@ func runAnalyze(cmd *cobra.Command, f *analyzeFlags) error {
 		// the plugin reads it from the AnalysisRun's.
 		ns, err := f.kube.namespace()
 		if err != nil {
-			return fmt.Errorf("prometheus.bearerTokenSecret: kubeconfig namespace: %w (give -n)", err)
+			return fmt.Errorf("prometheus.bearerTokenSecret: the namespace: %w (or give -n)", err)
 		}
 		ctx = analysis.ForNamespace(ctx, ns)
 		opts = append(opts, analysis.WithKube(func() (kubernetes.Interface, error) {
@@ -539,7 +543,7 @@ func analyzeLoadNamespace(f *analyzeFlags, _ *pflag.FlagSet, c *analysis.Config,
 	if c.Load.Namespace == "" && len(c.Load.URLs) == 0 {
 		ns, err := f.kube.namespace()
 		if err != nil {
-			return fmt.Errorf("kubeconfig namespace: %w (give -n, or --url)", err)
+			return fmt.Errorf("the namespace: %w (or give -n, or --url)", err)
 		}
 		c.Load.Namespace = ns
 	}

@@ -22,6 +22,7 @@ type capacityFlags struct {
 	url                           string
 	kube                          kubeFlags
 	mesh                          meshFlags
+	caps                          capFlags
 	service, selector, hash, port string
 	paths                         []string
 	hold, timeout, p99            time.Duration
@@ -79,12 +80,15 @@ below --min-qps; 3 an error ("Error: …" on stderr).`,
 	fl.IntVar(&f.confirm, "confirm", capacity.DefaultConfirm, "repeats of a broken step before it counts (a one-off spike does not end the ramp)")
 	fl.Float64Var(&f.minQPS, "min-qps", 0, "fail (exit code 1) when the knee is below this rate")
 	fl.StringVarP(&f.output, "output", "o", "table", "output: table or json")
-	return cmd
+	return withCaps(cmd, &f.caps)
 }
 
 func runCapacity(cmd *cobra.Command, f *capacityFlags) error {
 	if f.output != "table" && f.output != "json" {
 		return fmt.Errorf("--output %q: use table or json", f.output)
+	}
+	if err := checkURLFlag("url", []string{f.url}); err != nil {
+		return err
 	}
 	if err := refuseZeroFlags(cmd.Flags(), "start-qps", "factor", "max-qps", "hold", "connections", "timeout", "p99", "p99-ratio", "min-achieved-ratio"); err != nil {
 		return err
@@ -99,10 +103,12 @@ func runCapacity(cmd *cobra.Command, f *capacityFlags) error {
 	for _, p := range f.paths {
 		cfg.Requests = append(cfg.Requests, warmup.RequestSpec{Path: p})
 	}
+	local := f.caps.local()
+	cfg.Policy = &local
 	if err := cfg.WithDefaults().Validate(); err != nil {
 		return errors.New(capacityFieldFlags.Replace(err.Error()))
 	}
-	pol, closeMesh, err := f.mesh.localPolicy(&f.kube)
+	pol, closeMesh, err := f.mesh.localPolicy(&f.kube, local)
 	if err != nil {
 		return err
 	}

@@ -68,7 +68,7 @@ and carry the label danki.dev/gated=true (the gate caches only such pods).`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			rc, err := f.kube.restConfig()
 			if err != nil {
-				return fmt.Errorf("kubeconfig: %w (give --kubeconfig, or run in a pod)", err)
+				return fmt.Errorf("%w; or run the gate in a pod", err)
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()

@@ -156,14 +156,15 @@ func ownNamespace() string {
 	return strings.TrimSpace(string(data))
 }
 
-// localPolicy is the command line's policy (policy.Local) with the Mesh of
-// the flags, for the commands that load pods; its client is the one of
-// the kube flags (kubectl's rules), nil without a cluster. The mesh
-// settings are logged at debug level (-v): a CLI run is not a service.
-func (f *meshFlags) localPolicy(k *kubeFlags) (policy.Policy, func(), error) {
+// localPolicy is the command line's policy (local: policy.Local with the
+// command's caps, capFlags) with the Mesh of the flags, for the commands
+// that load pods; its client is the one of the kube flags (kubectl's
+// rules), nil without a cluster. The mesh settings are logged at debug
+// level (-v): a CLI run is not a service.
+func (f *meshFlags) localPolicy(k *kubeFlags, local policy.Policy) (policy.Policy, func(), error) {
 	rc, err := k.restConfig()
 	if err != nil {
 		rc = nil // --url targets need no cluster; a pod that needs mTLS will say what is missing
 	}
-	return f.withMesh(policy.Local(), rc, slog.Default(), slog.LevelDebug)
+	return f.withMesh(local, rc, slog.Default(), slog.LevelDebug)
 }

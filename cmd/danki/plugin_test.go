@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -171,6 +172,15 @@ func TestPluginServesItsMetrics(t *testing.T) {
 	}
 	if _, ok := s.Value("process_start_time_seconds"); !ok {
 		t.Error("no process metrics on the plugin's endpoint")
+	}
+	// danki_build_info names the version the binary prints.
+	out, err := exec.Command(bin, "--version").Output()
+	if err != nil {
+		t.Fatalf("danki --version: %v", err)
+	}
+	version := strings.Fields(string(out))[1] // danki <version> (<go>, <os/arch>)
+	if got := s.MustValue(t, "danki_build_info", "version", version, "goversion", runtime.Version()); got != 1 {
+		t.Errorf("danki_build_info{version=%q} = %v, want 1", version, got)
 	}
 }
 

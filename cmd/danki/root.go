@@ -3,8 +3,11 @@ package main
 import (
 	"log/slog"
 	"os"
+	"runtime/debug"
 
 	"github.com/spf13/cobra"
+
+	"github.com/danki-dev/danki/pkg/metrics"
 )
 
 func newRootCmd() *cobra.Command {
@@ -34,6 +37,11 @@ Exit status: 0 success (a Pass, a warm pod); 1 a verdict against the version
 		},
 	}
 	root.PersistentFlags().BoolVarP(&verbose, "verbose", "v", false, "log debug messages to stderr")
+	// danki --version prints what `danki version` prints.
+	info, ok := debug.ReadBuildInfo()
+	root.Version = buildVersion(info, ok)
+	root.SetVersionTemplate(versionLine(root.Version))
+	metrics.BuildVersion = root.Version // danki_build_info's version label
 	// Every command is listed here, each defined in its own file.
 	root.AddCommand(newWarmupCmd(), newShiftCmd(), newAnalyzeCmd(), newCapacityCmd(), newGateCmd(), newPluginCmd(), newVersionCmd())
 	return root

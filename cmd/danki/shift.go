@@ -12,7 +12,6 @@ import (
 
 	"github.com/danki-dev/danki/pkg/analysis"
 	"github.com/danki-dev/danki/pkg/config"
-	"github.com/danki-dev/danki/pkg/policy"
 	"github.com/danki-dev/danki/pkg/shift"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -115,7 +114,7 @@ func (o *shiftOptions) target(needRoles bool) (shift.Target, error) {
 	}
 	ns, err := o.kube.namespace()
 	if err != nil {
-		return t, fmt.Errorf("--kubeconfig: %w", err)
+		return t, fmt.Errorf("the namespace: %w", err)
 	}
 	t.Namespace = ns
 	return t, nil
@@ -126,7 +125,7 @@ func (o *shiftOptions) target(needRoles bool) (shift.Target, error) {
 var newIstioClient = func(o *shiftOptions) (istioclient.Interface, error) {
 	cfg, err := o.kube.restConfig()
 	if err != nil {
-		return nil, fmt.Errorf("--kubeconfig: load client configuration: %w", err)
+		return nil, err
 	}
 	client, err := istioclient.NewForConfig(cfg)
 	if err != nil {
@@ -222,11 +221,17 @@ func checkWeightFlag(weight int) error {
 
 // gateOptions holds the ramp's latency gate: a danki/latency configuration
 // file, JSON or YAML, the same fields as the danki/istio plugin's "gate".
-type gateOptions struct{ configFile string }
+type gateOptions struct {
+	configFile string
+	caps       capFlags
+}
 
+// addFlags registers --gate-config and, for a gate that sends load
+// (source: load), the command line's caps; cmd's RunE is set.
 func (g *gateOptions) addFlags(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&g.configFile, "gate-config", "",
 		"latency gate: a danki/latency config file, JSON or YAML (see docs/latency.md); each weight is held until it passes. Without it the ramp moves on time alone")
+	withCaps(cmd, &g.caps)
 }
 
 // gate builds the ramp's latency gate from the flags; nil means no gate.
@@ -242,7 +247,7 @@ func (g *gateOptions) gate() (shift.Gate, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--gate-config %s: %w", g.configFile, err)
 	}
-	gate, err := shift.NewLatencyGate(cfg, analysis.WithPolicy(policy.Local()))
+	gate, err := shift.NewLatencyGate(cfg, analysis.WithPolicy(g.caps.local()))
 	if err != nil {
 		return nil, fmt.Errorf("--gate-config %s: %w", g.configFile, err)
 	}

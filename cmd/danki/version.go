@@ -45,6 +45,11 @@ func buildVersion(info *debug.BuildInfo, ok bool) string {
 	return "dev-" + revision
 }
 
+// versionLine is what `danki version` and `danki --version` print.
+func versionLine(v string) string {
+	return fmt.Sprintf("danki %s (%s, %s/%s)\n", v, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+}
+
 func newVersionCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",
@@ -54,7 +59,7 @@ else the module version "go install" recorded, else the VCS revision.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			info, ok := debug.ReadBuildInfo()
-			_, err := fmt.Fprintf(cmd.OutOrStdout(), "danki %s (%s, %s/%s)\n", buildVersion(info, ok), runtime.Version(), runtime.GOOS, runtime.GOARCH)
+			_, err := fmt.Fprint(cmd.OutOrStdout(), versionLine(buildVersion(info, ok)))
 			return err
 		},
 	}

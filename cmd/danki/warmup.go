@@ -32,6 +32,7 @@ type warmupFlags struct {
 	urls, stableURLs              []string
 	kube                          kubeFlags
 	mesh                          meshFlags
+	caps                          capFlags
 	service, selector, hash, port string
 	stableService, stableHash     string
 	minPods                       int
@@ -200,7 +201,7 @@ See docs/warmup.md.`,
 	fl.DurationVar(&f.neighbourFloor, "neighbour-floor", warmup.DefaultNeighbourFloor, "see --neighbour-guard: a rise of stable's p90 this small never backs off")
 
 	fl.StringVar(&f.jsonOut, "json", "", "write fortio's result JSON (all targets merged) to this file")
-	return cmd, f
+	return withCaps(cmd, &f.caps), f
 }
 
 // warmupPositiveFlags are the `danki warmup` flags whose zero the warm-up
@@ -264,11 +265,17 @@ func (f *warmupFlags) run(cmd *cobra.Command) error {
 	if err := refuseZeroFlags(cmd.Flags(), warmupPositiveFlags...); err != nil {
 		return err
 	}
+	if err := errors.Join(checkURLFlag("url", f.urls), checkURLFlag("stable-url", f.stableURLs)); err != nil {
+		return err
+	}
 	cfg, err := f.config()
 	if err != nil {
 		return err
 	}
-	pol, closeMesh, err := f.mesh.localPolicy(&f.kube)
+	if err := checkOutputFile("json", f.jsonOut); err != nil {
+		return err
+	}
+	pol, closeMesh, err := f.mesh.localPolicy(&f.kube, f.caps.local())
 	if err != nil {
 		return err
 	}
@@ -381,11 +388,13 @@ func (f *warmupFlags) config() (warmup.Config, error) {
 			cfg.Requests = append(cfg.Requests, warmup.RequestSpec{Method: f.method, Path: p, Headers: headers, Body: f.body})
 		}
 	}
+	local := f.caps.local()
+	cfg.Policy = &local
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return cfg, fmt.Errorf("invalid warm-up settings (fields as in the step plugin config, see docs/warmup.md): %s", warmupFieldFlags.Replace(err.Error()))
 	}
-	return cfg, nil
+	return cfg, checkRoomToConverge(cfg)
 }
 
 // warmupFieldFlags names, in the warm-up's errors (which name its config
@@ -496,11 +505,11 @@ func (f *warmupFlags) targets(ctx context.Context, cfg warmup.Config, stderr io.
 func warmupKubeClient(k *kubeFlags) (kubernetes.Interface, string, error) {
 	rc, err := k.restConfig()
 	if err != nil {
-		return nil, "", fmt.Errorf("kubeconfig: %w (give --kubeconfig, or --url targets)", err)
+		return nil, "", fmt.Errorf("%w; or warm --url targets", err)
 	}
 	ns, err := k.namespace()
 	if err != nil {
-		return nil, "", fmt.Errorf("kubeconfig namespace: %w", err)
+		return nil, "", fmt.Errorf("the namespace: %w", err)
 	}
 	kube, err := kubernetes.NewForConfig(rc)
 	if err != nil {

@@ -30,11 +30,11 @@ func TestWarmupZeroFlagsRefused(t *testing.T) {
 	}
 }
 
-// The caps hold on the command line too (they catch typos), and
-// --max-requests is a budget: with far more connections than requests,
-// exactly that many are sent.
+// The caps hold on the command line too (they catch typos; --cap-* raises
+// them), and --max-requests is a budget: with far more connections than
+// requests, exactly that many are sent.
 func TestWarmupCapsAndMaxRequestsBudget(t *testing.T) {
-	if _, _, err := runWarmupCmd("--url", "http://127.0.0.1:1", "--connections", "5000"); err == nil || !strings.Contains(err.Error(), "connections: 5000 is above the operator's cap of 64") {
+	if _, _, err := runWarmupCmd("--url", "http://127.0.0.1:1", "--connections", "5000"); err == nil || !strings.Contains(err.Error(), "connections: 5000 is above the command line's cap of 64 (a guard against typos); lower it, or raise the cap with --cap-connections") {
 		t.Errorf("--connections 5000: %v", err)
 	}
 	var n atomic.Int64

@@ -15,7 +15,6 @@ import (
 	"github.com/danki-dev/danki/pkg/analysis"
 	"github.com/danki-dev/danki/pkg/config"
 	"github.com/danki-dev/danki/pkg/mirror"
-	"github.com/danki-dev/danki/pkg/policy"
 	"github.com/danki-dev/danki/pkg/warmup"
 )
 
@@ -23,6 +22,7 @@ import (
 // `danki shift`), the step's mirror block (--config and flags over it) and
 // the stopping rule.
 type mirrorFlags struct {
+	caps          capFlags
 	vs            shiftOptions
 	configFile    string
 	mc            mirror.Config
@@ -84,7 +84,7 @@ stdout, progress to stderr. Exit status: 0 converged; 1 not converged by
 	fl.StringVar(&f.canaryCluster, "canary-cluster", "", "--source envoy: the canary's Envoy cluster, e.g. outbound|8080||app-canary.shop.svc.cluster.local")
 
 	addStoppingRuleFlags(fl, &f.wc, &f.absTolerance, &f.maxErrorRatio, &f.deadline, "mirrored requests")
-	return cmd
+	return withCaps(cmd, &f.caps)
 }
 
 // mirrorFieldFlags names, in the mirror block's validation errors, the
@@ -168,6 +168,8 @@ func (f *mirrorFlags) run(cmd *cobra.Command) error {
 	wc.AbsoluteTolerance = config.Duration(f.absTolerance)
 	ratio := f.maxErrorRatio
 	wc.MaxErrorRatio = &ratio
+	local := f.caps.local()
+	wc.Policy = &local
 	wc = wc.WithDefaults()
 	if err := wc.Validate(); err != nil {
 		return err
@@ -183,7 +185,7 @@ func (f *mirrorFlags) run(cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
-	src, err := mc.NewSource(slog.Default(), analysis.WithPolicy(policy.Local()))
+	src, err := mc.NewSource(slog.Default(), analysis.WithPolicy(local))
 	if err != nil {
 		return fmt.Errorf("--prometheus: %w", err)
 	}

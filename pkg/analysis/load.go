@@ -233,11 +233,27 @@ func (c LoadConfig) compile(p *config.Errors) {
 	if c.Count != nil && *c.Count >= 1 {
 		perPod = int64(*c.Count)
 	}
-	w := c.warmupConfig(perPod, 0).WithDefaults()
-	if err := w.Validate(); err != nil {
+	// The warm-up's own rules only: the caps are the policy's, which
+	// Compile does not know; checkPolicy holds the load to them when it is
+	// built (NewLoad). Checked here at the default caps, an operator's
+	// raised --max-qps (or the command line's --cap-qps) was refused.
+	w := c.warmupConfig(perPod, 0)
+	w.Policy = &uncapped
+	if err := w.WithDefaults().Validate(); err != nil {
 		p.Add("load", err)
 	}
 }
+
+// uncapped is the command line's policy without caps on the load (its
+// rate, connections, requests and times): what Compile checks a load
+// block's warm-up config under (LoadConfig.compile).
+var uncapped = func() policy.Policy {
+	p := policy.Local()
+	d := policy.DefaultLimits
+	p.Limits = policy.Limits{QPS: math.Inf(1), Connections: math.MaxInt, Requests: math.MaxInt64,
+		Deadline: math.MaxInt64, HealthTimeout: math.MaxInt64, Timeout: math.MaxInt64, Retries: d.Retries, FileBytes: d.FileBytes}
+	return p
+}()
 
 // WarmedPods remembers the pods a load source has warmed, so that the next
 // measurement of a long AnalysisRun measures them at once. Share one among

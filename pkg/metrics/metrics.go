@@ -121,6 +121,11 @@ func NewGate(reg prometheus.Registerer) (*Gate, error) {
 	if err := registerAll(reg, g.collectors); err != nil {
 		return nil, fmt.Errorf("register the gate's metrics: %w", err)
 	}
+	// danki_build_info stays when the gate unregisters: it is the process's.
+	if err := registerBuildInfo(reg); err != nil {
+		g.Unregister()
+		return nil, fmt.Errorf("register danki_build_info: %w", err)
+	}
 	return g, nil
 }
 
@@ -225,6 +230,9 @@ func NewPlugin(reg prometheus.Registerer) (*Plugin, error) {
 	if err := registerAll(reg, []prometheus.Collector{p.warmups, p.warmupDuration, p.warmupRequests, p.rampDecisions, p.rampBreaches,
 		p.rampAborts, p.verdicts, p.queries, p.queryErrors}); err != nil {
 		return nil, fmt.Errorf("register the plugin's metrics: %w", err)
+	}
+	if err := registerBuildInfo(reg); err != nil {
+		return nil, fmt.Errorf("register danki_build_info: %w", err)
 	}
 	return p, nil
 }

@@ -2,12 +2,14 @@ package metrics_test
 
 import (
 	"errors"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 
 	itest "github.com/danki-dev/danki/internal/testutil"
 	"github.com/danki-dev/danki/pkg/metrics"
@@ -128,5 +130,46 @@ func TestServeAndRegistration(t *testing.T) {
 	g.Unregister()
 	if _, err := metrics.NewGate(greg); err != nil {
 		t.Errorf("NewGate after Unregister: %v", err)
+	}
+}
+
+// danki_build_info is 1, labelled with the build, in the gate's registry
+// and the plugins' alike, and once in a registry that has both.
+func TestBuildInfo(t *testing.T) {
+	both := prometheus.NewRegistry()
+	if _, err := metrics.NewGate(both); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := metrics.NewPlugin(both); err != nil {
+		t.Fatalf("the plugins' metrics beside the gate's: %v", err)
+	}
+	plugin, _, err := metrics.NewRegistry()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, reg := range map[string]*prometheus.Registry{"gate and plugins": both, "plugin process": plugin} {
+		families, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var found []*dto.Metric
+		for _, f := range families {
+			if f.GetName() == "danki_build_info" {
+				if f.GetType() != dto.MetricType_GAUGE {
+					t.Errorf("%s: danki_build_info is a %s", name, f.GetType())
+				}
+				found = append(found, f.GetMetric()...)
+			}
+		}
+		if len(found) != 1 {
+			t.Fatalf("%s: %d danki_build_info series, want 1", name, len(found))
+		}
+		labels := map[string]string{}
+		for _, l := range found[0].GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		if found[0].GetGauge().GetValue() != 1 || labels["version"] == "" || labels["goversion"] != runtime.Version() || labels["revision"] == "" || len(labels) != 3 {
+			t.Errorf("%s: danki_build_info %v = %g; want 1 with version, goversion %s and revision", name, labels, found[0].GetGauge().GetValue(), runtime.Version())
+		}
 	}
 }

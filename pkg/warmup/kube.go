@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -12,6 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -114,7 +116,9 @@ func (k KubeTargets) Resolve(ctx context.Context, kube kubernetes.Interface) ([]
 // With a PodTemplateHash it also waits for every replica its ReplicaSet
 // wants (spec.replicas, read again at every poll): catching the Service
 // when it lists one of two new pods would leave the second to meet users
-// cold.
+// cold. A lookup the API server forbids (ForbiddenError) ends the wait at
+// once, naming the missing rule: no wait grants it, and waiting for fewer
+// pods than the ReplicaSet wants would be a different warm-up.
 func (k KubeTargets) Wait(ctx context.Context, kube kubernetes.Interface, minTargets int, poll time.Duration) ([]Target, error) {
 	minTargets = max(minTargets, 1)
 	var targets []Target
@@ -126,15 +130,29 @@ func (k KubeTargets) Wait(ctx context.Context, kube kubernetes.Interface, minTar
 			return false, nil // cut short by the end of ctx: keep the last full answer
 		}
 		targets, lastErr = found, err
-		if hn := (*HostNetworkError)(nil); errors.As(err, &hn) {
+		if terminal(err) {
 			return false, err // no wait changes it
 		}
-		if replicas, rs := k.wantedReplicas(ctx, kube); replicas > minTargets {
+		if err != nil {
+			return false, nil
+		}
+		replicas, rs, err := k.wantedReplicas(ctx, kube)
+		if endOfContext(ctx, err) {
+			return false, nil
+		}
+		if err != nil {
+			lastErr = err
+			if terminal(err) {
+				return false, err
+			}
+			return false, nil // a passing API error: ask again at the next poll
+		}
+		if replicas > minTargets {
 			want, wantWhy = replicas, fmt.Sprintf(", the replicas ReplicaSet %s wants", rs)
 		} else {
 			want, wantWhy = minTargets, ""
 		}
-		return err == nil && len(found) >= want, nil
+		return len(found) >= want, nil
 	})
 	switch {
 	case err == nil:
@@ -145,23 +163,98 @@ func (k KubeTargets) Wait(ctx context.Context, kube kubernetes.Interface, minTar
 	return targets, fmt.Errorf("found %d of %d ready pods (%s%s) before giving up: %w", len(targets), want, k, wantWhy, ctx.Err())
 }
 
-// wantedReplicas is spec.replicas of the ReplicaSet of PodTemplateHash (0
-// when there is no hash, no such ReplicaSet, or no permission to read it:
-// then minPods alone decides).
-func (k KubeTargets) wantedReplicas(ctx context.Context, kube kubernetes.Interface) (int, string) {
+// terminal reports whether a lookup error is one no wait changes: a
+// host-network pod, or a call the API server forbids.
+func terminal(err error) bool {
+	var hn *HostNetworkError
+	var fe *ForbiddenError
+	return errors.As(err, &hn) || errors.As(err, &fe)
+}
+
+// wantedReplicas is spec.replicas of the ReplicaSet of PodTemplateHash, and
+// its name: 0 when there is no hash or no such ReplicaSet (then minPods
+// alone decides). Any other failure is an error, a refusal a ForbiddenError
+// naming the rule: the list decides how many pods are warmed, so it never
+// falls back to minPods silently.
+func (k KubeTargets) wantedReplicas(ctx context.Context, kube kubernetes.Interface) (int, string, error) {
 	if k.PodTemplateHash == "" {
-		return 0, ""
+		return 0, "", nil
 	}
 	list, err := kube.AppsV1().ReplicaSets(k.Namespace).List(ctx, metav1.ListOptions{LabelSelector: k.selector().String()})
-	if err != nil {
-		return 0, ""
+	switch {
+	case apierrors.IsNotFound(err):
+		return 0, "", nil
+	case err != nil:
+		return 0, "", apiError(err, "list", "apps", "replicasets", k.Namespace,
+			"danki lists them to learn how many canary pods to wait for")
 	}
 	for _, rs := range list.Items {
 		if rs.DeletionTimestamp == nil && rs.Spec.Replicas != nil {
-			return int(*rs.Spec.Replicas), rs.Name
+			return int(*rs.Spec.Replicas), rs.Name, nil
 		}
 	}
-	return 0, ""
+	return 0, "", nil
+}
+
+// ForbiddenError is a lookup the API server refused: it names the call, who
+// was refused and the RBAC rule that grants it, and where danki ships it.
+type ForbiddenError struct {
+	Verb, Group, Resource, Namespace string
+	// User is who the API server refused ("system:serviceaccount:ns:name"),
+	// "" when its answer does not say.
+	User string
+	// Why says what danki needs the call for ("danki lists them to …").
+	Why string
+	Err error
+}
+
+func (e *ForbiddenError) Error() string {
+	res := e.Resource
+	if e.Group != "" {
+		res += "." + e.Group
+	}
+	who := ""
+	if e.User != "" {
+		who = " for " + e.User
+	}
+	msg := fmt.Sprintf("%s %s in namespace %s is forbidden%s", e.Verb, res, e.Namespace, who)
+	if e.Why != "" {
+		msg += " (" + e.Why + ")"
+	}
+	msg += fmt.Sprintf(": grant %q on %q in apiGroup %q (%s)", e.Verb, e.Resource, e.Group, PluginsRBAC)
+	if e.User == "" {
+		msg += ": " + e.Err.Error()
+	}
+	return msg
+}
+
+func (e *ForbiddenError) Unwrap() error { return e.Err }
+
+// PluginsRBAC is where danki ships the rules its plugins need, for the
+// identity they run as: the Argo Rollouts controller's ServiceAccount.
+// The CLI runs as the kubeconfig's user, which its cluster's admin grants.
+const PluginsRBAC = "for danki's plugins the ClusterRole danki-plugins in deploy/rbac/clusterrole.yaml or the Helm chart's templates/plugins-rbac.yaml, bound to the Argo Rollouts controller's ServiceAccount"
+
+// refusedUser reads who was refused from the API server's Forbidden message
+// (`User "system:serviceaccount:ns:sa" cannot list resource …`).
+var refusedUser = regexp.MustCompile(`User "([^"]*)" cannot`)
+
+// apiError wraps a failed call of verb on group/resource in ns: a
+// Forbidden becomes a ForbiddenError naming the rule, anything else says
+// which call failed.
+func apiError(err error, verb, group, resource, ns, why string) error {
+	if apierrors.IsForbidden(err) {
+		fe := &ForbiddenError{Verb: verb, Group: group, Resource: resource, Namespace: ns, Why: why, Err: err}
+		if m := refusedUser.FindStringSubmatch(err.Error()); m != nil {
+			fe.User = m[1]
+		}
+		return fe
+	}
+	res := resource
+	if group != "" {
+		res += "." + group
+	}
+	return fmt.Errorf("%s %s in namespace %s: %w", verb, res, ns, err)
 }
 
 // endOfContext reports whether a lookup failed only because ctx is ending:
@@ -178,7 +271,8 @@ func (k KubeTargets) fromEndpointSlices(ctx context.Context, kube kubernetes.Int
 		LabelSelector: discoveryv1.LabelServiceName + "=" + k.Service,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("list EndpointSlices of Service %s/%s: %w", k.Namespace, k.Service, err)
+		return nil, fmt.Errorf("EndpointSlices of Service %s/%s: %w", k.Namespace, k.Service,
+			apiError(err, "list", "discovery.k8s.io", "endpointslices", k.Namespace, "danki lists them to find the Service's ready endpoints"))
 	}
 	// The endpoints' pods, by name: with a hash, only those are targets;
 	// either way a target keeps its pod (its readinessProbe, gRPC port,
@@ -186,7 +280,7 @@ func (k KubeTargets) fromEndpointSlices(ctx context.Context, kube kubernetes.Int
 	byName := map[string]*corev1.Pod{}
 	pods, err := kube.CoreV1().Pods(k.Namespace).List(ctx, metav1.ListOptions{LabelSelector: k.selector().String()})
 	if err != nil {
-		return nil, fmt.Errorf("list pods matching %q in %s: %w", k.selector(), k.Namespace, err)
+		return nil, fmt.Errorf("pods matching %q: %w", k.selector(), apiError(err, "list", "", "pods", k.Namespace, "danki lists them to find the pods to warm"))
 	}
 	for i := range pods.Items {
 		byName[pods.Items[i].Name] = &pods.Items[i]
@@ -257,7 +351,7 @@ func (k KubeTargets) fromPods(ctx context.Context, kube kubernetes.Interface) ([
 	sel := k.selector()
 	pods, err := kube.CoreV1().Pods(k.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
 	if err != nil {
-		return nil, fmt.Errorf("list pods matching %q in %s: %w", sel, k.Namespace, err)
+		return nil, fmt.Errorf("pods matching %q: %w", sel, apiError(err, "list", "", "pods", k.Namespace, "danki lists them to find the pods to warm"))
 	}
 	var targets []Target
 	for _, p := range pods.Items {

@@ -2,6 +2,7 @@ package warmup
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -10,9 +11,14 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 )
 
 // TestKubeTargetsAgainstAPIServer resolves targets from real Pods and
@@ -274,4 +280,88 @@ func mkSlice(t *testing.T, kube kubernetes.Interface, ns, name, service string, 
 	if _, err := kube.DiscoveryV1().EndpointSlices(ns).Create(context.Background(), s, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestReplicaSetLookupForbidden: a Forbidden on the ReplicaSets list (how
+// many canary pods to wait for) ends Wait at once with an error that names
+// the call, who was refused and the rule to grant, where danki ships it; it
+// never falls back to waiting for minPods alone. Another API error is asked
+// again and, while it lasts, is the error; NotFound means no ReplicaSet.
+func TestReplicaSetLookupForbidden(t *testing.T) {
+	ctx := context.Background()
+	pod := podSpec("shop", "cart-a", "new", nil, nil)
+	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.5",
+		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
+	k := KubeTargets{Namespace: "shop", Selector: "app=shop", PodTemplateHash: "new", Port: intstr.FromString("http")}
+	const user = "system:serviceaccount:argo-rollouts:argo-rollouts"
+	refuse := func(err error) *fake.Clientset {
+		kube := fake.NewClientset(pod)
+		kube.PrependReactor("list", "replicasets", func(k8stesting.Action) (bool, runtime.Object, error) {
+			return true, nil, err
+		})
+		return kube
+	}
+	forbidden := apierrors.NewForbidden(schema.GroupResource{Group: "apps", Resource: "replicasets"}, "",
+		errors.New(`User "`+user+`" cannot list resource "replicasets" in API group "apps" in the namespace "shop"`))
+
+	t.Run("Forbidden", func(t *testing.T) {
+		start := time.Now()
+		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		ts, err := k.Wait(wctx, refuse(forbidden), 1, 50*time.Millisecond)
+		if err == nil {
+			t.Fatalf("Wait = %v, nil; want the Forbidden, not a warm-up of minPods", ts)
+		}
+		var fe *ForbiddenError
+		if !errors.As(err, &fe) || !apierrors.IsForbidden(err) {
+			t.Errorf("err %v (%T): want a ForbiddenError wrapping the API's Forbidden", err, err)
+		}
+		for _, want := range []string{
+			"list replicasets.apps in namespace shop is forbidden for " + user,
+			`grant "list" on "replicasets" in apiGroup "apps"`,
+			"ClusterRole danki-plugins", "deploy/rbac/clusterrole.yaml", "templates/plugins-rbac.yaml",
+		} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("err %q\ndoes not say %q", err, want)
+			}
+		}
+		if took := time.Since(start); took > 10*time.Second {
+			t.Errorf("Wait took %s: it polled on a refusal no wait changes", took)
+		}
+	})
+	t.Run("Forbidden without a user", func(t *testing.T) {
+		_, _, err := k.wantedReplicas(ctx, refuse(apierrors.NewForbidden(schema.GroupResource{Group: "apps", Resource: "replicasets"}, "", errors.New("no RBAC policy matched"))))
+		if err == nil || !strings.Contains(err.Error(), "list replicasets.apps in namespace shop is forbidden (") || !strings.Contains(err.Error(), "no RBAC policy matched") {
+			t.Errorf("err %v: want the rule and the API's own words", err)
+		}
+	})
+	t.Run("another API error", func(t *testing.T) {
+		wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		defer cancel()
+		_, err := k.Wait(wctx, refuse(apierrors.NewInternalError(errors.New("etcd unavailable"))), 1, 50*time.Millisecond)
+		if err == nil || !strings.Contains(err.Error(), "list replicasets.apps in namespace shop") || !strings.Contains(err.Error(), "etcd unavailable") {
+			t.Errorf("err %v: want the failed ReplicaSets list, not a warm-up of minPods", err)
+		}
+	})
+	t.Run("NotFound", func(t *testing.T) {
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		ts, err := k.Wait(wctx, refuse(apierrors.NewNotFound(schema.GroupResource{Group: "apps", Resource: "replicasets"}, "")), 1, 50*time.Millisecond)
+		if err != nil || len(ts) != 1 {
+			t.Errorf("Wait = %v, %v; want the one pod (no ReplicaSet: minPods decides)", ts, err)
+		}
+	})
+	t.Run("pods list Forbidden", func(t *testing.T) {
+		kube := fake.NewClientset(pod)
+		kube.PrependReactor("list", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+			return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "",
+				errors.New(`User "`+user+`" cannot list resource "pods" in API group "" in the namespace "shop"`))
+		})
+		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		_, err := k.Wait(wctx, kube, 1, 50*time.Millisecond)
+		if err == nil || !strings.Contains(err.Error(), "list pods in namespace shop is forbidden for "+user) || !strings.Contains(err.Error(), `grant "list" on "pods" in apiGroup ""`) {
+			t.Errorf("err %v: want the pods rule named", err)
+		}
+	})
 }

@@ -207,7 +207,7 @@ spec:
 
 // testRBAC installs deploy/ for real and runs danki's own client calls —
 // pkg/shift's VirtualService/DestinationRule reads and updates, pkg/warmup's
-// EndpointSlice and pod lookups, the router's status.abort patch and its
+// EndpointSlice, pod and ReplicaSet lookups, the router's status.abort patch and its
 // Warning event — as the Argo Rollouts controller's ServiceAccount: with
 // danki's ClusterRole they all succeed (and nothing else grants anything
 // here: envtest has no other roles), and as a ServiceAccount without it
@@ -267,6 +267,14 @@ func testRBAC(t *testing.T, e *testenv.Env, k *kubectl, deploy string) {
 				}},
 				{"danki/warmup pods by selector (list pods)", func() error {
 					got, err := warmup.KubeTargets{Namespace: ns, Selector: "app=app", PodTemplateHash: "canaryhash", Port: intstr.FromString("http")}.Resolve(ctx, kube)
+					return wantTargets(got, err, "http://10.244.0.5:8080")
+				}},
+				{"danki/warmup wait for the canary ReplicaSet's replicas (list pods, replicasets)", func() error {
+					// Wait reads spec.replicas of the canary's ReplicaSet
+					// (seeded: 1): a Forbidden there fails the wait.
+					wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+					defer cancel()
+					got, err := warmup.KubeTargets{Namespace: ns, Selector: "app=app", PodTemplateHash: "canaryhash", Port: intstr.FromString("http")}.Wait(wctx, kube, 1, 100*time.Millisecond)
 					return wantTargets(got, err, "http://10.244.0.5:8080")
 				}},
 				{"danki/warmup yieldCPU (get pods, patch pods/resize)", func() error {
@@ -379,6 +387,7 @@ func waitAuthorized(t *testing.T, kube kubernetes.Interface, user, ns string) {
 		{Group: "networking.istio.io", Resource: "destinationrules", Verb: "get"},
 		{Group: "discovery.k8s.io", Resource: "endpointslices", Verb: "list"},
 		{Resource: "pods", Verb: "list"},
+		{Group: "apps", Resource: "replicasets", Verb: "list"},
 		{Resource: "pods", Subresource: "resize", Verb: "patch"},
 		{Group: "argoproj.io", Resource: "rollouts", Subresource: "status", Verb: "patch"},
 		{Group: "argoproj.io", Resource: "rollouts", Verb: "patch"},
@@ -454,6 +463,14 @@ func seed(t *testing.T, e *testenv.Env, ns string) {
 	}, metav1.CreateOptions{})
 	must("Rollout", err)
 
+	canary, replicas := map[string]string{"app": "app", "rollouts-pod-template-hash": "canaryhash"}, int32(1)
+	_, err = e.Kube.AppsV1().ReplicaSets(ns).Create(ctx, &appsv1.ReplicaSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "app-canaryhash", Namespace: ns, Labels: canary},
+		Spec: appsv1.ReplicaSetSpec{Replicas: &replicas, Selector: &metav1.LabelSelector{MatchLabels: canary},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: canary},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.example.com/app:v2"}}}}},
+	}, metav1.CreateOptions{})
+	must("ReplicaSet", err)
 	pod, err := e.Kube.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "app-canary-1", Namespace: ns,
 			Labels: map[string]string{"app": "app", "rollouts-pod-template-hash": "canaryhash"}},
