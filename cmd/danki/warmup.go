@@ -76,26 +76,20 @@ func warmupCmd() (*cobra.Command, *warmupFlags) {
 		Use:   "warmup",
 		Short: "Warm pods with synthetic load until their latency converges",
 		Long: `Send synthetic fortio load straight at pods (or URLs) until their latency has
-converged: it stopped improving — its latest quarter of windows of --window
-requests is not faster than the quarter before by more than --tolerance in
-p50, nor its latest fifth than the fifth before in p99 and share of slow
-requests — after at least --min-requests. Fails (exit code 1) at --deadline
-or --max-requests without convergence, with the latency trend. A target
-failing 20 requests in a row fails at once, with its last error (exit code
-3). With stable pods (--stable-url, --stable-service or
---stable-hash) they are loaded side by side and are the reference instead: a
-target is warm once the p50 of its latest ~500 requests is within --tolerance
-of theirs and its p99 within --stable-ratio × theirs (a pod that gets faster
-in steps is not taken for warm between two), and a target whose p99 settles
-above --reject-ratio × theirs (and --reject-floor above it) is rejected: a
-slower version, exit code 1.
+converged: a target is warm once its latency stopped improving, or, with
+stable pods (--stable-url, --stable-service or --stable-hash) loaded side by
+side, once it is as fast as theirs; a target that settles slower than stable
+is rejected (a slower version). What warm means, the knobs worth turning and
+how to read the result: docs/warmup.md. The stopping rule itself, once:
+docs/stopping-rule.md.
+Fails (exit code 1) at --deadline or --max-requests without convergence, with
+the latency trend; a target failing 20 requests in a row fails at once, with
+its last error (exit code 3).
 Each target's pace starts at --start-qps (default --qps / 8) and doubles while
-the pod keeps up, up to --qps, within --cpu-budget cores if set; with stable pods, the pace is halved while
-their latency rises (--neighbour-guard), and each back-off is printed.
-Where a pod exposes its JIT's compile time (Spring Boot's /actuator/prometheus
-by default, --jit-metrics-path), a pod whose JIT still compiles is not called
-warm however flat its latency (a JIT's tiers make it faster in steps); the
-result says whether the signal was used.
+the pod keeps up, up to --qps, within --cpu-budget cores if set; with stable
+pods it is halved while their latency rises (--neighbour-guard), and each
+back-off is printed. Where a pod exposes its JIT's compile time
+(--jit-metrics-path), a pod whose JIT still compiles is not called warm.
 Every request carries the marker header X-Danki-Warmup: 1; only GET, HEAD and
 OPTIONS are sent unless --allow-side-effects.
 
@@ -314,8 +308,8 @@ func addStoppingRuleFlags(fl *pflag.FlagSet, c *warmup.Config, absTolerance *tim
 	fl.Int64Var(&c.MaxRequests, "max-requests", warmup.DefaultMaxRequests, "cap of "+what+": fail when they did not converge")
 	fl.Int64Var(&c.MinRequests, "min-requests", warmup.DefaultMinRequests, what+" before the latency may count as converged")
 	fl.IntVar(&c.Window, "window", warmup.DefaultWindow, "requests per latency window")
-	fl.IntVar(&c.StableWindows, "stable-windows", warmup.DefaultStableWindows, "smallest block of windows the stopping rule compares")
-	fl.Float64Var(&c.Tolerance, "tolerance", warmup.DefaultTolerance, "still warming while the latest block is faster than the one before by more than this (p50, p99, share of slow requests)")
+	fl.IntVar(&c.StableWindows, "stable-windows", warmup.DefaultStableWindows, "smallest block of windows the stopping rule compares (docs/stopping-rule.md)")
+	fl.Float64Var(&c.Tolerance, "tolerance", warmup.DefaultTolerance, "still warming while the latest block is faster than the one before by more than this (docs/stopping-rule.md)")
 	fl.DurationVar(absTolerance, "abs-tolerance", warmup.DefaultAbsoluteTolerance, "an improvement this small counts as none (nor a request this little above the p50 as slow)")
 	fl.Float64Var(maxErrorRatio, "max-error-ratio", warmup.DefaultMaxErrorRatio, "share of failed requests a converging window may have")
 	fl.DurationVar(deadline, "deadline", warmup.DefaultDeadline, "give up after this long")

@@ -58,8 +58,8 @@ Mirrored requests are real users' requests, writes included: refused unless
 --method lists only GET, HEAD, OPTIONS. The canary's requests are counted as
 mirrored while its weight is 0 (read every --poll) and as users' otherwise.
 
---config takes the step's mirror block (YAML or JSON, see docs/warmup.md,
-Mirrored traffic); flags given override its fields. The window table goes to
+--config takes the step's mirror block (YAML or JSON, see docs/mirror.md);
+flags given override its fields. The stopping rule: docs/stopping-rule.md. The window table goes to
 stdout, progress to stderr. Exit status: 0 converged; 1 not converged by
 --deadline or --max-requests (the reason on stderr); 3 an error ("Error: …").`,
 		Example: `  danki warmup mirror -n shop --virtual-service app --stable-host app-stable --canary-host app-canary \
