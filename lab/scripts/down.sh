@@ -4,7 +4,8 @@
 # state. Safe to run when nothing is running. Then checks that nothing the lab
 # started is still running (lib.sh's lab_leftovers: its processes and what
 # they started, plugin copies, pods' JVMs), nor its network namespace, nor
-# the lab runner's cgroups (lab_cgroup_leftovers): if something is, it names
+# the lab runner's cgroups (lab_cgroup_leftovers; groups of that name its runner
+# did not create are removed with a warning): if something is, it names
 # it, kills or removes it and fails (a teardown bug).
 set -euo pipefail
 # shellcheck source=lab/scripts/lib.sh
@@ -31,21 +32,31 @@ if [ -n "$leftovers" ]; then
 fi
 cgroups=$(lab_cgroup_leftovers)
 if [ -n "$cgroups" ]; then
-	log "ERROR: the lab runner's cgroups still exist after lab down (its teardown removes them):"
-	mapfile -t cgroup_dirs <<<"$cgroups"
-	printf '  %s\n' "${cgroup_dirs[@]}" >&2
-	# Why: the runner logs its failed removals, how long its stop took and
-	# the groups it removed; what is in each group left (its members, its
-	# child groups) tells a process that escaped from a group made anew.
-	grep -hE 'level=(WARN|ERROR)|pods stopped|cgroups removed' "$logs/lab-runner.log" 2>/dev/null | tail -n 8 | sed 's/^/  runner: /' >&2 || true
-	tail -n 3 "$logs/lab-runner.log" 2>/dev/null | sed 's/^/  runner log ends: /' >&2 || true
-	for d in "${cgroup_dirs[@]}"; do
-		printf '  %s: created %s, members [%s], groups [%s]\n' "$d" "$(stat -c %y "$d" 2>/dev/null)" \
-			"$(find "$d" -name cgroup.procs -exec cat {} + 2>/dev/null | tr '\n' ' ')" \
-			"$(find "$d" -mindepth 1 -type d -printf '%P ' 2>/dev/null)" >&2
+	mapfile -t found <<<"$cgroups"
+	# Only the groups this lab's runner created are its teardown's to
+	# remove; a group of the same name elsewhere (below another process
+	# group's memory cgroup: an earlier lab run from another session) is
+	# not, and is removed with a warning.
+	runner_groups=" $(lab_runner_cgroups) "
+	cgroup_dirs=() others=()
+	for d in "${found[@]}"; do
+		if [[ $runner_groups == *" $d "* ]]; then cgroup_dirs+=("$d"); else others+=("$d"); fi
 	done
-	remove_cgroups "${cgroup_dirs[@]}"
-	die "lab down left ${#cgroup_dirs[@]} cgroup(s) behind (removed now, see above)"
+	if [ ${#others[@]} -gt 0 ]; then
+		log "WARNING: removing ${#others[@]} group(s) named $LAB_CGROUP that this lab's runner did not create (its groups: [$(lab_runner_cgroups)]):"
+		describe_cgroups "${others[@]}"
+		remove_cgroups "${others[@]}"
+	fi
+	if [ ${#cgroup_dirs[@]} -gt 0 ]; then
+		log "ERROR: the lab runner's cgroups still exist after lab down (its teardown removes them):"
+		describe_cgroups "${cgroup_dirs[@]}"
+		# Why: the runner logs its failed removals, how long its stop took
+		# and the groups it removed.
+		grep -hE 'level=(WARN|ERROR)|pods stopped|cgroups removed' "$logs/lab-runner.log" 2>/dev/null | tail -n 8 | sed 's/^/  runner: /' >&2 || true
+		tail -n 3 "$logs/lab-runner.log" 2>/dev/null | sed 's/^/  runner log ends: /' >&2 || true
+		remove_cgroups "${cgroup_dirs[@]}"
+		die "lab down left ${#cgroup_dirs[@]} cgroup(s) behind (removed now, see above)"
+	fi
 fi
 if command -v ip >/dev/null && ip netns list 2>/dev/null | grep -qw "$NETNS"; then
 	die "network namespace $NETNS still exists after lab down"

@@ -221,6 +221,25 @@ lab_cgroup_leftovers() {
 	done < <(awk '{ for (i = 1; i <= NF; i++) if ($i == "-") { if ($(i+1) == "cgroup") print $5; break } }' /proc/self/mountinfo)
 }
 
+# lab_runner_cgroups: the groups the lab's runner created (its log's line
+# when it applied pods' resources), space-separated; empty if it ran
+# without cgroups.
+lab_runner_cgroups() {
+	sed -n 's/.*applied through cgroup v1.* groups="\[\([^]]*\)\]".*/\1/p' "$logs/lab-runner.log" 2>/dev/null | tail -n 1
+}
+
+# describe_cgroups DIR...: each group's creation time, members and child
+# groups, one line each (why a group is left: a process that escaped, or a
+# group made anew).
+describe_cgroups() {
+	local d
+	for d in "$@"; do
+		printf '  %s: created %s, members [%s], groups [%s]\n' "$d" "$(stat -c %y "$d" 2>/dev/null)" \
+			"$(find "$d" -name cgroup.procs -exec cat {} + 2>/dev/null | tr '\n' ' ')" \
+			"$(find "$d" -mindepth 1 -type d -printf '%P ' 2>/dev/null)" >&2
+	done
+}
+
 # remove_cgroups DIR...: kills what runs in each group and below it, then
 # removes the groups, deepest first.
 remove_cgroups() {
