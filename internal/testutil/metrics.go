@@ -8,10 +8,32 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/danki-dev/danki/pkg/metrics"
 )
+
+// RegisteredFamilies is every metric family the gate and the plugins
+// register, gathered from a registry of their own (every counter's label
+// values exist at 0 from the start: docs/metrics.md).
+func RegisteredFamilies(t testing.TB) []*dto.MetricFamily {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	if _, err := metrics.NewGate(reg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := metrics.NewPlugin(reg); err != nil {
+		t.Fatal(err)
+	}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return families
+}
 
 // Scrape is one scrape of a Prometheus metrics endpoint, parsed.
 type Scrape map[string]*dto.MetricFamily

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	itest "github.com/danki-dev/danki/internal/testutil"
 )
 
 // TestDashboardShowsEveryMetric keeps deploy/grafana/danki-dashboard.json
@@ -54,7 +56,7 @@ func TestDashboardShowsEveryMetric(t *testing.T) {
 	}
 
 	registered := map[string]bool{}
-	for _, f := range registeredFamilies(t) {
+	for _, f := range itest.RegisteredFamilies(t) {
 		registered[f.GetName()] = true
 	}
 

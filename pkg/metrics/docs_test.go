@@ -7,10 +7,9 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"sigs.k8s.io/yaml"
 
+	itest "github.com/danki-dev/danki/internal/testutil"
 	"github.com/danki-dev/danki/pkg/metrics"
 )
 
@@ -25,7 +24,7 @@ func TestDocsListEveryMetric(t *testing.T) {
 	for _, m := range regexp.MustCompile("(?m)^\\| `(danki_[a-z_]+)` \\| ([a-z]+) \\|").FindAllStringSubmatch(string(raw), -1) {
 		documented[m[1]] = m[2]
 	}
-	families := registeredFamilies(t)
+	families := itest.RegisteredFamilies(t)
 	var registered []string
 	for _, f := range families {
 		registered = append(registered, f.GetName())
@@ -111,22 +110,4 @@ func TestDocsScrapeExampleFits(t *testing.T) {
 			t.Errorf("a PodMonitor scrapes port %q, which no container names", p)
 		}
 	}
-}
-
-// registeredFamilies is every metric family the gate and the plugins
-// register.
-func registeredFamilies(t *testing.T) []*dto.MetricFamily {
-	t.Helper()
-	reg := prometheus.NewRegistry()
-	if _, err := metrics.NewGate(reg); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := metrics.NewPlugin(reg); err != nil {
-		t.Fatal(err)
-	}
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return families
 }

@@ -8,10 +8,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/yaml"
 
-	"github.com/danki-dev/danki/pkg/metrics"
+	"github.com/danki-dev/danki/internal/testutil"
 	"github.com/danki-dev/danki/test/testenv"
 )
 
@@ -20,19 +19,8 @@ import (
 // the start: docs/metrics.md).
 func registered(t *testing.T) map[string]map[string][]string {
 	t.Helper()
-	reg := prometheus.NewRegistry()
-	if _, err := metrics.NewGate(reg); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := metrics.NewPlugin(reg); err != nil {
-		t.Fatal(err)
-	}
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
 	out := map[string]map[string][]string{}
-	for _, f := range families {
+	for _, f := range testutil.RegisteredFamilies(t) {
 		labels := map[string][]string{}
 		for _, m := range f.GetMetric() {
 			for _, l := range m.GetLabel() {
