@@ -137,6 +137,13 @@ func Run(ctx context.Context, cfg Config, targets []Target, opts Options) (*Resu
 	if err != nil {
 		return nil, fmt.Errorf("invalid warm-up config: %w", err)
 	}
+	// The stopping rule, built once: how this run judges its targets is
+	// its own, not the config's.
+	reject := cfg.rejecting(len(opts.Stable) > 0)
+	stopRule, err := cfg.newRule(reject, opts.JudgeAgainstStable && len(opts.Stable) > 0)
+	if err != nil {
+		return nil, fmt.Errorf("invalid warm-up config: %w", err)
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -185,7 +192,6 @@ func Run(ctx context.Context, cfg Config, targets []Target, opts Options) (*Resu
 
 	emit(Progress{Phase: PhaseHealth})
 	probe := append([]Target(nil), targets...)
-	reject := cfg.rejecting(len(opts.Stable) > 0)
 	// The neighbour guard watches the stable pods whenever they are given.
 	stableLoad := cfg.CompareToStable || reject || (*cfg.NeighbourGuard && len(opts.Stable) > 0)
 	if stableLoad {
@@ -218,8 +224,7 @@ func Run(ctx context.Context, cfg Config, targets []Target, opts Options) (*Resu
 	}
 	opts.Logger.Debug("warm-up load starting", "targets", len(targets), "qps", cfg.QPS, "startQPS", cfg.StartQPS, "connections", cfg.Connections)
 	emit(Progress{Phase: PhaseLoad})
-	cfg.judgeStable = opts.JudgeAgainstStable && len(opts.Stable) > 0
-	c := &coordinator{cfg: &cfg, opts: opts, set: set, seed: uint64(seed), start: start, emit: emit, res: res, reject: reject, stableLoad: stableLoad}
+	c := &coordinator{cfg: &cfg, opts: opts, set: set, seed: uint64(seed), start: start, emit: emit, res: res, rule: stopRule, stableLoad: stableLoad}
 	err = c.run(ctx, runCtx, targets)
 	res.Elapsed = time.Since(start)
 	if len(warmed) > 0 {
