@@ -58,7 +58,7 @@ type targetState struct {
 // reports progress and stops the load. Only its goroutine touches the
 // states and the Result.
 type coordinator struct {
-	cfg   *Config
+	cfg   *session
 	opts  Options
 	set   *requestSet
 	seed  uint64

@@ -176,7 +176,7 @@ type jitReader struct {
 // newJITReader returns the reader of t's signal, nil when it is not read.
 // Its requests go through the warm-up's checked dial (dialContext: the
 // network policy, the guard, mTLS for a pod that has it).
-func (c *Config) newJITReader(ctx context.Context, t Target, count func() int64) *jitReader {
+func (c *session) newJITReader(ctx context.Context, t Target, count func() int64) *jitReader {
 	u := c.jitURL(t)
 	if u == "" {
 		return nil

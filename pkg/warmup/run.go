@@ -178,15 +178,16 @@ func Run(ctx context.Context, cfg Config, targets []Target, opts Options) (*Resu
 
 	// Which pods get mTLS: on copies, the caller's targets stay as given.
 	targets, opts.Stable = slices.Clone(targets), slices.Clone(opts.Stable)
-	cfg.peers, cfg.meshPlain = nil, nil
-	if err := cfg.resolvePeers(runCtx, targets, opts.Stable); err != nil {
+	routes, err := cfg.resolvePeers(runCtx, targets, opts.Stable)
+	if err != nil {
 		res.Elapsed, res.Reason = time.Since(start), err.Error()
 		return res, err
 	}
+	sess := &session{Config: &cfg, routes: routes}
 	for i, t := range targets {
 		res.Targets[i].Target = t
 	}
-	if len(cfg.peers) > 0 {
+	if len(routes.peers) > 0 {
 		res.Mesh = cfg.policy().Mesh.Self()
 	}
 
@@ -202,7 +203,7 @@ func Run(ctx context.Context, cfg Config, targets []Target, opts Options) (*Resu
 	if cfg.Deadline <= cfg.HealthTimeout {
 		limit = fmt.Sprintf("before the warm-up's deadline %s (shorter than healthTimeout %s)", cfg.Deadline, cfg.HealthTimeout)
 	}
-	err = waitHealthy(healthCtx, &cfg, probe, limit)
+	err = waitHealthy(healthCtx, sess, probe, limit)
 	healthCancel()
 	if err != nil {
 		res.Elapsed = time.Since(start)
@@ -217,14 +218,14 @@ func Run(ctx context.Context, cfg Config, targets []Target, opts Options) (*Resu
 	if cfg.isGRPC() {
 		// Message types from the server's reflection (or the descriptor
 		// set), once, now that the pods answer.
-		if err := resolveGRPC(runCtx, &cfg, set, targets[0]); err != nil {
+		if err := resolveGRPC(runCtx, sess, set, targets[0]); err != nil {
 			res.Elapsed, res.Reason = time.Since(start), err.Error()
 			return res, err
 		}
 	}
 	opts.Logger.Debug("warm-up load starting", "targets", len(targets), "qps", cfg.QPS, "startQPS", cfg.StartQPS, "connections", cfg.Connections)
 	emit(Progress{Phase: PhaseLoad})
-	c := &coordinator{cfg: &cfg, opts: opts, set: set, seed: uint64(seed), start: start, emit: emit, res: res, rule: stopRule, stableLoad: stableLoad}
+	c := &coordinator{cfg: sess, opts: opts, set: set, seed: uint64(seed), start: start, emit: emit, res: res, rule: stopRule, stableLoad: stableLoad}
 	err = c.run(ctx, runCtx, targets)
 	res.Elapsed = time.Since(start)
 	if len(warmed) > 0 {

@@ -17,10 +17,10 @@ func (c *coordinator) startLoad(reqCtx, jitCtx context.Context, targets []Target
 		}
 	}
 	if *c.cfg.NeighbourGuard && c.stableLoad {
-		c.guard = newNeighbourGuard(c.cfg, false)
+		c.guard = newNeighbourGuard(c.cfg.Config, false)
 	}
 	if *c.cfg.NeighbourGuard && c.opts.Neighbours != nil {
-		c.usersGuard = newNeighbourGuard(c.cfg, true)
+		c.usersGuard = newNeighbourGuard(c.cfg.Config, true)
 	}
 	if c.stableLoad {
 		if err := c.addStable(reqCtx); err != nil {
@@ -47,7 +47,7 @@ func (c *coordinator) addTarget(reqCtx, jitCtx context.Context, i int, t Target)
 	st := &targetState{res: &c.res.Targets[i], waiting: "no complete window yet"}
 	st.rec = newRecorder(c.cfg.Window, c.cfg.MaxRequests, c.events)
 	st.res.CPUBudget = c.cfg.cpuBudget(t)
-	st.pacer = newPacer(c.cfg, st.res.CPUBudget)
+	st.pacer = newPacer(c.cfg.Config, st.res.CPUBudget)
 	st.rec.pacer = st.pacer
 	r, err := newLoadRunner(reqCtx, t, 0, st.pacer.pace, c.cfg.Connections, c.cfg.MaxRequests, c.cfg, c.set, c.seed, uint64(i), st.rec)
 	if err != nil {

@@ -268,7 +268,10 @@ func simulateRejection(rng *rand.Rand, slow func(rng *rand.Rand, d time.Duration
 // same version is never rejected, and a version with 5 % of requests +1 s is
 // always rejected, before any user request.
 func TestRejectionSimulated(t *testing.T) {
-	const runs = 2000
+	runs := 2000
+	if testing.Short() {
+		runs = 200 // the same goals on the first 200 warm-ups, in a second
+	}
 	same, sameConverged, bad := 0, 0, 0
 	var badAt []int
 	rng := rand.New(rand.NewPCG(7, 8))
@@ -296,7 +299,7 @@ func TestRejectionSimulated(t *testing.T) {
 		median = badAt[len(badAt)/2]
 	}
 	t.Logf("%d seeded warm-ups each: same version rejected in %d (%.2f%%), converged in %d; 5%% of requests +1s rejected in %d (%.1f%%), median at window %d (%d requests per pod)",
-		runs, same, 100*float64(same)/runs, sameConverged, bad, 100*float64(bad)/runs, median, median*defaults().Window)
+		runs, same, 100*float64(same)/float64(runs), sameConverged, bad, 100*float64(bad)/float64(runs), median, median*defaults().Window)
 	if same > 0 {
 		t.Errorf("the same version was rejected in %d of %d warm-ups", same, runs)
 	}
