@@ -41,7 +41,7 @@
 //     in median window p99 and share of slow requests (one-sided and
 //     scale-free), at every window for 5 % of its windows and, once it got
 //     faster, for 300 requests (600 while its tail is heavy: its p99 over
-//     3× its p50; see window.go).
+//     3× its p50; see package rule).
 //     Either way it has served MinStop (600 requests with the defaults)
 //     and MinRequests.
 //   - A target whose p99 settles far above stable's is rejected
@@ -69,6 +69,11 @@
 // FindTargets resolves a TargetQuery (explicit URLs, or pods waited for in
 // Kubernetes) the same way for every caller. The load itself is pkg/load's
 // paced fortio runner; windows are pkg/latency summaries.
+//
+// The stopping rule is package rule (pkg/warmup/rule), pure: it is fed
+// each window and JIT reading and decides; the coordinator
+// (coordinator.go) pumps the events and acts on its decisions in one place
+// (decide.go).
 //
 // The package is the warm-up engine only, plain Go: the danki/warmup step
 // (its config, its background runs and their status) is pkg/warmupstep, and

@@ -72,7 +72,7 @@ type Options struct {
 	// TargetResult.Latencies (exact figures over a fixed count: the
 	// analysis' load source, the capacity check). Without it a run keeps
 	// only the windows' summaries and the stopping rule's bounded
-	// histograms, whatever maxRequests (see blockPool).
+	// histograms, whatever maxRequests (see package rule's blockPool).
 	KeepLatencies bool
 }
 

@@ -92,7 +92,7 @@ func (j *jitSignal) quiet(n, span int64) (quiet, known bool, added float64, over
 // is not called warm — next to stable or on its own plateau — however
 // flat its latency: the JIT gets faster in steps, and a flat stretch
 // between two is no end. Rejection is never held, nor the bounds
-// (deadline, maxRequests, acceptNearStable: the coordinator's).
+// (deadline, maxRequests, acceptNearStable: Pod.AtBound).
 //
 // A quiet JIT releases nothing sooner: caches fill and lazy endpoints
 // warm without it, so it cannot vouch for a plateau (a plateau judged

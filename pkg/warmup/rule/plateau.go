@@ -34,12 +34,12 @@ type stopState struct {
 	jit *jitSignal
 	// from is how many of the target's first windows count towards no
 	// plateau's length: those measured while it yielded its CPU
-	// (Options.Yield), 0 otherwise.
+	// (the warm-up's yield: Pod.Restart), 0 otherwise.
 	from int
 }
 
 // restart forgets the plateaus counted so far: the target's CPU came back
-// after its first n windows (Options.Yield), and a plateau that ends a
+// after its first n windows (Pod.Restart), and a plateau that ends a
 // warm-up or rejects a version must hold at full weight.
 func (s *stopState) restart(n int) {
 	s.slowerFor, s.settled, s.ownFor, s.from = 0, nil, 0, n
