@@ -5,8 +5,6 @@ import (
 	"math"
 	"slices"
 	"time"
-
-	"fortio.org/fortio/stats"
 )
 
 // Summary is the latency of a set of requests. Percentiles are exact
@@ -31,12 +29,16 @@ func Summarize(latencies []time.Duration, errors int) Summary {
 	if len(latencies) == 0 {
 		return s
 	}
-	var c stats.Counter // in nanoseconds: exact for any realistic total
+	// Min, mean and max as fortio's stats.Counter has them (a float64 sum
+	// in nanoseconds, in the requests' order: exact for any realistic
+	// total), without its package: the stopping rule imports this one, and
+	// fortio's stats bring its logger and net/http along.
+	sum := 0.0
 	for _, d := range latencies {
-		c.Record(float64(d))
+		sum += float64(d)
 	}
 	slices.Sort(latencies)
-	s.Min, s.Mean, s.Max = time.Duration(c.Min), time.Duration(c.Avg()), time.Duration(c.Max)
+	s.Min, s.Mean, s.Max = latencies[0], time.Duration(sum/float64(len(latencies))), latencies[len(latencies)-1]
 	s.P50 = Percentile(latencies, 50)
 	s.P90 = Percentile(latencies, 90)
 	s.P99 = Percentile(latencies, 99)

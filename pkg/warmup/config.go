@@ -303,17 +303,6 @@ type Config struct {
 	// after the policy's own check (the step refuses addresses that are no
 	// longer the rollout's own pods). Nil: no check beyond the policy's.
 	Guard func(netip.Addr) error `json:"-"`
-
-	// judgeStable: the stable targets are the warm answer, with no
-	// rejection (Options.JudgeAgainstStable, the warm gate's Ready
-	// neighbours); set by Run.
-	judgeStable bool
-
-	// peers maps the addresses (host:port) Run dials with mTLS to the
-	// SPIFFE ID the pod there must prove; meshPlain holds the plaintext
-	// addresses of pods with a sidecar (resolvePeers).
-	peers     map[string]string
-	meshPlain map[string]bool
 }
 
 // WithDefaults returns a copy with zero values replaced by the defaults.

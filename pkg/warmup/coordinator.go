@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"fortio.org/fortio/periodic"
+
+	"github.com/danki-dev/danki/pkg/warmup/rule"
 )
 
 // hardStopGrace is how long requests in flight may finish after a hard stop
@@ -39,20 +41,24 @@ type targetState struct {
 	pacer   *pacer
 	done    bool
 	waiting string
-	// stop is the stopping rule's memory of the target (stopState).
-	stop stopState
-	// jit reads the pod's JIT signal (jit.go); nil: not read.
-	jit *jitReader
+	// pod is the stopping rule's state for the target (rule.Pod).
+	pod *rule.Pod
+	// jit reads the pod's JIT signal (jit.go); nil: not read. readings
+	// counts the readings handed to pod so far.
+	jit      *jitReader
+	readings int
 	// lastWindow is when its latest window completed (the load's start
 	// before the first): how long a yield has starved it (checkStarved).
 	lastWindow time.Time
 }
 
-// coordinator owns the runners of one warm-up: it turns completed windows
-// into WindowStats, judges convergence, reports progress and decides when to
-// stop. Only its goroutine touches the states and the Result.
+// coordinator owns the runners of one warm-up. It is an event pump: it
+// turns completed windows into WindowStats, feeds them (and the JIT's
+// readings) to the stopping rule, acts on the rule's decisions (apply),
+// reports progress and stops the load. Only its goroutine touches the
+// states and the Result.
 type coordinator struct {
-	cfg   *Config
+	cfg   *session
 	opts  Options
 	set   *requestSet
 	seed  uint64
@@ -60,9 +66,8 @@ type coordinator struct {
 	emit  func(Progress)
 	res   *Result
 
-	// reject: a converged but slower version fails the warm-up
-	// (Config.RejectSlowerVersion, with stable pods to compare with).
-	reject   bool
+	// rule is the run's stopping rule (package rule), built once.
+	rule     *rule.Rule
 	rejected string // why, once a target was rejected
 	// stableLoad: the stable pods are loaded side by side (compareToStable,
 	// the rejection, or the neighbour guard with stable pods given).
@@ -82,6 +87,19 @@ type coordinator struct {
 	stable *TargetResult
 	srec   *recorder
 	sruns  []*loadRunner
+
+	// runners are all the load's runners (canary and stable); running
+	// counts those whose run has not returned yet, canaryRunning the
+	// canary's.
+	runners                []*loadRunner
+	running, canaryRunning int
+	// stopping: the load is ending, and no decision is acted on any more;
+	// hardStopped: it ends by a hard stop (hardStop).
+	stopping, hardStopped bool
+	// failure is the run's error once it failed.
+	failure error
+	// cancelRequests cuts the requests in flight (hardStop).
+	cancelRequests context.CancelFunc
 }
 
 func (c *coordinator) run(parent, runCtx context.Context, targets []Target) error {
@@ -90,6 +108,7 @@ func (c *coordinator) run(parent, runCtx context.Context, targets []Target) erro
 	// cancels them.
 	reqCtx, cancelRequests := context.WithCancel(context.WithoutCancel(parent))
 	defer cancelRequests()
+	c.cancelRequests = cancelRequests
 	c.events = make(chan event, 256)
 	// The JIT signal's reads end with the run: cancelled, then waited for.
 	jitCtx, stopJIT := context.WithCancel(runCtx)
@@ -99,212 +118,78 @@ func (c *coordinator) run(parent, runCtx context.Context, targets []Target) erro
 			st.jit.close()
 		}
 	}()
-
-	var runners []*loadRunner
-	abortAll := func() {
-		for _, r := range runners {
-			r.stop()
-		}
-	}
-	for i, t := range targets {
-		st := &targetState{res: &c.res.Targets[i], waiting: "no complete window yet"}
-		st.rec = newRecorder(c.cfg.Window, c.cfg.MaxRequests, c.events)
-		st.res.CPUBudget = c.cfg.cpuBudget(t)
-		st.pacer = newPacer(c.cfg, st.res.CPUBudget)
-		st.rec.pacer = st.pacer
-		r, err := newLoadRunner(reqCtx, t, 0, st.pacer.pace, c.cfg.Connections, c.cfg.MaxRequests, c.cfg, c.set, c.seed, uint64(i), st.rec)
-		if err != nil {
-			abortAll()
-			return err
-		}
-		st.runner = r
-		st.rec.onCap = func() { r.stop() }
-		if st.jit = c.cfg.newJITReader(jitCtx, t, st.rec.total.Load); st.jit != nil {
-			st.stop.jit = &jitSignal{}
-		}
-		c.canary = append(c.canary, st)
-		runners = append(runners, r)
-	}
-	if *c.cfg.NeighbourGuard && c.stableLoad {
-		c.guard = newNeighbourGuard(c.cfg, false)
-	}
-	if *c.cfg.NeighbourGuard && c.opts.Neighbours != nil {
-		c.usersGuard = newNeighbourGuard(c.cfg, true)
-	}
-	if c.stableLoad {
-		c.stable = &TargetResult{Target: Target{Name: fmt.Sprintf("stable (%d pods)", len(c.opts.Stable))}}
-		c.res.Stable = c.stable
-		c.srec = newRecorder(c.cfg.Window, 0, c.events)
-		if c.guard != nil {
-			c.srec.look = guardLook
-		}
-		qps := c.cfg.StableQPS / float64(len(c.opts.Stable))
-		for i, t := range c.opts.Stable {
-			r, err := newLoadRunner(reqCtx, t, qps, nil, 1, 0, c.cfg, c.set, c.seed, uint64(1<<16+i), c.srec)
-			if err != nil {
-				abortAll()
-				return err
-			}
-			c.sruns = append(c.sruns, r)
-			runners = append(runners, r)
-		}
-	}
-	for _, st := range c.canary {
-		st.jit.kick() // the compile time before the first request
-	}
-	for _, r := range runners {
-		go func() {
-			results := r.run()
-			c.events <- event{done: r, results: results}
-		}()
+	if err := c.startLoad(reqCtx, jitCtx, targets); err != nil {
+		return err
 	}
 	if c.usersGuard != nil {
 		pollCtx, stopPolling := context.WithCancel(runCtx)
 		defer stopPolling()
 		go c.pollNeighbours(pollCtx)
 	}
-
-	var yieldTimer, starvedLook <-chan time.Time
-	var bound time.Duration
-	if c.opts.Yield != nil && c.opts.Yield.Restore != nil {
-		c.yield, c.res.Yield = yieldOn, &YieldResult{}
-		bound = yieldBound(c.opts.Yield, c.cfg.Deadline.D())
-		t := time.NewTimer(time.Until(c.start.Add(bound)))
-		defer t.Stop()
-		yieldTimer = t.C
-		look := time.NewTicker(c.opts.Yield.stall() / 6)
-		defer look.Stop()
-		starvedLook = look.C
-		now := time.Now()
-		for _, st := range c.canary {
-			st.lastWindow = now
+	clock := c.startYield()
+	defer clock.stop()
+	// Run returns after a Restore it started has returned.
+	defer func() {
+		if c.restoreDone != nil {
+			<-c.restoreDone
 		}
-		// Run returns after a Restore it started has returned.
-		defer func() {
-			if c.restoreDone != nil {
-				<-c.restoreDone
-			}
-		}()
-	}
+	}()
+	c.pump(parent, runCtx, clock)
+	c.finish()
+	return c.outcome()
+}
 
-	running := len(runners)
-	canaryRunning := len(c.canary)
-	stopping, hardStopped := false, false
-	var failure error
-	// A hard stop sends no new request at once, gives requests in flight a
-	// moment to finish (so they are counted as the server saw them), then
-	// cuts the stragglers.
-	hardStop := func() {
-		if !hardStopped {
-			time.AfterFunc(hardStopGrace, cancelRequests)
-		}
-		stopping, hardStopped = true, true
-		abortAll()
-	}
+// pump hands every event to its handler until every runner has returned.
+func (c *coordinator) pump(parent, runCtx context.Context, clock yieldClock) {
 	ctxDone := runCtx.Done()
-	for running > 0 {
+	for c.running > 0 {
 		select {
 		case <-ctxDone:
 			ctxDone = nil
-			switch {
-			case parent.Err() != nil:
-				failure = fmt.Errorf("warm-up stopped: %w", parent.Err())
-				c.res.Reason = "stopped: " + parent.Err().Error()
-			case !stopping && c.cfg.Converging():
-				if accepted := c.acceptNearStable(); accepted != "" {
-					c.res.Reason = fmt.Sprintf("deadline %s passed; %s", c.cfg.Deadline, accepted)
-					break
-				}
-				c.res.Reason = fmt.Sprintf("deadline %s passed before every target converged: %s", c.cfg.Deadline, c.pendingTrends())
-				failure = fmt.Errorf("%w: %s", ErrNotConverged, c.res.Reason)
-			case !stopping:
-				c.res.Reason = fmt.Sprintf("deadline %s reached", c.cfg.Deadline)
+			c.onDeadline(parent)
+		case <-clock.end:
+			clock.end = nil
+			if !c.stopping {
+				c.endYield(fmt.Sprintf("not warm within %s: %s", clock.bound, c.pendingTrends()))
 			}
-			hardStop()
-		case <-yieldTimer:
-			yieldTimer = nil
-			if !stopping {
-				c.endYield(fmt.Sprintf("not warm within %s: %s", bound, c.pendingTrends()))
-			}
-		case now := <-starvedLook:
+		case now := <-clock.starved:
 			if c.yield != yieldOn {
-				starvedLook = nil
-			} else if !stopping {
+				clock.starved = nil
+			} else if !c.stopping {
 				c.checkStarved(now)
 			}
 		case <-c.restoring():
 			c.onRestored()
 		case ev := <-c.events:
-			if ev.failing {
-				if !stopping {
-					c.res.Reason = c.failingReason(ev.rec, ev.failCode)
-					failure = fmt.Errorf("%w: %s", ErrTargetFailing, c.res.Reason)
-					hardStop()
-				}
-				continue
-			}
-			if ev.look != nil {
-				if !stopping {
-					c.onLook(ev.look, ev.users)
-				}
-				continue
-			}
-			if ev.done == nil {
-				c.onWindow(ev)
-				if c.rejected != "" && !stopping {
-					c.res.Reason = c.rejected
-					failure = fmt.Errorf("%w: %s", ErrSlowerVersion, c.rejected)
-					hardStop()
-					continue
-				}
-				if !stopping && c.cfg.Converging() && c.allConverged() {
-					stopping = true
-					c.res.Reason = fmt.Sprintf("all %d targets converged", len(c.canary))
-					abortAll() // let in-flight requests finish: they are counted
-				}
-				continue
-			}
-			running--
-			st := c.stateOf(ev.done)
-			if st == nil {
-				continue // a stable runner
-			}
-			st.done = true
-			st.res.fortio = ev.results
-			canaryRunning--
-			if !st.res.Converged && !stopping && c.cfg.Converging() {
-				why, near := c.cfg.nearStable(st.res.Windows, c.stableP99())
-				if near {
-					last := st.res.Windows[len(st.res.Windows)-1]
-					st.res.Converged, st.res.NearStable = true, true
-					st.res.ConvergedAfter, st.res.ConvergedWindow = last.Requests, last.Index
-					st.waiting = "accepted near stable at maxRequests: " + why
-					if c.allConverged() {
-						stopping = true
-						c.res.Reason = fmt.Sprintf("all %d targets converged; %s accepted near stable at maxRequests %d: %s", len(c.canary), st.res.Target, c.cfg.MaxRequests, why)
-						abortAll()
-					}
-				} else {
-					c.res.Reason = fmt.Sprintf("%s reached maxRequests %d without converging (%s); %s",
-						st.res.Target, c.cfg.MaxRequests, st.waiting, trend(st.res.Windows, 6))
-					failure = fmt.Errorf("%w: %s", ErrNotConverged, c.res.Reason)
-					hardStop()
-				}
-			}
-			if canaryRunning == 0 {
-				for _, r := range c.sruns {
-					r.stop()
-				}
-				if c.res.Reason == "" {
-					c.res.Reason = fmt.Sprintf("maxRequests %d sent to every target", c.cfg.MaxRequests)
-				}
-			}
+			c.onEvent(ev)
 		}
 	}
-	c.finish()
+}
+
+// onEvent handles what a recorder or a runner said.
+func (c *coordinator) onEvent(ev event) {
+	switch {
+	case ev.failing:
+		if !c.stopping {
+			c.fail(ErrTargetFailing, c.failingReason(ev.rec, ev.failCode))
+		}
+	case ev.look != nil:
+		if !c.stopping {
+			c.onLook(ev.look, ev.users)
+		}
+	case ev.done == nil:
+		c.onWindow(ev)
+	default:
+		c.onRunnerDone(ev)
+	}
+}
+
+// outcome is the run's error once the load stopped, and whether it
+// converged.
+func (c *coordinator) outcome() error {
 	c.res.Converged = c.allConverged()
-	if failure != nil {
-		return failure
+	if c.failure != nil {
+		return c.failure
 	}
 	// Validate renders every template once, but a template may still fail
 	// on some draws only (randInt over a range computed per request):
@@ -315,6 +200,15 @@ func (c *coordinator) run(parent, runCtx context.Context, targets []Target) erro
 			c.res.Converged = false
 			c.res.Reason = fmt.Sprintf("every request to %s failed before it was sent: %s", st.res.Target, st.res.LastError)
 			return fmt.Errorf("%w: %s", ErrTemplate, c.res.Reason)
+		}
+	}
+	return nil
+}
+
+func (c *coordinator) stateOfRecorder(rec *recorder) *targetState {
+	for _, st := range c.canary {
+		if st.rec == rec {
+			return st
 		}
 	}
 	return nil
@@ -338,52 +232,28 @@ func (c *coordinator) allConverged() bool {
 	return true
 }
 
+// onWindow takes in a completed window: the stable pool's goes to the
+// rule's reference, a target's to its rule.Pod (until it is warm), whose
+// decision apply acts on.
 func (c *coordinator) onWindow(ev event) {
 	w := computeWindow(ev.samples)
 	w.Index, w.Requests = ev.index, ev.total
 	p := Progress{Phase: PhaseLoad, Window: w}
 	if ev.rec == c.srec {
+		c.rule.Stable(w)
 		c.stable.Windows = append(c.stable.Windows, w)
-		c.cfg.shedStable(c.stable.Windows, c.opts.KeepLatencies)
+		c.shed(c.stable.Windows)
 		p.Target, p.Stable, p.TargetConverged = "stable", true, true
-	} else {
-		for _, st := range c.canary {
-			if st.rec != ev.rec {
-				continue
-			}
-			st.res.Windows = append(st.res.Windows, w)
-			st.lastWindow = time.Now()
-			if st.jit != nil {
-				st.stop.jit.readings = st.jit.appendNew(st.stop.jit.readings)
-				st.jit.kick()
-			}
-			if !st.res.Converged {
-				v := c.cfg.next(&st.stop, st.res.Windows, c.stableRef(), c.reject)
-				st.waiting = v.why
-				switch {
-				case v.rejected == "" || c.rejected != "":
-				case c.deferVerdict():
-					// Slower while yielding its CPU is no verdict yet.
-					c.endYield(fmt.Sprintf("%s %s", st.res.Target, v.rejected))
-				default:
-					c.rejected = fmt.Sprintf("%s %s: a slower version, rejected before any user request reached it", st.res.Target, v.rejected)
-				}
-				if !v.converged && c.yield == yieldOn && c.cfg.MaxRequests > 0 && 2*w.Requests >= c.cfg.MaxRequests {
-					// The rest of maxRequests is for the judgement at full weight.
-					c.endYield(fmt.Sprintf("%s: %d of maxRequests %d sent", st.res.Target, w.Requests, c.cfg.MaxRequests))
-				}
-				if v.converged {
-					st.res.Settled = v.settled
-					st.res.Converged, st.res.ConvergedAfter, st.res.ConvergedWindow = true, w.Requests, w.Index
-					if c.cfg.Converging() {
-						st.runner.stop()
-					}
-				}
-			}
-			c.shed(st.res.Windows)
-			p.Target, p.TargetConverged, p.Waiting = st.res.Target.String(), st.res.Converged, st.waiting
-			p.Pace = st.pacer.current()
+	} else if st := c.stateOfRecorder(ev.rec); st != nil {
+		st.res.Windows = append(st.res.Windows, w)
+		st.lastWindow = time.Now()
+		c.feedJIT(st)
+		if !st.res.Converged {
+			c.apply(st, st.pod.Window(w), atWindow)
 		}
+		c.shed(st.res.Windows)
+		p.Target, p.TargetConverged, p.Waiting = st.res.Target.String(), st.res.Converged, st.waiting
+		p.Pace = st.pacer.current()
 	}
 	for _, st := range c.canary {
 		p.Requests += st.rec.total.Load()
@@ -397,6 +267,19 @@ func (c *coordinator) onWindow(ev event) {
 		p.PaceCap = cap
 	}
 	c.emit(p)
+}
+
+// feedJIT hands the rule the JIT readings taken since the last window and
+// starts the next read (it answers during the next window).
+func (c *coordinator) feedJIT(st *targetState) {
+	if st.jit == nil {
+		return
+	}
+	for _, rd := range st.jit.readingsFrom(st.readings) {
+		st.pod.Reading(rd)
+		st.readings++
+	}
+	st.jit.kick()
 }
 
 // pollNeighbours reads Options.Neighbours every guardPoll and hands each
@@ -490,15 +373,8 @@ func (c *coordinator) onLook(look []time.Duration, users bool) {
 	c.emit(p)
 }
 
-func (c *coordinator) stableP99() time.Duration { return c.stableRef().p99 }
-
-// stableRef is what the canary is compared with (zero without stable).
-func (c *coordinator) stableRef() stableRef {
-	if c.stable == nil {
-		return stableRef{}
-	}
-	return c.cfg.stableReference(c.stable.Windows)
-}
+// stableP99 is the p99 the canary is compared with (0 without stable).
+func (c *coordinator) stableP99() time.Duration { return c.rule.StableP99() }
 
 // failingReason says which target failed failFastStreak requests in a row,
 // and how.
@@ -554,7 +430,6 @@ func (c *coordinator) finish() {
 			c.shed(tr.Windows)
 			rec.cur = nil
 		}
-		releasePool(tr.Windows)
 		tr.Requests, tr.Errors = rec.total.Load(), rec.errors
 		tr.RetCodes = rec.codes
 		tr.hist, tr.errHist = rec.hist, rec.errHist
@@ -566,7 +441,7 @@ func (c *coordinator) finish() {
 	for _, st := range c.canary {
 		collect(st.res, st.rec)
 		st.res.FullPaceAfter, st.res.PaceCuts, st.res.BudgetCuts = st.pacer.stats()
-		st.res.JIT = jitResult(st.jit, st.stop.jit)
+		st.res.JIT = jitResult(st.jit, st.pod.JIT())
 		if err := st.runner.lastErr.get(); err != nil {
 			st.res.LastError = err.Error()
 		} else if st.rec.lastFailCode > 0 {

@@ -27,8 +27,8 @@
 //     histogram): danki drives periodic with its own Runnable, so there is no
 //     unrecorded warm-up call.
 //   - Latency is cut into windows of N requests per target with exact
-//     percentiles, and after each window the stopping rule (window.go,
-//     blockpool.go, jit.go, nearstable.go) says whether the target is warm:
+//     percentiles, and after each window the stopping rule (package rule, fed
+//     by the coordinator) says whether the target is warm:
 //     as fast as the stable pods loaded side by side with the same mix
 //     (Config.RejectSlowerVersion, CompareToStable), or, without stable, on
 //     a plateau of its own; held while its JIT still compiles; rejected
@@ -58,6 +58,11 @@
 // FindTargets resolves a TargetQuery (explicit URLs, or pods waited for in
 // Kubernetes) the same way for every caller. The load itself is pkg/load's
 // paced fortio runner; windows are pkg/latency summaries.
+//
+// The stopping rule is package rule (pkg/warmup/rule), pure: it is fed
+// each window and JIT reading and decides; the coordinator
+// (coordinator.go) pumps the events and acts on its decisions in one place
+// (decide.go).
 //
 // The package is the warm-up engine only, plain Go: the danki/warmup step
 // (its config, its background runs and their status) is pkg/warmupstep, and

@@ -46,7 +46,7 @@ type descriptorResolver interface {
 // service of t — checks that each may be called (Config.checkGRPCSafety)
 // and stores them in set. The descriptors are resolved once, before any
 // load, so a call only renders its JSON and encodes it.
-func resolveGRPC(ctx context.Context, cfg *Config, set *requestSet, t Target) error {
+func resolveGRPC(ctx context.Context, cfg *session, set *requestSet, t Target) error {
 	var res descriptorResolver
 	var budget *reflectionBudget
 	source := "the descriptor set grpcDescriptorSet " + cfg.GRPCDescriptorSet
@@ -62,7 +62,7 @@ func resolveGRPC(ctx context.Context, cfg *Config, set *requestSet, t Target) er
 			return err
 		}
 		defer conn.Close()
-		rctx, cancel := context.WithTimeout(markedContext(ctx, cfg), min(cfg.Timeout.D(), GRPCReflectionTimeout))
+		rctx, cancel := context.WithTimeout(markedContext(ctx, cfg.Config), min(cfg.Timeout.D(), GRPCReflectionTimeout))
 		defer cancel()
 		budget = &reflectionBudget{cc: conn, target: t.String()}
 		client := grpcreflect.NewClientAuto(rctx, budget)
@@ -167,7 +167,7 @@ func readDescriptorSet(p policy.Policy, path string) (descriptorResolver, error)
 // dialer (Config.dialer) under a tenant policy or a guard; a custom dialer
 // also keeps gRPC from going through a proxy, which the command line may
 // still use.
-func dialGRPC(cfg *Config, t Target) (*grpc.ClientConn, error) {
+func dialGRPC(cfg *session, t Target) (*grpc.ClientConn, error) {
 	u, err := url.Parse(t.URL)
 	if err != nil || u.Host == "" {
 		return nil, fmt.Errorf("target %s: no host:port in %q", t, t.URL)
@@ -197,7 +197,7 @@ func markedContext(ctx context.Context, cfg *Config) context.Context {
 // grpcLoad sends one target's share of gRPC calls: one channel per
 // connection (Config.Connections), each with its own generator.
 type grpcLoad struct {
-	cfg         *Config
+	cfg         *session
 	set         *requestSet
 	conns       []*grpc.ClientConn
 	lastErr     *errorBox
@@ -207,7 +207,7 @@ type grpcLoad struct {
 
 // newGRPCLoad returns the load.Options.Call of a gRPC target, and a func closing
 // its channels.
-func newGRPCLoad(t Target, conns int, cfg *Config, set *requestSet, seed, stream uint64, lastErr *errorBox, renderFails *atomic.Int64) (func(int) func(context.Context) (bool, string), func(), error) {
+func newGRPCLoad(t Target, conns int, cfg *session, set *requestSet, seed, stream uint64, lastErr *errorBox, renderFails *atomic.Int64) (func(int) func(context.Context) (bool, string), func(), error) {
 	gl := &grpcLoad{cfg: cfg, set: set, lastErr: lastErr, renderFails: renderFails, explain: cfg.explainerFor(t.URL)}
 	closeAll := func() {
 		for _, c := range gl.conns {
@@ -274,7 +274,7 @@ func (gl *grpcLoad) call(ctx context.Context, conn *grpc.ClientConn, g *generato
 }
 
 // newGRPCRunner is newLoadRunner for a gRPC request mix.
-func newGRPCRunner(reqCtx context.Context, lr *loadRunner, qps float64, pace *load.Pace, conns int, limit int64, cfg *Config, set *requestSet, seed, stream uint64, rec *recorder) error {
+func newGRPCRunner(reqCtx context.Context, lr *loadRunner, qps float64, pace *load.Pace, conns int, limit int64, cfg *session, set *requestSet, seed, stream uint64, rec *recorder) error {
 	call, closeAll, err := newGRPCLoad(lr.target, conns, cfg, set, seed, stream, lr.lastErr, &lr.renderFails)
 	if err != nil {
 		return err

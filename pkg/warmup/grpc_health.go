@@ -38,7 +38,7 @@ func (c *Config) healthGRPC(targets []Target) bool {
 // waitHealthyGRPC is waitHealthy over the standard gRPC health protocol:
 // grpc.health.v1.Health/Check for HealthService (with the marker metadata)
 // on every target until each has answered SERVING once, or ctx ends.
-func waitHealthyGRPC(ctx context.Context, cfg *Config, targets []Target, limit string) error {
+func waitHealthyGRPC(ctx context.Context, cfg *session, targets []Target, limit string) error {
 	failed := failedTargets(targets, func(t Target) (string, string) {
 		return fmt.Sprintf("grpc.health.v1.Health/Check %q", cfg.HealthService), checkUntilServing(ctx, cfg, t)
 	})
@@ -52,7 +52,7 @@ func waitHealthyGRPC(ctx context.Context, cfg *Config, targets []Target, limit s
 // checkUntilServing returns "" once t answered SERVING, else the last
 // outcome when ctx ended, or at once when a pod with a sidecar resets the
 // plaintext check (STRICT: waiting changes nothing).
-func checkUntilServing(ctx context.Context, cfg *Config, t Target) string {
+func checkUntilServing(ctx context.Context, cfg *session, t Target) string {
 	conn, err := dialGRPC(cfg, t)
 	if err != nil {
 		return err.Error()
@@ -63,7 +63,7 @@ func checkUntilServing(ctx context.Context, cfg *Config, t Target) string {
 	_, sidecar := cfg.meshAddr(hostPort(t.URL))
 	last := "no answer yet"
 	probe := func(ctx context.Context) (bool, error) {
-		cctx, cancel := context.WithTimeout(markedContext(ctx, cfg), cfg.Timeout.D())
+		cctx, cancel := context.WithTimeout(markedContext(ctx, cfg.Config), cfg.Timeout.D())
 		defer cancel()
 		resp, err := client.Check(cctx, &healthpb.HealthCheckRequest{Service: cfg.HealthService}, grpc.WaitForReady(false))
 		switch {

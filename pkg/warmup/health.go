@@ -30,7 +30,7 @@ var ErrUnhealthy = errors.New("targets not healthy")
 // probes are not warm-up load: they are not counted in the results.
 //
 // limit says what bounds ctx, for the error ("within healthTimeout 2m0s").
-func waitHealthy(ctx context.Context, cfg *Config, targets []Target, limit string) error {
+func waitHealthy(ctx context.Context, cfg *session, targets []Target, limit string) error {
 	if cfg.healthGRPC(targets) {
 		return waitHealthyGRPC(ctx, cfg, targets, limit)
 	}
@@ -53,7 +53,7 @@ func waitHealthy(ctx context.Context, cfg *Config, targets []Target, limit strin
 // the guard, mTLS for a pod that has it), the environment's proxy only for
 // an unchecked run (the command line), and no redirect followed (it would
 // name another address). timeout bounds each request.
-func (c *Config) sideClient(timeout time.Duration) *http.Client {
+func (c *session) sideClient(timeout time.Duration) *http.Client {
 	tr := &http.Transport{MaxIdleConnsPerHost: 1, DialContext: c.dialContext, MaxResponseHeaderBytes: load.MaxResponseHeaderBytes}
 	if !c.checked() {
 		tr.Proxy = http.ProxyFromEnvironment
@@ -106,7 +106,7 @@ func failedTargets(targets []Target, check func(Target) (what, last string)) []s
 // ctx ended. A pod with a sidecar that resets a plaintext probe, or that
 // proves another identity than its ServiceAccount's, is given up at once
 // (errGiveUp): waiting changes nothing.
-func probeUntilOK(ctx context.Context, client *http.Client, cfg *Config, url string) string {
+func probeUntilOK(ctx context.Context, client *http.Client, cfg *session, url string) string {
 	last := "no answer yet"
 	explain := cfg.explainerFor(url)
 	_, sidecar := cfg.meshAddr(hostPort(url))

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,6 +21,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/danki-dev/danki/pkg/config"
+	"github.com/danki-dev/danki/pkg/warmup/rule"
 )
 
 // The JVM's own signal. A JIT makes a pod faster in steps (tiers compiled
@@ -140,13 +142,6 @@ const jitScrapeTimeout = 5 * time.Second
 // succeeded (no answer, HTTP 5xx) is given up as unreadable.
 const jitGiveUp = 3
 
-// jitReading is the JIT's cumulative compile time, in ms, read when the
-// target had been sent requests requests.
-type jitReading struct {
-	requests int64
-	ms       float64
-}
-
 // jitStatus is what became of a target's signal.
 type jitStatus int
 
@@ -171,7 +166,7 @@ type jitReader struct {
 
 	mu       sync.Mutex
 	busy     bool
-	readings []jitReading
+	readings []rule.Reading
 	status   jitStatus
 	why      string // for jitNotExposed, jitUnreadable: what the page said
 	failures int    // reads failed in a row
@@ -181,7 +176,7 @@ type jitReader struct {
 // newJITReader returns the reader of t's signal, nil when it is not read.
 // Its requests go through the warm-up's checked dial (dialContext: the
 // network policy, the guard, mTLS for a pod that has it).
-func (c *Config) newJITReader(ctx context.Context, t Target, count func() int64) *jitReader {
+func (c *session) newJITReader(ctx context.Context, t Target, count func() int64) *jitReader {
 	u := c.jitURL(t)
 	if u == "" {
 		return nil
@@ -214,7 +209,7 @@ func (r *jitReader) kick() {
 		r.busy = false
 		switch {
 		case status == jitReadable:
-			r.readings = append(r.readings, jitReading{requests: requests, ms: ms})
+			r.readings = append(r.readings, rule.Reading{Requests: requests, MS: ms})
 			r.status, r.failures = jitReadable, 0
 		case status == jitPending: // no answer: try again
 			if r.ctx.Err() != nil {
@@ -243,16 +238,16 @@ func (r *jitReader) close() {
 	r.client.CloseIdleConnections()
 }
 
-// appendNew appends to seen (the readings taken so far, in order) those
-// taken since: each reading is copied once, not the whole list at every
+// readingsFrom are the readings taken since the first n (in order): each
+// reading is handed to the stopping rule once, not the whole list at every
 // window.
-func (r *jitReader) appendNew(seen []jitReading) []jitReading {
+func (r *jitReader) readingsFrom(n int) []rule.Reading {
 	if r == nil {
-		return seen
+		return nil
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append(seen, r.readings[len(seen):]...)
+	return slices.Clone(r.readings[n:])
 }
 
 // where is the page for messages: ":8080/actuator/prometheus".
@@ -358,131 +353,10 @@ func jitCompileMS(page []byte, h http.Header, names []string) (ms float64, found
 	return 0, false, nil
 }
 
-// jitQuietShare and jitQuietPeakShare say when the JIT has stopped
-// compiling, judged over the stopping rule's latest block of requests (a
-// quarter of the warm-up, at least 300 requests: the span the latency is
-// judged over). The JIT is quiet when the compile time it added over the
-// block is at most jitQuietShare of its total so far, or when its compile
-// time per request over the block has fallen to at most jitQuietPeakShare
-// of the highest it had over any earlier look's block.
-//
-// The share: measured on the sample app (JDK 17, one CPU; docs/warmup.md),
-// 4.6 s compiled by its 500th request, then, its latency long settled,
-// +0 to +56 ms per 100 requests with single compiles of 100–350 ms — 1–2 %
-// of its total per block, up to 3.5 % around one of those compiles. The
-// total includes the compiling before the first request (the JVM's start,
-// a pod that warmed itself): a pod warm from the start is quiet at once.
-//
-// The fall from the peak: a Spring Boot service keeps compiling in the
-// background for thousands of requests (the lab's Spring sample behind its
-// sidecar, one CPU: ~5 ms of compiling per request over its first blocks,
-// a burst of 2 ms per request around request 6,000, then 0.4–0.5 ms), so
-// its blocks, which grow with the warm-up, add more than 3 % of its total
-// long after its latency settled; a rate a tenth of its peak is a JIT
-// that has done its work, whatever the service's size. Not an absolute
-// cap: a block of 2,000 requests of a big service passes any fixed number
-// of milliseconds of background compiling.
-const (
-	jitQuietShare     = 0.03
-	jitQuietPeakShare = 0.1
-)
-
-// jitSignal is the stopping rule's view of a target's JIT (stopState.jit):
-// its readings, and what the rule made of them.
-type jitSignal struct {
-	readings []jitReading
-	// quietFrom is the request count from which the JIT has been quiet
-	// (jitQuietShare, jitQuietPeakShare) at every look since (0: not quiet
-	// at the latest look); held counts the looks at which a still compiling JIT held
-	// back a stop.
-	quietFrom int64
-	held      int
-	// busy is the latest look's "still compiling" figures ("" quiet).
-	busy string
-	// peak is the highest compile time per request over a look's block.
-	peak float64
-}
-
-// quiet says whether the JIT has stopped compiling over the span of
-// requests up to n, and known whether the readings tell: a reading within
-// the span and one at least a span before it (from: its request count). A
-// signal that went stale (no reading for a span) tells nothing: the
-// warm-up never needs it. Each look's compile time per request counts
-// towards the peak (jitQuietPeakShare).
-func (j *jitSignal) quiet(n, span int64) (quiet, known bool, added float64, over, from int64) {
-	if j == nil || len(j.readings) < 2 {
-		return false, false, 0, 0, 0
-	}
-	b := j.readings[len(j.readings)-1]
-	if n-b.requests > span {
-		return false, false, 0, 0, 0
-	}
-	for i := len(j.readings) - 2; i >= 0; i-- {
-		if a := j.readings[i]; a.requests <= b.requests-span {
-			added, over = b.ms-a.ms, b.requests-a.requests
-			rate := added / float64(over)
-			j.peak = max(j.peak, rate)
-			return added <= jitQuietShare*b.ms || rate <= jitQuietPeakShare*j.peak, true, added, over, a.requests
-		}
-	}
-	return false, false, 0, 0, 0
-}
-
-// hold is the JVM signal's part in the stopping rule (Config.next), given
-// the rule's check on latency alone: a target whose JIT is still compiling
-// is not called warm — next to stable or on its own plateau — however
-// flat its latency: the JIT gets faster in steps, and a flat stretch
-// between two is no end. Rejection is never held, nor the bounds
-// (deadline, maxRequests, acceptNearStable: the coordinator's).
-//
-// A quiet JIT releases nothing sooner: caches fill and lazy endpoints
-// warm without it, so it cannot vouch for a plateau (a plateau judged
-// only since the JIT went quiet released the zoo's cache-fill early in 60 %
-// of runs: docs/warmup.md).
-func (j *jitSignal) hold(c *Config, ch check, windows []WindowStats) check {
-	if j == nil {
-		return ch
-	}
-	complete := completePrefix(windows)
-	if len(complete) == 0 {
-		return ch
-	}
-	n := complete[len(complete)-1].Requests
-	span := int64(max(c.blockWindows(len(complete)), 1) * c.Window)
-	quiet, known, added, over, from := j.quiet(n, span)
-	switch {
-	case !known:
-		j.quietFrom, j.busy = 0, ""
-		return ch
-	case quiet:
-		if j.quietFrom == 0 {
-			j.quietFrom = from
-		}
-		j.busy = ""
-		return ch
-	}
-	total := j.readings[len(j.readings)-1].ms
-	j.quietFrom = 0
-	j.busy = fmt.Sprintf("the JIT is still compiling: +%s over the last %d requests (%.1f %% of its %s, %.2f ms per request; quiet is at most %g %% or %g of its peak %.2f ms per request)",
-		formatMS(added), over, 100*added/max(total, 1), formatMS(total), added/float64(max(over, 1)), 100*jitQuietShare, jitQuietPeakShare, j.peak)
-	if ch.converged && ch.rejected == "" {
-		j.held++
-		ch.converged, ch.settled, ch.plateau = false, "", false
-		ch.why = "latency converged but " + j.busy
-	}
-	return ch
-}
-
-func formatMS(ms float64) string {
-	if ms >= 10000 {
-		return fmt.Sprintf("%.1f s", ms/1000)
-	}
-	return fmt.Sprintf("%.0f ms", ms)
-}
-
 // jitResult says what the warm-up made of a target's signal, for
-// TargetResult.JIT.
-func jitResult(r *jitReader, j *jitSignal) string {
+// TargetResult.JIT: the reader's status, and the stopping rule's notes
+// (rule.Pod.JIT: "" when it judged on latency alone).
+func jitResult(r *jitReader, notes string) string {
 	if r == nil {
 		return ""
 	}
@@ -503,20 +377,8 @@ func jitResult(r *jitReader, j *jitSignal) string {
 		}
 		return "no reading yet"
 	}
-	if j == nil {
+	if notes == "" {
 		return "used"
 	}
-	var notes []string
-	switch {
-	case j.quietFrom > 0:
-		notes = append(notes, fmt.Sprintf("compile time flat since request %d", j.quietFrom))
-	case j.busy != "":
-		notes = append(notes, j.busy)
-	default:
-		notes = append(notes, "too few readings to judge")
-	}
-	if j.held > 0 {
-		notes = append(notes, fmt.Sprintf("it held the stop back at %d window(s)", j.held))
-	}
-	return "used (" + strings.Join(notes, "; ") + ")"
+	return "used (" + notes + ")"
 }

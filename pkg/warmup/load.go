@@ -145,7 +145,7 @@ type loadRunner struct {
 //
 // limit, if > 0, is the target's budget of requests (maxRequests): none is
 // started past it.
-func newLoadRunner(reqCtx context.Context, t Target, qps float64, pace *load.Pace, conns int, limit int64, cfg *Config, set *requestSet, seed, stream uint64, rec *recorder) (*loadRunner, error) {
+func newLoadRunner(reqCtx context.Context, t Target, qps float64, pace *load.Pace, conns int, limit int64, cfg *session, set *requestSet, seed, stream uint64, rec *recorder) (*loadRunner, error) {
 	lr := &loadRunner{target: t, lastErr: &errorBox{}}
 	if set.grpc != nil {
 		return lr, newGRPCRunner(reqCtx, lr, qps, pace, conns, limit, cfg, set, seed, stream, rec)

@@ -43,11 +43,12 @@ func (c *Config) mode() mtls.Mode { return c.policy().Mesh.Resolve(c.MTLS) }
 
 // resolvePeers sets each target's Peer from its pod under the config's
 // mode (a Peer already set is kept: the caller decided) and records, for
-// the dialer, which addresses are dialled with mTLS (Config.peers) and
-// which plaintext ones are pods with a sidecar (Config.meshPlain: their
+// the dialer, which addresses are dialled with mTLS (meshRoutes.peers) and
+// which plaintext ones are pods with a sidecar (meshRoutes.plain: their
 // resets are a STRICT sidecar's). danki's identity is minted here, on
 // the first target that needs it; a mint that fails fails the run.
-func (c *Config) resolvePeers(ctx context.Context, sets ...[]Target) error {
+func (c *Config) resolvePeers(ctx context.Context, sets ...[]Target) (meshRoutes, error) {
+	var routes meshRoutes
 	m, mode := c.policy().Mesh, c.mode()
 	for _, targets := range sets {
 		for i := range targets {
@@ -55,23 +56,23 @@ func (c *Config) resolvePeers(ctx context.Context, sets ...[]Target) error {
 			if t.Peer == "" && t.pod != nil {
 				peer, err := m.PeerID(ctx, mode, t.pod)
 				if err != nil {
-					return fmt.Errorf("mtls %s: %s: %w", mode, t, err)
+					return routes, fmt.Errorf("mtls %s: %s: %w", mode, t, err)
 				}
 				t.Peer = peer
 			}
 			if t.Peer == "" && t.pod == nil && mode == mtls.Istio {
-				return fmt.Errorf("mtls: istio: %s is no pod (an explicit URL): Istio mTLS verifies the SPIFFE ID of a pod's ServiceAccount, and a URL names none; set mtls to auto or off to send plaintext to URL targets, or leave the URLs out to warm the rollout's pods", t)
+				return routes, fmt.Errorf("mtls: istio: %s is no pod (an explicit URL): Istio mTLS verifies the SPIFFE ID of a pod's ServiceAccount, and a URL names none; set mtls to auto or off to send plaintext to URL targets, or leave the URLs out to warm the rollout's pods", t)
 			}
-			c.notePeer(t)
+			c.notePeer(&routes, t)
 		}
 	}
-	return nil
+	return routes, nil
 }
 
 // notePeer records t's addresses (its URL's, and its health URL's and JIT
 // signal's unless on an agent port) as mTLS to t.Peer, or as plaintext to
 // a pod with a sidecar.
-func (c *Config) notePeer(t *Target) {
+func (c *Config) notePeer(routes *meshRoutes, t *Target) {
 	jit := c.jitURL(*t)
 	for _, raw := range []string{t.URL, t.HealthURL, jit} {
 		addr := hostPort(raw)
@@ -83,15 +84,15 @@ func (c *Config) notePeer(t *Target) {
 		}
 		switch {
 		case t.Peer != "":
-			if c.peers == nil {
-				c.peers = map[string]string{}
+			if routes.peers == nil {
+				routes.peers = map[string]string{}
 			}
-			c.peers[addr] = t.Peer
+			routes.peers[addr] = t.Peer
 		case t.pod != nil && mtls.HasSidecar(t.pod):
-			if c.meshPlain == nil {
-				c.meshPlain = map[string]bool{}
+			if routes.plain == nil {
+				routes.plain = map[string]bool{}
 			}
-			c.meshPlain[addr] = true
+			routes.plain[addr] = true
 		}
 	}
 }
@@ -113,14 +114,14 @@ func hostPort(raw string) string {
 // dial is the warm-up's one dial: the checked dialer (Config.dialer) and,
 // for an address of a target with a Peer, the mTLS handshake over it
 // speaking p. A plain connection is returned as the checked dialer made it.
-func (c *Config) dial(ctx context.Context, network, address string, p mtls.Protocol) (net.Conn, error) {
-	return c.policy().Mesh.Dial(ctx, c.dialer(c.Timeout.D()).DialContext, network, address, c.peers[address], p)
+func (c *session) dial(ctx context.Context, network, address string, p mtls.Protocol) (net.Conn, error) {
+	return c.policy().Mesh.Dial(ctx, c.dialer(c.Timeout.D()).DialContext, network, address, c.routes.peers[address], p)
 }
 
 // meshAddr says how address is dialled: mTLS (a Peer), or plaintext to a
 // pod with a sidecar (strict: its resets mean STRICT).
-func (c *Config) meshAddr(address string) (mtlsPeer string, sidecar bool) {
-	return c.peers[address], c.meshPlain[address]
+func (c *session) meshAddr(address string) (mtlsPeer string, sidecar bool) {
+	return c.routes.peers[address], c.routes.plain[address]
 }
 
 // explainer explains a target's failures in the mesh's terms.
@@ -139,7 +140,7 @@ type explainer struct {
 }
 
 // explainerFor is the explainer of the target at rawURL.
-func (c *Config) explainerFor(rawURL string) explainer {
+func (c *session) explainerFor(rawURL string) explainer {
 	peer, sidecar := c.meshAddr(hostPort(rawURL))
 	return explainer{peer: peer, explainResets: peer == "" && sidecar, self: c.policy().Mesh.Self}
 }

@@ -246,11 +246,12 @@ func TestMTLSHealthURLsOnTheAgentsPortsArePlaintext(t *testing.T) {
 	rewritten.HealthURL = "http://10.0.0.5:15020/app-health/app/readyz" // Istio's probe rewrite
 	other := podTarget(t, pod)
 	other.URL, other.HealthURL = "http://10.0.0.6:8080", "http://10.0.0.6:8081/ready" // another port, through the sidecar
-	if err := cfg.resolvePeers(context.Background(), []Target{rewritten, other}); err != nil {
+	routes, err := cfg.resolvePeers(context.Background(), []Target{rewritten, other})
+	if err != nil {
 		t.Fatal(err)
 	}
 	var mtlsAddrs []string
-	for a, id := range cfg.peers {
+	for a, id := range routes.peers {
 		if id != cartID {
 			t.Errorf("%s: peer %s", a, id)
 		}

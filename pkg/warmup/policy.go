@@ -35,13 +35,13 @@ func (c *Config) dialer(timeout time.Duration) *net.Dialer {
 // connections may then use a proxy from the environment as before (a
 // checked one may not: the proxy would be the address checked, not the
 // target's).
-func (c *Config) checked() bool {
-	return !c.policy().Network.AnyTarget || c.Guard != nil || len(c.peers) > 0
+func (c *session) checked() bool {
+	return !c.policy().Network.AnyTarget || c.Guard != nil || len(c.routes.peers) > 0
 }
 
 // dialContext is dial for HTTP/1.1 (the health checks and the HTTP load),
 // bounded by the per-request timeout.
-func (c *Config) dialContext(ctx context.Context, network, address string) (net.Conn, error) {
+func (c *session) dialContext(ctx context.Context, network, address string) (net.Conn, error) {
 	return c.dial(ctx, network, address, mtls.HTTP1)
 }
 

@@ -94,11 +94,11 @@ type TargetResult struct {
 func (t *TargetResult) Latencies() []time.Duration {
 	n := 0
 	for _, w := range t.Windows {
-		n += len(w.sorted)
+		n += len(w.Latencies())
 	}
 	out := make([]time.Duration, 0, n)
 	for _, w := range t.Windows {
-		out = append(out, w.sorted...)
+		out = append(out, w.Latencies()...)
 	}
 	return out
 }

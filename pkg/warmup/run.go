@@ -72,7 +72,7 @@ type Options struct {
 	// TargetResult.Latencies (exact figures over a fixed count: the
 	// analysis' load source, the capacity check). Without it a run keeps
 	// only the windows' summaries and the stopping rule's bounded
-	// histograms, whatever maxRequests (see blockPool).
+	// histograms, whatever maxRequests (see package rule's blockPool).
 	KeepLatencies bool
 }
 
@@ -137,6 +137,13 @@ func Run(ctx context.Context, cfg Config, targets []Target, opts Options) (*Resu
 	if err != nil {
 		return nil, fmt.Errorf("invalid warm-up config: %w", err)
 	}
+	// The stopping rule, built once: how this run judges its targets is
+	// its own, not the config's.
+	reject := cfg.rejecting(len(opts.Stable) > 0)
+	stopRule, err := cfg.newRule(reject, opts.JudgeAgainstStable && len(opts.Stable) > 0)
+	if err != nil {
+		return nil, fmt.Errorf("invalid warm-up config: %w", err)
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -171,21 +178,21 @@ func Run(ctx context.Context, cfg Config, targets []Target, opts Options) (*Resu
 
 	// Which pods get mTLS: on copies, the caller's targets stay as given.
 	targets, opts.Stable = slices.Clone(targets), slices.Clone(opts.Stable)
-	cfg.peers, cfg.meshPlain = nil, nil
-	if err := cfg.resolvePeers(runCtx, targets, opts.Stable); err != nil {
+	routes, err := cfg.resolvePeers(runCtx, targets, opts.Stable)
+	if err != nil {
 		res.Elapsed, res.Reason = time.Since(start), err.Error()
 		return res, err
 	}
+	sess := &session{Config: &cfg, routes: routes}
 	for i, t := range targets {
 		res.Targets[i].Target = t
 	}
-	if len(cfg.peers) > 0 {
+	if len(routes.peers) > 0 {
 		res.Mesh = cfg.policy().Mesh.Self()
 	}
 
 	emit(Progress{Phase: PhaseHealth})
 	probe := append([]Target(nil), targets...)
-	reject := cfg.rejecting(len(opts.Stable) > 0)
 	// The neighbour guard watches the stable pods whenever they are given.
 	stableLoad := cfg.CompareToStable || reject || (*cfg.NeighbourGuard && len(opts.Stable) > 0)
 	if stableLoad {
@@ -196,7 +203,7 @@ func Run(ctx context.Context, cfg Config, targets []Target, opts Options) (*Resu
 	if cfg.Deadline <= cfg.HealthTimeout {
 		limit = fmt.Sprintf("before the warm-up's deadline %s (shorter than healthTimeout %s)", cfg.Deadline, cfg.HealthTimeout)
 	}
-	err = waitHealthy(healthCtx, &cfg, probe, limit)
+	err = waitHealthy(healthCtx, sess, probe, limit)
 	healthCancel()
 	if err != nil {
 		res.Elapsed = time.Since(start)
@@ -211,15 +218,14 @@ func Run(ctx context.Context, cfg Config, targets []Target, opts Options) (*Resu
 	if cfg.isGRPC() {
 		// Message types from the server's reflection (or the descriptor
 		// set), once, now that the pods answer.
-		if err := resolveGRPC(runCtx, &cfg, set, targets[0]); err != nil {
+		if err := resolveGRPC(runCtx, sess, set, targets[0]); err != nil {
 			res.Elapsed, res.Reason = time.Since(start), err.Error()
 			return res, err
 		}
 	}
 	opts.Logger.Debug("warm-up load starting", "targets", len(targets), "qps", cfg.QPS, "startQPS", cfg.StartQPS, "connections", cfg.Connections)
 	emit(Progress{Phase: PhaseLoad})
-	cfg.judgeStable = opts.JudgeAgainstStable && len(opts.Stable) > 0
-	c := &coordinator{cfg: &cfg, opts: opts, set: set, seed: uint64(seed), start: start, emit: emit, res: res, reject: reject, stableLoad: stableLoad}
+	c := &coordinator{cfg: sess, opts: opts, set: set, seed: uint64(seed), start: start, emit: emit, res: res, rule: stopRule, stableLoad: stableLoad}
 	err = c.run(ctx, runCtx, targets)
 	res.Elapsed = time.Since(start)
 	if len(warmed) > 0 {

@@ -85,6 +85,35 @@ func yieldBound(y *Yield, deadline time.Duration) time.Duration {
 	return y.For
 }
 
+// yieldClock is a yield's two clocks: its bound (yieldBound) ends it,
+// and starved looks for a target starved of CPU (checkStarved). Without a
+// yield both channels are nil: the run's select never takes them.
+type yieldClock struct {
+	bound        time.Duration
+	end, starved <-chan time.Time
+	stop         func()
+}
+
+// startYield starts the yield's clocks, when the run yields
+// (Options.Yield with a Restore).
+func (c *coordinator) startYield() yieldClock {
+	if c.opts.Yield == nil || c.opts.Yield.Restore == nil {
+		return yieldClock{stop: func() {}}
+	}
+	c.yield, c.res.Yield = yieldOn, &YieldResult{}
+	bound := yieldBound(c.opts.Yield, c.cfg.Deadline.D())
+	end := time.NewTimer(time.Until(c.start.Add(bound)))
+	look := time.NewTicker(c.opts.Yield.stall() / 6)
+	now := time.Now()
+	for _, st := range c.canary {
+		st.lastWindow = now
+	}
+	return yieldClock{bound: bound, end: end.C, starved: look.C, stop: func() {
+		end.Stop()
+		look.Stop()
+	}}
+}
+
 // endYield starts Restore (once) and records why; verdicts against a
 // target stay deferred until it returned (onRestored).
 func (c *coordinator) endYield(why string) {
@@ -117,13 +146,13 @@ func (c *coordinator) restoring() <-chan struct{} {
 
 // onRestored: the targets have their CPU back. Windows from here on are at
 // full weight; the plateaus a verdict against a target needs start again
-// (stopState.restart), its windows and blocks do not; its pace forgets
+// (rule.Pod.Restart), its windows and blocks do not; its pace forgets
 // what it measured starved (pacer.restart).
 func (c *coordinator) onRestored() {
 	c.yield = yieldNone
 	for _, st := range c.canary {
 		if !st.res.Converged {
-			st.stop.restart(len(st.res.Windows))
+			st.pod.Restart()
 			st.pacer.restart()
 		}
 	}

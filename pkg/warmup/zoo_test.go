@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/danki-dev/danki/internal/testutil"
+	"github.com/danki-dev/danki/pkg/warmup/rule"
 )
 
 // zooRuns is the number of seeded warm-ups per shape.
@@ -31,12 +32,13 @@ type zooRun struct {
 	p50, p99 time.Duration
 }
 
-// zooStop runs the stopping rule with cfg on one seeded run of a shape,
-// window by window exactly as the coordinator does (Config.next). With
-// stable, the stable pods are the same shape fully warm (Shape.Warm, with
-// the same noise), a stable window for every two of the canary's (stableQPS
-// 10 vs qps 20 per pod), and a slower version is rejected as by default
-// (rejectSlowerVersion); without, the pod is judged on its own plateau.
+// zooStop runs the stopping rule (rule.Rule, as Run builds it) with cfg on
+// one seeded run of a shape, feeding it the windows in the order the
+// coordinator would. With stable, the stable pods are the same shape fully
+// warm (Shape.Warm, with the same noise), a stable window for every two of
+// the canary's (stableQPS 10 vs qps 20 per pod), and a slower version is
+// rejected as by default (rejectSlowerVersion); without, the pod is judged
+// on its own plateau.
 //
 // jit: the pod exposes its JIT's compile time (the shape's JITCurve), read
 // as the coordinator reads it: a read kicked at every window boundary
@@ -50,20 +52,17 @@ func zooStop(cfg *Config, shape *testutil.Shape, seed uint64, against string, ji
 // neighbours) of another shape: warm, but not the pod's own warm self (a
 // pod on a slower node).
 func zooStopNextTo(cfg *Config, shape, stableShape *testutil.Shape, seed uint64, against string, jit bool) zooRun {
-	stable, reject := against != zooOwn, against == zooStable
-	c := *cfg
-	c.judgeStable = against == zooNeighbours
-	cfg = &c
-	seq := shape.Sequence(seed)
-	var st stopState
-	if jit {
-		st.jit = &jitSignal{}
+	stable := against != zooOwn
+	stopRule, err := cfg.newRule(against == zooStable, against == zooNeighbours)
+	if err != nil {
+		panic(err)
 	}
+	pod := stopRule.NewPod(jit)
+	seq := shape.Sequence(seed)
 	var sseq *testutil.Sequence
 	if stable {
 		sseq = stableShape.Sequence(seed + 1_000_000)
 	}
-	var windows, swindows []WindowStats
 	samples := make([]sample, cfg.Window)
 	window := func(q *testutil.Sequence, index int, n int64) WindowStats {
 		for i := range samples {
@@ -74,27 +73,23 @@ func zooStopNextTo(cfg *Config, shape, stableShape *testutil.Shape, seed uint64,
 		return w
 	}
 	run := zooRun{stop: cfg.MaxRequests}
+	windows, swindows := 0, 0
 	for n := int64(0); n+int64(cfg.Window) <= cfg.MaxRequests; {
-		if ms, ok := seq.Compiled(); ok && st.jit != nil {
-			st.jit.readings = append(st.jit.readings, jitReading{requests: n, ms: ms})
+		if ms, ok := seq.Compiled(); ok && jit {
+			pod.Reading(rule.Reading{Requests: n, MS: ms})
 		}
 		n += int64(cfg.Window)
-		windows = append(windows, window(seq, len(windows)+1, n))
-		var ref stableRef
-		if stable {
-			if len(windows)%2 == 0 {
-				swindows = append(swindows, window(sseq, len(swindows)+1, int64((len(swindows)+1)*cfg.Window)))
-				cfg.shedStable(swindows, false)
-			}
-			ref = cfg.stableReference(swindows)
+		windows++
+		w := window(seq, windows, n)
+		if stable && windows%2 == 0 {
+			swindows++
+			stopRule.Stable(window(sseq, swindows, int64(swindows*cfg.Window)))
 		}
-		v := cfg.next(&st, windows, ref, reject)
-		cfg.shed(windows)
-		if v.rejected != "" {
+		switch d := pod.Window(w); d.Kind {
+		case rule.RejectedSlower:
 			run.rejected = true
 			return run
-		}
-		if v.converged {
+		case rule.Warm:
 			run.stop, run.stopped = n, true
 			seq.Quiet()
 			after := make([]time.Duration, zooAfter)
@@ -108,9 +103,6 @@ func zooStopNextTo(cfg *Config, shape, stableShape *testutil.Shape, seed uint64,
 	}
 	return run
 }
-
-// shed is the coordinator's: a window's latencies dropped once judged.
-func (c *Config) shed(windows []WindowStats) { (&coordinator{cfg: c}).shed(windows) }
 
 // What a zoo warm-up is judged against: its own plateau (no stable: a
 // first deploy, a lone pod), stable (the step: rejectSlowerVersion by

@@ -1,7 +1,6 @@
-package warmup
+package rule
 
 import (
-	"context"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -19,7 +18,7 @@ import (
 // windows [lo, hi) from every latency, pooled and sorted afresh (the rule
 // before blockPool), each window's slow requests counted in its own
 // latencies: the reference the pool is held to.
-func exactStatsOf(complete []WindowStats, lo, hi int, floor time.Duration) blockStats {
+func exactStatsOf(complete []Window, lo, hi int, floor time.Duration) blockStats {
 	block := complete[lo:hi]
 	b := blockStats{windows: len(block)}
 	p99s := make([]time.Duration, len(block))
@@ -63,7 +62,7 @@ func exactStatsOf(complete []WindowStats, lo, hi int, floor time.Duration) block
 }
 
 // exactProgress is progressOf from exactStatsOf.
-func (c *Config) exactProgress(complete []WindowStats) (progress, bool) {
+func (c *Config) exactProgress(complete []Window) (progress, bool) {
 	n := len(complete)
 	r := c.blockWindows(n)
 	var p progress
@@ -72,7 +71,7 @@ func (c *Config) exactProgress(complete []WindowStats) (progress, bool) {
 	}
 	p.earlier, p.recent = exactStatsOf(complete, n-2*r, n-r, 0), exactStatsOf(complete, n-r, n, 0)
 	t := c.tailBlockWindows(n)
-	floor := c.AbsoluteTolerance.D()
+	floor := c.AbsoluteTolerance
 	p.tailEarlier, p.tailRecent = exactStatsOf(complete, n-2*t, n-t, floor), exactStatsOf(complete, n-t, n, floor)
 	switch {
 	case c.better(p.earlier.p50, p.recent.p50):
@@ -90,7 +89,8 @@ func (c *Config) exactProgress(complete []WindowStats) (progress, bool) {
 // exact reference keeping its own copy), and counts the checks at which
 // the pool's verdict differs from the exact one's.
 func poolMatch(t *testing.T, cfg *Config, windows int, draw func() time.Duration) (checks, differ int) {
-	var ws, exact []WindowStats
+	var ws, exact []Window
+	pool := newBlockPool()
 	samples := make([]sample, cfg.Window)
 	for i := range windows {
 		for j := range samples {
@@ -101,7 +101,7 @@ func poolMatch(t *testing.T, cfg *Config, windows int, draw func() time.Duration
 		e := w
 		e.sorted = slices.Clone(w.sorted)
 		ws, exact = append(ws, w), append(exact, e)
-		p, ok := cfg.progressOf(ws)
+		p, ok := cfg.progressOf(pool, ws)
 		ws[len(ws)-1].sorted = nil
 		want, wantOK := cfg.exactProgress(exact)
 		if ok != wantOK {
@@ -142,7 +142,7 @@ func TestPoolMatchesExactPooling(t *testing.T) {
 	if testing.Short() {
 		seeds = 4
 	}
-	cfg := Config{}.WithDefaults()
+	cfg := defaults()
 	windows := int(cfg.MaxRequests) / cfg.Window
 	checks, differ := 0, 0
 	for _, shape := range testutil.Zoo() {
@@ -179,8 +179,10 @@ func TestPoolMatchesExactPooling(t *testing.T) {
 // does, with the pool's budget set on the first window; it returns the
 // windows and, at each count in at, the pooled recent block's p50 and its
 // exact one.
-func feedPool(cfg *Config, windows, budget int, at ...int) (ws []WindowStats, pooled, exact []time.Duration) {
+func feedPool(cfg *Config, windows, budget int, at ...int) (pool *blockPool, ws []Window, pooled, exact []time.Duration) {
 	rng := rand.New(rand.NewPCG(5, 6))
+	pool = newBlockPool()
+	pool.budget = budget
 	samples := make([]sample, cfg.Window)
 	var recent [][]time.Duration
 	for i := range windows {
@@ -190,15 +192,12 @@ func feedPool(cfg *Config, windows, budget int, at ...int) (ws []WindowStats, po
 		w := computeWindow(samples)
 		w.Index, w.Requests = i+1, int64((i+1)*cfg.Window)
 		ws = append(ws, w)
-		if i == 0 {
-			poolOf(ws).budget = budget
-		}
 		r := cfg.blockWindows(len(ws))
 		recent = append(recent, slices.Clone(w.sorted))
 		if len(recent) > r {
 			recent = recent[len(recent)-r:]
 		}
-		p, _ := cfg.progressOf(ws)
+		p, _ := cfg.progressOf(pool, ws)
 		ws[len(ws)-1].sorted = nil
 		if slices.Contains(at, i+1) {
 			all := slices.Concat(recent...)
@@ -206,7 +205,7 @@ func feedPool(cfg *Config, windows, budget int, at ...int) (ws []WindowStats, po
 			pooled, exact = append(pooled, p.recent.p50), append(exact, latency.Percentile(all, 50))
 		}
 	}
-	return ws, pooled, exact
+	return pool, ws, pooled, exact
 }
 
 // A long run keeps no latency in its windows, and what the stopping rule
@@ -215,17 +214,17 @@ func feedPool(cfg *Config, windows, budget int, at ...int) (ws []WindowStats, po
 // that coarsen to stay under it, with the pooled p50 within a bucket of
 // the exact one.
 func TestPoolMemoryIsBounded(t *testing.T) {
-	cfg := Config{}.WithDefaults()
-	ws, pooled, exact := feedPool(&cfg, 2000, poolBudget, 2000)
-	held, kept := ws[0].pool.retained()
+	cfg := defaults()
+	pool, ws, pooled, exact := feedPool(&cfg, 2000, poolBudget, 2000)
+	held, kept := pool.retained()
 	raw := 0
 	for _, w := range ws {
 		raw += len(w.sorted)
 	}
-	t.Logf("200,000 requests: %d latencies in windows, pool holds %d latencies of %d windows (binned %v)", raw, held, kept, ws[0].pool.binned)
-	if raw != 0 || held > poolBudget || ws[0].pool.binned || pooled[0] != exact[0] {
+	t.Logf("200,000 requests: %d latencies in windows, pool holds %d latencies of %d windows (binned %v)", raw, held, kept, pool.binned)
+	if raw != 0 || held > poolBudget || pool.binned || pooled[0] != exact[0] {
 		t.Errorf("200,000 requests: %d latencies left in windows, %d held (budget %d), binned %v, p50 %s (exact %s): want none, within, exact",
-			raw, held, poolBudget, ws[0].pool.binned, pooled[0], exact[0])
+			raw, held, poolBudget, pool.binned, pooled[0], exact[0])
 	}
 	if kept > len(ws)/2+cfg.blockWindows(len(ws)) {
 		t.Errorf("the pool reaches %d of %d windows: it should have let the first half go", kept, len(ws))
@@ -236,12 +235,12 @@ func TestPoolMemoryIsBounded(t *testing.T) {
 	at := []int{200, 400, 800}
 	var helds []int
 	for _, n := range at {
-		ws, pooled, exact := feedPool(&cfg, n, budget, n)
-		held, _ := ws[0].pool.retained()
+		pool, _, pooled, exact := feedPool(&cfg, n, budget, n)
+		held, _ := pool.retained()
 		helds = append(helds, held)
-		level := ws[0].pool.level
-		if held > budget || !ws[0].pool.binned {
-			t.Errorf("%d windows: holds %d (binned %v), budget %d", n, held, ws[0].pool.binned, budget)
+		level := pool.level
+		if held > budget || !pool.binned {
+			t.Errorf("%d windows: holds %d (binned %v), budget %d", n, held, pool.binned, budget)
 		}
 		if rel := math.Abs(float64(pooled[0]-exact[0])) / float64(exact[0]); rel > math.Ldexp(1, level-histBits) {
 			t.Errorf("%d windows (level %d): pooled p50 %s, exact %s", n, level, pooled[0], exact[0])
@@ -267,31 +266,6 @@ func TestBucketBounds(t *testing.T) {
 	}
 }
 
-// A warm-up run keeps no request's latency unless asked to: its windows
-// carry summaries only, and Latencies is empty; with KeepLatencies it has
-// every request's.
-func TestRunKeepsNoLatencies(t *testing.T) {
-	if testing.Short() {
-		t.Skip("two short runs of load (skipped with -short)")
-	}
-	srv := newTestServer(t, func(int64, bool) time.Duration { return time.Millisecond })
-	cfg := fastConfig()
-	for _, keep := range []bool{false, true} {
-		res, err := Run(context.Background(), cfg, []Target{target(srv)}, Options{KeepLatencies: keep})
-		if err != nil {
-			t.Fatalf("keep %v: %v", keep, err)
-		}
-		tr := res.Targets[0]
-		got := len(tr.Latencies())
-		if want := map[bool]int{false: 0, true: int(tr.Requests)}[keep]; got != want {
-			t.Errorf("KeepLatencies %v: %d latencies kept after %d requests, want %d", keep, got, tr.Requests, want)
-		}
-		if tr.Windows[0].pool != nil {
-			t.Errorf("KeepLatencies %v: the finished run still holds the stopping rule's pool", keep)
-		}
-	}
-}
-
 // benchShape is a warm-up that never settles (2× faster with every doubling
 // of its requests), so the rule judges every window of the run.
 func benchShape(rng *rand.Rand, n int) time.Duration {
@@ -306,7 +280,7 @@ func benchShape(rng *rand.Rand, n int) time.Duration {
 func BenchmarkJudge(b *testing.B) {
 	for _, requests := range []int{20000, 200000} {
 		b.Run(fmt.Sprintf("requests=%d", requests), func(b *testing.B) {
-			cfg := Config{MaxRequests: int64(requests)}.WithDefaults()
+			cfg := defaultsWithMax(int64(requests))
 			samples := make([]sample, cfg.Window)
 			var retained uint64
 			b.ReportAllocs()
@@ -315,7 +289,8 @@ func BenchmarkJudge(b *testing.B) {
 				var ms0 runtime.MemStats
 				runtime.GC()
 				runtime.ReadMemStats(&ms0)
-				var ws []WindowStats
+				var ws []Window
+				pool := newBlockPool()
 				for i := range requests / cfg.Window {
 					for j := range samples {
 						samples[j] = sample{latency: benchShape(rng, i*cfg.Window+j), ok: true}
@@ -323,8 +298,8 @@ func BenchmarkJudge(b *testing.B) {
 					w := computeWindow(samples)
 					w.Index, w.Requests = i+1, int64((i+1)*cfg.Window)
 					ws = append(ws, w)
-					cfg.judge(ws, stableRef{}, false)
-					benchShed(ws)
+					cfg.judge(pool, ws, stableRef{})
+					ws[len(ws)-1].sorted = nil // as the Pod drops its copy
 				}
 				var ms1 runtime.MemStats
 				runtime.GC()
@@ -337,6 +312,3 @@ func BenchmarkJudge(b *testing.B) {
 		})
 	}
 }
-
-// benchShed drops the newest window's latencies, as the coordinator does.
-func benchShed(ws []WindowStats) { (&coordinator{}).shed(ws) }

@@ -1,4 +1,4 @@
-package warmup
+package rule
 
 import (
 	"math"
@@ -23,8 +23,8 @@ import (
 // (O(windows) per check, no sort of the block).
 //
 // Memory: a window's latencies are kept only while a block can still reach
-// it (about the last half of the windows; the coordinator drops its own
-// copy once the window is judged, unless Options.KeepLatencies), and only
+// it (about the last half of the windows; the Pod drops its own copy once
+// the window is judged, the warm-up its own unless it keeps latencies), and only
 // up to poolBudget of them (1 MiB) per target: within it the rule's figures
 // are exact, as with every latency pooled — the default hard cap of 200,000
 // requests per target (policy.DefaultLimits) stays within it at window
@@ -241,33 +241,19 @@ func (h *blockHist) above(idx int) int64 {
 
 func newBlockPool() *blockPool { return &blockPool{budget: poolBudget} }
 
-// poolOf returns the pool following complete (kept on its first window),
-// taking in the windows it has not seen. A slice it did not follow (another
-// target's, a test's fresh one) gets a new pool.
-func poolOf(complete []WindowStats) *blockPool {
-	if len(complete) == 0 {
-		return newBlockPool()
-	}
-	p := complete[0].pool
-	if p == nil || !p.follows(complete) {
-		p = newBlockPool()
-		complete[0].pool = p
+// sync makes the pool follow complete, taking in the windows it has not
+// seen. A slice it did not follow (another target's, a test's fresh one)
+// starts it afresh, at the same budget.
+func (p *blockPool) sync(complete []Window) {
+	if !p.follows(complete) {
+		*p = blockPool{budget: p.budget}
 	}
 	for i := p.base + len(p.wins); i < len(complete); i++ {
 		p.take(&complete[i])
 	}
-	return p
 }
 
-// releasePool lets a finished run's pool go: a Result kept after the run
-// (the step's status, the CLI's JSON) holds only the windows' summaries.
-func releasePool(windows []WindowStats) {
-	if len(windows) > 0 {
-		windows[0].pool = nil
-	}
-}
-
-func (p *blockPool) follows(complete []WindowStats) bool {
+func (p *blockPool) follows(complete []Window) bool {
 	seen := p.base + len(p.wins)
 	if seen == 0 || seen > len(complete) {
 		return seen == 0
@@ -277,13 +263,13 @@ func (p *blockPool) follows(complete []WindowStats) bool {
 }
 
 // take adds a window: its sorted latencies, or its histogram once binned.
-func (p *blockPool) take(w *WindowStats) {
+func (p *blockPool) take(w *Window) {
 	p.lastIndex, p.lastRequests = w.Index, w.Requests
 	if len(w.sorted) == 0 {
 		p.wins = append(p.wins, poolWindow{})
 		return
 	}
-	pw := poolWindow{lat: w.sorted, pooled: true} // shared: the coordinator drops its own reference
+	pw := poolWindow{lat: w.sorted, pooled: true} // shared: the window's holders drop their own reference
 	if p.binned {
 		pw = poolWindow{bins: binsOf(w.sorted, p.level), pooled: true}
 		p.held += len(pw.bins)
@@ -379,7 +365,7 @@ func (p *blockPool) add(h *blockHist, w *poolWindow, sign int64) {
 
 // move makes b hold windows [lo, hi) of complete, adding and removing
 // windows at its ends.
-func (p *blockPool) move(b *blockRange, complete []WindowStats, lo, hi int) {
+func (p *blockPool) move(b *blockRange, complete []Window, lo, hi int) {
 	if b.lo == b.hi { // empty: start where asked
 		b.lo, b.hi = lo, lo
 	}
@@ -451,17 +437,17 @@ func (p *blockPool) retained() (held, windows int) { return p.held, len(p.wins) 
 // blocks returns the stats of the earlier block [n-2r, n-r) and the recent
 // one [n-r, n) of complete, moving the pool's p50 blocks there. Their
 // slow requests are not counted (the tail's blocks judge those).
-func (p *blockPool) blocks(complete []WindowStats, r int) (earlier, recent blockStats) {
+func (p *blockPool) blocks(complete []Window, r int) (earlier, recent blockStats) {
 	return p.pair(&p.earlier, &p.recent, complete, r, false, 0)
 }
 
 // tailBlocks is blocks for the tail's pair of blocks, with their slow
 // requests (slowOver with floor).
-func (p *blockPool) tailBlocks(complete []WindowStats, r int, floor time.Duration) (earlier, recent blockStats) {
+func (p *blockPool) tailBlocks(complete []Window, r int, floor time.Duration) (earlier, recent blockStats) {
 	return p.pair(&p.tailEarlier, &p.tailRecent, complete, r, true, floor)
 }
 
-func (p *blockPool) pair(e, q *blockRange, complete []WindowStats, r int, countSlow bool, floor time.Duration) (earlier, recent blockStats) {
+func (p *blockPool) pair(e, q *blockRange, complete []Window, r int, countSlow bool, floor time.Duration) (earlier, recent blockStats) {
 	n := len(complete)
 	p.move(e, complete, n-2*r, n-r)
 	p.move(q, complete, n-r, n)
@@ -470,7 +456,7 @@ func (p *blockPool) pair(e, q *blockRange, complete []WindowStats, r int, countS
 
 // stats is a block's figures; its slow requests (slowOver with floor)
 // only with countSlow.
-func (p *blockPool) stats(b *blockRange, complete []WindowStats, countSlow bool, floor time.Duration) blockStats {
+func (p *blockPool) stats(b *blockRange, complete []Window, countSlow bool, floor time.Duration) blockStats {
 	s := blockStats{windows: b.hi - b.lo}
 	s.p99 = b.p99s[len(b.p99s)/2] // the upper median, as median's
 	if b.unpooled > 0 || b.hist.total == 0 {
@@ -560,7 +546,7 @@ func (c *Config) tailBlockWindows(n int) int {
 // (the blocks cover the last 2 × blockWindows ≥ k windows). A window that
 // kept no latencies (Prometheus' windows, tests' summaries) makes them the
 // upper medians of the windows' p50s and p99s instead.
-func (p *blockPool) last(complete []WindowStats, k int) (p50, p99 time.Duration) {
+func (p *blockPool) last(complete []Window, k int) (p50, p99 time.Duration) {
 	n := len(complete)
 	k = min(k, n)
 	lo := n - k
