@@ -123,7 +123,7 @@ func (q *Sequence) Compiled() (float64, bool) {
 // deoptimisation): each request compiles something with probability
 // 2 % × e^(−n/2500), 2 + ~15 ms (exponential), and one in 2,000 ×
 // e^(−n/2500) a large method, 100–400 ms: ~0.3 ms per request at request
-// 1,000, ~0.1 at 3,500 — what the sample app showed (docs/warmup.md: ~25
+// 1,000, ~0.1 at 3,500 — what the sample app showed (docs/stopping-rule.md: ~25
 // ms per 100 requests over its requests 800–2,900, a few single compiles
 // of 100–350 ms, ~5 ms per 100 from 2,900 to 4,000). n counts the JVM's
 // requests: a pod that warmed itself (Served) has left most of it behind.
@@ -300,8 +300,8 @@ func (s *Shape) WarmPercentiles(n int) (p50, p99 time.Duration) {
 // first between 800 and 1,600), and a GC pause that adds 10–30× the median
 // to 0.2 % of requests, warm or cold.
 //
-// Its JIT, as the Spring sample compiled (docs/warmup.md, "What the JIT
-// says before a step": JDK 17 on one CPU, 50 requests a second, and in
+// Its JIT, as the Spring sample compiled (docs/stopping-rule.md, "What the
+// JIT says before a step": JDK 17 on one CPU, 50 requests a second, and in
 // the lab): 6 s compiled by the time it is ready, 5 s more over its first
 // few hundred requests, 1.5 s spread up to the first step (its p50 still
 // falling), then a background of 0.3 ms per request — also on the flat

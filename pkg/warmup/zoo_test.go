@@ -131,7 +131,7 @@ type zooRow struct {
 	within700      int
 }
 
-// The warm-up zoo's done-when figures (issue 37, docs/warmup.md): with
+// The warm-up zoo's done-when figures (issue 37, docs/stopping-rule.md): with
 // default settings, on every shape, without stable (the pod's own plateau:
 // a first deploy, the gate's lone pod) and with stable (the same shape
 // fully warm, loaded side by side): in ≥ 90 % of runs the 1,000 requests
@@ -291,7 +291,7 @@ func zooCheck(t *testing.T, jit bool, known map[string]float64) {
 
 // zooKnownMisses are the criteria the rule misses, by shape/against/key,
 // with a floor it must not fall below (the share of runs in %; for "stop",
-// 100 ÷ the median stop ratio): docs/warmup.md gives each cause. Without
+// 100 ÷ the median stop ratio): docs/stopping-rule.md gives each cause. Without
 // stable, a plateau is all a rule can see: a pod whose p50 sits flat
 // between two JIT tiers (spring-steps) is released on it. A pod that got
 // faster must hold its plateau for a block (minPlateauRequests), for two
@@ -323,7 +323,7 @@ var zooKnownMisses = map[string]float64{
 // there (~1.5 ms per request against ~15 over its class loading: quiet),
 // and before its last step it adds only its background (0.3 ms per
 // request) until the burst that compiles the step.
-// What the Spring sample did (docs/warmup.md): its JIT added 0.2–0.5 ms
+// What the Spring sample did (docs/stopping-rule.md): its JIT added 0.2–0.5 ms
 // per request over the 1,000 requests before its p50 stepped down, in
 // each run, and compiled the step's tier in a burst of 0.8–1.6 s.
 var zooKnownMissesJIT = zooKnownMisses

@@ -276,7 +276,7 @@ func benchShape(rng *rand.Rand, n int) time.Duration {
 // warm-up of one target (window 100, judged after every window as the
 // coordinator does, each window's latencies dropped once judged), and the
 // heap it leaves held at the end (retained-B/op). Figures before and after
-// blockPool: docs/warmup.md ("The stopping rule's cost").
+// blockPool: docs/stopping-rule.md ("The block pool: the rule's cost").
 func BenchmarkJudge(b *testing.B) {
 	for _, requests := range []int{20000, 200000} {
 		b.Run(fmt.Sprintf("requests=%d", requests), func(b *testing.B) {

@@ -9,7 +9,8 @@
 // no goroutine; the warm-up (package warmup) runs the load and acts on the
 // decisions.
 //
-// The rule, in short (docs/warmup.md is the user's account):
+// The rule, in short (docs/stopping-rule.md explains it once; docs/warmup.md
+// is the user's account):
 //
 //   - A pod's windows are compared in two blocks: its latest quarter of
 //     windows against the quarter before for the p50, the latest fifth

@@ -25,7 +25,7 @@ type Reading struct {
 // time per request over the block has fallen to at most jitQuietPeakShare
 // of the highest it had over any earlier look's block.
 //
-// The share: measured on the sample app (JDK 17, one CPU; docs/warmup.md),
+// The share: measured on the sample app (JDK 17, one CPU; docs/stopping-rule.md),
 // 4.6 s compiled by its 500th request, then, its latency long settled,
 // +0 to +56 ms per 100 requests with single compiles of 100–350 ms — 1–2 %
 // of its total per block, up to 3.5 % around one of those compiles. The
@@ -97,7 +97,7 @@ func (j *jitSignal) quiet(n, span int64) (quiet, known bool, added float64, over
 // A quiet JIT releases nothing sooner: caches fill and lazy endpoints
 // warm without it, so it cannot vouch for a plateau (a plateau judged
 // only since the JIT went quiet released the zoo's cache-fill early in 60 %
-// of runs: docs/warmup.md).
+// of runs: docs/stopping-rule.md).
 func (j *jitSignal) hold(c *Config, ch check, windows []Window) check {
 	if j == nil {
 		return ch

@@ -24,7 +24,7 @@ const blockShare = 4
 // endpoint's cold calls): over quarters the earlier block still reaches
 // back to where it was thick, and a tail thin since a while was called
 // "still improving" for a fifth of the warm-up longer (cache-fill and
-// lazy-endpoints released at 1.6× their oracle, docs/warmup.md). The p50
+// lazy-endpoints released at 1.6× their oracle, docs/stopping-rule.md). The p50
 // keeps its quarters: a slow decay (a JIT's late tier, a power law) moves
 // less than the tolerance between two blocks of a fifth, and was taken
 // for a plateau (jit-slow released with its p50 still more than 10 %
