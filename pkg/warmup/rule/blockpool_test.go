@@ -73,14 +73,7 @@ func (c *Config) exactProgress(complete []Window) (progress, bool) {
 	t := c.tailBlockWindows(n)
 	floor := c.AbsoluteTolerance
 	p.tailEarlier, p.tailRecent = exactStatsOf(complete, n-2*t, n-t, floor), exactStatsOf(complete, n-t, n, floor)
-	switch {
-	case c.better(p.earlier.p50, p.recent.p50):
-		p.improving = "p50"
-	case c.better(p.tailEarlier.p99, p.tailRecent.p99):
-		p.improving = "p99"
-	case c.fewerSlow(p.tailEarlier, p.tailRecent):
-		p.improving = "slow requests"
-	}
+	p.improving = c.improvement(p)
 	return p, true
 }
 

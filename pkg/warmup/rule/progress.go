@@ -131,14 +131,7 @@ func (c *Config) progressOf(pool *blockPool, complete []Window) (p progress, ok 
 	p.earlier, p.recent = pool.blocks(complete, r)
 	p.tailEarlier, p.tailRecent = pool.tailBlocks(complete, c.tailBlockWindows(n), c.AbsoluteTolerance)
 	pool.forget(c.keepFrom(n))
-	switch {
-	case c.better(p.earlier.p50, p.recent.p50):
-		p.improving = "p50"
-	case c.better(p.tailEarlier.p99, p.tailRecent.p99):
-		p.improving = "p99"
-	case c.fewerSlow(p.tailEarlier, p.tailRecent):
-		p.improving = "slow requests"
-	}
+	p.improving = c.improvement(p)
 	return p, true
 }
 
@@ -177,4 +170,18 @@ func (c *Config) fewer(bn, b, an, a int, z, bd, ad float64) bool {
 // cannot hold the warm-up back.
 func (c *Config) better(before, now time.Duration) bool {
 	return float64(before) > (1+c.Tolerance)*float64(now) && before-now > c.AbsoluteTolerance
+}
+
+// improvement names what the recent blocks still improve on ("p50", "p99",
+// "slow requests"), the first that does; "" when none does.
+func (c *Config) improvement(p progress) string {
+	switch {
+	case c.better(p.earlier.p50, p.recent.p50):
+		return "p50"
+	case c.better(p.tailEarlier.p99, p.tailRecent.p99):
+		return "p99"
+	case c.fewerSlow(p.tailEarlier, p.tailRecent):
+		return "slow requests"
+	}
+	return ""
 }
