@@ -420,11 +420,19 @@ func warmupStepStatus(ro *v1alpha1.Rollout) (*warmupstep.Status, string, string)
 	return nil, "", ""
 }
 
-// warmupStepConfig is the Rollout's danki/warmup step config, defaulted.
+// labPluginPolicy is the policy the lab's danki plugin runs its tenants'
+// configs under: the lab's plugin args (lab/scripts/mesh.sh) set no caps
+// and no URL networks, so the strictest policy with the default caps. The
+// lab reads a step config as the plugin does, not more widely.
+var labPluginPolicy = policy.Policy{}
+
+// warmupStepConfig is the Rollout's danki/warmup step config, decoded,
+// defaulted and validated once, by the plugin's own parser
+// (warmupstep.ParseStepConfig: strict, under labPluginPolicy).
 func warmupStepConfig(ro *v1alpha1.Rollout) (warmupstep.StepConfig, bool) {
 	for _, s := range ro.Spec.Strategy.Canary.Steps {
 		if s.Plugin != nil && s.Plugin.Name == "danki/warmup" {
-			c, err := warmupstep.ParseStepConfig(s.Plugin.Config, policy.Local())
+			c, err := warmupstep.ParseStepConfig(s.Plugin.Config, labPluginPolicy)
 			return c, err == nil
 		}
 	}

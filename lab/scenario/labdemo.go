@@ -771,16 +771,12 @@ func warmupSummary(ro *v1alpha1.Rollout) warmupDone {
 	return warmupDone{}
 }
 
-// warmupConfigPace reads qps and connections from the danki/warmup step,
-// with pkg/warmup's defaults for what it leaves out.
+// warmupConfigPace reads qps and connections from the danki/warmup step
+// (warmupStepConfig: the plugin's parser, its defaults), pkg/warmup's
+// defaults without one.
 func warmupConfigPace(ro *v1alpha1.Rollout) (float64, int) {
-	for _, s := range ro.Spec.Strategy.Canary.Steps {
-		if s.Plugin != nil && s.Plugin.Name == "danki/warmup" {
-			var c warmup.Config
-			_ = json.Unmarshal(s.Plugin.Config, &c) // the plugin already accepted it
-			c = c.WithDefaults()
-			return c.QPS, c.Connections
-		}
+	if c, ok := warmupStepConfig(ro); ok {
+		return c.QPS, c.Connections
 	}
 	return warmup.DefaultQPS, warmup.DefaultConnections
 }

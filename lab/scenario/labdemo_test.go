@@ -252,3 +252,45 @@ func TestContenderExamples(t *testing.T) {
 		t.Errorf("fixed100 differs from the baseline beyond the warm-up:\n%+v\n%+v", ro.Spec, base.Spec)
 	}
 }
+
+// The lab reads each of its Rollouts' danki/warmup configs as the plugin
+// does (strictly, under the plugin's policy): every lab Rollout's step
+// config is accepted, its pace is the config's, and a config the plugin
+// would refuse (an unknown field) is not read as if it were accepted.
+func TestLabReadsTheStepConfigAsThePluginDoes(t *testing.T) {
+	read := 0
+	for _, dir := range []string{"danki", "fixed100", "spring", "spring-danki", "spring-fixed100", "grpc", "mirror"} {
+		raw, err := os.ReadFile(filepath.Join("..", "..", "lab", "manifests", dir, "30-rollout.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(raw), "danki/warmup") || !strings.Contains(string(raw), "kind: Rollout") {
+			continue
+		}
+		read++
+		ro := readExample(t, dir)
+		c, ok := warmupStepConfig(&ro)
+		if !ok {
+			t.Errorf("%s: the plugin's parser refuses the lab's own danki/warmup config", dir)
+			continue
+		}
+		if qps, conns := warmupConfigPace(&ro); qps != c.QPS || conns != c.Connections || qps <= 0 || conns <= 0 {
+			t.Errorf("%s: pace %g qps × %d connections, want the step's %g × %d", dir, qps, conns, c.QPS, c.Connections)
+		}
+	}
+	if read < 6 {
+		t.Errorf("read %d lab Rollouts with a danki/warmup step, want 6 or more", read)
+	}
+	ro := readExample(t, "danki")
+	for i, s := range ro.Spec.Strategy.Canary.Steps {
+		if s.Plugin != nil && s.Plugin.Name == "danki/warmup" {
+			ro.Spec.Strategy.Canary.Steps[i].Plugin.Config = []byte(`{"qps": 7, "qsp": 9}`)
+		}
+	}
+	if c, ok := warmupStepConfig(&ro); ok {
+		t.Errorf("a misspelt field (qsp) was read as accepted: %+v", c.Config)
+	}
+	if qps, _ := warmupConfigPace(&ro); qps == 7 {
+		t.Errorf("pace %g qps from a config the plugin refuses; want the defaults", qps)
+	}
+}
