@@ -36,6 +36,7 @@ func grpcConfig(reqs ...GRPCRequest) Config {
 }
 
 func TestGRPCWarmupConverges(t *testing.T) {
+	skipLongLoad(t, "a gRPC warm-up to its plateau")
 	// Cold: 2 ms + 30 ms·e^(−n/50), as TestConvergesOnDecayingLatency.
 	srv := testutil.NewGRPCServer(t, testutil.Decaying(2*time.Millisecond, 30*time.Millisecond, 50), true)
 	srv.Serve(600 * time.Millisecond)
@@ -178,6 +179,7 @@ func TestGRPCNonOKCountedAsErrors(t *testing.T) {
 }
 
 func TestGRPCHealthWaitTimesOut(t *testing.T) {
+	skipLongLoad(t, "a gRPC health wait to its timeout")
 	srv := testutil.NewGRPCServer(t, testutil.Flat(time.Millisecond), true) // never SERVING
 	cfg := grpcConfig(GRPCRequest{Method: "danki.test.Catalog/Get"})
 	cfg.HealthTimeout = config.Duration(time.Second)
@@ -270,6 +272,7 @@ func TestGRPCCancelCutsCallsInFlight(t *testing.T) {
 // Stable pods are loaded side by side with the same gRPC calls, and a
 // slower version is rejected as for HTTP.
 func TestGRPCSlowerVersionRejected(t *testing.T) {
+	skipLongLoad(t, "gRPC canary and stable loaded to their plateaus")
 	slow := func(n int64, _ bool) time.Duration {
 		if n%20 == 0 { // 5 % of calls +100 ms
 			return 101 * time.Millisecond

@@ -93,6 +93,7 @@ func jitConfig() Config {
 // the signal was used; the scrapes carry neither the marker header nor
 // credentials.
 func TestJITSignalHoldsTheStopWhileCompiling(t *testing.T) {
+	skipLongLoad(t, "a warm-up held while its JIT compiles")
 	const compilingUntil = 1500
 	pod := newJITPod(t, func(load int64) (int, string) {
 		return 200, micrometerPage(3000 + 2*float64(min(load, compilingUntil)))
@@ -127,6 +128,7 @@ func TestJITSignalHoldsTheStopWhileCompiling(t *testing.T) {
 // Without a metrics page (404) the warm-up converges on latency as
 // before, and says the signal was not exposed; the page is asked once.
 func TestJITSignalNotExposed(t *testing.T) {
+	skipLongLoad(t, "a warm-up to its plateau with no JIT page")
 	pod := newJITPod(t, nil)
 	res, err := Run(context.Background(), jitConfig(), []Target{{Name: "pod", URL: pod.URL}}, Options{})
 	if err != nil {
@@ -148,6 +150,7 @@ func TestJITSignalNotExposed(t *testing.T) {
 // A page that does not parse, or has no compile time, or is not allowed
 // (401: danki sends no credentials) never fails the warm-up.
 func TestJITSignalUnreadable(t *testing.T) {
+	skipLongLoad(t, "a warm-up to its plateau with an unreadable JIT page")
 	for _, c := range []struct {
 		name   string
 		status int

@@ -221,6 +221,7 @@ func (a *arrivals) first(n int) time.Duration {
 }
 
 func TestPaceStartsLowAndReachesQPS(t *testing.T) {
+	skipLongLoad(t, "a pace ramped from its start to qps")
 	arr := &arrivals{}
 	srv := newTestServer(t, func(int64, bool) time.Duration { arr.add(); return time.Millisecond })
 	cfg := fastConfig()
@@ -256,6 +257,7 @@ func TestPaceStartsLowAndReachesQPS(t *testing.T) {
 // what it can take: the ramp halves the pace whenever latency jumps, and
 // never reaches qps.
 func TestPaceBacksOffWhenThePodSaturates(t *testing.T) {
+	skipLongLoad(t, "a pod loaded past its capacity")
 	arr := &arrivals{}
 	saturating := func(int64, bool) time.Duration {
 		if now := arr.add(); arr.rate(now, 100*time.Millisecond) > 150 {

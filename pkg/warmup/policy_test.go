@@ -108,6 +108,7 @@ func TestCapsRefusedNamingTheOperatorFlag(t *testing.T) {
 // connected to is checked, not the URL's text: "localhost" is an allowed
 // host name, but it resolves to 127.0.0.1, which a tenant may not load.
 func TestDialRefusesLoopbackUnderATenantPolicy(t *testing.T) {
+	skipLongLoad(t, "two health waits that time out")
 	srv, n := countingServer(t, 0)
 	u, _ := url.Parse(srv.URL)
 	local := "http://localhost:" + u.Port()

@@ -80,6 +80,7 @@ func TestConvergesOnDecayingLatency(t *testing.T) {
 }
 
 func TestMinRequestsGuardsEarlyConvergence(t *testing.T) {
+	skipLongLoad(t, "a warm-up to minRequests 1,200")
 	srv := newTestServer(t, func(int64, bool) time.Duration { return time.Millisecond })
 	cfg := fastConfig()
 	cfg.MinRequests = 1200 // above the rule's own minimum (cfg.MinStop: 1,000)
@@ -99,6 +100,7 @@ func TestMinRequestsGuardsEarlyConvergence(t *testing.T) {
 }
 
 func TestNeverSettlingFailsAtRequestCap(t *testing.T) {
+	skipLongLoad(t, "a warm-up that never settles, to maxRequests")
 	srv := newTestServer(t, testutil.NeverSettling)
 	cfg := fastConfig()
 	cfg.Connections = 1
@@ -125,6 +127,7 @@ func TestNeverSettlingFailsAtRequestCap(t *testing.T) {
 }
 
 func TestStillDecayingFailsAtDeadline(t *testing.T) {
+	skipLongLoad(t, "a warm-up to its deadline")
 	srv := newTestServer(t, testutil.Decaying(2*time.Millisecond, 40*time.Millisecond, 100))
 	cfg := fastConfig()
 	cfg.QPS = 300
@@ -322,6 +325,7 @@ func TestGeneratorIsReproducible(t *testing.T) {
 }
 
 func TestCompareToStableHoldsBackConvergence(t *testing.T) {
+	skipLongLoad(t, "two warm-ups of 1,100 slow requests")
 	// The canary is flat at 20 ms for 1,100 requests, then 1 ms; stable is
 	// at 1 ms throughout. Flat-but-slow converges by itself (at the rule's
 	// minimum, 1,000 requests); compared with stable (ratio 1.2) it may
@@ -407,6 +411,7 @@ func TestCancelStopsLoadPromptly(t *testing.T) {
 }
 
 func TestHealthGatesLoad(t *testing.T) {
+	skipLongLoad(t, "a health wait of over a second, then a warm-up")
 	srv := newTestServer(t, nil)
 	srv.HealthStatus = func(n int64) int {
 		if n <= 3 {
@@ -598,6 +603,7 @@ func TestHealthWaitCutByDeadline(t *testing.T) {
 // A version whose latency settles far above stable's is rejected during the
 // warm-up, by default, naming both figures; the same version is not.
 func TestSlowerVersionRejected(t *testing.T) {
+	skipLongLoad(t, "canary and stable loaded to their plateaus")
 	slow := func(n int64, _ bool) time.Duration {
 		if n%20 == 0 { // 5 % of requests +100 ms
 			return 101 * time.Millisecond

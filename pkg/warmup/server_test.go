@@ -32,6 +32,18 @@ var fastPolicy = func() *policy.Policy {
 }()
 
 // fastConfig is a small, quick warm-up config for tests.
+// skipLongLoad skips, under -short, a test that drives whole warm-ups of
+// real load for seconds. The fast loop keeps what decides (the rule's pure
+// tests in package rule, the seeded zoo subset), one real warm-up end to
+// end (TestConvergesOnDecayingLatency) and the quick runs; make test runs
+// every one.
+func skipLongLoad(t *testing.T, what string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skipf("seconds of real load (%s); make test runs it (skipped with -short)", what)
+	}
+}
+
 func fastConfig() Config {
 	return Config{
 		Policy:        fastPolicy,

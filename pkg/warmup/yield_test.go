@@ -65,6 +65,7 @@ func TestYieldWarmWhileYielding(t *testing.T) {
 // the rejection), in the same run; slower at full weight too, it is
 // rejected after it.
 func TestYieldDefersRejection(t *testing.T) {
+	skipLongLoad(t, "a yielded warm-up, then one at full weight")
 	for _, tc := range []struct {
 		name        string
 		slowAtFull  bool
@@ -103,6 +104,7 @@ func TestYieldDefersRejection(t *testing.T) {
 // the node's CPU all taken, the least weight gets next to none) gets its
 // CPU back long before half the deadline, and warms at full weight.
 func TestYieldEndsWhenStarved(t *testing.T) {
+	skipLongLoad(t, "a yielded pod starved, then loaded at full weight")
 	var lowered atomic.Bool
 	lowered.Store(true)
 	srv := newTestServer(t, func(int64, bool) time.Duration {

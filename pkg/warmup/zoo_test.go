@@ -178,6 +178,11 @@ func TestZooDoneWhenJIT(t *testing.T) {
 // until maxRequests.
 func TestGateReleasesASlowerNode(t *testing.T) {
 	cfg := Config{}.WithDefaults()
+	// 50 seeds per case; the fast loop (-short) runs the first 10 of them.
+	runs := 50
+	if testing.Short() {
+		runs = 10
+	}
 	for _, shape := range []string{"jit-fast", "jit-fast+noise", "jit-slow+noise", "cache-fill+noise", "lazy-endpoints+noise"} {
 		base := zooShape(t, shape)
 		for _, slower := range []float64{3, 1.5, 1.15} {
@@ -185,7 +190,7 @@ func TestGateReleasesASlowerNode(t *testing.T) {
 			node.Median = time.Duration(slower * float64(base.Median))
 			var stops, owns []int64
 			released := 0
-			for seed := range uint64(50) {
+			for seed := range uint64(runs) {
 				nb := zooStopNextTo(&cfg, &node, base.Warm(), seed+1, zooNeighbours, false)
 				if nb.rejected {
 					t.Fatalf("%s %g× slower, seed %d: rejected; the gate rejects nothing", shape, slower, seed+1)
@@ -198,12 +203,12 @@ func TestGateReleasesASlowerNode(t *testing.T) {
 				stops = append(stops, nb.stop)
 				owns = append(owns, zooStop(&cfg, &node, seed+1, zooOwn, false).stop)
 			}
-			if released < 45 {
-				t.Errorf("%s %g× slower: released before maxRequests in %d of 50 runs; want ≥ 45", shape, slower, released)
+			if released < runs*9/10 {
+				t.Errorf("%s %g× slower: released before maxRequests in %d of %d runs; want ≥ 90 %%", shape, slower, released, runs)
 			}
 			slices.Sort(stops)
 			slices.Sort(owns)
-			t.Logf("%s on a node %g× slower: released in %d of 50 runs, after %d requests (median; p90 %d; a lone pod on its own plateau %d; maxRequests %d)", shape, slower, released, stops[25], stops[45], owns[25], cfg.MaxRequests)
+			t.Logf("%s on a node %g× slower: released in %d of %d runs, after %d requests (median; p90 %d; a lone pod on its own plateau %d; maxRequests %d)", shape, slower, released, runs, stops[runs/2], stops[runs*9/10], owns[runs/2], cfg.MaxRequests)
 		}
 	}
 }
