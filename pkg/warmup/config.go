@@ -410,17 +410,28 @@ var safeMethods = map[string]bool{http.MethodGet: true, http.MethodHead: true, h
 func (c Config) Validate() error {
 	var errs config.Errors
 	c.validateSizes(&errs)
+	c.validateRequests(&errs)
+	c.validateLoad(&errs)
+	c.validateStop(&errs)
+	c.validateNeighbours(&errs)
+	c.JITMetrics.validate(&errs)
+	return errs.Err()
+}
+
+// validateRequests checks what is sent: the request mix, its gRPC methods,
+// the operator's caps, the marker header, mTLS and the health path.
+func (c Config) validateRequests(errs *config.Errors) {
 	if len(c.Requests) <= MaxRequestMix { // past it, one error says so: no entry is compiled
 		for i, r := range c.Requests {
 			errs.Add(fmt.Sprintf("requests[%d]", i), r.validate(c.AllowSideEffects, c.TemplateDelims))
 		}
 	}
-	c.validateGRPC(&errs)
-	c.validateCaps(&errs)
+	c.validateGRPC(errs)
+	c.validateCaps(errs)
 	if !httpguts.ValidHeaderFieldName(c.MarkerHeader) {
 		errs.Addf("markerHeader", "%q is not a valid HTTP header name", c.MarkerHeader)
 	} else {
-		c.checkMarker(&errs)
+		c.checkMarker(errs)
 	}
 	if _, err := mtls.ParseMode(string(c.MTLS)); err != nil {
 		errs.Add("mtls", err)
@@ -428,6 +439,11 @@ func (c Config) Validate() error {
 	if c.HealthPath != "" && !strings.HasPrefix(c.HealthPath, "/") {
 		errs.Addf("healthPath", "%q must start with /", c.HealthPath)
 	}
+}
+
+// validateLoad checks how hard and how long: durations, pace, connections
+// and the CPU budget.
+func (c Config) validateLoad(errs *config.Errors) {
 	positive := func(field string, d config.Duration) {
 		if d <= 0 {
 			errs.Addf(field, "must be a positive duration such as \"30s\" (got %s)", d)
@@ -445,6 +461,13 @@ func (c Config) Validate() error {
 	if c.CPUBudget != nil && (c.CPUBudget.Cores < 0 || c.CPUBudget.Share < 0) {
 		errs.Addf("cpuBudget", "must not be negative: cores like \"250m\" or 0.5, a share of the pod's CPU request like \"50%%\", 0 for none (got %s)", c.CPUBudget)
 	}
+	if c.QPS > 0 && (c.StartQPS <= 0 || c.StartQPS > c.QPS) {
+		errs.Addf("startQPS", "must be > 0 and at most qps %g: the pace the warm-up starts at (got %g)", c.QPS, c.StartQPS)
+	}
+}
+
+// validateStop checks the stopping rule's knobs and the bounds.
+func (c Config) validateStop(errs *config.Errors) {
 	if c.Window < 10 {
 		errs.Addf("window", "must be at least 10 requests so percentiles mean something (got %d)", c.Window)
 	}
@@ -478,16 +501,16 @@ func (c Config) Validate() error {
 	if c.RejectFloor < 0 {
 		errs.Addf("rejectFloor", "must not be negative (got %s)", c.RejectFloor)
 	}
-	if c.QPS > 0 && (c.StartQPS <= 0 || c.StartQPS > c.QPS) {
-		errs.Addf("startQPS", "must be > 0 and at most qps %g: the pace the warm-up starts at (got %g)", c.QPS, c.StartQPS)
-	}
+}
+
+// validateNeighbours checks the neighbour guard's knobs.
+func (c Config) validateNeighbours(errs *config.Errors) {
 	if c.NeighbourRatio < 1 {
 		errs.Addf("neighbourRatio", "must be >= 1: a ratio of stable's latency to its baseline (got %g)", c.NeighbourRatio)
 	}
 	if c.NeighbourWindow < config.Duration(time.Second) {
 		errs.Addf("neighbourWindow", "must be at least 1s, e.g. \"30s\" (twice Prometheus' scrape interval; got %s)", c.NeighbourWindow)
 	}
-	c.JITMetrics.validate(&errs)
 	if c.NeighbourFloor < 0 {
 		errs.Addf("neighbourFloor", "must not be negative (got %s)", c.NeighbourFloor)
 	}
@@ -499,7 +522,6 @@ func (c Config) Validate() error {
 			errs.Addf("stableQPS", "must be > 0 (got %g)", c.StableQPS)
 		}
 	}
-	return errs.Err()
 }
 
 // roomToConverge says whether maxRequests holds minRequests and one block

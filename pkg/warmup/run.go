@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/danki-dev/danki/pkg/latency"
+	"github.com/danki-dev/danki/pkg/warmup/rule"
 	"github.com/danki-dev/danki/pkg/wellknown"
 )
 
@@ -123,38 +124,14 @@ type Progress struct {
 // what was measured; the error wraps ErrUnhealthy, ErrNotConverged or
 // ctx.Err() when the warm-up did not succeed.
 func Run(ctx context.Context, cfg Config, targets []Target, opts Options) (*Result, error) {
-	cfg = cfg.WithDefaults()
-	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("invalid warm-up config: %w", err)
-	}
-	if len(targets) == 0 {
-		return nil, errors.New("no targets to warm: give URLs or pods")
-	}
-	if _, required := cfg.WantsStable(); required && len(opts.Stable) == 0 {
-		return nil, errors.New("compareToStable or rejectSlowerVersion: no stable targets to compare with (give stable URLs or stable pods, or turn them off)")
-	}
-	set, err := newRequestSet(cfg)
+	p, err := prepare(cfg, targets, opts)
 	if err != nil {
-		return nil, fmt.Errorf("invalid warm-up config: %w", err)
+		return nil, err
 	}
-	// The stopping rule, built once: how this run judges its targets is
-	// its own, not the config's.
-	reject := cfg.rejecting(len(opts.Stable) > 0)
-	stopRule, err := cfg.newRule(reject, opts.JudgeAgainstStable && len(opts.Stable) > 0)
-	if err != nil {
-		return nil, fmt.Errorf("invalid warm-up config: %w", err)
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
-	}
+	cfg, opts = p.cfg, p.opts
 	targets, warmed := splitWarmed(targets)
 	if len(targets) == 0 {
-		res := &Result{Config: cfg, Start: time.Now(), Converged: true,
-			Reason: fmt.Sprintf("all %s already warmed by the danki warm gate (%s True): nothing sent", countPods(len(warmed)), wellknown.WarmCondition)}
-		for _, t := range warmed {
-			res.Targets = append(res.Targets, TargetResult{Target: t, Converged: true})
-		}
-		return res, nil
+		return allWarmed(cfg, warmed), nil
 	}
 	seed := cfg.Seed
 	if seed == 0 {
@@ -192,40 +169,17 @@ func Run(ctx context.Context, cfg Config, targets []Target, opts Options) (*Resu
 	}
 
 	emit(Progress{Phase: PhaseHealth})
-	probe := append([]Target(nil), targets...)
-	// The neighbour guard watches the stable pods whenever they are given.
-	stableLoad := cfg.CompareToStable || reject || (*cfg.NeighbourGuard && len(opts.Stable) > 0)
-	if stableLoad {
-		probe = append(probe, opts.Stable...)
-	}
-	healthCtx, healthCancel := context.WithTimeout(runCtx, cfg.HealthTimeout.D())
-	limit := fmt.Sprintf("within healthTimeout %s", cfg.HealthTimeout)
-	if cfg.Deadline <= cfg.HealthTimeout {
-		limit = fmt.Sprintf("before the warm-up's deadline %s (shorter than healthTimeout %s)", cfg.Deadline, cfg.HealthTimeout)
-	}
-	err = waitHealthy(healthCtx, sess, probe, limit)
-	healthCancel()
-	if err != nil {
-		res.Elapsed = time.Since(start)
+	if err := p.ready(runCtx, sess, targets); err != nil {
+		res.Elapsed, res.Reason = time.Since(start), err.Error()
 		if ctx.Err() != nil {
 			res.Reason = "stopped while waiting for health: " + ctx.Err().Error()
 			return res, fmt.Errorf("warm-up stopped: %w", ctx.Err())
 		}
-		res.Reason = err.Error()
 		return res, err
-	}
-
-	if cfg.isGRPC() {
-		// Message types from the server's reflection (or the descriptor
-		// set), once, now that the pods answer.
-		if err := resolveGRPC(runCtx, sess, set, targets[0]); err != nil {
-			res.Elapsed, res.Reason = time.Since(start), err.Error()
-			return res, err
-		}
 	}
 	opts.Logger.Debug("warm-up load starting", "targets", len(targets), "qps", cfg.QPS, "startQPS", cfg.StartQPS, "connections", cfg.Connections)
 	emit(Progress{Phase: PhaseLoad})
-	c := &coordinator{cfg: sess, opts: opts, set: set, seed: uint64(seed), start: start, emit: emit, res: res, rule: stopRule, stableLoad: stableLoad}
+	c := &coordinator{cfg: sess, opts: opts, set: p.set, seed: uint64(seed), start: start, emit: emit, res: res, rule: p.rule, stableLoad: p.stableLoad}
 	err = c.run(ctx, runCtx, targets)
 	res.Elapsed = time.Since(start)
 	if len(warmed) > 0 {
@@ -233,6 +187,86 @@ func Run(ctx context.Context, cfg Config, targets []Target, opts Options) (*Resu
 	}
 	emit(Progress{Phase: PhaseDone, Requests: res.Requests(), ConvergedTargets: res.convergedTargets()})
 	return res, err
+}
+
+// prepared is a run's checked input: the config with its defaults, the
+// request mix, and the stopping rule, built once (how this run judges its
+// targets is its own, not the config's).
+type prepared struct {
+	cfg  Config
+	opts Options
+	set  *requestSet
+	rule *rule.Rule
+	// stableLoad: the stable pods are loaded side by side (a comparison
+	// or rejection needs them; the neighbour guard watches them whenever
+	// they are given).
+	stableLoad bool
+}
+
+// prepare checks a run's input before anything is sent. Run defaults and
+// validates the config itself, whoever parsed it: callers adjust a parsed
+// config before a run (source: load sets maxRequests per measurement), and
+// no run starts from an invalid one. Both steps are idempotent.
+func prepare(cfg Config, targets []Target, opts Options) (*prepared, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("invalid warm-up config: %w", err)
+	}
+	if len(targets) == 0 {
+		return nil, errors.New("no targets to warm: give URLs or pods")
+	}
+	if _, required := cfg.WantsStable(); required && len(opts.Stable) == 0 {
+		return nil, errors.New("compareToStable or rejectSlowerVersion: no stable targets to compare with (give stable URLs or stable pods, or turn them off)")
+	}
+	set, err := newRequestSet(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("invalid warm-up config: %w", err)
+	}
+	reject := cfg.rejecting(len(opts.Stable) > 0)
+	stopRule, err := cfg.newRule(reject, opts.JudgeAgainstStable && len(opts.Stable) > 0)
+	if err != nil {
+		return nil, fmt.Errorf("invalid warm-up config: %w", err)
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	stableLoad := cfg.CompareToStable || reject || (*cfg.NeighbourGuard && len(opts.Stable) > 0)
+	return &prepared{cfg: cfg, opts: opts, set: set, rule: stopRule, stableLoad: stableLoad}, nil
+}
+
+// allWarmed is the result of a run whose every target the warm gate has
+// warmed already: nothing is sent.
+func allWarmed(cfg Config, warmed []Target) *Result {
+	res := &Result{Config: cfg, Start: time.Now(), Converged: true,
+		Reason: fmt.Sprintf("all %s already warmed by the danki warm gate (%s True): nothing sent", countPods(len(warmed)), wellknown.WarmCondition)}
+	for _, t := range warmed {
+		res.Targets = append(res.Targets, TargetResult{Target: t, Converged: true})
+	}
+	return res
+}
+
+// ready waits until every pod to be loaded answers its health check
+// (within healthTimeout, and the run's deadline), then, for gRPC, resolves
+// the message types once, now that the pods answer.
+func (p *prepared) ready(runCtx context.Context, sess *session, targets []Target) error {
+	probe := slices.Clone(targets)
+	if p.stableLoad {
+		probe = append(probe, p.opts.Stable...)
+	}
+	cfg := &p.cfg
+	healthCtx, healthCancel := context.WithTimeout(runCtx, cfg.HealthTimeout.D())
+	defer healthCancel()
+	limit := fmt.Sprintf("within healthTimeout %s", cfg.HealthTimeout)
+	if cfg.Deadline <= cfg.HealthTimeout {
+		limit = fmt.Sprintf("before the warm-up's deadline %s (shorter than healthTimeout %s)", cfg.Deadline, cfg.HealthTimeout)
+	}
+	if err := waitHealthy(healthCtx, sess, probe, limit); err != nil {
+		return err
+	}
+	if !cfg.isGRPC() {
+		return nil
+	}
+	return resolveGRPC(runCtx, sess, p.set, targets[0])
 }
 
 // splitWarmed separates the targets the warm gate has warmed already.
