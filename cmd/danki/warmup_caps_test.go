@@ -34,7 +34,7 @@ func TestWarmupZeroFlagsRefused(t *testing.T) {
 // them), and --max-requests is a budget: with far more connections than
 // requests, exactly that many are sent.
 func TestWarmupCapsAndMaxRequestsBudget(t *testing.T) {
-	if _, _, err := runWarmupCmd("--url", "http://127.0.0.1:1", "--connections", "5000"); err == nil || !strings.Contains(err.Error(), "connections: 5000 is above the command line's cap of 64 (a guard against typos); lower it, or raise the cap with --cap-connections") {
+	if _, _, err := runWarmupCmd("--url", "http://127.0.0.1:1", "--connections", "5000"); err == nil || !strings.Contains(err.Error(), "--connections (connections): 5000 is above the command line's cap of 64 (a guard against typos); lower it, or raise the cap with --cap-connections") {
 		t.Errorf("--connections 5000: %v", err)
 	}
 	var n atomic.Int64
