@@ -90,7 +90,7 @@ func runCapacity(cmd *cobra.Command, f *capacityFlags) error {
 	if err := checkURLFlag("url", []string{f.url}); err != nil {
 		return err
 	}
-	if err := refuseZeroFlags(cmd.Flags(), "start-qps", "factor", "max-qps", "hold", "connections", "timeout", "p99", "p99-ratio", "min-achieved-ratio"); err != nil {
+	if err := refuseZeroFlags(cmd.Flags(), flagField, "start-qps", "factor", "max-qps", "hold", "connections", "timeout", "p99", "p99-ratio", "min-achieved-ratio"); err != nil {
 		return err
 	}
 	stderr, out := cmd.ErrOrStderr(), cmd.OutOrStdout()

@@ -23,11 +23,10 @@ import (
 	"github.com/danki-dev/danki/pkg/config"
 	"github.com/danki-dev/danki/pkg/latency"
 	"github.com/danki-dev/danki/pkg/warmup"
-	"github.com/danki-dev/danki/pkg/wellknown"
 )
 
 // warmupFlags are the `danki warmup` flags that do not map 1:1 onto
-// warmup.Config.
+// warmup.Config; those that do parse straight into cfg (warmupConfigFlags).
 type warmupFlags struct {
 	urls, stableURLs              []string
 	kube                          kubeFlags
@@ -36,22 +35,13 @@ type warmupFlags struct {
 	service, selector, hash, port string
 	stableService, stableHash     string
 	minPods                       int
-	untilConverged                bool
 	rejectSlower, rejectSlowerSet bool
-	rejectFloor                   time.Duration
-	neighbourGuard                bool
-	acceptNearStable              bool
-	jitMetrics                    bool
-	neighbourFloor                time.Duration
 	cpuBudget                     cpuBudgetFlag
 	paths, headers                []string
 	method, body, requestFile     string
 	grpcMethods, grpcMetadata     []string
 	grpcMessage                   string
 	jsonOut                       string
-	healthTimeout, timeout        time.Duration
-	deadline, absTolerance        time.Duration
-	maxErrorRatio                 float64
 	cfg                           warmup.Config
 	progressEvery                 time.Duration
 	stderrIsTerminal              func() bool
@@ -148,17 +138,9 @@ See docs/warmup.md.`,
 	fl.StringVar(&f.port, "port", "", "pod port, name or number (default: the pods' only port)")
 	fl.IntVar(&f.minPods, "min-pods", 1, "wait (up to --health-timeout) until this many pods are ready")
 
-	addStoppingRuleFlags(fl, &f.cfg, &f.absTolerance, &f.maxErrorRatio, &f.deadline, "requests per target")
-	fl.BoolVar(&f.untilConverged, "until-converged", true, "stop when latency converged; false: send exactly --max-requests per target (a fixed count) and only report")
-	fl.Float64Var(&f.cfg.QPS, "qps", warmup.DefaultQPS, "requests per second per target")
-	fl.Float64Var(&f.cfg.StartQPS, "start-qps", 0, "pace per target at the start, raised up to --qps while the pod keeps up (default --qps / 8, at least 1)")
-	fl.IntVarP(&f.cfg.Connections, "connections", "c", warmup.DefaultConnections, "concurrent connections per target")
+	// The flags that set a config field as they are: flagtable.go.
+	warmupConfigFlags.register(fl, &f.cfg)
 	fl.Var(&f.cpuBudget, "cpu-budget", "cores the warm-up's requests may keep busy per target (rate × mean latency): cores as in a pod's resources (0.25, 250m), or a share of each pod's CPU request (50%: half of it; pods only); 0: none")
-	fl.DurationVar(&f.timeout, "timeout", warmup.DefaultTimeout, "per-request timeout")
-	fl.StringVar(&f.cfg.HealthPath, "health-path", "", "path that must answer 200 before load starts (default: each pod's httpGet readinessProbe, else /)")
-	fl.DurationVar(&f.healthTimeout, "health-timeout", warmup.DefaultHealthTimeout, "how long to wait for pods and health")
-	fl.StringVar(&f.cfg.HealthProtocol, "health-protocol", "", "http (GET --health-path until 200) or grpc (grpc.health.v1.Health/Check until SERVING); default grpc for gRPC requests or ports named grpc/grpc-*, else http")
-	fl.StringVar(&f.cfg.HealthService, "health-service", "", "service name asked in the gRPC health check (default: the server as a whole)")
 
 	fl.StringArrayVar(&f.paths, "path", nil, "request path (and query) to send, a template; repeatable, equal weights (default /)")
 	fl.StringVar(&f.method, "method", "GET", "method for --path requests")
@@ -168,32 +150,11 @@ See docs/warmup.md.`,
 	fl.StringArrayVar(&f.grpcMethods, "grpc-method", nil, "gRPC method package.Service/Method to call instead of HTTP paths; repeatable, equal weights")
 	fl.StringVar(&f.grpcMessage, "grpc-message", "", `request message for --grpc-method, protobuf JSON, a template (default "{}")`)
 	fl.StringArrayVar(&f.grpcMetadata, "grpc-metadata", nil, `metadata "key: value" for --grpc-method calls (repeatable; value is a template)`)
-	fl.StringVar(&f.cfg.GRPCDescriptorSet, "grpc-descriptor-set", "", "FileDescriptorSet file with the gRPC services (default: the server's reflection service)")
-	fl.StringArrayVar(&f.cfg.GRPCSafeMethods, "grpc-safe-method", nil, "gRPC method known to be read-only, callable without --allow-side-effects (repeatable)")
-	fl.BoolVar(&f.cfg.AllowSideEffects, "allow-side-effects", false, "allow HTTP methods other than GET, HEAD, OPTIONS and gRPC methods not marked read-only (the app must honour the marker)")
-	fl.StringVar(&f.cfg.MarkerHeader, "marker-header", wellknown.MarkerHeader, "header set to 1 on every warm-up request")
-	fl.StringVar(&f.cfg.MarkerHeaderConfirm, "marker-header-confirm", "", "the same header as --marker-header again: needed with --allow-side-effects and a marker other than "+wellknown.MarkerHeader+" (the app must check that header)")
-	fl.Int64Var(&f.cfg.Seed, "seed", 0, "seed for random template fields (0: random)")
 
-	fl.BoolVar(&f.cfg.CompareToStable, "compare-to-stable", false, "also load stable pods and require p99 within --stable-ratio of theirs")
 	fl.StringArrayVar(&f.stableURLs, "stable-url", nil, "stable base URL (repeatable)")
 	fl.StringVar(&f.stableService, "stable-service", "", "stable pods: ready endpoints of this Service")
 	fl.StringVar(&f.stableHash, "stable-hash", "", "stable pods: --selector plus this rollouts-pod-template-hash")
-	fl.Float64Var(&f.cfg.StableRatio, "stable-ratio", warmup.DefaultStableRatio, "allowed canary p99 / stable p99")
-	fl.Float64Var(&f.cfg.StableQPS, "stable-qps", warmup.DefaultStableQPS, "total requests per second to the stable pods")
-
 	fl.BoolVar(&f.rejectSlower, "reject-slower-version", true, "fail when a converged target stays above --reject-ratio × the stable pods' p99 (needs stable pods; on by default when they are given)")
-	fl.Float64Var(&f.cfg.RejectRatio, "reject-ratio", warmup.DefaultRejectRatio, "see --reject-slower-version")
-	fl.DurationVar(&f.rejectFloor, "reject-floor", warmup.DefaultRejectFloor, "a converged p99 at most this far above stable's is never rejected")
-	fl.BoolVar(&f.acceptNearStable, "accept-near-stable", true, "with stable pods: at --deadline or --max-requests, accept a target still improving whose p99 is within the rejection bar of stable's")
-	fl.BoolVar(&f.jitMetrics, "jit-metrics", true, "read each pod's JIT compile time (Micrometer's jvm_compilation_time_ms_total or the Prometheus Java client's jvm_compilation_time_seconds_total) from its own address and hold the stop while the JIT still compiles; a pod without it is judged on latency alone")
-	fl.IntVar(&f.cfg.JITMetrics.Port, "jit-metrics-port", 0, "see --jit-metrics: the pod's port serving the metrics page (default: the target port)")
-	fl.StringVar(&f.cfg.JITMetrics.Path, "jit-metrics-path", warmup.DefaultJITMetricsPath, "see --jit-metrics: the metrics page's path on the pod")
-	fl.StringVar(&f.cfg.JITMetrics.Metric, "jit-metric", "", "see --jit-metrics: the compile-time counter (default: jvm_compilation_time_ms_total, else jvm_compilation_time_seconds_total)")
-	fl.BoolVar(&f.neighbourGuard, "neighbour-guard", true, "with stable pods: halve the pace while their latency rises above its baseline")
-	fl.Float64Var(&f.cfg.NeighbourRatio, "neighbour-ratio", warmup.DefaultNeighbourRatio, "see --neighbour-guard: back off when stable's p90 is above this × its baseline")
-	fl.DurationVar(&f.neighbourFloor, "neighbour-floor", warmup.DefaultNeighbourFloor, "see --neighbour-guard: a rise of stable's p90 this small never backs off")
-
 	fl.StringVar(&f.jsonOut, "json", "", "write fortio's result JSON (all targets merged) to this file")
 	return withCaps(cmd, &f.caps), f
 }
@@ -201,17 +162,12 @@ See docs/warmup.md.`,
 // warmupPositiveFlags are the `danki warmup` flags whose zero the warm-up
 // would silently take as "the default": set to 0 (or below) they are an
 // error instead.
-var warmupPositiveFlags = append([]string{"qps", "start-qps", "connections", "timeout", "health-timeout",
-	"stable-ratio", "stable-qps", "reject-ratio", "reject-floor", "neighbour-ratio", "neighbour-floor", "min-pods", "jit-metrics-port"}, stoppingRuleFlags...)
-
-// stoppingRuleFlags are addStoppingRuleFlags' flags whose zero means the
-// default (--max-error-ratio 0 is meant: no errors).
-var stoppingRuleFlags = []string{"max-requests", "min-requests", "window", "stable-windows", "tolerance", "abs-tolerance", "deadline"}
+var warmupPositiveFlags = append(warmupConfigFlags.positive(), "min-pods")
 
 // refuseZeroFlags refuses the named flags when they were set to 0 or less:
 // their config field would take its default at zero, so --connections 0
-// would silently mean 4 connections.
-func refuseZeroFlags(fl *pflag.FlagSet, names ...string) error {
+// would silently mean 4 connections. field names a flag's config field.
+func refuseZeroFlags(fl *pflag.FlagSet, field func(flag string) string, names ...string) error {
 	var errs []error
 	for _, name := range names {
 		f := fl.Lookup(name)
@@ -228,21 +184,16 @@ func refuseZeroFlags(fl *pflag.FlagSet, names ...string) error {
 			positive = err == nil && x > 0
 		}
 		if !positive {
-			errs = append(errs, fmt.Errorf("--%s %s (%s): must be > 0 (0 is not \"the default\": leave the flag out for its default, %s)", name, f.Value, flagField(name), f.DefValue))
+			errs = append(errs, fmt.Errorf("--%s %s (%s): must be > 0 (0 is not \"the default\": leave the flag out for its default, %s)", name, f.Value, field(name), f.DefValue))
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// flagField is the config field a flag sets, as validation errors name it:
-// --start-qps is startQPS, --abs-tolerance absoluteTolerance.
+// flagField is the config field a flag sets when the config names its
+// fields after the flags, as validation errors name them: --start-qps is
+// startQPS, --p99-ratio p99Ratio. The warm-up's fields: warmupConfigFlags.
 func flagField(name string) string {
-	if name == "abs-tolerance" {
-		return "absoluteTolerance"
-	}
-	if sub, ok := strings.CutPrefix(name, "jit-metrics-"); ok {
-		return "jitMetrics." + sub // --jit-metrics-port is jitMetrics.port
-	}
 	parts := strings.Split(name, "-")
 	for i, p := range parts[1:] {
 		if p == "qps" {
@@ -256,7 +207,7 @@ func flagField(name string) string {
 
 func (f *warmupFlags) run(cmd *cobra.Command) error {
 	f.rejectSlowerSet = cmd.Flags().Changed("reject-slower-version")
-	if err := refuseZeroFlags(cmd.Flags(), warmupPositiveFlags...); err != nil {
+	if err := refuseZeroFlags(cmd.Flags(), warmupConfigFlags.field, warmupPositiveFlags...); err != nil {
 		return err
 	}
 	if err := errors.Join(checkURLFlag("url", f.urls), checkURLFlag("stable-url", f.stableURLs)); err != nil {
@@ -302,44 +253,19 @@ func (f *warmupFlags) run(cmd *cobra.Command) error {
 	return warmupOutcome(cmd, err)
 }
 
-// addStoppingRuleFlags registers the stopping rule's flags (the same for
-// synthetic and mirrored warm-ups); what names the requests counted.
-func addStoppingRuleFlags(fl *pflag.FlagSet, c *warmup.Config, absTolerance *time.Duration, maxErrorRatio *float64, deadline *time.Duration, what string) {
-	fl.Int64Var(&c.MaxRequests, "max-requests", warmup.DefaultMaxRequests, "cap of "+what+": fail when they did not converge")
-	fl.Int64Var(&c.MinRequests, "min-requests", warmup.DefaultMinRequests, what+" before the latency may count as converged")
-	fl.IntVar(&c.Window, "window", warmup.DefaultWindow, "requests per latency window")
-	fl.IntVar(&c.StableWindows, "stable-windows", warmup.DefaultStableWindows, "smallest block of windows the stopping rule compares (docs/stopping-rule.md)")
-	fl.Float64Var(&c.Tolerance, "tolerance", warmup.DefaultTolerance, "still warming while the latest block is faster than the one before by more than this (docs/stopping-rule.md)")
-	fl.DurationVar(absTolerance, "abs-tolerance", warmup.DefaultAbsoluteTolerance, "an improvement this small counts as none (nor a request this little above the p50 as slow)")
-	fl.Float64Var(maxErrorRatio, "max-error-ratio", warmup.DefaultMaxErrorRatio, "share of failed requests a converging window may have")
-	fl.DurationVar(deadline, "deadline", warmup.DefaultDeadline, "give up after this long")
-}
-
 // config turns the flags into a warm-up config, validated.
 func (f *warmupFlags) config() (warmup.Config, error) {
 	cfg := f.cfg
-	cfg.HealthTimeout = config.Duration(f.healthTimeout)
-	cfg.Timeout = config.Duration(f.timeout)
-	cfg.Deadline = config.Duration(f.deadline)
-	cfg.AbsoluteTolerance = config.Duration(f.absTolerance)
-	cfg.RejectFloor = config.Duration(f.rejectFloor)
-	cfg.NeighbourFloor = config.Duration(f.neighbourFloor)
 	if b := f.cpuBudget.CPUBudget; b != (config.CPUBudget{}) {
 		if b.Share != 0 && len(f.urls) > 0 {
 			return cfg, fmt.Errorf("--cpu-budget %s: a share of the CPU request needs pods (--service, --selector, --hash) to read it from; with --url give cores, e.g. --cpu-budget 0.25", b)
 		}
 		cfg.CPUBudget = &b
 	}
-	guard, near, jit := f.neighbourGuard, f.acceptNearStable, f.jitMetrics
-	cfg.NeighbourGuard, cfg.AcceptNearStable, cfg.JITMetrics.Enabled = &guard, &near, &jit
 	if f.rejectSlowerSet {
 		reject := f.rejectSlower
 		cfg.RejectSlowerVersion = &reject
 	}
-	ratio := f.maxErrorRatio
-	cfg.MaxErrorRatio = &ratio
-	untilConverged := f.untilConverged
-	cfg.UntilConverged = &untilConverged
 	switch {
 	case f.requestFile != "" && len(f.paths) > 0:
 		return cfg, errors.New("--request-file and --path both give the requests: use one")
@@ -386,22 +312,11 @@ func (f *warmupFlags) config() (warmup.Config, error) {
 	cfg.Policy = &local
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
-		return cfg, fmt.Errorf("invalid warm-up settings (fields as in the step plugin config, see docs/warmup.md): %s", warmupFieldFlags.Replace(err.Error()))
+		return cfg, &flagNamedError{err: err,
+			msg: "invalid warm-up settings (fields as in the step plugin config, see docs/warmup.md): " + warmupConfigFlags.nameFlags(err)}
 	}
 	return cfg, checkRoomToConverge(cfg)
 }
-
-// warmupFieldFlags names, in the warm-up's errors (which name its config
-// fields, as the step plugin's YAML has them), the flags that set them.
-// The replacer tries them in this order: longest first.
-var warmupFieldFlags = strings.NewReplacer(
-	"allowSideEffects is true", "--allow-side-effects is given (allowSideEffects: true)",
-	"allowSideEffects", "--allow-side-effects (allowSideEffects)",
-	"list it in grpcSafeMethods", "list it with --grpc-safe-method (grpcSafeMethods)",
-	"grpcSafeMethods", "--grpc-safe-method (grpcSafeMethods)",
-	"markerHeaderConfirm", "--marker-header-confirm (markerHeaderConfirm)",
-	"markerHeader", "--marker-header (markerHeader)",
-)
 
 // warmupOutcome is the warm-up's error as the command returns it: not
 // converged or rejected as a slower version is a verdict (exit 1, the
@@ -414,8 +329,8 @@ func warmupOutcome(cmd *cobra.Command, err error) error {
 	case errors.Is(err, warmup.ErrNotConverged), errors.Is(err, warmup.ErrSlowerVersion):
 		return verdict(cmd, exitVerdict, err, true)
 	}
-	if msg := warmupFieldFlags.Replace(err.Error()); msg != err.Error() {
-		return errors.New(msg)
+	if msg := warmupConfigFlags.nameFlags(err); msg != err.Error() {
+		return &flagNamedError{msg: msg, err: err}
 	}
 	return err
 }

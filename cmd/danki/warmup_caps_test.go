@@ -34,7 +34,7 @@ func TestWarmupZeroFlagsRefused(t *testing.T) {
 // them), and --max-requests is a budget: with far more connections than
 // requests, exactly that many are sent.
 func TestWarmupCapsAndMaxRequestsBudget(t *testing.T) {
-	if _, _, err := runWarmupCmd("--url", "http://127.0.0.1:1", "--connections", "5000"); err == nil || !strings.Contains(err.Error(), "connections: 5000 is above the command line's cap of 64 (a guard against typos); lower it, or raise the cap with --cap-connections") {
+	if _, _, err := runWarmupCmd("--url", "http://127.0.0.1:1", "--connections", "5000"); err == nil || !strings.Contains(err.Error(), "--connections (connections): 5000 is above the command line's cap of 64 (a guard against typos); lower it, or raise the cap with --cap-connections") {
 		t.Errorf("--connections 5000: %v", err)
 	}
 	var n atomic.Int64
@@ -59,7 +59,10 @@ func TestWarmupCapsAndMaxRequestsBudget(t *testing.T) {
 // A custom marker with side effects must be stated twice.
 func TestWarmupMarkerHeaderConfirm(t *testing.T) {
 	args := []string{"--url", "http://127.0.0.1:1", "--method", "POST", "--allow-side-effects", "--marker-header", "X-Other"}
-	if _, _, err := runWarmupCmd(args...); err == nil || !strings.Contains(err.Error(), "--marker-header-confirm (markerHeaderConfirm): X-Other") {
+	_, _, err := runWarmupCmd(args...)
+	if err == nil || !strings.Contains(err.Error(), "--marker-header (markerHeader): \"X-Other\" with allowSideEffects:") ||
+		!strings.Contains(err.Error(), "markerHeaderConfirm: X-Other (got \"\")") ||
+		!strings.HasSuffix(err.Error(), "\nflags: allowSideEffects is --allow-side-effects, markerHeaderConfirm is --marker-header-confirm") {
 		t.Errorf("custom marker with side effects: %v", err)
 	}
 }

@@ -30,10 +30,7 @@ type mirrorFlags struct {
 	canaryCluster string
 	interval      time.Duration
 	poll          time.Duration
-	wc            warmup.Config
-	absTolerance  time.Duration
-	maxErrorRatio float64
-	deadline      time.Duration
+	wc            warmup.Config // the stopping rule's flags (mirrorRuleFlags)
 	progressEvery time.Duration
 	isTerminal    func() bool
 }
@@ -83,9 +80,12 @@ stdout, progress to stderr. Exit status: 0 converged; 1 not converged by
 	fl.StringVar(&f.prometheus, "prometheus", "", "Prometheus base URL")
 	fl.StringVar(&f.canaryCluster, "canary-cluster", "", "--source envoy: the canary's Envoy cluster, e.g. outbound|8080||app-canary.shop.svc.cluster.local")
 
-	addStoppingRuleFlags(fl, &f.wc, &f.absTolerance, &f.maxErrorRatio, &f.deadline, "mirrored requests")
+	mirrorRuleFlags.register(fl, &f.wc)
 	return withCaps(cmd, &f.caps)
 }
+
+// mirrorRuleFlags are the stopping rule's flags, as `danki warmup` has them.
+var mirrorRuleFlags = stoppingRuleConfigFlags("mirrored requests")
 
 // mirrorFieldFlags names, in the mirror block's validation errors, the
 // flag that sets each field.
@@ -157,7 +157,7 @@ func (f *mirrorFlags) config(fl *pflag.FlagSet) (mirror.Config, error) {
 }
 
 func (f *mirrorFlags) run(cmd *cobra.Command) error {
-	if err := refuseZeroFlags(cmd.Flags(), stoppingRuleFlags...); err != nil {
+	if err := refuseZeroFlags(cmd.Flags(), mirrorRuleFlags.field, mirrorRuleFlags.positive()...); err != nil {
 		return err
 	}
 	mc, err := f.config(cmd.Flags())
@@ -165,17 +165,19 @@ func (f *mirrorFlags) run(cmd *cobra.Command) error {
 		return err
 	}
 	wc := f.wc
-	wc.AbsoluteTolerance = config.Duration(f.absTolerance)
-	ratio := f.maxErrorRatio
-	wc.MaxErrorRatio = &ratio
+	// --deadline bounds the mirror run (its context below), not the
+	// stopping rule's config: the config keeps its default deadline, as it
+	// did before the flags parsed into it.
+	deadline := wc.Deadline.D()
+	wc.Deadline = 0
 	local := f.caps.local()
 	wc.Policy = &local
 	wc = wc.WithDefaults()
 	if err := wc.Validate(); err != nil {
 		return err
 	}
-	if f.deadline <= 0 {
-		return fmt.Errorf("--deadline %s: must be positive, e.g. 10m", f.deadline)
+	if deadline <= 0 {
+		return fmt.Errorf("--deadline %s: must be positive, e.g. 10m", deadline)
 	}
 	t, err := f.vs.target(true)
 	if err != nil {
@@ -189,7 +191,7 @@ func (f *mirrorFlags) run(cmd *cobra.Command) error {
 	if err != nil {
 		return fmt.Errorf("--prometheus: %w", err)
 	}
-	ctx, cancel := context.WithTimeout(cmd.Context(), f.deadline)
+	ctx, cancel := context.WithTimeout(cmd.Context(), deadline)
 	defer cancel()
 	progress := newWarmupProgressLine(cmd.ErrOrStderr(), f.isTerminal(), f.progressEvery)
 	started := time.Now()

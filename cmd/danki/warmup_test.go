@@ -155,20 +155,27 @@ func TestWarmupCommandFailsWithoutConvergence(t *testing.T) {
 	}
 }
 
-// The warm-up's side-effect refusals name the flags that allow the request
-// (the package names the config fields, as the step's YAML has them).
+// The warm-up's side-effect refusals name the flag that allows the request:
+// the package's message names the config field, as the step's YAML has it,
+// and stays as written; a legend after the list names its flag.
 func TestWarmupSideEffectsNameTheFlags(t *testing.T) {
+	const legend = "\nflags: allowSideEffects is --allow-side-effects"
 	for _, tc := range []struct {
 		args []string
 		want string
 	}{
-		{[]string{"--method", "POST"}, "unless --allow-side-effects is given (allowSideEffects: true)"},
-		{[]string{"--path", "/x?_method=DELETE"}, "or set --allow-side-effects (allowSideEffects)"},
-		{[]string{"--header", "X-HTTP-Method-Override: DELETE"}, "or set --allow-side-effects (allowSideEffects)"},
+		{[]string{"--method", "POST"}, "requests[0].method: POST may change data on the canary; warm-up only sends GET, HEAD and OPTIONS unless allowSideEffects is true"},
+		{[]string{"--path", "/x?_method=DELETE"}, "requests[0].path: "},
+		{[]string{"--header", "X-HTTP-Method-Override: DELETE"}, "requests[0].headers: "},
 	} {
 		_, stderr, err := runWarmupCmd(append([]string{"--url", "http://127.0.0.1:1"}, tc.args...)...)
-		if err == nil || !strings.Contains(err.Error(), tc.want) || exitCode(err) != exitError || !strings.Contains(stderr, "Error: ") {
-			t.Errorf("danki warmup %v: err %v (exit code %d), want an error with %q", tc.args, err, exitCode(err), tc.want)
+		if err == nil || exitCode(err) != exitError || !strings.Contains(stderr, "Error: ") {
+			t.Fatalf("danki warmup %v: err %v (exit code %d), want an error", tc.args, err, exitCode(err))
+		}
+		msg := err.Error()
+		if !strings.HasPrefix(msg, "invalid warm-up settings (fields as in the step plugin config, see docs/warmup.md): ") ||
+			!strings.Contains(msg, tc.want) || !strings.HasSuffix(msg, legend) || strings.Count(msg, "--allow-side-effects") != 1 {
+			t.Errorf("danki warmup %v: %q\nwant %q in it, the prose as written, and the legend %q once at the end", tc.args, msg, tc.want, legend)
 		}
 	}
 	help, _, _ := runWarmupCmd("--help")
@@ -195,19 +202,21 @@ func TestWarmupCommandRequestFileAndErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	cases := map[string][]string{
-		"requests[0].method":                         {"--url", srv.URL, "--method", "POST", "--path", "/orders"},
-		"requests[0].pth: unknown field":             {"--url", srv.URL, "--request-file", bad},
-		"--url[0]":                                   {"--url", srv.URL + "/api"},
-		"nothing to warm":                            {},
-		"either --url or pods":                       {"--url", srv.URL, "--service", "cart"},
-		"--compare-to-stable":                        {"--url", srv.URL, "--compare-to-stable"},
-		`--header "oops"`:                            {"--url", srv.URL, "--header", "oops"},
-		"maxRequests":                                {"--url", srv.URL, "--max-requests", "10"},
-		"--request-file and --path":                  {"--url", srv.URL, "--path", "/", "--request-file", file},
-		"startQPS: must be > 0 and at most qps 10":   {"--url", srv.URL, "--qps", "10", "--start-qps", "20"},
-		"neighbourRatio":                             {"--url", srv.URL, "--neighbour-ratio", "0.5"},
-		"cpuBudget: must not be negative":            {"--url", srv.URL, "--cpu-budget", "-1"},
-		`invalid argument "lots" for "--cpu-budget"`: {"--url", srv.URL, "--cpu-budget", "lots"},
+		"requests[0].method":             {"--url", srv.URL, "--method", "POST", "--path", "/orders"},
+		"requests[0].pth: unknown field": {"--url", srv.URL, "--request-file", bad},
+		"--url[0]":                       {"--url", srv.URL + "/api"},
+		"nothing to warm":                {},
+		"either --url or pods":           {"--url", srv.URL, "--service", "cart"},
+		"--compare-to-stable":            {"--url", srv.URL, "--compare-to-stable"},
+		`--header "oops"`:                {"--url", srv.URL, "--header", "oops"},
+		"maxRequests":                    {"--url", srv.URL, "--max-requests", "10"},
+		"--request-file and --path":      {"--url", srv.URL, "--path", "/", "--request-file", file},
+		"--start-qps (startQPS): must be > 0 and at most qps 10": {"--url", srv.URL, "--qps", "10", "--start-qps", "20"},
+		"--jit-metrics-port (jitMetrics.port): must be a port":   {"--url", srv.URL, "--jit-metrics-port", "70000"},
+		"--grpc-safe-method (grpcSafeMethods[0]): ":              {"--url", srv.URL, "--grpc-safe-method", "nope"},
+		"neighbourRatio": {"--url", srv.URL, "--neighbour-ratio", "0.5"},
+		"--cpu-budget (cpuBudget): must not be negative":          {"--url", srv.URL, "--cpu-budget", "-1"},
+		`invalid argument "lots" for "--cpu-budget"`:              {"--url", srv.URL, "--cpu-budget", "lots"},
 		"--cpu-budget 50%: a share of the CPU request needs pods": {"--url", srv.URL, "--cpu-budget", "50%"},
 	}
 	for want, args := range cases {
