@@ -271,7 +271,9 @@ type Config struct {
 	// the result says which (TargetResult.JIT). Default: on, at
 	// /actuator/prometheus on the target port, Micrometer's
 	// jvm_compilation_time_ms_total or the Prometheus Java client's
-	// jvm_compilation_time_seconds_total; {"enabled": false} turns it off.
+	// jvm_compilation_time_seconds_total, else the actuator's JSON at
+	// /actuator/metrics/jvm.compilation.time; {"enabled": false} turns it
+	// off.
 	JITMetrics JITMetrics `json:"jitMetrics,omitzero"`
 
 	// MTLS says when the warm-up dials a pod with Istio mTLS, as a sidecar

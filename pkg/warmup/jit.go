@@ -3,10 +3,12 @@ package warmup
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math"
+	"mime"
 	"net"
 	"net/http"
 	"net/url"
@@ -30,9 +32,12 @@ import (
 // the evidence that a step is still coming. Where the pod exposes it —
 // Micrometer's jvm_compilation_time_ms_total on Spring Boot's
 // /actuator/prometheus, the Prometheus Java client's (and the JMX
-// exporter agent's) jvm_compilation_time_seconds_total — the warm-up reads
-// it at every window and holds the stop back while the JIT is still
-// compiling. Never required: a pod without it is judged on latency alone.
+// exporter agent's) jvm_compilation_time_seconds_total, or, on a Spring
+// Boot app without a Prometheus registry, Micrometer's own JSON at
+// /actuator/metrics/jvm.compilation.time (exposed wherever the actuator's
+// metrics endpoint is) — the warm-up reads it at every window and holds
+// the stop back while the JIT is still compiling. Never required: a pod
+// without it is judged on latency alone.
 //
 // Trust: the page is read from the pod being warmed only — its own address
 // (the target's host), at a port and path the config gives, never a host —
@@ -50,6 +55,11 @@ const (
 	// either is used.
 	DefaultJITMetric = "jvm_compilation_time_ms_total"
 	jitMetricSeconds = "jvm_compilation_time_seconds_total"
+	// jitActuatorPath is the Spring Boot actuator's JSON of Micrometer's
+	// jvm.compilation.time: read with the default path and metric when
+	// the Prometheus page has no signal (404, or without the metric).
+	jitActuatorPath   = "/actuator/metrics/jvm.compilation.time"
+	jitActuatorMetric = "jvm.compilation.time"
 )
 
 // JITMetrics is where the pod exposes its JIT's compile time
@@ -62,7 +72,9 @@ type JITMetrics struct {
 	// Default: the warm-up's target port. Give it for gRPC services (their
 	// port speaks no HTTP/1.1) and for a management port.
 	Port int `json:"port,omitempty"`
-	// Path is the page's path, from "/". Default /actuator/prometheus.
+	// Path is the page's path, from "/": Prometheus text, or the
+	// actuator's JSON of one meter. Default /actuator/prometheus, then
+	// (with the default Metric) /actuator/metrics/jvm.compilation.time.
 	Path string `json:"path,omitempty"`
 	// Metric is the counter of the JIT's cumulative compile time, summed
 	// over its series; a name ending in _seconds or _seconds_total is in
@@ -103,27 +115,53 @@ func (j JITMetrics) metrics() []string {
 	return []string{DefaultJITMetric, jitMetricSeconds}
 }
 
-// jitURL is where the signal of target t is read: t's own host, the
-// configured port (default t's) and path; "" when it is not read (off, a
-// gRPC target without a port given, a target URL that cannot be parsed).
-// Only the port and path come from the config: the host is the pod's.
+// jitURL is where the signal of target t is looked for first: t's own
+// host, the configured port (default t's) and path; "" when it is not read
+// (off, a gRPC target without a port given, a target URL that cannot be
+// parsed). Only the port and path come from the config: the host is the
+// pod's.
 func (c *Config) jitURL(t Target) string {
+	if pages := c.jitURLs(t); len(pages) > 0 {
+		return pages[0]
+	}
+	return ""
+}
+
+// jitURLs are the pages the signal of target t is looked for on, in
+// order: the configured one and, with the default path and metric, the
+// actuator's JSON on the same port.
+func (c *Config) jitURLs(t Target) []string {
 	j := c.JITMetrics.withDefaults()
 	if !j.on() || (c.isGRPC() && j.Port == 0) {
-		return ""
+		return nil
 	}
+	paths := []string{j.Path}
+	if j.Path == DefaultJITMetricsPath && j.Metric == "" {
+		paths = append(paths, jitActuatorPath)
+	}
+	var pages []string
+	for _, p := range paths {
+		if u := jitPageURL(t, j.Port, p); u != "" {
+			pages = append(pages, u)
+		}
+	}
+	return pages
+}
+
+// jitPageURL is path on t's own host, at jitPort (0: t's port).
+func jitPageURL(t Target, jitPort int, path string) string {
 	u, err := url.Parse(t.URL)
 	if err != nil || u.Hostname() == "" {
 		return ""
 	}
 	port := u.Port()
-	if j.Port != 0 {
-		port = strconv.Itoa(j.Port)
+	if jitPort != 0 {
+		port = strconv.Itoa(jitPort)
 	}
 	if port == "" {
 		port = "80"
 	}
-	ref, err := url.Parse(j.Path)
+	ref, err := url.Parse(path)
 	if err != nil {
 		return ""
 	}
@@ -156,7 +194,9 @@ const (
 // background: the coordinator kicks it at every window and takes its
 // readings at the next, never waiting for the pod.
 type jitReader struct {
-	url    string
+	url string
+	// next are the pages to look on after url, when it has no signal.
+	next   []string
 	client *http.Client
 	names  []string
 	ctx    context.Context
@@ -170,19 +210,22 @@ type jitReader struct {
 	status   jitStatus
 	why      string // for jitNotExposed, jitUnreadable: what the page said
 	failures int    // reads failed in a row
-	wg       sync.WaitGroup
+	// missed are what the earlier pages without the signal said.
+	missed []string
+	wg     sync.WaitGroup
 }
 
 // newJITReader returns the reader of t's signal, nil when it is not read.
 // Its requests go through the warm-up's checked dial (dialContext: the
 // network policy, the guard, mTLS for a pod that has it).
 func (c *session) newJITReader(ctx context.Context, t Target, count func() int64) *jitReader {
-	u := c.jitURL(t)
-	if u == "" {
+	pages := c.jitURLs(t)
+	if len(pages) == 0 {
 		return nil
 	}
 	return &jitReader{
-		url:    u,
+		url:    pages[0],
+		next:   pages[1:],
 		client: c.sideClient(min(c.Timeout.D(), jitScrapeTimeout)),
 		names:  c.JITMetrics.metrics(),
 		ctx:    ctx,
@@ -222,6 +265,10 @@ func (r *jitReader) kick() {
 					r.status = jitUnreadable
 				}
 			}
+		case status == jitNotExposed && r.status == jitPending && len(r.next) > 0:
+			// No signal on this page: the next one, at the next kick.
+			r.missed = append(r.missed, why)
+			r.url, r.next, r.failures = r.next[0], r.next[1:], 0
 		default:
 			r.status, r.why = status, why
 		}
@@ -268,7 +315,7 @@ func (r *jitReader) read() (ms float64, status jitStatus, why string) {
 	}
 	// No marker header (this is no warm-up request) and no credentials.
 	req.Header.Set("User-Agent", userAgent)
-	req.Header.Set("Accept", "text/plain;version=0.0.4;q=1,*/*;q=0.1")
+	req.Header.Set("Accept", "text/plain;version=0.0.4;q=1,application/json;q=0.9,*/*;q=0.1")
 	resp, err := r.client.Do(req)
 	if err != nil {
 		return 0, jitPending, fmt.Sprintf("no answer at %s: %v", r.where(), err)
@@ -287,6 +334,16 @@ func (r *jitReader) read() (ms float64, status jitStatus, why string) {
 	case len(page) > jitMaxPage:
 		return 0, jitUnreadable, fmt.Sprintf("%s is over %d KiB", r.where(), jitMaxPage>>10)
 	}
+	if isJSON(resp.Header, page) {
+		ms, found, err := jitActuatorMS(page)
+		switch {
+		case err != nil:
+			return 0, jitUnreadable, fmt.Sprintf("%s is no actuator metric JSON: %v", r.where(), err)
+		case !found:
+			return 0, jitNotExposed, fmt.Sprintf("no %s at %s", jitActuatorMetric, r.where())
+		}
+		return ms, jitReadable, ""
+	}
 	ms, found, err := jitCompileMS(page, resp.Header, r.names)
 	switch {
 	case err != nil:
@@ -295,6 +352,53 @@ func (r *jitReader) read() (ms float64, status jitStatus, why string) {
 		return 0, jitNotExposed, fmt.Sprintf("no %s at %s", strings.Join(r.names, " or "), r.where())
 	}
 	return ms, jitReadable, ""
+}
+
+// isJSON says whether the page is JSON (the actuator's), by its media
+// type (application/json, application/vnd.spring-boot.actuator.v3+json)
+// or, without one, by its first byte.
+func isJSON(h http.Header, page []byte) bool {
+	if mt, _, err := mime.ParseMediaType(h.Get("Content-Type")); err == nil {
+		return mt == "application/json" || strings.HasSuffix(mt, "+json")
+	}
+	return bytes.HasPrefix(bytes.TrimSpace(page), []byte("{"))
+}
+
+// jitActuatorMS reads the Spring Boot actuator's JSON of one Micrometer
+// meter (/actuator/metrics/{name}): jvm.compilation.time is a function
+// counter, its measurement COUNT in the meter's baseUnit (milliseconds;
+// seconds accepted). found is false for another meter or no measurement.
+func jitActuatorMS(page []byte) (ms float64, found bool, err error) {
+	var meter struct {
+		Name         string `json:"name"`
+		BaseUnit     string `json:"baseUnit"`
+		Measurements []struct {
+			Statistic string  `json:"statistic"`
+			Value     float64 `json:"value"`
+		} `json:"measurements"`
+	}
+	if err := json.Unmarshal(page, &meter); err != nil {
+		return 0, false, err
+	}
+	if meter.Name != jitActuatorMetric {
+		return 0, false, nil
+	}
+	for _, m := range meter.Measurements {
+		if m.Statistic != "COUNT" && m.Statistic != "TOTAL" && m.Statistic != "TOTAL_TIME" {
+			continue
+		}
+		if math.IsNaN(m.Value) || math.IsInf(m.Value, 0) || m.Value < 0 {
+			return 0, false, fmt.Errorf("%s is %g", meter.Name, m.Value)
+		}
+		switch meter.BaseUnit {
+		case "", "milliseconds", "ms":
+			return m.Value, true, nil
+		case "seconds", "s":
+			return m.Value * 1000, true, nil
+		}
+		return 0, false, fmt.Errorf("%s in %q: want milliseconds or seconds", meter.Name, meter.BaseUnit)
+	}
+	return 0, false, nil
 }
 
 // jitCompileMS finds the first of names on a Prometheus text page and sums
@@ -361,7 +465,10 @@ func jitResult(r *jitReader, notes string) string {
 		return ""
 	}
 	r.mu.Lock()
-	status, why, n := r.status, r.why, len(r.readings)
+	status, why, n, where := r.status, r.why, len(r.readings), r.where()
+	if n == 0 && len(r.missed) > 0 {
+		why = strings.Join(append(slices.Clone(r.missed), why), ", ")
+	}
 	r.mu.Unlock()
 	switch status {
 	case jitNotExposed:
@@ -378,7 +485,7 @@ func jitResult(r *jitReader, notes string) string {
 		return "no reading yet"
 	}
 	if notes == "" {
-		return "used"
+		return "used (read at " + where + ")"
 	}
-	return "used (" + notes + ")"
+	return "used (" + notes + "; read at " + where + ")"
 }

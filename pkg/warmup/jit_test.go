@@ -26,6 +26,11 @@ type jitPod struct {
 	load    atomic.Int64
 	scrapes atomic.Int64
 	page    func(load int64) (status int, body string)
+	// actuator, if set, answers /actuator/metrics/jvm.compilation.time
+	// (Micrometer's JSON; nil: 404).
+	actuator func(load int64) (status int, body string)
+	// actuatorScrapes counts its requests.
+	actuatorScrapes atomic.Int64
 	// redirect, if set, answers the page with a redirect there.
 	redirect string
 	mu       sync.Mutex
@@ -58,6 +63,17 @@ func newJITPod(t *testing.T, page func(load int64) (int, string), redirect ...st
 		w.WriteHeader(status)
 		fmt.Fprint(w, body)
 	})
+	mux.HandleFunc("/actuator/metrics/jvm.compilation.time", func(w http.ResponseWriter, r *http.Request) {
+		p.actuatorScrapes.Add(1)
+		if p.actuator == nil {
+			http.NotFound(w, r)
+			return
+		}
+		status, body := p.actuator(p.load.Load())
+		w.Header().Set("Content-Type", "application/vnd.spring-boot.actuator.v3+json")
+		w.WriteHeader(status)
+		fmt.Fprint(w, body)
+	})
 	mux.HandleFunc("/", func(http.ResponseWriter, *http.Request) {
 		p.load.Add(1)
 		time.Sleep(time.Millisecond)
@@ -79,6 +95,12 @@ jvm_threads_live_threads 23.0
 # HELP jvm_compilation_time_ms_total The approximate accumulated elapsed time spent in compilation
 # TYPE jvm_compilation_time_ms_total counter
 jvm_compilation_time_ms_total{compiler="HotSpot 64-Bit Tiered Compilers"} ` + fmt.Sprint(ms) + "\n"
+}
+
+// actuatorJSON is Spring Boot's /actuator/metrics/jvm.compilation.time as
+// the actuator writes it, with the JIT's compile time ms.
+func actuatorJSON(ms float64) string {
+	return `{"name":"jvm.compilation.time","description":"The approximate accumulated elapsed time spent in compilation","baseUnit":"milliseconds","measurements":[{"statistic":"COUNT","value":` + fmt.Sprint(ms) + `}],"availableTags":[{"tag":"compiler","values":["HotSpot 64-Bit Tiered Compilers"]}]}`
 }
 
 // jitConfig is fastConfig with room for a held stop.
@@ -125,8 +147,34 @@ func TestJITSignalHoldsTheStopWhileCompiling(t *testing.T) {
 	}
 }
 
+// A Spring Boot pod without a Prometheus registry (404 at
+// /actuator/prometheus) still has the actuator's JSON of the meter: with
+// the default path the warm-up reads that instead, holds the stop while
+// the JIT compiles, and says where it read it.
+func TestJITSignalFromTheActuatorsJSON(t *testing.T) {
+	skipLongLoad(t, "a warm-up held while its JIT compiles")
+	const compilingUntil = 1500
+	pod := newJITPod(t, nil)
+	pod.actuator = func(load int64) (int, string) { return 200, actuatorJSON(3000 + 2*float64(min(load, compilingUntil))) }
+	res, err := Run(context.Background(), jitConfig(), []Target{{Name: "pod", URL: pod.URL}}, Options{})
+	if err != nil {
+		t.Fatalf("warm-up failed: %v\n%s", err, table(res))
+	}
+	tr := res.Targets[0]
+	if tr.ConvergedAfter <= compilingUntil {
+		t.Errorf("converged after %d requests while the JIT compiled until request %d\n%s", tr.ConvergedAfter, compilingUntil, table(res))
+	}
+	port := pod.URL[strings.LastIndex(pod.URL, ":"):]
+	if !strings.HasPrefix(tr.JIT, "used (") || !strings.HasSuffix(tr.JIT, "read at "+port+"/actuator/metrics/jvm.compilation.time)") {
+		t.Errorf("JIT %q, want used, read at the actuator's JSON", tr.JIT)
+	}
+	if n := pod.scrapes.Load(); n != 1 {
+		t.Errorf("the Prometheus page was asked %d times after a 404, want once", n)
+	}
+}
+
 // Without a metrics page (404) the warm-up converges on latency as
-// before, and says the signal was not exposed; the page is asked once.
+// before, and says the signal was not exposed; each page is asked once.
 func TestJITSignalNotExposed(t *testing.T) {
 	skipLongLoad(t, "a warm-up to its plateau with no JIT page")
 	pod := newJITPod(t, nil)
@@ -139,11 +187,11 @@ func TestJITSignalNotExposed(t *testing.T) {
 		t.Errorf("converged %v after %d requests, want at the rule's minimum (flat latency)\n%s", tr.Converged, tr.ConvergedAfter, table(res))
 	}
 	port := pod.URL[strings.LastIndex(pod.URL, ":"):]
-	if want := "not exposed (404 at " + port + "/actuator/prometheus)"; tr.JIT != want {
+	if want := "not exposed (404 at " + port + "/actuator/prometheus, 404 at " + port + "/actuator/metrics/jvm.compilation.time)"; tr.JIT != want {
 		t.Errorf("JIT %q, want %q", tr.JIT, want)
 	}
-	if n := pod.scrapes.Load(); n != 1 {
-		t.Errorf("the page was asked %d times after a 404, want once", n)
+	if n, json := pod.scrapes.Load(), pod.actuatorScrapes.Load(); n != 1 || json != 1 {
+		t.Errorf("the pages were asked %d and %d times after a 404, want once each", n, json)
 	}
 }
 
@@ -240,6 +288,41 @@ func TestJITSignalOff(t *testing.T) {
 	}
 	if n := pod.scrapes.Load(); n != 0 || res.Targets[0].JIT != "" || strings.Contains(res.Summary(), "JIT") {
 		t.Errorf("off: %d scrapes, JIT %q, summary %q; want none", n, res.Targets[0].JIT, res.Summary())
+	}
+}
+
+func TestJITActuatorMS(t *testing.T) {
+	for _, c := range []struct {
+		name, page string
+		ms         float64
+		found, err bool
+	}{
+		{"spring boot", actuatorJSON(1234.5), 1234.5, true, false},
+		{"seconds", `{"name":"jvm.compilation.time","baseUnit":"seconds","measurements":[{"statistic":"COUNT","value":2.5}]}`, 2500, true, false},
+		{"another meter", `{"name":"jvm.threads.live","measurements":[{"statistic":"VALUE","value":23}]}`, 0, false, false},
+		{"no measurement", `{"name":"jvm.compilation.time","measurements":[]}`, 0, false, false},
+		{"negative", `{"name":"jvm.compilation.time","measurements":[{"statistic":"COUNT","value":-1}]}`, 0, false, true},
+		{"unknown unit", `{"name":"jvm.compilation.time","baseUnit":"fortnights","measurements":[{"statistic":"COUNT","value":1}]}`, 0, false, true},
+		{"garbage", `{"name":`, 0, false, true},
+	} {
+		ms, found, err := jitActuatorMS([]byte(c.page))
+		if ms != c.ms || found != c.found || (err != nil) != c.err {
+			t.Errorf("%s: %g, %v, %v; want %g, %v, error %v", c.name, ms, found, err, c.ms, c.found, c.err)
+		}
+	}
+	for _, c := range []struct {
+		contentType, page string
+		json              bool
+	}{
+		{"application/vnd.spring-boot.actuator.v3+json", "{}", true},
+		{"application/json; charset=utf-8", "{}", true},
+		{"text/plain; version=0.0.4", "{ not json", false},
+		{"", ` {"name":"x"}`, true},
+		{"", "# TYPE up gauge\n", false},
+	} {
+		if got := isJSON(http.Header{"Content-Type": {c.contentType}}, []byte(c.page)); got != c.json {
+			t.Errorf("isJSON(%q, %q) = %v, want %v", c.contentType, c.page, got, c.json)
+		}
 	}
 }
 
