@@ -78,7 +78,14 @@ func TestGateOnAPIServer(t *testing.T) {
 		}
 		_ = os.RemoveAll(certs)
 	})
-	rec := <-started
+	var rec *gate.Reconciler
+	select {
+	case rec = <-started:
+	case err := <-done:
+		t.Fatalf("gate.Run ended before it started: %v", err)
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the gate did not start within 2m (its webhook server, cache and reconciler)")
+	}
 	t.Run("the gate makes a stale caBundle trust its CA", func(t *testing.T) { testCABundlePatched(t, ctx, kube, certs, stale) })
 	t.Run("the API server sends the webhook opted-in pods only", func(t *testing.T) { testWebhookScope(t, ctx, kube) })
 	t.Run("the gate caches gated pods only, without managedFields", func(t *testing.T) { testCacheScope(t, ctx, kube, rec) })

@@ -258,7 +258,11 @@ func (g *PodGuard) apply(current map[string]*corev1.Pod, at time.Time) {
 	g.allowed, g.gone, g.readAt, g.failed, g.lastErr = allowed, gone, at, 0, nil
 }
 
-// list returns the pods of the query by name.
+// guardListWhy says, in a Forbidden's error, why the guard lists pods.
+const guardListWhy = "the pod guard lists them to pin the run's pods by name, UID and address"
+
+// list returns the pods of the query by name. A Forbidden names the RBAC
+// rule to grant (ForbiddenError).
 func (g *PodGuard) list(ctx context.Context) (map[string]*corev1.Pod, error) {
 	base, err := labels.Parse(g.query.Selector)
 	if err != nil {
@@ -271,7 +275,7 @@ func (g *PodGuard) list(ctx context.Context) (map[string]*corev1.Pod, error) {
 		// still pinned by name, UID and address.
 		pods, err := g.kube.CoreV1().Pods(g.query.Namespace).List(ctx, metav1.ListOptions{LabelSelector: base.String()})
 		if err != nil {
-			return nil, fmt.Errorf("list pods matching %q in %s: %w", base, g.query.Namespace, err)
+			return nil, fmt.Errorf("pods matching %q: %w", base, apiError(err, "list", "", "pods", g.query.Namespace, guardListWhy))
 		}
 		for i := range pods.Items {
 			out[pods.Items[i].Name] = &pods.Items[i]
@@ -286,7 +290,7 @@ func (g *PodGuard) list(ctx context.Context) (map[string]*corev1.Pod, error) {
 		sel := base.Add(*req)
 		pods, err := g.kube.CoreV1().Pods(g.query.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
 		if err != nil {
-			return nil, fmt.Errorf("list pods matching %q in %s: %w", sel, g.query.Namespace, err)
+			return nil, fmt.Errorf("pods matching %q: %w", sel, apiError(err, "list", "", "pods", g.query.Namespace, guardListWhy))
 		}
 		for i := range pods.Items {
 			out[pods.Items[i].Name] = &pods.Items[i]

@@ -12,8 +12,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
@@ -161,10 +163,13 @@ func TestPodGuardStart(t *testing.T) {
 	mustAllow(t, g, "10.0.0.1")
 	mustRefuse(t, g, "10.0.0.2", "pod shop/cart-h1-old with address 10.0.0.2 is not among")
 
+	// Without the right to list pods, the error names the rule to grant.
 	kube.PrependReactor("list", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
-		return true, nil, errors.New("forbidden")
+		return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "", errors.New(`User "system:serviceaccount:argo-rollouts:argo-rollouts" cannot list resource "pods"`))
 	})
-	if _, err := NewPodGuard(ctx, kube, q, []Target{guardTarget("cart-h1-a", "10.0.0.1")}, nil, time.Hour, quietGuardLog); err == nil || !strings.Contains(err.Error(), "forbidden") {
-		t.Fatalf("NewPodGuard without pod access: %v; want the error", err)
+	_, err = NewPodGuard(ctx, kube, q, []Target{guardTarget("cart-h1-a", "10.0.0.1")}, nil, time.Hour, quietGuardLog)
+	var fe *ForbiddenError
+	if !errors.As(err, &fe) || !strings.Contains(err.Error(), `grant "list" on "pods"`) || !strings.Contains(err.Error(), "pin the run's pods") {
+		t.Fatalf("NewPodGuard without pod access: %v; want a ForbiddenError naming the rule and why", err)
 	}
 }

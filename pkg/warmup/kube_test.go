@@ -365,3 +365,41 @@ func TestReplicaSetLookupForbidden(t *testing.T) {
 		}
 	})
 }
+
+// TestOptionalStableLookupForbidden: stable pods the warm-up only wants
+// (StableOptional: the gate's neighbours, rejectSlowerVersion's default)
+// may be missing — it then judges without them — but a Forbidden on their
+// lookup is a missing RBAC rule, not "no stable pods": FindTargets says so
+// instead of judging every warm-up without its reference.
+func TestOptionalStableLookupForbidden(t *testing.T) {
+	canary := podSpec("shop", "cart-a", "new", nil, nil)
+	canary.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.5",
+		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
+	query := func(kube *fake.Clientset) TargetQuery {
+		return TargetQuery{
+			Canary:          TargetSource{Pods: KubeTargets{Namespace: "shop", Selector: "app=shop", PodTemplateHash: "new", Port: intstr.FromString("http")}},
+			Stable:          TargetSource{Pods: KubeTargets{Namespace: "shop", Service: "cart-stable", Port: intstr.FromString("http")}},
+			CompareToStable: true, StableOptional: true, MinPods: 1, Timeout: 5 * time.Second,
+			Kube: func() (kubernetes.Interface, error) { return kube, nil },
+		}
+	}
+	refuse := func(err error) *fake.Clientset {
+		kube := fake.NewClientset(canary)
+		kube.PrependReactor("list", "endpointslices", func(k8stesting.Action) (bool, runtime.Object, error) {
+			return true, nil, err
+		})
+		return kube
+	}
+	forbidden := apierrors.NewForbidden(schema.GroupResource{Group: "discovery.k8s.io", Resource: "endpointslices"}, "",
+		errors.New(`User "system:serviceaccount:argo-rollouts:argo-rollouts" cannot list resource "endpointslices"`))
+	c, s, err := FindTargets(context.Background(), query(refuse(forbidden)))
+	var fe *ForbiddenError
+	if !errors.As(err, &fe) || !strings.Contains(err.Error(), "the stable pods: ") || !strings.Contains(err.Error(), "ClusterRole danki-plugins") {
+		t.Errorf("canary %v, stable %v, err %v: want a ForbiddenError for the stable pods naming the rule", c, s, err)
+	}
+	// Another failure leaves the stable pods out, as before.
+	c, s, err = FindTargets(context.Background(), query(refuse(apierrors.NewInternalError(errors.New("etcd unavailable")))))
+	if err != nil || len(c) != 1 || len(s) != 0 {
+		t.Errorf("canary %v, stable %v, err %v: want the canary and no stable pods", c, s, err)
+	}
+}

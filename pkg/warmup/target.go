@@ -3,6 +3,7 @@ package warmup
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"strings"
@@ -169,7 +170,14 @@ func FindTargets(ctx context.Context, q TargetQuery) (canary, stable []Target, e
 			return canary, nil, nil
 		}
 		stable, err = q.Stable.Pods.Resolve(ctx, kube)
-		if err != nil {
+		var forbidden *ForbiddenError
+		switch {
+		case errors.As(err, &forbidden):
+			// Not "no stable pods": a missing RBAC rule, which the
+			// operator should hear of rather than see every warm-up judged
+			// without its reference.
+			return canary, nil, fmt.Errorf("the stable pods: %w", err)
+		case err != nil:
 			return canary, nil, nil // nothing to compare with: the gate judges the new version
 		}
 		return canary, stable, nil
