@@ -48,8 +48,9 @@ release: ## cross-build dist/danki-{linux,darwin}-{amd64,arm64} + dist/checksums
 # (LOAD_PACKAGES) run one after the other, not beside another package: on two
 # cores a neighbour's CPU starves their load generator, which under-delivers
 # and reads as a lower knee or a slower pod (CI failed so in
-# TestKneeOfKnownCapacities and TestConvergesOnDecayingLatency).
-LOAD_PACKAGES := github.com/danki-dev/danki/pkg/capacity github.com/danki-dev/danki/pkg/warmup
+# TestKneeOfKnownCapacities and TestConvergesOnDecayingLatency, a fresh
+# clone in TestSupervisorResumesAfterRestart).
+LOAD_PACKAGES := github.com/danki-dev/danki/pkg/capacity github.com/danki-dev/danki/pkg/warmup github.com/danki-dev/danki/pkg/warmupstep
 test: lint chart lab-bins ## lint, lint and render the Helm chart, build the lab, run every test: unit, real API server, fuzzing of the tenant-facing decoders (FUZZTIME each), then the lab end to end (root)
 	go test -count=1 -timeout $(TEST_TIMEOUT) $$(go list ./... | grep -v /test/e2e | grep -vxF $(foreach p,$(LOAD_PACKAGES),-e $(p)))
 	go test -count=1 -timeout $(TEST_TIMEOUT) -p 1 $(LOAD_PACKAGES)

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/danki-dev/danki/internal/testutil"
 )
 
 // A numeric flag set to 0 used to mean its default silently
@@ -41,7 +43,7 @@ func TestWarmupCapsAndMaxRequestsBudget(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// Neither the health probe nor the JIT signal's read of the
 		// metrics page (--jit-metrics) is a warm-up request.
-		if r.URL.Path != "/healthz" && r.URL.Path != "/actuator/prometheus" {
+		if r.URL.Path != "/healthz" && !testutil.IsJITPage(r.URL.Path) {
 			n.Add(1)
 			time.Sleep(20 * time.Millisecond) // overlapping connections
 		}

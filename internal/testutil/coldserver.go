@@ -88,7 +88,20 @@ func ListenLoopback(tb testing.TB) net.Listener {
 	return l
 }
 
+// ActuatorJITPath is where the warm-up looks for the JIT signal when the
+// default Prometheus page has none (the Spring Boot actuator's JSON):
+// test servers answer it apart from the load, as they do the page.
+const ActuatorJITPath = "/actuator/metrics/jvm.compilation.time"
+
+// IsJITPage says whether path is one the warm-up reads the JIT signal
+// from by default (no warm-up request).
+func IsJITPage(path string) bool { return path == "/actuator/prometheus" || path == ActuatorJITPath }
+
 func (s *ColdServer) serve(w http.ResponseWriter, r *http.Request) {
+	if s.MetricsPath == "" && r.URL.Path == ActuatorJITPath {
+		http.NotFound(w, r) // no actuator JSON: the page alone
+		return
+	}
 	if path := cmp.Or(s.MetricsPath, "/actuator/prometheus"); r.URL.Path == path {
 		s.scrapes.Add(1)
 		if s.MetricsPage == nil {

@@ -28,7 +28,7 @@ func countingServer(t *testing.T, hold time.Duration) (*httptest.Server, *atomic
 		if r.URL.Path == "/healthz" {
 			return
 		}
-		if r.URL.Path == DefaultJITMetricsPath {
+		if testutil.IsJITPage(r.URL.Path) {
 			http.NotFound(w, r)
 			return
 		}

@@ -43,7 +43,12 @@ func fastConfig() warmup.Config {
 		Window:        20,
 		StableWindows: 3,
 		MinRequests:   60,
-		MaxRequests:   2000,
+		// Room for a restart or two of the plateau: a decaying pod
+		// converges at ~1,250 requests, and a scheduler hiccup in an
+		// earlier block (a look that finds it still improving) restarts
+		// that, up to ~1,940 on the 2 shared cores (pkg/warmup's
+		// TestConvergesOnDecayingLatency); 2,000 once failed a run so.
+		MaxRequests: 4000,
 		// Generous: the test machine has 2 shared cores, and scheduler
 		// hiccups of tens of ms land in window maxima (p99 of 20 = max).
 		Tolerance:         0.5,
