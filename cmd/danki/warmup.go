@@ -68,10 +68,12 @@ func warmupCmd() (*cobra.Command, *warmupFlags) {
 		Long: `Send synthetic fortio load straight at pods (or URLs) until their latency has
 converged: a target is warm once its latency stopped improving, or, with
 stable pods (--stable-url, --stable-service or --stable-hash) loaded side by
-side, once it is as fast as theirs; a target that settles slower than stable
-is rejected (a slower version). What warm means, the knobs worth turning and
-how to read the result: docs/warmup.md. The stopping rule itself, once:
-docs/stopping-rule.md.
+side, once it is as fast as theirs (or, short of that, settled within
+--stable-ratio of theirs for half its warm-up); a target that settles far
+slower than stable is rejected (a slower version). The result names the rule
+that called each target warm, with its thresholds. What warm means, the knobs
+worth turning and how to read the result: docs/warmup.md. The stopping rule
+itself, once: docs/stopping-rule.md.
 Fails (exit code 1) at --deadline or --max-requests without convergence, with
 the latency trend; a target failing 20 requests in a row fails at once, with
 its last error (exit code 3).
@@ -483,7 +485,9 @@ func (p *warmupProgressLine) update(pr warmup.Progress) {
 		if pr.StableP99 > 0 {
 			line += " (stable p99 " + latency.Format(pr.StableP99) + ")"
 		}
-		if pr.TargetConverged {
+		if pr.TargetConverged && pr.Warm != "" {
+			line += "  warm " + pr.Warm
+		} else if pr.TargetConverged {
 			line += "  converged"
 		} else if pr.Waiting != "" {
 			line += "  [" + pr.Waiting + "]"

@@ -252,7 +252,7 @@ func (c *coordinator) onWindow(ev event) {
 			c.apply(st, st.pod.Window(w), atWindow)
 		}
 		c.shed(st.res.Windows)
-		p.Target, p.TargetConverged, p.Waiting = st.res.Target.String(), st.res.Converged, st.waiting
+		p.Target, p.TargetConverged, p.Waiting, p.Warm = st.res.Target.String(), st.res.Converged, st.waiting, st.res.Warm
 		p.Pace = st.pacer.current()
 	}
 	for _, st := range c.canary {

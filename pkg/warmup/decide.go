@@ -27,7 +27,7 @@ func (c *coordinator) apply(st *targetState, d rule.Decision, at bound) {
 	case rule.KeepLoading:
 		st.waiting = d.Look
 	case rule.Warm:
-		st.waiting, st.res.Settled = d.Look, d.Reason
+		st.waiting, st.res.Warm, st.res.Settled = d.Look, d.Reason, d.Settled
 		c.markConverged(st)
 		if c.cfg.Converging() {
 			st.runner.stop()

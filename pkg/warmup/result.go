@@ -56,6 +56,9 @@ type TargetResult struct {
 	Converged       bool  `json:"converged"`
 	ConvergedAfter  int64 `json:"convergedAfter,omitempty"`
 	ConvergedWindow int   `json:"convergedWindow,omitempty"`
+	// Warm is, for a converged target, the rule that called it warm, with
+	// its thresholds and figures (rule.Decision.Reason).
+	Warm string `json:"warm,omitempty"`
 	// Settled, when stable was loaded side by side: the target converged
 	// on a plateau of its own that lasted half its warm-up without
 	// reaching stable's latency (a version a little slower than stable, a
@@ -193,6 +196,9 @@ func (r *Result) WriteTable(w io.Writer) error {
 		status := "not converged"
 		if t.Converged {
 			status = fmt.Sprintf("converged after %d requests (window %d)", t.ConvergedAfter, t.ConvergedWindow)
+			if t.Warm != "" && r.Config.Converging() {
+				status += " " + t.Warm
+			}
 		}
 		if !r.Config.Converging() {
 			// A fixed count: convergence was not asked for.

@@ -97,9 +97,9 @@ type Progress struct {
 	Stable bool
 	Window WindowStats
 	// TargetConverged says whether Target has converged; Waiting says why
-	// not yet.
+	// not yet, Warm by which rule it is warm (TargetResult.Warm).
 	TargetConverged bool
-	Waiting         string
+	Waiting, Warm   string
 	// Targets and ConvergedTargets count canary targets.
 	Targets, ConvergedTargets int
 	// Requests counts warm-up requests to all canary targets so far.
@@ -307,6 +307,7 @@ func (r *Result) Summary() string {
 		}
 	case r.Converged:
 		fmt.Fprintf(&b, "converged: %d/%d targets warm after %s", n, n, took)
+		b.WriteString(r.lastWarm())
 	default:
 		fmt.Fprintf(&b, "not converged: %d/%d targets warm after %s", r.convergedTargets(), n, took)
 	}
@@ -347,4 +348,23 @@ func (r *Result) Summary() string {
 			n, of, latency.Format(worst.StableP90), latency.Format(worst.Baseline), formatQPS(slices.MinFunc(r.Backoffs, func(a, b Backoff) int { return cmp.Compare(a.PaceQPS, b.PaceQPS) }).PaceQPS))
 	}
 	return b.String()
+}
+
+// lastWarm says, for the summary, by which rule the last target to be warm
+// was called warm (the one that ended the warm-up): "; the last warm, pod:
+// on its own plateau: …"; "" when none says (all warmed by the gate).
+func (r *Result) lastWarm() string {
+	var last *TargetResult
+	for i := range r.Targets {
+		if t := &r.Targets[i]; t.Warm != "" && (last == nil || t.ConvergedAfter >= last.ConvergedAfter) {
+			last = t
+		}
+	}
+	if last == nil {
+		return ""
+	}
+	if len(r.Targets) == 1 {
+		return "; warm " + last.Warm
+	}
+	return fmt.Sprintf("; the last warm, %s: %s", last.Target.Name, last.Warm)
 }

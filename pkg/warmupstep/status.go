@@ -141,6 +141,8 @@ func (st *Status) fold(p warmup.Progress, pods map[string]*PodProgress) {
 		p.Targets, p.Requests, p.ConvergedTargets, p.Targets, st.FirstP99, st.LastP99, p.Window.Index, p.Target)
 	if !p.TargetConverged && p.Waiting != "" {
 		st.Message += ", waiting for: " + p.Waiting
+	} else if p.TargetConverged && p.Warm != "" {
+		st.Message += ", " + p.Target + " warm " + p.Warm
 	}
 	if p.PaceCap > 0 && st.Neighbours != "" {
 		st.Message += guardNote + st.Neighbours

@@ -41,11 +41,15 @@ func (k Kind) String() string {
 // bound (Pod.AtBound).
 type Decision struct {
 	Kind Kind
-	// Reason says why: what the pod still lacks (KeepLoading, Failed), the
-	// plateau it settled on short of stable (Warm; "" when it is as fast
-	// as stable or flat on its own plateau), how near stable it is
-	// (AcceptedNearStable), how much slower (RejectedSlower).
+	// Reason says why: what the pod still lacks (KeepLoading, Failed),
+	// the rule that called it warm with its thresholds and figures (Warm:
+	// "as fast as stable: …", "settled near stable: …", "on its own
+	// plateau: …", and the JIT's part where it was read), how near stable
+	// it is (AcceptedNearStable), how much slower (RejectedSlower).
 	Reason string
+	// Settled is, for a pod warm short of stable's latency (settled near
+	// stable), where it settled; "" otherwise.
+	Settled string
 	// Look is what the latest look at its latency said, whatever the
 	// decision: the warm-up's progress shows it.
 	Look string
@@ -69,7 +73,7 @@ func decisionOf(ch check) Decision {
 	case ch.rejected != "":
 		d.Kind, d.Reason = RejectedSlower, ch.rejected
 	case ch.converged:
-		d.Kind, d.Reason = Warm, ch.settled
+		d.Kind, d.Reason, d.Settled = Warm, ch.by, ch.settled
 	}
 	return d
 }

@@ -118,6 +118,9 @@ func (j *jitSignal) hold(c *Config, ch check, windows []Window) check {
 			j.quietFrom = from
 		}
 		j.busy = ""
+		if ch.converged && ch.rejected == "" {
+			ch.by += fmt.Sprintf("; the JIT quiet since request %d (+%s over the last %d requests)", j.quietFrom, formatMS(added), over)
+		}
 		return ch
 	}
 	total := j.readings[len(j.readings)-1].MS

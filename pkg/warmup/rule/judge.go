@@ -28,6 +28,14 @@ type verdict struct {
 	// improving: its latest block of windows was faster than the block
 	// before (progressOf).
 	improving bool
+	// by is, on a converged check, the rule that called it warm and its
+	// figures (Decision.Reason): "as fast as stable: …" here, the
+	// plateaus' (nextOnLatency) and the JIT's (jitSignal.hold) parts
+	// added where they decide.
+	by string
+	// own is what made a pod next to the gate's neighbours judged on its
+	// own plateau ("" for a lone pod).
+	own string
 }
 
 // judge applies the stopping rule to one target's windows. Where stable
@@ -87,7 +95,7 @@ func (c *Config) judge(pool *blockPool, windows []Window, ref stableRef) verdict
 		cmp := c.asFastAsStable(pool, complete, ref)
 		switch {
 		case cmp.near:
-			return verdict{converged: true}
+			return verdict{converged: true, by: cmp.by}
 		case c.CompareToStable:
 			return verdict{why: cmp.why}
 		case p.improving != "":
@@ -107,7 +115,7 @@ func (c *Config) judge(pool *blockPool, windows []Window, ref stableRef) verdict
 		return verdict{why: fmt.Sprintf("still improving over the last %d windows: %s (tolerance %g)%s", 2*p.recent.windows, p, c.Tolerance, own), improving: true}
 	}
 	if own != "" {
-		return verdict{converged: true, plateau: true, heavyTail: heavyTail(p)}
+		return verdict{converged: true, plateau: true, heavyTail: heavyTail(p), own: own}
 	}
 	if c.CompareToStable || c.Reject {
 		return verdict{why: "waiting for a stable window"}
@@ -166,7 +174,9 @@ func heavyTail(p progress) bool {
 func (c *Config) asFastAsStable(pool *blockPool, complete []Window, ref stableRef) stableComparison {
 	p50, p99 := pool.last(complete, c.compareWindows())
 	if float64(p50) <= (1+c.Tolerance)*float64(ref.p50) && float64(p99) <= c.StableRatio*float64(ref.p99) {
-		return stableComparison{near: true, within: true}
+		return stableComparison{near: true, within: true,
+			by: fmt.Sprintf("as fast as stable: p50 %s within tolerance %g of stable's %s and p99 %s within stableRatio %g × stable's %s, over its last %d windows",
+				latency.Format(p50), c.Tolerance, latency.Format(ref.p50), latency.Format(p99), c.StableRatio, latency.Format(ref.p99), c.compareWindows())}
 	}
 	return stableComparison{
 		why: fmt.Sprintf("p50 %s, p99 %s over its last %d windows vs stable's %s and %s (within tolerance %g and stableRatio %g to be warm)",
@@ -178,8 +188,9 @@ func (c *Config) asFastAsStable(pool *blockPool, complete []Window, ref stableRe
 // stableComparison is a target's latest requests next to stable's
 // (asFastAsStable).
 type stableComparison struct {
-	// why says how far off the target is ("" when near).
-	why string
+	// why says how far off the target is ("" when near); by, when near,
+	// the rule and figures that made it warm.
+	why, by string
 	// near: as fast as stable (p50 within Tolerance, p99 within
 	// StableRatio); within: p50 within StableRatio of stable's.
 	near, within bool

@@ -122,14 +122,20 @@ func (c *Config) nextOnLatency(s *stopState, windows []Window, ref stableRef) ch
 			v.converged = false
 			v.why = fmt.Sprintf("not improving for %d windows in a row, of %.0f (%g of its windows)", flat, need, flatShare)
 		case s.gotFaster:
-			if span, of, held := c.plateauSpan(s.settled, v.heavyTail); !held {
-				heavy := ""
-				if v.heavyTail {
-					heavy = ", its tail heavy"
-				}
+			heavy := ""
+			if v.heavyTail {
+				heavy = ", its tail heavy"
+			}
+			span, of, held := c.plateauSpan(s.settled, v.heavyTail)
+			if !held {
 				v.converged = false
 				v.why = fmt.Sprintf("not improving at %d of its last %d windows, of %.0f (%d requests once it got faster%s)", of, span, math.Ceil(settleHold*float64(span)), plateauRequests(v.heavyTail), heavy)
+				break
 			}
+			v.by = fmt.Sprintf("on its own plateau: not improving at its last %d window(s) in a row (at least flatShare %g of its %d) and at %d of its last %d (%d requests once it got faster%s)%s",
+				flat, flatShare, n, of, span, plateauRequests(v.heavyTail), heavy, v.own)
+		default:
+			v.by = fmt.Sprintf("on its own plateau: not improving at its last %d window(s) in a row (at least flatShare %g of its %d; it never got faster)%s", flat, flatShare, n, v.own)
 		}
 	} else {
 		s.ownFor = 0
@@ -146,6 +152,8 @@ func (c *Config) nextOnLatency(s *stopState, windows []Window, ref stableRef) ch
 	}
 	if span, of := c.settledSpan(s.settled, n); v.closeToStable && span > 0 {
 		ch.converged, ch.settled = true, fmt.Sprintf("settled in %d of its last %d windows at %s", of, span, v.settled)
+		ch.by = fmt.Sprintf("settled near stable: p50 within stableRatio %g × stable's and not improving in %d of its last %d windows (settleShare %g of its warm-up), short of as fast as stable: %s",
+			c.StableRatio, of, span, settleShare, v.settled)
 	}
 	return ch
 }

@@ -50,7 +50,7 @@ func TestRuleWarmOnItsOwnPlateau(t *testing.T) {
 		t.Errorf("first window: %v (%+v), want keep loading: 1 of 6 windows", d, d)
 	}
 	at := slices.IndexFunc(ds, func(d Decision) bool { return d.Kind == Warm })
-	if at < 0 || int64(100*(at+1)) != r.MinStop() || ds[at].String() != "warm" {
+	if at < 0 || int64(100*(at+1)) != r.MinStop() || ds[at].String() != "warm: on its own plateau: not improving at its last 1 window(s) in a row (at least flatShare 0.05 of its 6; it never got faster)" {
 		t.Fatalf("decisions %v: want warm at MinStop %d", ds, r.MinStop())
 	}
 }
@@ -62,8 +62,8 @@ func TestRuleNextToStable(t *testing.T) {
 	c.Reject = true
 	r := newRule(t, c)
 	stableWindows(r, 5, 3, 20)
-	if ds := feed(r.NewPod(false), 6, 3, 20); ds[5].Kind != Warm {
-		t.Errorf("as fast as stable: %v, want warm at window 6", ds)
+	if ds := feed(r.NewPod(false), 6, 3, 20); ds[5].Kind != Warm || !strings.HasPrefix(ds[5].Reason, "as fast as stable: p50 3.00ms within tolerance 0.1 of stable's 3.00ms and p99 20.0ms within stableRatio 1.2 × stable's 20.0ms") {
+		t.Errorf("as fast as stable: %v, want warm at window 6, saying by which rule", ds)
 	}
 
 	r = newRule(t, c)
@@ -132,6 +132,38 @@ func TestRuleJITHoldsTheStop(t *testing.T) {
 	}
 	if notes := r.NewPod(false).JIT(); notes != "" {
 		t.Errorf("a pod judged on latency alone has JIT notes %q", notes)
+	}
+}
+
+// Every warm decision says which rule made it, with its thresholds: a pod
+// settled a little short of stable (p50 within stableRatio, p99 above it)
+// is warm once that lasted half its warm-up, and says so and where it
+// settled; a pod whose JIT went quiet says since when.
+func TestWarmSaysWhichRule(t *testing.T) {
+	c := defaults()
+	c.Reject = true
+	r := newRule(t, c)
+	stableWindows(r, 5, 3, 10)
+	ds := feed(r.NewPod(false), 40, 3.2, 14)
+	at := slices.IndexFunc(ds, func(d Decision) bool { return d.Kind == Warm })
+	if at < 0 {
+		t.Fatalf("settled within stableRatio of stable for 40 windows: %v, want warm", ds[len(ds)-1])
+	}
+	if d := ds[at]; !strings.HasPrefix(d.Reason, "settled near stable: p50 within stableRatio 1.2 × stable's and not improving in ") ||
+		!strings.Contains(d.Reason, "short of as fast as stable: p50 3.20ms, p99 14.0ms") || d.Settled == "" {
+		t.Errorf("settled near stable: %q (settled %q)", d.Reason, d.Settled)
+	}
+
+	pod := newRule(t, defaults()).NewPod(true)
+	var warm *Decision
+	for i, w := range windowsOf(steady(20, 3, 20)) {
+		pod.Reading(Reading{Requests: int64(100 * i), MS: 5000})
+		if d := pod.Window(w); d.Kind == Warm && warm == nil {
+			warm = &d
+		}
+	}
+	if warm == nil || !strings.HasPrefix(warm.Reason, "on its own plateau: ") || !strings.Contains(warm.Reason, "; the JIT quiet since request ") {
+		t.Errorf("a flat pod with a quiet JIT: %v, want warm on its own plateau, the JIT quiet", warm)
 	}
 }
 
