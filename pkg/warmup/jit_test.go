@@ -54,25 +54,11 @@ func newJITPod(t *testing.T, page func(load int64) (int, string), redirect ...st
 			http.Redirect(w, r, p.redirect, http.StatusFound)
 			return
 		}
-		if p.page == nil {
-			http.NotFound(w, r)
-			return
-		}
-		status, body := p.page(p.load.Load())
-		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-		w.WriteHeader(status)
-		fmt.Fprint(w, body)
+		p.answer(w, r, p.page, "text/plain; version=0.0.4; charset=utf-8")
 	})
 	mux.HandleFunc("/actuator/metrics/jvm.compilation.time", func(w http.ResponseWriter, r *http.Request) {
 		p.actuatorScrapes.Add(1)
-		if p.actuator == nil {
-			http.NotFound(w, r)
-			return
-		}
-		status, body := p.actuator(p.load.Load())
-		w.Header().Set("Content-Type", "application/vnd.spring-boot.actuator.v3+json")
-		w.WriteHeader(status)
-		fmt.Fprint(w, body)
+		p.answer(w, r, p.actuator, "application/vnd.spring-boot.actuator.v3+json")
 	})
 	mux.HandleFunc("/", func(http.ResponseWriter, *http.Request) {
 		p.load.Add(1)
@@ -84,6 +70,18 @@ func newJITPod(t *testing.T, page func(load int64) (int, string), redirect ...st
 	p.Start()
 	t.Cleanup(p.Close)
 	return p
+}
+
+// answer serves page (nil: 404) after the load requests so far.
+func (p *jitPod) answer(w http.ResponseWriter, r *http.Request, page func(load int64) (int, string), contentType string) {
+	if page == nil {
+		http.NotFound(w, r)
+		return
+	}
+	status, body := page(p.load.Load())
+	w.Header().Set("Content-Type", contentType)
+	w.WriteHeader(status)
+	fmt.Fprint(w, body)
 }
 
 // micrometerPage is Spring Boot's actuator page as Micrometer writes it,
