@@ -108,6 +108,21 @@ func jitConfig() Config {
 	return cfg
 }
 
+// runHeldByJIT warms pod, flat from the start but compiling until its
+// request compilingUntil, and checks it was held until then.
+func runHeldByJIT(t *testing.T, pod *jitPod, compilingUntil int64) (*Result, TargetResult) {
+	t.Helper()
+	res, err := Run(context.Background(), jitConfig(), []Target{{Name: "pod", URL: pod.URL}}, Options{})
+	if err != nil {
+		t.Fatalf("warm-up failed: %v\n%s", err, table(res))
+	}
+	tr := res.Targets[0]
+	if tr.ConvergedAfter <= compilingUntil {
+		t.Errorf("converged after %d requests while the JIT compiled until request %d\n%s", tr.ConvergedAfter, compilingUntil, table(res))
+	}
+	return res, tr
+}
+
 // A pod whose latency is flat from the start but whose JIT compiles until
 // its 1,500th request is held until the JIT is quiet, and the result says
 // the signal was used; the scrapes carry neither the marker header nor
@@ -118,14 +133,7 @@ func TestJITSignalHoldsTheStopWhileCompiling(t *testing.T) {
 	pod := newJITPod(t, func(load int64) (int, string) {
 		return 200, micrometerPage(3000 + 2*float64(min(load, compilingUntil)))
 	})
-	res, err := Run(context.Background(), jitConfig(), []Target{{Name: "pod", URL: pod.URL}}, Options{})
-	if err != nil {
-		t.Fatalf("warm-up failed: %v\n%s", err, table(res))
-	}
-	tr := res.Targets[0]
-	if tr.ConvergedAfter <= compilingUntil {
-		t.Errorf("converged after %d requests while the JIT compiled until request %d\n%s", tr.ConvergedAfter, compilingUntil, table(res))
-	}
+	res, tr := runHeldByJIT(t, pod, compilingUntil)
 	if !strings.HasPrefix(tr.JIT, "used (compile time flat since request ") || !strings.Contains(tr.JIT, "held the stop back") {
 		t.Errorf("JIT %q, want used, flat since a request, having held the stop back", tr.JIT)
 	}
@@ -154,14 +162,7 @@ func TestJITSignalFromTheActuatorsJSON(t *testing.T) {
 	const compilingUntil = 1500
 	pod := newJITPod(t, nil)
 	pod.actuator = func(load int64) (int, string) { return 200, actuatorJSON(3000 + 2*float64(min(load, compilingUntil))) }
-	res, err := Run(context.Background(), jitConfig(), []Target{{Name: "pod", URL: pod.URL}}, Options{})
-	if err != nil {
-		t.Fatalf("warm-up failed: %v\n%s", err, table(res))
-	}
-	tr := res.Targets[0]
-	if tr.ConvergedAfter <= compilingUntil {
-		t.Errorf("converged after %d requests while the JIT compiled until request %d\n%s", tr.ConvergedAfter, compilingUntil, table(res))
-	}
+	_, tr := runHeldByJIT(t, pod, compilingUntil)
 	port := pod.URL[strings.LastIndex(pod.URL, ":"):]
 	if !strings.HasPrefix(tr.JIT, "used (") || !strings.HasSuffix(tr.JIT, "read at "+port+"/actuator/metrics/jvm.compilation.time)") {
 		t.Errorf("JIT %q, want used, read at the actuator's JSON", tr.JIT)
