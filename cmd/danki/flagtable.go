@@ -28,7 +28,8 @@ type configFlag struct {
 	// is refused (refuseZeroFlags).
 	positive bool
 	// byHand: registered by the command itself (its value is not the
-	// field's as it is, e.g. --cpu-budget); listed for naming in errors.
+	// field's as it is, e.g. --cpu-budget, or it overrides a --config
+	// file's field); listed for naming in errors.
 	byHand bool
 }
 

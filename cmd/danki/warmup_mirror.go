@@ -3,10 +3,8 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -87,18 +85,19 @@ stdout, progress to stderr. Exit status: 0 converged; 1 not converged by
 // mirrorRuleFlags are the stopping rule's flags, as `danki warmup` has them.
 var mirrorRuleFlags = stoppingRuleConfigFlags("mirrored requests")
 
-// mirrorFieldFlags names, in the mirror block's validation errors, the
-// flag that sets each field.
-var mirrorFieldFlags = strings.NewReplacer(
-	"mirror.allowSideEffects", "--allow-side-effects (mirror.allowSideEffects)",
-	"mirror.methods", "--method (mirror.methods)",
-	"mirror.startPercent", "--start-percent (mirror.startPercent)",
-	"mirror.maxPercent", "--max-percent (mirror.maxPercent)",
-	"mirror.factor", "--factor (mirror.factor)",
-	"mirror.interval", "--interval (mirror.interval)",
-	"mirror.poll", "--poll (mirror.poll)",
-	"mirror.source", "--source (mirror.source)",
-)
+// mirrorBlockFlags are the flags that set the mirror block's fields, for
+// naming them in its errors (registered by hand: a flag given overrides
+// --config's field).
+var mirrorBlockFlags = configFlags{
+	{flag: "allow-side-effects", field: "mirror.allowSideEffects", byHand: true},
+	{flag: "method", field: "mirror.methods", byHand: true},
+	{flag: "start-percent", field: "mirror.startPercent", byHand: true},
+	{flag: "max-percent", field: "mirror.maxPercent", byHand: true},
+	{flag: "factor", field: "mirror.factor", byHand: true},
+	{flag: "interval", field: "mirror.interval", byHand: true},
+	{flag: "poll", field: "mirror.poll", byHand: true},
+	{flag: "source", field: "mirror.source", byHand: true},
+}
 
 // config merges --config and the flags that were set into the mirror
 // block, validated.
@@ -151,7 +150,7 @@ func (f *mirrorFlags) config(fl *pflag.FlagSet) (mirror.Config, error) {
 	}
 	c, err = mirror.Parse(raw)
 	if err != nil {
-		return c, errors.New(mirrorFieldFlags.Replace(err.Error()))
+		return c, &flagNamedError{msg: mirrorBlockFlags.nameFlags(err), err: err}
 	}
 	return c, nil
 }
@@ -174,7 +173,7 @@ func (f *mirrorFlags) run(cmd *cobra.Command) error {
 	wc.Policy = &local
 	wc = wc.WithDefaults()
 	if err := wc.Validate(); err != nil {
-		return err
+		return &flagNamedError{msg: mirrorRuleFlags.nameFlags(err), err: err}
 	}
 	if deadline <= 0 {
 		return fmt.Errorf("--deadline %s: must be positive, e.g. 10m", deadline)
