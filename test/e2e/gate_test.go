@@ -69,7 +69,9 @@ func TestLabWarmGate(t *testing.T) {
 
 	l.apply(t, filepath.Join(l.root, "lab", "manifests", "20-gateway.yaml"), filepath.Join(l.root, "lab", "manifests", "gate", "30-gated.yaml"))
 	pods := kube.CoreV1().Pods("default")
-	waitFor(t, ctx, 8*time.Minute, "app-gated: 2 pods warmed by the gate and Ready", func() (bool, string) {
+	// One pod at a time (--max-per-node), each up to its deadline (5m,
+	// 30-gated.yaml; ~2 min on a quiet lab).
+	waitFor(t, ctx, 11*time.Minute, "app-gated: 2 pods warmed by the gate and Ready", func() (bool, string) {
 		return gatedReady(ctx, l, 2)
 	})
 	initial := gatedPods(t, ctx, l)
@@ -133,7 +135,7 @@ func TestLabWarmGate(t *testing.T) {
 		t.Errorf("the gate stopped %s's warm-up for another reason: %s", victim.Name, stopping)
 	}
 
-	waitFor(t, ctx, 10*time.Minute, "app-gated: 4 pods warmed and Ready (the deleted one re-created)", func() (bool, string) {
+	waitFor(t, ctx, 15*time.Minute, "app-gated: 4 pods warmed and Ready (the deleted one re-created)", func() (bool, string) {
 		return gatedReady(ctx, l, 4)
 	})
 	var fresh []corev1.Pod
