@@ -169,7 +169,7 @@ func Run(ctx context.Context, cfg Config, targets []Target, opts Options) (*Resu
 	}
 
 	emit(Progress{Phase: PhaseHealth})
-	if err := p.ready(runCtx, sess, targets); err != nil {
+	if err := p.ready(runCtx, sess, targets, opts.Stable); err != nil {
 		res.Elapsed, res.Reason = time.Since(start), err.Error()
 		if ctx.Err() != nil {
 			res.Reason = "stopped while waiting for health: " + ctx.Err().Error()
@@ -247,11 +247,12 @@ func allWarmed(cfg Config, warmed []Target) *Result {
 
 // ready waits until every pod to be loaded answers its health check
 // (within healthTimeout, and the run's deadline), then, for gRPC, resolves
-// the message types once, now that the pods answer.
-func (p *prepared) ready(runCtx context.Context, sess *session, targets []Target) error {
+// the message types once, now that the pods answer. targets and stable are
+// the run's copies, their peers resolved (resolvePeers).
+func (p *prepared) ready(runCtx context.Context, sess *session, targets, stable []Target) error {
 	probe := slices.Clone(targets)
 	if p.stableLoad {
-		probe = append(probe, p.opts.Stable...)
+		probe = append(probe, stable...)
 	}
 	cfg := &p.cfg
 	healthCtx, healthCancel := context.WithTimeout(runCtx, cfg.HealthTimeout.D())
