@@ -37,7 +37,7 @@ build-lab: ## build bin/danki-lab (the lab runner and demo; not released)
 
 # Argo Rollouts downloads a plugin by URL and checks its sha256: release the
 # bare binaries (no archives) and their sums (hack/release.sh; test/release).
-release: ## cross-build dist/danki-{linux,darwin}-{amd64,arm64} + dist/checksums.txt + dist/argo-rollouts-config.yaml (deploy/http filled in) + dist/argo-rollouts-values.yaml
+release: ## cross-build dist/danki-{linux,darwin}-{amd64,arm64} + dist/checksums.txt + dist/argo-rollouts-config.yaml (deploy/http filled in) + dist/argo-rollouts-values.yaml + dist/images/ (image archives)
 	VERSION=$(VERSION) hack/release.sh dist
 
 # The lab's end-to-end tests run after the rest, alone: rollouts of real JVMs

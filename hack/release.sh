@@ -11,6 +11,11 @@
 #                              deploy/gate's image tag, the chart's version and appVersion
 #                              (deploy/helm/danki), the init image, deploy/http (the file above)
 #   VERSION                    the version; the images are tagged with it (images/*/Dockerfile)
+#   images/danki-linux-<arch>.tar, images/danki-plugin-linux-<arch>.tar
+#                              the two images per linux platform built, as archives for
+#                              `kind load image-archive` / `docker load`, built without a
+#                              Docker daemon (hack/ociarchive; their cp is hack/ocicp)
+#   images/checksums.txt       their sha256, sha256sum format
 #
 #   hack/release.sh [OUT [OS/ARCH...]]   # default: linux and darwin × amd64 and arm64
 set -euo pipefail
@@ -72,5 +77,28 @@ if [ -n "$sum" ]; then
 else
 	echo "release: no $asset built: no argo-rollouts-config.yaml" >&2
 	rm -r "$out/deploy/http"
+fi
+
+# The images as archives (hack/ociarchive), for the linux platforms built;
+# their files' times and created time are SOURCE_DATE_EPOCH, by default the
+# commit's time, so a release of one commit gives the same bytes.
+linux_platforms=()
+for p in "${platforms[@]}"; do
+	if [ "${p%/*}" = linux ]; then linux_platforms+=("$p"); fi
+done
+if [ ${#linux_platforms[@]} -gt 0 ]; then
+	cpdir=$(mktemp -d)
+	trap 'rm -rf "$cpdir"' EXIT
+	for p in "${linux_platforms[@]}"; do
+		(cd "$repo" && GOOS=linux GOARCH=${p#*/} go build -trimpath -ldflags "-s -w" -o "$cpdir/cp-linux-${p#*/}" ./hack/ocicp)
+	done
+	revision=$(git -C "$repo" rev-parse HEAD 2>/dev/null || true)
+	SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git -C "$repo" log -1 --format=%ct 2>/dev/null || echo 0)}
+	export SOURCE_DATE_EPOCH
+	list=$(IFS=,; echo "${linux_platforms[*]}")
+	(cd "$repo" && go run ./hack/ociarchive --dist "$out" --out "$out/images" --cp-dir "$cpdir" \
+		--version "$version" --revision "$revision" --platforms "$list")
+	(cd "$out/images" && sha256sum -- *.tar >checksums.txt)
+	cat "$out/images/checksums.txt"
 fi
 cat "$out/checksums.txt"

@@ -1,7 +1,8 @@
 // Package release checks danki's release files: hack/release.sh (make
-// release) builds them into a temporary directory, and the test verifies the
-// checksums, the argo-rollouts-config snippet's sha256 and the binaries; and
-// that the manifests danki ships name one version, never latest.
+// release) builds them once into a temporary directory, and the tests verify
+// the checksums, the argo-rollouts-config snippet's sha256, the binaries and
+// the image archives (images_test.go); and that the manifests danki ships
+// name one version, never latest.
 //
 // It has only tests; the build is skipped under `go test -short`.
 package release
@@ -18,7 +19,9 @@ import (
 	"regexp"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -39,6 +42,10 @@ func testPlatforms() []string {
 
 const testVersion = "v9.8.7-test.1"
 
+// testEpoch is the release's SOURCE_DATE_EPOCH: every file time in the
+// images and their created time (2023-11-14 22:13:20 UTC).
+const testEpoch = 1700000000
+
 var checksumLine = regexp.MustCompile(`^([0-9a-f]{64})  (danki-[a-z]+-[a-z0-9]+)$`)
 
 func TestRelease(t *testing.T) {
@@ -46,13 +53,8 @@ func TestRelease(t *testing.T) {
 		t.Skip("builds danki with the release flags (skipped with -short)")
 	}
 	root := repoRoot(t)
-	out := t.TempDir()
+	out := builtRelease(t)
 	platforms := testPlatforms()
-	cmd := exec.Command(filepath.Join(root, "hack", "release.sh"), append([]string{out}, platforms...)...)
-	cmd.Env = append(os.Environ(), "VERSION="+testVersion)
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("hack/release.sh: %v\n%s", err, b)
-	}
 
 	// checksums.txt lists every binary built, with its real sha256, in the
 	// format sha256sum -c reads.
@@ -216,6 +218,48 @@ func TestRelease(t *testing.T) {
 	if copied < 10 {
 		t.Errorf("compared %d files of deploy/ with dist/deploy: is the walk broken?", copied)
 	}
+}
+
+// built is the release TestRelease and TestImages check: hack/release.sh
+// runs once for the package (a cold build costs minutes on 2 cores), into a
+// directory TestMain removes.
+var built struct {
+	once sync.Once
+	dir  string
+	log  []byte
+	err  error
+}
+
+// builtRelease builds the release of testPlatforms at testVersion, its
+// images' times at testEpoch, the first time it is called, and returns its
+// directory.
+func builtRelease(t *testing.T) string {
+	t.Helper()
+	built.once.Do(func() {
+		root, err := testenv.RepoRoot()
+		if err == nil {
+			built.dir, err = os.MkdirTemp("", "danki-release-")
+		}
+		if err != nil {
+			built.err = err
+			return
+		}
+		cmd := exec.Command(filepath.Join(root, "hack", "release.sh"), append([]string{built.dir}, testPlatforms()...)...)
+		cmd.Env = append(os.Environ(), "VERSION="+testVersion, "SOURCE_DATE_EPOCH="+strconv.FormatInt(testEpoch, 10))
+		built.log, built.err = cmd.CombinedOutput()
+	})
+	if built.err != nil {
+		t.Fatalf("hack/release.sh: %v\n%s", built.err, built.log)
+	}
+	return built.dir
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if built.dir != "" {
+		os.RemoveAll(built.dir)
+	}
+	os.Exit(code)
 }
 
 func fileSHA256(t *testing.T, path string) string {
