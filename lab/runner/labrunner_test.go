@@ -47,6 +47,20 @@ func serveForTest() {
 	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintf(w, "version=%s pod=%s slow=%s", os.Getenv("VERSION"), os.Getenv("POD_NAME"), os.Getenv("SLOW_MS"))
 	})
+	// What an in-cluster client reads (TestRunnerGivesHostNetworkPodsTheirServiceAccount).
+	mux.HandleFunc("/in-cluster", func(w http.ResponseWriter, _ *http.Request) {
+		read := func(name string) string {
+			b, err := os.ReadFile(filepath.Join(ServiceAccountMountPath, name))
+			if err != nil {
+				return "none"
+			}
+			return string(b)
+		}
+		wd, _ := os.Getwd()
+		fmt.Fprintf(w, "host=%s port=%s home=%s wd=%s token=%s namespace=%s ca=%s",
+			os.Getenv("KUBERNETES_SERVICE_HOST"), os.Getenv("KUBERNETES_SERVICE_PORT"), os.Getenv("HOME"), wd,
+			read("token"), read("namespace"), read("ca.crt"))
+	})
 	addr := net.JoinHostPort(os.Getenv("BIND_ADDRESS"), os.Getenv("PORT"))
 	if err := http.ListenAndServe(addr, mux); err != nil {
 		fmt.Fprintln(os.Stderr, err)

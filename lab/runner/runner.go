@@ -60,6 +60,18 @@ type Config struct {
 	// sidecars (pilot-agent + Envoy) and serves the injector (mesh.go).
 	// nil: an istio-proxy container is faked like any unmapped image.
 	Mesh *Mesh
+
+	// WorkDir, if set, gives each pod a working directory of its own,
+	// <WorkDir>/<namespace>_<pod>, removed when the pod stops (as a
+	// container's writable layer is): a program writing relative paths
+	// (the Argo controller's ./plugin-bin) keeps them apart. "": the
+	// runner's directory.
+	WorkDir string
+	// APIServer is the API server's host:port as host-network pods reach
+	// it. With WorkDir, a host-network pod that mounts its kube-api-access
+	// volume gets its service-account credentials there and the in-cluster
+	// environment (serviceaccount.go), as the kubelet gives them.
+	APIServer string
 }
 
 // Runner runs the pods of one node as local processes. Create it with New.
@@ -86,6 +98,8 @@ type podState struct {
 	containers []*containerState
 	cgroup     *podCgroup // nil without cgroups
 	meshed     bool       // its istio-proxy runs as a sidecar: app ports moved (Mesh)
+	hostNet    bool       // spec.hostNetwork: on the host's network, ip is HostIP, no address of its own
+	dir        string     // its working directory (Config.WorkDir), "" without
 }
 
 type containerState struct {
@@ -94,6 +108,9 @@ type containerState struct {
 	tag      string
 	badImage error
 	sidecar  bool // the istio-proxy container: pilot-agent, prepared by prepareSidecar
+	// apiAccess: the container gets the pod's service-account credentials
+	// and the in-cluster environment (servesAPIAccess).
+	apiAccess bool
 	proc     *process
 	restarts int32
 	lastExit time.Time
@@ -150,6 +167,11 @@ func (r *Runner) Run(ctx context.Context) error {
 	}
 	if r.ipam, err = newIPAM(node.Spec.PodCIDR); err != nil {
 		return fmt.Errorf("node %s: %w", r.cfg.Node, err)
+	}
+	if r.cfg.APIServer != "" && r.cfg.WorkDir != "" {
+		if err := ensureServiceAccountMountPoint(); err != nil {
+			return err
+		}
 	}
 	if !r.cfg.NoCgroups {
 		if r.cg, err = newCgroupTree(r.cfg.CgroupParent); err != nil {
@@ -294,27 +316,12 @@ func (r *Runner) ensure(ctx context.Context, key string, pod *corev1.Pod) (*podS
 		st = nil
 	}
 	if st == nil {
-		prefer, _ := netip.ParseAddr(pod.Status.PodIP)
-		ip, err := r.ipam.allocate(key, prefer)
-		if err != nil {
-			return nil, fmt.Errorf("pod %s: %w", key, err)
-		}
-		if err := r.cfg.Network.AddAddress(ctx, ip); err != nil {
-			r.ipam.release(ip)
-			return nil, fmt.Errorf("pod %s: add address %s: %w", key, ip, err)
-		}
-		st = &podState{uid: pod.UID, ip: ip, started: time.Now(), meshed: r.meshed(pod)}
-		if r.cg != nil {
-			if st.cgroup, err = r.createPodCgroup(key, pod); err != nil {
-				if rmErr := r.cfg.Network.RemoveAddress(ctx, ip); rmErr != nil {
-					r.log.Warn("remove pod address", "pod", key, "ip", ip, "err", rmErr)
-				}
-				r.ipam.release(ip)
-				return nil, err
-			}
+		var err error
+		if st, err = r.assign(ctx, key, pod); err != nil {
+			return nil, err
 		}
 		for _, c := range pod.Spec.Containers {
-			cs := &containerState{spec: c, applied: appliedResources(c)}
+			cs := &containerState{spec: c, applied: appliedResources(c), apiAccess: r.servesAPIAccess(pod, c)}
 			argv, tag, ok, err := r.cfg.Images.lookup(c.Image)
 			switch {
 			case st.meshed && c.Name == ProxyContainer:
@@ -329,7 +336,7 @@ func (r *Runner) ensure(ctx context.Context, key string, pod *corev1.Pod) (*podS
 		r.mu.Lock()
 		r.pods[key] = st
 		r.mu.Unlock()
-		r.log.Info("pod assigned", "pod", key, "ip", ip)
+		r.log.Info("pod assigned", "pod", key, "ip", st.ip, "hostNetwork", st.hostNet)
 	}
 
 	r.mu.Lock()
@@ -353,7 +360,7 @@ func (r *Runner) ensure(ctx context.Context, key string, pod *corev1.Pod) (*podS
 				continue
 			}
 		}
-		env, dir := r.env(pod, cs, st), ""
+		env, dir, argv := r.env(pod, cs, st), st.dir, cs.argv
 		if cs.sidecar {
 			// A new token and the current root certificate at every start.
 			var err error
@@ -361,7 +368,19 @@ func (r *Runner) ensure(ctx context.Context, key string, pod *corev1.Pod) (*podS
 				return nil, fmt.Errorf("pod %s: %w", key, err)
 			}
 		}
-		argv := r.cfg.Network.Command(cs.argv)
+		if cs.apiAccess {
+			saDir := filepath.Join(st.dir, "serviceaccount")
+			if err := r.writeServiceAccount(ctx, pod, saDir); err != nil {
+				return nil, fmt.Errorf("pod %s container %s: %w", key, cs.spec.Name, err)
+			}
+			// HOME too: a client finding the host's ~/.kube/config would
+			// use it before the in-cluster config.
+			env = append(append(env, r.apiAccessEnv()...), "HOME="+st.dir)
+			argv = withServiceAccountMount(saDir, argv)
+		}
+		if !st.hostNet {
+			argv = r.cfg.Network.Command(argv)
+		}
 		if st.cgroup != nil {
 			argv = joinCgroups(st.cgroup.procsFiles(cs.spec.Name), argv)
 			cs.oomKills = st.cgroup.oomKills(cs.spec.Name)
@@ -377,6 +396,53 @@ func (r *Runner) ensure(ctx context.Context, key string, pod *corev1.Pod) (*podS
 			<-proc.done
 			r.queue.Add(key)
 		}()
+	}
+	return st, nil
+}
+
+// assign gives a new pod its address (one of the pod CIDR's on the pod
+// network, or the host's for spec.hostNetwork), its cgroups and its working
+// directory.
+func (r *Runner) assign(ctx context.Context, key string, pod *corev1.Pod) (*podState, error) {
+	st := &podState{uid: pod.UID, started: time.Now(), meshed: r.meshed(pod), hostNet: pod.Spec.HostNetwork}
+	if st.hostNet {
+		var err error
+		if st.ip, err = netip.ParseAddr(r.cfg.HostIP); err != nil {
+			return nil, fmt.Errorf("pod %s: spec.hostNetwork needs the runner's host IP (--host-ip): %w", key, err)
+		}
+	} else {
+		prefer, _ := netip.ParseAddr(pod.Status.PodIP)
+		ip, err := r.ipam.allocate(key, prefer)
+		if err != nil {
+			return nil, fmt.Errorf("pod %s: %w", key, err)
+		}
+		if err := r.cfg.Network.AddAddress(ctx, ip); err != nil {
+			r.ipam.release(ip)
+			return nil, fmt.Errorf("pod %s: add address %s: %w", key, ip, err)
+		}
+		st.ip = ip
+	}
+	undo := func() {
+		if !st.hostNet {
+			if err := r.cfg.Network.RemoveAddress(ctx, st.ip); err != nil {
+				r.log.Warn("remove pod address", "pod", key, "ip", st.ip, "err", err)
+			}
+			r.ipam.release(st.ip)
+		}
+	}
+	if r.cfg.WorkDir != "" {
+		st.dir = filepath.Join(r.cfg.WorkDir, pod.Namespace+"_"+pod.Name)
+		if err := os.MkdirAll(st.dir, 0o755); err != nil {
+			undo()
+			return nil, fmt.Errorf("pod %s: working dir: %w", key, err)
+		}
+	}
+	if r.cg != nil {
+		var err error
+		if st.cgroup, err = r.createPodCgroup(key, pod); err != nil {
+			undo()
+			return nil, err
+		}
 	}
 	return st, nil
 }
@@ -478,10 +544,17 @@ func (r *Runner) stopPod(ctx context.Context, key string, st *podState) {
 			r.log.Warn("remove sidecar working dir", "pod", key, "err", err)
 		}
 	}
-	if err := r.cfg.Network.RemoveAddress(ctx, st.ip); err != nil {
-		r.log.Warn("remove pod address", "pod", key, "ip", st.ip, "err", err)
+	if st.dir != "" {
+		if err := os.RemoveAll(st.dir); err != nil {
+			r.log.Warn("remove pod working dir", "pod", key, "err", err)
+		}
 	}
-	r.ipam.release(st.ip)
+	if !st.hostNet {
+		if err := r.cfg.Network.RemoveAddress(ctx, st.ip); err != nil {
+			r.log.Warn("remove pod address", "pod", key, "ip", st.ip, "err", err)
+		}
+		r.ipam.release(st.ip)
+	}
 	r.log.Info("pod stopped", "pod", key, "ip", st.ip)
 }
 

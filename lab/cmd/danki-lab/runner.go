@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"net/url"
 	"os"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 func newRunnerCmd() *cobra.Command {
 	var (
 		kubeconfig, node, netns, device, logDir, hostIP, fileSD string
+		workDir                                                 string
 		images                                                  = runner.ImageCommands{}
 		imageSpecs                                              []string
 		stopGrace                                               time.Duration
@@ -91,6 +93,7 @@ the sidecar (lab/README.md, "The mesh").`,
 			r, err := runner.New(runner.Config{
 				Client: client, Node: node, Network: network, Images: images, LogDir: logDir,
 				HostIP: hostIP, FileSD: fileSD, StopGrace: stopGrace, Logger: slog.Default(), Mesh: meshCfg,
+				WorkDir: workDir, APIServer: apiServerAddress(cfg.Host),
 			})
 			if err != nil {
 				return err
@@ -118,6 +121,18 @@ the sidecar (lab/README.md, "The mesh").`,
 	f.StringVar(&mesh.Discovery, "istiod", "", "istiod's secure gRPC address (xDS and CA) as the pods reach it, e.g. 10.244.0.1:15012 (--mesh)")
 	f.StringVar(&mesh.InjectAddr, "inject-addr", "127.0.0.1:15017", "where the sidecar injection webhook listens (--mesh; empty: no injector)")
 	f.Int32Var(&mesh.AppPortOffset, "app-port-offset", 10000, "a meshed pod's app listens on containerPort + this; the sidecar on containerPort (--mesh)")
+	f.StringVar(&workDir, "work-dir", "", "one working directory per pod below this one (<namespace>_<pod>); with it, host-network pods get their service-account volume and in-cluster environment")
 	_ = cmd.MarkFlagRequired("log-dir")
 	return cmd
+}
+
+// apiServerAddress is the API server's host:port from the kubeconfig's
+// server URL (the lab's: https://127.0.0.1:16443), as host-network pods
+// reach it; "" if the URL names none.
+func apiServerAddress(server string) string {
+	u, err := url.Parse(server)
+	if err != nil || u.Port() == "" {
+		return ""
+	}
+	return u.Host
 }
