@@ -111,12 +111,12 @@ type containerState struct {
 	// apiAccess: the container gets the pod's service-account credentials
 	// and the in-cluster environment (servesAPIAccess).
 	apiAccess bool
-	proc     *process
-	restarts int32
-	lastExit time.Time
-	ready    bool
-	nextProb time.Time
-	oomKills int64 // the container group's OOM kills when the process started
+	proc      *process
+	restarts  int32
+	lastExit  time.Time
+	ready     bool
+	nextProb  time.Time
+	oomKills  int64 // the container group's OOM kills when the process started
 	// applied is the resources in effect (reported in the container's
 	// status): the spec's at start, then each in-place resize's.
 	applied corev1.ResourceRequirements
