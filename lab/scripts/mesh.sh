@@ -61,6 +61,18 @@ DANKI_LATENCY_METRICS_PORT=${DANKI_LATENCY_METRICS_PORT:-18094}
 DANKI_ISTIO_METRICS_PORT=${DANKI_ISTIO_METRICS_PORT:-18095}
 DANKI_WARMUP_METRICS_PORT=${DANKI_WARMUP_METRICS_PORT:-18096}
 DANKI_GATE_METRICS_PORT=${DANKI_GATE_METRICS_PORT:-18097}
+# How the lab runs the Argo Rollouts controller: process (a local process
+# with the admin kubeconfig, the plugin registered by file:// to the build)
+# or pod (as users install it: upstream's manifests as a Deployment whose
+# pod the runner runs on the host network under ServiceAccount
+# argo-rollouts with in-cluster config, bound to upstream's ClusterRole plus
+# deploy/rbac; the plugin fetched by URL from the lab's release server,
+# make release's files, and checked by sha256).
+# A running lab keeps the way it came up with ($run/argo-install-mode).
+argo_install_file=$run/argo-install-mode
+LAB_ARGO_INSTALL=${LAB_ARGO_INSTALL:-$(cat "$argo_install_file" 2>/dev/null || echo process)}
+case $LAB_ARGO_INSTALL in process | pod) ;; *) die "LAB_ARGO_INSTALL=$LAB_ARGO_INSTALL: want process or pod" ;; esac
+DANKI_RELEASE_PORT=${DANKI_RELEASE_PORT:-18098} # LAB_ARGO_INSTALL=pod: the release server on 127.0.0.1
 ISTIO_VERSION=1.27.0
 ISTIO_MODULE=istio.io/istio@v0.0.0-20250808040725-7359d8be2504 # tag 1.27.0
 # The Argo Rollouts controller: v1.10.2 (lab/build/argo), or another version
@@ -154,9 +166,14 @@ start_runner() {
 			--mesh-dir "$run/mesh/pods" --istiod "$HOST_IP:$ISTIOD_SECURE_PORT" --inject-addr "127.0.0.1:$INJECTOR_PORT"
 			--app-port-offset "$APP_PORT_OFFSET")
 	fi
+	# A pod of its own each (the controller copies its plugins to
+	# ./plugin-bin), and the host-network controller its service account.
+	local workdir=()
+	[ "$LAB_ARGO_INSTALL" = process ] || workdir=(--work-dir "$run/pods")
 	start lab-runner "$bin/danki-lab" runner "${mesh[@]}" --kubeconfig "$kubeconfig" --node "$LAB_NODE" \
 		--netns "$NETNS" --device "$NS_DEV" --host-ip "$HOST_IP" --log-dir "$logs/pods" --stop-grace 5s \
-		--prometheus-file-sd "$run/prometheus/pods.json" \
+		--prometheus-file-sd "$run/prometheus/pods.json" "${workdir[@]}" \
+		--image "quay.io/argoproj/argo-rollouts=$bin/$ARGO_BIN" \
 		--image "danki.dev/sample-app=$SAMPLE_APP_JAVA -jar $bin/sample-app.jar" \
 		--image "danki.dev/sample-app-grpc=$SAMPLE_APP_JAVA -jar $bin/sample-app-grpc.jar" \
 		--image "danki.dev/sample-app-spring=$SAMPLE_APP_JAVA -jar $bin/sample-app-spring.jar"
@@ -463,56 +480,7 @@ start_prometheus() {
 
 start_argo() {
 	kubectl_lab create namespace argo-rollouts --dry-run=client -o yaml | kubectl_lab apply -f - >/dev/null
-	# danki's one binary serves the three plugin kinds (`danki plugin`). Its
-	# args are the operator's policy (docs/security.md): the lab's Prometheus
-	# is the one tenant configs may query, and the capacity checks of the lab
-	# e2e ramp to 600 qps, above the default cap of 500.
-	local plugin_args='["plugin", "--prometheus", "http://127.0.0.1:'"$PROMETHEUS_PORT"'", "--max-qps", "1000"'
-	if mesh_on; then
-		# danki's own mesh identity (docs/install.md): ServiceAccount danki
-		# beside the controller (POD_NAMESPACE below names the namespace),
-		# istiod's CA on the veth address. The lab's controller runs with
-		# the admin kubeconfig; deploy/'s RBAC is proven in test/manifests.
-		kubectl_lab -n argo-rollouts create serviceaccount danki --dry-run=client -o yaml | kubectl_lab apply -f - >/dev/null
-		plugin_args+=', "--istiod-address", "'"$HOST_IP:$ISTIOD_SECURE_PORT"'", "--mesh-service-account", "danki"'
-	fi
-	# Each entry's process serves danki's metrics on its own port, scraped
-	# by the lab's Prometheus (job danki-plugins).
-	metrics_args() { echo "$plugin_args"', "--metrics-address", "127.0.0.1:'"$1"'"]'; }
-	kubectl_lab apply -f - >/dev/null <<CONFIG
-apiVersion: v1
-kind: ConfigMap
-metadata: {name: argo-rollouts-config, namespace: argo-rollouts}
-data:
-  metricProviderPlugins: |
-    - name: danki/latency
-      location: file://$bin/danki
-      args: $(metrics_args "$DANKI_LATENCY_METRICS_PORT")
-  trafficRouterPlugins: |
-    - name: danki/istio
-      location: file://$bin/danki
-      args: $(metrics_args "$DANKI_ISTIO_METRICS_PORT")
-  stepPlugins: |
-    - name: danki/warmup
-      location: file://$bin/danki
-      args: $(metrics_args "$DANKI_WARMUP_METRICS_PORT")
-CONFIG
-	mkdir -p "$run/argo"
-	# v1.8.5 knows only --metricsport; v1.10.2 added --metricsPort and
-	# deprecated the lower-case spelling.
-	local metrics_flag=--metricsPort
-	case $ARGO_VERSION in v1.[0-9].*) metrics_flag=--metricsport ;; esac
-	# The controller copies plugins into ./plugin-bin: run it in its own dir.
-	# Its metrics and healthz servers listen on all interfaces (0.0.0.0 is
-	# hard-coded in v1.8.5 and v1.10.2; only the ports can be chosen).
-	# KUBECONFIG is for the plugin processes it starts: they inherit its
-	# environment, not its --kubeconfig flag, and out of cluster there is no
-	# service account.
-	(cd "$run/argo" && rm -rf plugin-bin &&
-		start argo-rollouts env POD_NAMESPACE=argo-rollouts KUBECONFIG="$kubeconfig" "$bin/$ARGO_BIN" --kubeconfig "$kubeconfig" --leader-elect=false \
-		"$metrics_flag" "$ARGO_METRICS_PORT" --healthzPort "$ARGO_HEALTHZ_PORT" --loglevel info --logformat text \
-		--rollout-resync 60)
-	wait_for argo-rollouts 90 curl -fsS "http://127.0.0.1:$ARGO_HEALTHZ_PORT/healthz"
+	if [ "$LAB_ARGO_INSTALL" = pod ]; then start_argo_pod; else start_argo_process; fi
 	local running=
 	for _ in $(seq 1 20); do
 		running=$(argo_running_version)
@@ -520,7 +488,142 @@ CONFIG
 		sleep 0.5
 	done
 	[[ $running == "$ARGO_VERSION"+* || $running == "$ARGO_VERSION" ]] || die "the Argo Rollouts controller reports version '$running', want $ARGO_VERSION ($bin/$ARGO_BIN)"
-	log "argo-rollouts: controller $running ($ARGO_BIN)"
+	log "argo-rollouts: controller $running ($ARGO_BIN, LAB_ARGO_INSTALL=$LAB_ARGO_INSTALL)"
+}
+
+# plugin_config LOCATION [SHA256]: argo-rollouts-config's data, danki's
+# three plugin entries. danki's one binary serves the three plugin kinds
+# (`danki plugin`). Its args are the operator's policy (docs/security.md):
+# the lab's Prometheus is the one tenant configs may query, and the
+# capacity checks of the lab e2e ramp to 600 qps, above the default cap of
+# 500. LAB_MESH on: danki's own mesh identity (docs/install.md),
+# ServiceAccount danki beside the controller (the controller's
+# POD_NAMESPACE names the namespace), istiod's CA on the veth address.
+# Each entry's process serves danki's metrics on its own port, scraped by
+# the lab's Prometheus (job danki-plugins).
+plugin_config() {
+	local location=$1 sha=${2:-}
+	local plugin_args='["plugin", "--prometheus", "http://127.0.0.1:'"$PROMETHEUS_PORT"'", "--max-qps", "1000"'
+	mesh_on && plugin_args+=', "--istiod-address", "'"$HOST_IP:$ISTIOD_SECURE_PORT"'", "--mesh-service-account", "danki"'
+	local kind name port
+	for kind in metricProviderPlugins:danki/latency:$DANKI_LATENCY_METRICS_PORT trafficRouterPlugins:danki/istio:$DANKI_ISTIO_METRICS_PORT \
+		stepPlugins:danki/warmup:$DANKI_WARMUP_METRICS_PORT; do
+		IFS=: read -r kind name port <<<"$kind"
+		echo "  $kind: |"
+		echo "    - name: $name"
+		echo "      location: $location"
+		[ -z "$sha" ] || echo "      sha256: $sha"
+		echo "      args: $plugin_args"', "--metrics-address", "127.0.0.1:'"$port"'"]'
+	done
+}
+
+# argo_flags: the controller's flags, the same either way. v1.8.5 knows
+# only --metricsport; v1.10.2 added --metricsPort and deprecated the
+# lower-case spelling. Its metrics and healthz servers listen on all
+# interfaces (0.0.0.0 is hard-coded in v1.8.5 and v1.10.2; only the ports
+# can be chosen).
+argo_flags() {
+	local metrics_flag=--metricsPort
+	case $ARGO_VERSION in v1.[0-9].*) metrics_flag=--metricsport ;; esac
+	echo --leader-elect=false "$metrics_flag" "$ARGO_METRICS_PORT" --healthzPort "$ARGO_HEALTHZ_PORT" \
+		--loglevel info --logformat text --rollout-resync 60
+}
+
+# start_argo_process: the controller as a local process with the admin
+# kubeconfig, the plugin by file:// (LAB_ARGO_INSTALL=process).
+start_argo_process() {
+	if mesh_on; then
+		kubectl_lab -n argo-rollouts create serviceaccount danki --dry-run=client -o yaml | kubectl_lab apply -f - >/dev/null
+	fi
+	{
+		echo "apiVersion: v1"
+		echo "kind: ConfigMap"
+		echo "metadata: {name: argo-rollouts-config, namespace: argo-rollouts}"
+		echo "data:"
+		plugin_config "file://$bin/danki"
+	} | kubectl_lab apply -f - >/dev/null
+	mkdir -p "$run/argo"
+	# The controller copies plugins into ./plugin-bin: run it in its own dir.
+	# KUBECONFIG is for the plugin processes it starts: they inherit its
+	# environment, not its --kubeconfig flag, and out of cluster there is no
+	# service account.
+	local flags
+	read -ra flags <<<"$(argo_flags)"
+	(cd "$run/argo" && rm -rf plugin-bin &&
+		start argo-rollouts env POD_NAMESPACE=argo-rollouts KUBECONFIG="$kubeconfig" "$bin/$ARGO_BIN" --kubeconfig "$kubeconfig" "${flags[@]}")
+	wait_for argo-rollouts 90 curl -fsS "http://127.0.0.1:$ARGO_HEALTHZ_PORT/healthz"
+}
+
+# start_argo_pod: the controller as users install it (LAB_ARGO_INSTALL=pod).
+# make release's files (hack/release.sh, linux/amd64) served on
+# 127.0.0.1:$DANKI_RELEASE_PORT; upstream's base manifests and cluster role
+# (the controller module's manifests/, without its CRDs and its empty
+# argo-rollouts-config) with a kustomize patch for the lab: the host's
+# network (the lab's API server, Prometheus and istiod are on the host),
+# the flags above, CPU and memory requests for the load danki's step
+# generates from inside it; deploy/rbac (danki's rules bound to the
+# controller's ServiceAccount, danki's mesh identity). The lab runner runs
+# the pod with its ServiceAccount token and in-cluster config.
+start_argo_pod() {
+	local argo dir=$run/argo-install sha flags=() f
+	argo=$(moddir "$ARGO_MODULE")
+	[ -d "$argo/manifests/base" ] || die "go mod download $ARGO_MODULE (for its manifests) failed"
+	log "release: hack/release.sh $run/release linux/amd64 (the plugin the controller downloads)"
+	"$repo/hack/release.sh" "$run/release" linux/amd64 >"$logs/release.log" 2>&1 || die "hack/release.sh failed: $logs/release.log"
+	sha=$(awk '$2 == "danki-linux-amd64" {print $1}' "$run/release/checksums.txt")
+	start release-server "$bin/danki-lab" files --dir "$run/release" --addr "127.0.0.1:$DANKI_RELEASE_PORT"
+	wait_for release-server 30 curl -fsS -o /dev/null "http://127.0.0.1:$DANKI_RELEASE_PORT/checksums.txt"
+	rm -rf "$dir" && mkdir -p "$dir/upstream"
+	cp -R "$argo/manifests/base" "$argo/manifests/role" "$argo/manifests/cluster-install" "$dir/upstream/"
+	chmod -R u+w "$dir"
+	read -ra flags <<<"$(argo_flags)"
+	{
+		cat <<KUSTOMIZATION
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+namespace: argo-rollouts
+resources:
+- upstream/base/argo-rollouts-sa.yaml
+- upstream/base/argo-rollouts-deployment.yaml
+- upstream/base/argo-rollouts-aggregate-roles.yaml
+- upstream/base/argo-rollouts-metrics-service.yaml
+- upstream/base/argo-rollouts-notification-secret.yaml
+- upstream/role/argo-rollouts-clusterrole.yaml
+- upstream/cluster-install/argo-rollouts-clusterrolebinding.yaml
+- argo-rollouts-config.yaml
+images:
+- name: quay.io/argoproj/argo-rollouts
+  newTag: $ARGO_VERSION
+patches:
+- target: {kind: Deployment, name: argo-rollouts}
+  patch: |-
+    - {op: add, path: /spec/template/spec/hostNetwork, value: true}
+    - {op: add, path: /spec/template/spec/dnsPolicy, value: ClusterFirstWithHostNet}
+    - op: add
+      path: /spec/template/spec/containers/0/args
+      value: [$(printf '"%s", ' "${flags[@]}" | sed 's/, $//')]
+    - op: replace
+      path: /spec/template/spec/containers/0/ports
+      value: [{name: metrics, containerPort: $ARGO_METRICS_PORT}, {name: healthz, containerPort: $ARGO_HEALTHZ_PORT}]
+    - op: add
+      path: /spec/template/spec/containers/0/resources/requests
+      value: {cpu: "1", memory: 1Gi}
+KUSTOMIZATION
+	} >"$dir/kustomization.yaml"
+	{
+		echo "apiVersion: v1"
+		echo "kind: ConfigMap"
+		echo "metadata: {name: argo-rollouts-config}"
+		echo "data:"
+		plugin_config "http://127.0.0.1:$DANKI_RELEASE_PORT/danki-linux-amd64" "$sha"
+	} >"$dir/argo-rollouts-config.yaml"
+	kubectl_lab apply -k "$repo/deploy/rbac" >/dev/null
+	kubectl_lab apply -k "$dir" >/dev/null
+	wait_for argo-rollouts 120 curl -fsS "http://127.0.0.1:$ARGO_HEALTHZ_PORT/healthz"
+	# Its PID (the runner's container ID), so alive and stop know it.
+	f=$(kubectl_lab -n argo-rollouts get pods -l app.kubernetes.io/name=argo-rollouts \
+		-o jsonpath='{.items[0].status.containerStatuses[0].containerID}')
+	echo "${f#danki-lab://}" >"$pids/argo-rollouts.pid"
 }
 
 # argo_running_version: the version the running controller reports in its
@@ -560,6 +663,7 @@ up() {
 	mkdir -p "$run"
 	echo "$LAB_MESH" >"$mesh_mode_file"
 	echo "$ARGO_VERSION" >"$argo_version_file"
+	echo "$LAB_ARGO_INSTALL" >"$argo_install_file"
 	build_parts
 	netns_up
 	install_crds
@@ -581,7 +685,11 @@ up() {
 down() {
 	# Clients first; the runner stops its pod processes on TERM.
 	local name
-	for name in argo-rollouts prometheus gateway envoy istiod; do
+	# A controller pod is the runner's to stop, with its plugins (its
+	# process group): stopped alone, the runner would start it again and
+	# its plugins stay behind.
+	if [ "$LAB_ARGO_INSTALL" = pod ]; then rm -f "$pids/argo-rollouts.pid"; fi
+	for name in argo-rollouts release-server prometheus gateway envoy istiod; do
 		stop "$name"
 	done
 	# The runner's TERM takes a while: each pod gets --stop-grace (5 s) to
@@ -590,7 +698,7 @@ down() {
 	# cgroups behind (down.sh then fails), so it gets a minute.
 	stop lab-runner 60
 	netns_down
-	rm -rf "$run/prometheus/data" "$run/argo/plugin-bin" "$run/mesh" "$run/gateway" "$mesh_mode_file" "$argo_version_file"
+	rm -rf "$run/prometheus/data" "$run/argo/plugin-bin" "$run/pods" "$run/argo-install" "$run/mesh" "$run/gateway" "$mesh_mode_file" "$argo_version_file" "$argo_install_file"
 }
 
 # check: LAB_MESH on, the lab up: deploys the sample app (lab/manifests'

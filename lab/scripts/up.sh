@@ -73,7 +73,8 @@ start kwok "$bin/kwok" --kubeconfig "$kubeconfig" --config "$run/kwok-node-stage
 	--manage-all-nodes=false --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake \
 	--server-address "127.0.0.1:$KWOK_PORT"
 
-# One fake node, kept Ready by kwok, whose pods get IPs from its pod CIDR.
+# One fake node, kept Ready by kwok, whose pods get IPs from its pod CIDR;
+# ephemeral storage as a node has (upstream's Argo Deployment requests 1Gi).
 kubectl_lab apply -f - >/dev/null <<NODE
 apiVersion: v1
 kind: Node
@@ -85,8 +86,8 @@ spec:
   podCIDR: $LAB_POD_CIDR
   podCIDRs: [$LAB_POD_CIDR]
 status:
-  allocatable: {cpu: "32", memory: 64Gi, pods: "110"}
-  capacity: {cpu: "32", memory: 64Gi, pods: "110"}
+  allocatable: {cpu: "32", memory: 64Gi, ephemeral-storage: 100Gi, pods: "110"}
+  capacity: {cpu: "32", memory: 64Gi, ephemeral-storage: 100Gi, pods: "110"}
 NODE
 wait_for "node $LAB_NODE" 60 kubectl_lab wait --for=condition=Ready "node/$LAB_NODE" --timeout=1s
 wait_for "default service account" 60 kubectl_lab get serviceaccount default -n default

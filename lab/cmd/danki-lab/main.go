@@ -46,7 +46,7 @@ plugins and the CLI are the danki binary.`,
 		},
 	}
 	root.PersistentFlags().BoolVarP(&verbose, "verbose", "v", false, "log debug messages to stderr")
-	root.AddCommand(newRunnerCmd(), newDemoCmd(), newAACmd(), newGateBenchCmd(), newResultsCmd())
+	root.AddCommand(newRunnerCmd(), newDemoCmd(), newAACmd(), newGateBenchCmd(), newResultsCmd(), newFilesCmd())
 	return root
 }
 
