@@ -204,15 +204,7 @@ func TestRunnerRunsPodsAsProcesses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	ctx := runInBackground(t, r)
 
 	pods := client.CoreV1().Pods("default")
 	mk := func(name, image string) *corev1.Pod {
@@ -309,21 +301,22 @@ func waitFile(t *testing.T, path string, ok func(string) bool) {
 
 func waitReady(t *testing.T, ctx context.Context, client *fake.Clientset, name string) *corev1.Pod {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		p, err := client.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
+	return waitReadyIn(t, ctx, client, "default", name)
+}
+
+// runInBackground runs r until the test ends, then stops it and checks
+// Run's error. The context is r's.
+func runInBackground(t *testing.T, r *Runner) context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
 		}
-		for _, c := range p.Status.Conditions {
-			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
-				return p
-			}
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("pod %s not Ready after 30 s", name)
-	return nil
+	})
+	return ctx
 }
 
 func get(t *testing.T, url string) string {

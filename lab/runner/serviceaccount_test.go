@@ -66,15 +66,7 @@ func TestRunnerGivesHostNetworkPodsTheirServiceAccount(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	ctx := runInBackground(t, r)
 	mk := func(name string, port int32, hostNetwork bool) {
 		p := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ops", UID: types.UID("uid-" + name)},
