@@ -36,7 +36,8 @@ build-lab: ## build bin/danki-lab (the lab runner and demo; not released)
 	go build -trimpath -ldflags '-s -w' -o bin/danki-lab ./lab/cmd/danki-lab
 
 # Argo Rollouts downloads a plugin by URL and checks its sha256: release the
-# bare binaries (no archives) and their sums (hack/release.sh; test/release).
+# bare binaries (not in tarballs) and their sums, beside the image archives
+# (dist/images/; hack/release.sh; test/release).
 release: ## cross-build dist/danki-{linux,darwin}-{amd64,arm64} + dist/checksums.txt + dist/argo-rollouts-config.yaml (deploy/http filled in) + dist/argo-rollouts-values.yaml + dist/images/ (image archives)
 	VERSION=$(VERSION) hack/release.sh dist
 
