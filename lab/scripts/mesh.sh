@@ -17,7 +17,9 @@
 #   - Prometheus on 127.0.0.1 scraping Envoy and the pods every second
 #   - the Argo Rollouts controller v1.10.2 with danki's plugins registered
 #     (ARGO_VERSION=v1.8.5: the oldest one danki supports, with its own CRDs;
-#     `make compat`)
+#     `make compat`); LAB_ARGO_INSTALL=pod: as users install it, a pod of
+#     upstream's Deployment under its own ServiceAccount, the plugin by URL
+#     and sha256 from the lab's release server (start_argo_pod)
 #
 # It builds danki (the plugins) and danki-lab (the runner) on every `up`; a
 # failed build stops it.
