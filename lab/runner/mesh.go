@@ -12,7 +12,6 @@ import (
 	"strings"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -136,19 +135,9 @@ func (r *Runner) prepareSidecar(ctx context.Context, pod *corev1.Pod, ip netip.A
 	if root == "" {
 		return "", nil, fmt.Errorf("sidecar: ConfigMap %s/istio-ca-root-cert has no root-cert.pem", pod.Namespace)
 	}
-	sa := pod.Spec.ServiceAccountName
-	if sa == "" {
-		sa = "default"
-	}
-	expiry := int64(24 * 3600)
-	tr, err := r.cfg.Client.CoreV1().ServiceAccounts(pod.Namespace).CreateToken(ctx, sa, &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{
-			Audiences: []string{"istio-ca"}, ExpirationSeconds: &expiry,
-			BoundObjectRef: &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID},
-		},
-	}, metav1.CreateOptions{})
+	token, err := r.podToken(ctx, pod, []string{"istio-ca"})
 	if err != nil {
-		return "", nil, fmt.Errorf("sidecar: token for service account %s/%s (audience istio-ca): %w", pod.Namespace, sa, err)
+		return "", nil, fmt.Errorf("sidecar: %w", err)
 	}
 	tmpl, err := os.ReadFile(m.BootstrapTemplate)
 	if err != nil {
@@ -168,7 +157,7 @@ func (r *Runner) prepareSidecar(ctx context.Context, pod *corev1.Pod, ip netip.A
 	files := map[string]string{
 		"var/lib/istio/envoy/envoy_bootstrap_tmpl.json": string(tmpl),
 		"var/run/secrets/istio/root-cert.pem":           root,
-		"var/run/secrets/tokens/istio-token":            tr.Status.Token,
+		"var/run/secrets/tokens/istio-token":            token,
 		"etc/istio/pod/labels":                          labels.String(),
 		// For the lab's scripts (mesh.sh's NACK check) and people debugging.
 		"proxy.env": fmt.Sprintf("POD=%s/%s\nPOD_IP=%s\nADMIN=127.0.0.1:%d\nAGENT_STATUS=%s:%d\nENVOY_STATUS=%s:%d\nPROMETHEUS_URL=%s\nLOG=%s\n",
@@ -212,7 +201,7 @@ func (r *Runner) prepareSidecar(ctx context.Context, pod *corev1.Pod, ip netip.A
 	env = hostEnv()
 	env = append(env,
 		"POD_NAME="+pod.Name, "POD_NAMESPACE="+pod.Namespace, "INSTANCE_IP="+ip.String(),
-		"SERVICE_ACCOUNT="+sa, "HOST_IP="+r.cfg.HostIP, "ISTIO_META_CLUSTER_ID=Kubernetes",
+		"SERVICE_ACCOUNT="+serviceAccountName(pod), "HOST_IP="+r.cfg.HostIP, "ISTIO_META_CLUSTER_ID=Kubernetes",
 		"ISTIO_META_INTERCEPTION_MODE=NONE", "ISTIO_META_APP_CONTAINERS="+strings.Join(appPorts, ","),
 		"ISTIO_META_WORKLOAD_NAME="+workloadName(pod), "ISTIO_META_MESH_ID=cluster.local", "TRUST_DOMAIN=cluster.local",
 		"CA_ADDR="+m.Discovery, "ISTIOD_SAN="+istiodSAN, "PROXY_CONFIG="+string(proxyConfig),

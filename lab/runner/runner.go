@@ -422,14 +422,7 @@ func (r *Runner) assign(ctx context.Context, key string, pod *corev1.Pod) (*podS
 		}
 		st.ip = ip
 	}
-	undo := func() {
-		if !st.hostNet {
-			if err := r.cfg.Network.RemoveAddress(ctx, st.ip); err != nil {
-				r.log.Warn("remove pod address", "pod", key, "ip", st.ip, "err", err)
-			}
-			r.ipam.release(st.ip)
-		}
-	}
+	undo := func() { r.releaseAddress(ctx, key, st) }
 	if r.cfg.WorkDir != "" {
 		st.dir = filepath.Join(r.cfg.WorkDir, pod.Namespace+"_"+pod.Name)
 		if err := os.MkdirAll(st.dir, 0o755); err != nil {
@@ -549,13 +542,20 @@ func (r *Runner) stopPod(ctx context.Context, key string, st *podState) {
 			r.log.Warn("remove pod working dir", "pod", key, "err", err)
 		}
 	}
-	if !st.hostNet {
-		if err := r.cfg.Network.RemoveAddress(ctx, st.ip); err != nil {
-			r.log.Warn("remove pod address", "pod", key, "ip", st.ip, "err", err)
-		}
-		r.ipam.release(st.ip)
-	}
+	r.releaseAddress(ctx, key, st)
 	r.log.Info("pod stopped", "pod", key, "ip", st.ip)
+}
+
+// releaseAddress undoes assign's address: the pod network's is removed and
+// freed; a host-network pod's is the host's, not the runner's to release.
+func (r *Runner) releaseAddress(ctx context.Context, key string, st *podState) {
+	if st.hostNet {
+		return
+	}
+	if err := r.cfg.Network.RemoveAddress(ctx, st.ip); err != nil {
+		r.log.Warn("remove pod address", "pod", key, "ip", st.ip, "err", err)
+	}
+	r.ipam.release(st.ip)
 }
 
 // actuateResize applies an in-place resize (pods/resize changed the

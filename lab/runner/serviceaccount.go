@@ -19,10 +19,37 @@ import (
 // path: rest.InClusterConfig has no other).
 const ServiceAccountMountPath = "/var/run/secrets/kubernetes.io/serviceaccount"
 
-// serviceAccountTokenTTL is the lifetime of the token a pod gets. The
-// kubelet rotates a projected token at 80 % of its life; the runner writes
-// one at each container start, long enough for a lab's life.
+// serviceAccountTokenTTL is the lifetime of the tokens a pod gets (its
+// kube-api-access volume's, its sidecar's istio-token). The kubelet
+// rotates a projected token at 80 % of its life; the runner writes one at
+// each container start, long enough for a lab's life.
 const serviceAccountTokenTTL = 24 * time.Hour
+
+// serviceAccountName is the pod's ServiceAccount, "default" when it names
+// none (as the API server's admission sets it).
+func serviceAccountName(pod *corev1.Pod) string {
+	if sa := pod.Spec.ServiceAccountName; sa != "" {
+		return sa
+	}
+	return "default"
+}
+
+// podToken is a token of the pod's ServiceAccount bound to the pod
+// (TokenRequest) for audiences (nil: the API server's own).
+func (r *Runner) podToken(ctx context.Context, pod *corev1.Pod, audiences []string) (string, error) {
+	sa := serviceAccountName(pod)
+	ttl := int64(serviceAccountTokenTTL / time.Second)
+	tr, err := r.cfg.Client.CoreV1().ServiceAccounts(pod.Namespace).CreateToken(ctx, sa, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{
+			Audiences: audiences, ExpirationSeconds: &ttl,
+			BoundObjectRef: &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("token for service account %s/%s (audiences %v): %w", pod.Namespace, sa, audiences, err)
+	}
+	return tr.Status.Token, nil
+}
 
 // servesAPIAccess reports whether the runner gives container c the pod's
 // service-account credentials and in-cluster environment, as the kubelet
@@ -64,24 +91,14 @@ func (r *Runner) writeServiceAccount(ctx context.Context, pod *corev1.Pod, dir s
 	if err != nil {
 		return fmt.Errorf("service account volume: cluster CA (ConfigMap %s/kube-root-ca.crt): %w", pod.Namespace, err)
 	}
-	sa := pod.Spec.ServiceAccountName
-	if sa == "" {
-		sa = "default"
-	}
-	ttl := int64(serviceAccountTokenTTL / time.Second)
-	tr, err := r.cfg.Client.CoreV1().ServiceAccounts(pod.Namespace).CreateToken(ctx, sa, &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{
-			ExpirationSeconds: &ttl,
-			BoundObjectRef:    &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID},
-		},
-	}, metav1.CreateOptions{})
+	token, err := r.podToken(ctx, pod, nil)
 	if err != nil {
-		return fmt.Errorf("service account volume: token for %s/%s: %w", pod.Namespace, sa, err)
+		return fmt.Errorf("service account volume: %w", err)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("service account volume: %w", err)
 	}
-	for name, content := range map[string]string{"token": tr.Status.Token, "ca.crt": cm.Data["ca.crt"], "namespace": pod.Namespace} {
+	for name, content := range map[string]string{"token": token, "ca.crt": cm.Data["ca.crt"], "namespace": pod.Namespace} {
 		// Written aside and renamed, as the kubelet's atomic writer does: a
 		// client re-reading its token never sees half a file.
 		tmp := filepath.Join(dir, "."+name+".tmp")
