@@ -493,8 +493,8 @@ start_argo() {
 	log "argo-rollouts: controller $running ($ARGO_BIN, LAB_ARGO_INSTALL=$LAB_ARGO_INSTALL)"
 }
 
-# plugin_config LOCATION [SHA256]: argo-rollouts-config's data, danki's
-# three plugin entries. danki's one binary serves the three plugin kinds
+# plugin_config LOCATION [SHA256]: ConfigMap argo-rollouts-config with
+# danki's three plugin entries. danki's one binary serves the three plugin kinds
 # (`danki plugin`). Its args are the operator's policy (docs/security.md):
 # the lab's Prometheus is the one tenant configs may query, and the
 # capacity checks of the lab e2e ramp to 600 qps, above the default cap of
@@ -508,6 +508,10 @@ plugin_config() {
 	local plugin_args='["plugin", "--prometheus", "http://127.0.0.1:'"$PROMETHEUS_PORT"'", "--max-qps", "1000"'
 	mesh_on && plugin_args+=', "--istiod-address", "'"$HOST_IP:$ISTIOD_SECURE_PORT"'", "--mesh-service-account", "danki"'
 	local kind name port
+	echo "apiVersion: v1"
+	echo "kind: ConfigMap"
+	echo "metadata: {name: argo-rollouts-config, namespace: argo-rollouts}"
+	echo "data:"
 	for kind in metricProviderPlugins:danki/latency:$DANKI_LATENCY_METRICS_PORT trafficRouterPlugins:danki/istio:$DANKI_ISTIO_METRICS_PORT \
 		stepPlugins:danki/warmup:$DANKI_WARMUP_METRICS_PORT; do
 		IFS=: read -r kind name port <<<"$kind"
@@ -537,13 +541,7 @@ start_argo_process() {
 	if mesh_on; then
 		kubectl_lab -n argo-rollouts create serviceaccount danki --dry-run=client -o yaml | kubectl_lab apply -f - >/dev/null
 	fi
-	{
-		echo "apiVersion: v1"
-		echo "kind: ConfigMap"
-		echo "metadata: {name: argo-rollouts-config, namespace: argo-rollouts}"
-		echo "data:"
-		plugin_config "file://$bin/danki"
-	} | kubectl_lab apply -f - >/dev/null
+	plugin_config "file://$bin/danki" | kubectl_lab apply -f - >/dev/null
 	mkdir -p "$run/argo"
 	# The controller copies plugins into ./plugin-bin: run it in its own dir.
 	# KUBECONFIG is for the plugin processes it starts: they inherit its
@@ -612,13 +610,7 @@ patches:
       value: {cpu: "1", memory: 1Gi}
 KUSTOMIZATION
 	} >"$dir/kustomization.yaml"
-	{
-		echo "apiVersion: v1"
-		echo "kind: ConfigMap"
-		echo "metadata: {name: argo-rollouts-config}"
-		echo "data:"
-		plugin_config "http://127.0.0.1:$DANKI_RELEASE_PORT/danki-linux-amd64" "$sha"
-	} >"$dir/argo-rollouts-config.yaml"
+	plugin_config "http://127.0.0.1:$DANKI_RELEASE_PORT/danki-linux-amd64" "$sha" >"$dir/argo-rollouts-config.yaml"
 	kubectl_lab apply -k "$repo/deploy/rbac" >/dev/null
 	kubectl_lab apply -k "$dir" >/dev/null
 	wait_for argo-rollouts 120 curl -fsS "http://127.0.0.1:$ARGO_HEALTHZ_PORT/healthz"
