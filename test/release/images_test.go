@@ -289,7 +289,10 @@ func checkProblemsCaught(t *testing.T, img v1.Image, w wantImage) {
 		}
 		tw.Write(data)
 		tw.Close()
-		l, err := tarball.LayerFromReader(bytes.NewReader(buf.Bytes()))
+		layerBytes := buf.Bytes()
+		l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
+			return io.NopCloser(bytes.NewReader(layerBytes)), nil
+		})
 		if err != nil {
 			t.Fatal(err)
 		}
