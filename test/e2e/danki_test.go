@@ -647,7 +647,7 @@ func (d *dankiLab) settledWeights(t *testing.T, start time.Time, want int32, lim
 	t.Helper()
 	var seen []int32
 	waitFor(t, d.ctx, limit, what, func() (bool, string) {
-		seen = weightsSeen(steps(d.watch.since(start)))
+		seen = d.watch.weightsSince(start)
 		return len(seen) > 0 && seen[len(seen)-1] == want, "canary weights " + fmtWeights(seen)
 	})
 	return seen
@@ -672,14 +672,13 @@ func (d *dankiLab) abortUntilZero(t *testing.T) time.Duration {
 
 // watchSees waits until the traffic watch has recorded a canary weight
 // above 0 since start. A phase that aborts at the first rung waits for the
-// watch itself, not for its own look at the VirtualService: the watch polls
-// every 250 ms (slower on a busy machine) and would otherwise miss a rung
-// the abort ends within a second, and the phase could not tell a straight
-// drop from no rung at all.
+// watch itself, not for its own look at the VirtualService: a rung the abort
+// ends within a second may be gone before the phase looks, and the phase
+// could not tell a straight drop from no rung at all.
 func (d *dankiLab) watchSees(t *testing.T, start time.Time, limit time.Duration, what string) {
 	t.Helper()
 	waitFor(t, d.ctx, limit, what, func() (bool, string) {
-		seen := weightsSeen(steps(d.watch.since(start)))
+		seen := d.watch.weightsSince(start)
 		return slices.ContainsFunc(seen, func(w int32) bool { return w > 0 }), "canary weights " + fmtWeights(seen)
 	})
 }
@@ -837,7 +836,7 @@ func (d *dankiLab) prometheusOutage(t *testing.T) {
 	seen := d.settledWeights(t, start, 0, 30*time.Second, "after the promotion, canary weight 0 on the VirtualService")
 	t.Logf("canary weights: %s (Prometheus down %s, promoted %s after its restart)", fmtWeights(seen),
 		restartedAt.Sub(stoppedAt).Round(time.Second), time.Since(restartedAt).Round(time.Second))
-	if !slices.Contains(weightsSeen(steps(d.watch.since(restartedAt))), 100) {
+	if !slices.Contains(d.watch.weightsSince(restartedAt), 100) {
 		t.Errorf("after the restart the ramp never reached 100%% (weights %s)", fmtWeights(seen))
 	}
 	d.checkAnalysis(t, ro.Status.CurrentPodHash, v1alpha1.AnalysisPhaseSuccessful)

@@ -12,8 +12,11 @@ import (
 	"testing"
 	"time"
 
+	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
 	istioclient "istio.io/client-go/pkg/clientset/versioned"
+	istioinformers "istio.io/client-go/pkg/informers/externalversions"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
 )
 
 // trafficPoint is one look at the lab's routing: the canary weight on the
@@ -31,8 +34,18 @@ type trafficPoint struct {
 type trafficWatch struct {
 	mu     sync.Mutex
 	points []trafficPoint
+	// writes is every canary weight the VirtualService was written with,
+	// from a watch on it: the poll misses a rung that lasts less than one
+	// of its looks (each also reads Envoy's stats, slow on a busy machine,
+	// and a failed read drops the point).
+	writes []weightWrite
 	stop   context.CancelFunc
 	done   chan struct{}
+}
+
+type weightWrite struct {
+	at     time.Time
+	weight int32
 }
 
 var upstreamTotal = regexp.MustCompile(`(?m)^cluster\.outbound\|8080\|\|app-(stable|canary)\.default\.svc\.cluster\.local;?\.upstream_rq_total: (\d+)$`)
@@ -57,8 +70,65 @@ func watchTraffic(t *testing.T, ctx context.Context, istio istioclient.Interface
 			}
 		}
 	}()
+	w.watchWrites(t, ctx, istio)
 	t.Cleanup(func() { cancel(); <-w.done })
 	return w
+}
+
+// watchWrites records the canary weight of every version of the
+// VirtualService default/app the API server sends; it returns once the
+// informer has listed it.
+func (w *trafficWatch) watchWrites(t *testing.T, ctx context.Context, istio istioclient.Interface) {
+	factory := istioinformers.NewSharedInformerFactoryWithOptions(istio, 0,
+		istioinformers.WithNamespace("default"),
+		istioinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = "metadata.name=app" }))
+	record := func(obj any) {
+		vs, ok := obj.(*networkingv1.VirtualService)
+		if !ok {
+			return
+		}
+		var weight int32
+		if len(vs.Spec.Http) > 0 {
+			for _, d := range vs.Spec.Http[0].Route {
+				if strings.HasPrefix(d.Destination.Host, "app-canary") {
+					weight = d.Weight
+				}
+			}
+		}
+		w.mu.Lock()
+		w.writes = append(w.writes, weightWrite{at: time.Now(), weight: weight})
+		w.mu.Unlock()
+	}
+	informer := factory.Networking().V1().VirtualServices().Informer()
+	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    record,
+		UpdateFunc: func(_, obj any) { record(obj) },
+	}); err != nil {
+		t.Fatalf("watch the VirtualService: %v", err)
+	}
+	factory.Start(ctx.Done())
+	t.Cleanup(factory.Shutdown)
+	if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
+		t.Fatal("watch the VirtualService: the informer never listed it")
+	}
+}
+
+// weightsSince lists the distinct consecutive canary weights the
+// VirtualService had from t on: the one it had at t, then every change.
+func (w *trafficWatch) weightsSince(t time.Time) []int32 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	i, _ := slices.BinarySearchFunc(w.writes, t, func(ww weightWrite, t time.Time) int { return ww.at.Compare(t) })
+	if i > 0 {
+		i-- // the weight in effect at t
+	}
+	var out []int32
+	for _, ww := range w.writes[i:] {
+		if len(out) == 0 || out[len(out)-1] != ww.weight {
+			out = append(out, ww.weight)
+		}
+	}
+	return out
 }
 
 func lookAtTraffic(ctx context.Context, istio istioclient.Interface) (trafficPoint, error) {
@@ -127,15 +197,6 @@ func steps(points []trafficPoint) []weightStep {
 		}
 		out = append(out, s)
 		i = j + 1
-	}
-	return out
-}
-
-// weightsSeen lists the distinct consecutive canary weights.
-func weightsSeen(st []weightStep) []int32 {
-	var out []int32
-	for _, s := range st {
-		out = append(out, s.weight)
 	}
 	return out
 }
