@@ -17,9 +17,10 @@
 #   - Prometheus on 127.0.0.1 scraping Envoy and the pods every second
 #   - the Argo Rollouts controller v1.10.2 with danki's plugins registered
 #     (ARGO_VERSION=v1.8.5: the oldest one danki supports, with its own CRDs;
-#     `make compat`); LAB_ARGO_INSTALL=pod: as users install it, a pod of
-#     upstream's Deployment under its own ServiceAccount, the plugin by URL
-#     and sha256 from the lab's release server (start_argo_pod)
+#     `make compat`), as users install it: a pod of upstream's Deployment
+#     under its own ServiceAccount, the plugin by URL and sha256 from the
+#     lab's release server (start_argo_pod; LAB_ARGO_INSTALL=process: a local
+#     process with the admin kubeconfig, start_argo_process)
 #
 # It builds danki (the plugins) and danki-lab (the runner) on every `up`; a
 # failed build stops it.
@@ -63,16 +64,17 @@ DANKI_LATENCY_METRICS_PORT=${DANKI_LATENCY_METRICS_PORT:-18094}
 DANKI_ISTIO_METRICS_PORT=${DANKI_ISTIO_METRICS_PORT:-18095}
 DANKI_WARMUP_METRICS_PORT=${DANKI_WARMUP_METRICS_PORT:-18096}
 DANKI_GATE_METRICS_PORT=${DANKI_GATE_METRICS_PORT:-18097}
-# How the lab runs the Argo Rollouts controller: process (a local process
-# with the admin kubeconfig, the plugin registered by file:// to the build)
-# or pod (as users install it: upstream's manifests as a Deployment whose
-# pod the runner runs on the host network under ServiceAccount
-# argo-rollouts with in-cluster config, bound to upstream's ClusterRole plus
-# deploy/rbac; the plugin fetched by URL from the lab's release server,
-# make release's files, and checked by sha256).
+# How the lab runs the Argo Rollouts controller: pod, the default (as users
+# install it: upstream's manifests as a Deployment whose pod the runner runs
+# on the host network under ServiceAccount argo-rollouts with in-cluster
+# config, bound to upstream's ClusterRole plus deploy/rbac; the plugin
+# fetched by URL from the lab's release server, make release's files, and
+# checked by sha256), or process (a local process with the admin
+# kubeconfig, the plugin registered by file:// to the build: quicker to
+# debug, and what make compat runs the oldest controller as).
 # A running lab keeps the way it came up with ($run/argo-install-mode).
 argo_install_file=$run/argo-install-mode
-LAB_ARGO_INSTALL=${LAB_ARGO_INSTALL:-$(cat "$argo_install_file" 2>/dev/null || echo process)}
+LAB_ARGO_INSTALL=${LAB_ARGO_INSTALL:-$(cat "$argo_install_file" 2>/dev/null || echo pod)}
 case $LAB_ARGO_INSTALL in process | pod) ;; *) die "LAB_ARGO_INSTALL=$LAB_ARGO_INSTALL: want process or pod" ;; esac
 DANKI_RELEASE_PORT=${DANKI_RELEASE_PORT:-18098} # LAB_ARGO_INSTALL=pod: the release server on 127.0.0.1
 ISTIO_VERSION=1.27.0
