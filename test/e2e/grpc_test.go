@@ -3,17 +3,21 @@ package e2e
 import (
 	"bytes"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/argoproj/argo-rollouts/pkg/apis/rollouts/v1alpha1"
+	"github.com/danki-dev/danki/pkg/mtls"
 	"github.com/danki-dev/danki/test/testenv"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -59,11 +63,14 @@ func TestLabGRPCWarmup(t *testing.T) {
 		t.Fatalf("step %d of lab/manifests/grpc is not a danki/warmup with gRPC requests", grpcWarmupStep)
 	}
 
-	t.Log("image → danki.dev/sample-app-grpc:v2")
-	patch := `[{"op":"replace","path":"/spec/template/spec/containers/0/image","value":"danki.dev/sample-app-grpc:v2"}]`
-	if _, err := rollouts.Patch(l.ctx, grpcRollout, types.JSONPatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
-		t.Fatalf("set image v2: %v", err)
+	if l.controllerInstalledAsPod(t) {
+		l.removedTokenRuleFailsLoudly(t)
+	} else {
+		t.Log("the controller runs as a local process with the admin kubeconfig (LAB_ARGO_INSTALL=process): no RBAC to take a rule from")
 	}
+
+	t.Log("image → danki.dev/sample-app-grpc:v2")
+	setImage(t, l, "danki.dev/sample-app-grpc:v2")
 
 	st, ro := l.awaitOneCanaryWarm(t, grpcRollout, "app-grpc-canary", 7*time.Minute, "gRPC")
 
@@ -96,6 +103,76 @@ func TestLabGRPCWarmup(t *testing.T) {
 		return ro.Status.Phase == v1alpha1.RolloutPhasePaused && ro.Status.CurrentStepIndex != nil && *ro.Status.CurrentStepIndex == grpcSetWeightStep+1 && w == 50,
 			fmt.Sprintf("VirtualService canary weight %d; %s", w, describe(ro))
 	})
+}
+
+// setImage sets the image of the gRPC Rollout's container and waits until
+// the controller has taken the new revision as its canary (a status from
+// the revision before, such as an aborted warm-up's, is then gone).
+func setImage(t *testing.T, l *lab, image string) {
+	t.Helper()
+	patch := `[{"op":"replace","path":"/spec/template/spec/containers/0/image","value":"` + image + `"}]`
+	ro, err := l.argo.ArgoprojV1alpha1().Rollouts("default").Patch(l.ctx, grpcRollout, types.JSONPatchType, []byte(patch), metav1.PatchOptions{})
+	if err != nil {
+		t.Fatalf("set image %s: %v", image, err)
+	}
+	before := ro.Status.CurrentPodHash
+	l.waitRollout(t, "default", grpcRollout, time.Minute, image+" is the canary", func(ro *v1alpha1.Rollout) (bool, string) {
+		return ro.Status.ObservedGeneration == strconv.FormatInt(ro.Generation, 10) && ro.Status.CurrentPodHash != before && ro.Status.CurrentPodHash != ro.Status.StableRS,
+			describe(ro)
+	})
+}
+
+// controllerInstalledAsPod reports whether the lab runs the Argo Rollouts
+// controller as users install it, under its own ServiceAccount and RBAC
+// (lab/scripts/mesh.sh, LAB_ARGO_INSTALL).
+func (l *lab) controllerInstalledAsPod(t *testing.T) bool {
+	cache, err := testenv.CacheDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mode, err := os.ReadFile(filepath.Join(cache, "lab", "run", "argo-install-mode"))
+	if err != nil {
+		t.Fatalf("how the lab runs the controller: %v", err)
+	}
+	return strings.TrimSpace(string(mode)) == "pod"
+}
+
+// removedTokenRuleFailsLoudly takes the rule that lets the plugins ask for
+// a token of danki's mesh identity (deploy/rbac/mesh-identity.yaml) away
+// and rolls out a version: the warm-up must fail at weight 0 with a message
+// naming the missing rule, not warm in plaintext or hang. It runs before
+// any warm-up, while the plugin process has no certificate yet (it keeps
+// one once minted), and puts the rule back as the file has it.
+func (l *lab) removedTokenRuleFailsLoudly(t *testing.T) {
+	t.Helper()
+	roles := l.kube.RbacV1().Roles("argo-rollouts")
+	role, err := roles.Get(l.ctx, "danki-mesh-identity", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("deploy/rbac's Role danki-mesh-identity: %v", err)
+	}
+	cut := role.DeepCopy()
+	cut.Rules = slices.DeleteFunc(cut.Rules, func(r rbacv1.PolicyRule) bool { return slices.Contains(r.Resources, "serviceaccounts/token") })
+	if len(cut.Rules) != len(role.Rules)-1 {
+		t.Fatalf("Role danki-mesh-identity has %d rules on serviceaccounts/token, want 1", len(role.Rules)-len(cut.Rules))
+	}
+	if _, err := roles.Update(l.ctx, cut, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("remove the serviceaccounts/token rule: %v", err)
+	}
+	t.Log("Role argo-rollouts/danki-mesh-identity without its serviceaccounts/token rule; image → danki.dev/sample-app-grpc:v1-norule")
+	setImage(t, l, "danki.dev/sample-app-grpc:v1-norule")
+	ro := l.waitRollout(t, "default", grpcRollout, 4*time.Minute, "the warm-up fails and the rollout aborts", func(ro *v1alpha1.Rollout) (bool, string) {
+		return ro.Status.Abort, describe(ro)
+	})
+	msg := ro.Status.Message
+	if !strings.Contains(msg, "danki/warmup") || !strings.Contains(msg, "serviceaccounts/token") || !strings.Contains(strings.ToLower(msg), "forbidden") {
+		t.Errorf("rollout message %q: want danki/warmup failed, Forbidden, naming the serviceaccounts/token rule", msg)
+	}
+	if w, err := grpcCanaryWeight(l); err != nil || w != 0 {
+		t.Errorf("canary weight %d (%v) after the failed warm-up: want 0", w, err)
+	}
+	l.apply(t, filepath.Join(l.root, "deploy", "rbac", "mesh-identity.yaml"))
+	// The plugin retries a failed mint after mtls.RetryAfter.
+	time.Sleep(mtls.RetryAfter)
 }
 
 // grpcCanaryWeight reads the canary's weight on VirtualService app-grpc.
