@@ -37,7 +37,8 @@ start kube-apiserver "$bin/kube-apiserver" \
 	--service-account-issuer https://kubernetes.default.svc.cluster.local \
 	--service-account-key-file "$pki/sa.pub" --service-account-signing-key-file "$pki/sa.key" \
 	--service-cluster-ip-range 10.96.0.0/16 --allow-privileged=true \
-	--enable-priority-and-fairness=false --profiling=false
+	--enable-priority-and-fairness=false --profiling=false \
+	--enable-aggregator-routing=true
 wait_for kube-apiserver 90 curl -fsSk -H "Authorization: Bearer $token" "https://127.0.0.1:$APISERVER_PORT/readyz"
 
 cat >"$kubeconfig" <<KUBECONFIG

@@ -30,15 +30,18 @@ const (
 	gatedCluster = `outbound|8080||app-gated.default.svc.cluster.local`
 )
 
-// TestLabWarmGate is the warm gate (#16) on the lab: `danki gate` runs out
-// of cluster (the lab's danki binary), its webhook registered on the lab's
-// API server; lab/manifests/gate's gated Deployment runs under user traffic
-// through the gateway and is scaled 2 → 4. Every gated pod must get no user
-// request before its danki.dev/warm condition is True (Envoy's per-endpoint
-// counters, read before the pod each time), must then become Ready and
-// receive users; a new pod deleted mid-warm-up must have its warm-up load
-// stopped by the gate (its log: "stopping warm-up" for the pod deleting,
-// then "warm-up stopped", never "pod warm").
+// TestLabWarmGate is the warm gate (#16) on the lab, installed as users
+// install it: deploy/gate (the Helm chart's kustomize twin) as a Deployment
+// whose pod runs under its own ServiceAccount and RBAC with in-cluster
+// config, its webhook called by the API server through its Service, its
+// caBundle kept by the gate (scenario.InstallGate: the lab's overlay only
+// moves where it listens). lab/manifests/gate's gated Deployment runs under
+// user traffic through the gateway and is scaled 2 → 4. Every gated pod must
+// get no user request before its danki.dev/warm condition is True (Envoy's
+// per-endpoint counters, read before the pod each time), must then become
+// Ready and receive users; a new pod deleted mid-warm-up must have its
+// warm-up load stopped by the gate (its log: "stopping warm-up" for the pod
+// deleting, then "warm-up stopped", never "pod warm").
 func TestLabWarmGate(t *testing.T) {
 	l := startLab(t)
 	ctx, kube := l.ctx, l.kube
@@ -46,26 +49,23 @@ func TestLabWarmGate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logPath := filepath.Join(t.TempDir(), "gate.log")
-	gp, err := scenario.StartGate(ctx, kube, scenario.GateOptions{
-		Danki: filepath.Join(cache, "lab", "bin", "danki"), Kubeconfig: l.kubeconfig, Root: l.root, LogPath: logPath, Mesh: l.mesh,
-		MetricsAddress: scenario.LabGateMetricsAddress,
-	})
+	gp, err := scenario.InstallGate(ctx, kube, scenario.GateInstallOptions{Root: l.root, Kubeconfig: l.kubeconfig, Cache: cache, Mesh: l.mesh})
 	if err != nil {
-		t.Fatalf("start danki gate: %v", err)
+		t.Fatalf("install danki gate (deploy/gate): %v", err)
 	}
+	logPath := gp.LogPath
 	gateStarted := time.Now()
 	waitScraped(t, l, "danki-gate", 1)
 	t.Cleanup(func() {
-		if err := gp.Stop(); err != nil {
-			t.Errorf("stop danki gate: %v", err)
-		}
 		if t.Failed() {
 			b, _ := os.ReadFile(logPath)
 			t.Logf("danki gate log:\n%s", b)
 		}
+		if err := gp.Stop(); err != nil {
+			t.Errorf("remove danki gate: %v", err)
+		}
 	})
-	t.Logf("danki gate running, webhook on 127.0.0.1:%d registered", gp.Port)
+	t.Logf("danki gate installed from deploy/gate: pod danki-gate/%s Ready, its webhook trusted by its caBundle (log %s)", gp.Pod, logPath)
 
 	l.apply(t, filepath.Join(l.root, "lab", "manifests", "20-gateway.yaml"), filepath.Join(l.root, "lab", "manifests", "gate", "30-gated.yaml"))
 	pods := kube.CoreV1().Pods("default")
