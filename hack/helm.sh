@@ -6,6 +6,8 @@
 #   hack/helm.sh lint deploy/helm/danki
 #   hack/helm.sh check            # make test's static check of deploy/helm/danki: lint, template,
 #                                 # bad values refused, promtool on the alerts (if installed)
+#   hack/helm.sh rules FILE       # the chart's alerts (its PrometheusRule's spec) as a Prometheus
+#                                 # rule file: what the lab's Prometheus loads
 set -euo pipefail
 
 HELM_VERSION=v3.22.0
@@ -25,11 +27,25 @@ if [ ! -x "$helm" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$HELM_VERSION" ]; the
 	echo "$HELM_VERSION" >"$stamp"
 fi
 
+chart=$repo/deploy/helm/danki
+render=("$helm" template danki "$chart" --namespace danki-gate --kube-version 1.34.4)
+
+# rules_file: the PrometheusRule's spec (templates/prometheus-rule.yaml, the
+# gate's and the plugins' alerts) is a Prometheus rule file.
+rules_file() {
+	"${render[@]}" --set monitoring.prometheusRule.enabled=true --show-only templates/prometheus-rule.yaml |
+		sed -n '/^spec:$/,$p' | tail -n +2 | sed 's/^  //'
+}
+
 case ${1:-} in
 --path) echo "$helm" ;;
+rules)
+	[ -n "${2:-}" ] || { echo "hack/helm.sh rules FILE: give the file to write" >&2; exit 2; }
+	out=$(rules_file)
+	[ -n "$out" ] || { echo "hack/helm.sh rules: the chart rendered no PrometheusRule" >&2; exit 1; }
+	printf '%s\n' "$out" >"$2"
+	;;
 check)
-	chart=$repo/deploy/helm/danki
-	render=("$helm" template danki "$chart" --namespace danki-gate --kube-version 1.34.4)
 	# every toggle of values.yaml's monitoring on
 	monitoring=(--set monitoring.prometheusRule.enabled=true --set monitoring.gate.podMonitor=true
 		--set monitoring.gate.serviceMonitor=true --set monitoring.plugins.podMonitor=true)
@@ -66,8 +82,7 @@ check)
 	# The alerts (templates/prometheus-rule.yaml): the PrometheusRule's spec
 	# is a Prometheus rule file; promtool checks it and runs its unit tests.
 	if command -v promtool >/dev/null; then
-		"${render[@]}" --set monitoring.prometheusRule.enabled=true --show-only templates/prometheus-rule.yaml |
-			sed -n '/^spec:$/,$p' | tail -n +2 | sed 's/^  //' >"$tmp/rules.yaml"
+		rules_file >"$tmp/rules.yaml"
 		cp "$repo/deploy/helm/alerts-test.yaml" "$tmp/"
 		promtool check rules "$tmp/rules.yaml"
 		promtool test rules "$tmp/alerts-test.yaml"

@@ -464,6 +464,8 @@ func (d *dankiLab) gateBreach(t *testing.T) {
 	if !regexp.MustCompile(`aborted the rollout: ramp failed: .*gate breach 2/2 at \d+%: Fail: p99 \S+ > 500ms SLO`).MatchString(ev) {
 		t.Errorf("no DankiRampFailed event naming the p99 breach; events:%s", ev)
 	}
+	// The operator hears of it: the chart's alert on an abort (no for:).
+	alertFires(t, d.lab, "DankiRampAborted", time.Minute)
 }
 
 func (d *dankiLab) analysisFails(t *testing.T) {

@@ -153,6 +153,28 @@ func (d *dankiLab) metricsAfterFailures(t *testing.T) {
 	})
 }
 
+// alertFires waits until the lab's Prometheus, which loads the Helm chart's
+// alerts (hack/helm.sh rules), has the alert firing.
+func alertFires(t *testing.T, l *lab, alert string, limit time.Duration) {
+	t.Helper()
+	api := labPrometheus(t)
+	waitFor(t, l.ctx, limit, "the chart's alert "+alert+" firing in the lab's Prometheus", func() (bool, string) {
+		res, err := api.Alerts(l.ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		var seen []string
+		for _, a := range res.Alerts {
+			name := string(a.Labels["alertname"])
+			seen = append(seen, name+" "+string(a.State))
+			if name == alert && a.State == promv1.AlertStateFiring {
+				return true, ""
+			}
+		}
+		return false, "alerts: " + strings.Join(seen, ", ")
+	})
+}
+
 // wantCounted fails for each counter that has not counted its minimum
 // since since (see counted) within a few scrapes, and logs them all. A few
 // scrapes: the gate counts a warm pod as it writes its condition, which the
