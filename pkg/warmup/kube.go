@@ -129,19 +129,21 @@ func (k KubeTargets) Wait(ctx context.Context, kube kubernetes.Interface, minTar
 		if endOfContext(ctx, err) {
 			return false, nil // cut short by the end of ctx: keep the last full answer
 		}
-		targets, lastErr = found, err
-		if terminal(err) {
-			return false, err // no wait changes it
-		}
 		if err != nil {
+			targets, lastErr = found, err
+			if terminal(err) {
+				return false, err // no wait changes it
+			}
 			return false, nil
 		}
 		replicas, rs, err := k.wantedReplicas(ctx, kube)
 		if endOfContext(ctx, err) {
+			// Not this pass's Resolve alone: an earlier pass's failed
+			// ReplicaSets list stays the answer.
 			return false, nil
 		}
+		targets, lastErr = found, err
 		if err != nil {
-			lastErr = err
 			if terminal(err) {
 				return false, err
 			}

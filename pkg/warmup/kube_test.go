@@ -343,6 +343,25 @@ func TestReplicaSetLookupForbidden(t *testing.T) {
 			t.Errorf("err %v: want the failed ReplicaSets list, not a warm-up of minPods", err)
 		}
 	})
+	t.Run("another API error, then a list cut short by the deadline", func(t *testing.T) {
+		// The first list fails; the next one outlasts ctx. The answer is the
+		// failed list, not "found 1 of 1 ready pods" from the pass that the
+		// deadline cut between its pods and its ReplicaSets.
+		kube := fake.NewClientset(pod)
+		calls := 0
+		kube.PrependReactor("list", "replicasets", func(k8stesting.Action) (bool, runtime.Object, error) {
+			if calls++; calls > 1 {
+				time.Sleep(400 * time.Millisecond)
+			}
+			return true, nil, apierrors.NewInternalError(errors.New("etcd unavailable"))
+		})
+		wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		defer cancel()
+		_, err := k.Wait(wctx, kube, 1, 10*time.Millisecond)
+		if err == nil || !strings.Contains(err.Error(), "etcd unavailable") {
+			t.Errorf("err %v: want the failed ReplicaSets list", err)
+		}
+	})
 	t.Run("NotFound", func(t *testing.T) {
 		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
