@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -42,9 +41,9 @@ type GateInstall struct {
 	// Pod is the gate's pod.
 	Pod string
 
-	kubectl func(ctx context.Context, args ...string) error
-	kube    kubernetes.Interface
-	dir     string
+	kube       kubernetes.Interface
+	kubeconfig string
+	dir        string // the overlay InstallGate applied
 }
 
 // GateInstallOptions configures InstallGate.
@@ -77,13 +76,7 @@ func InstallGate(ctx context.Context, kube kubernetes.Interface, o GateInstallOp
 	if err != nil {
 		return nil, fmt.Errorf("gate install dir: %w", err)
 	}
-	g := &GateInstall{kube: kube, dir: dir, kubectl: func(ctx context.Context, args ...string) error {
-		out, err := exec.CommandContext(ctx, "kubectl", append([]string{"--kubeconfig", o.Kubeconfig}, args...)...).CombinedOutput()
-		if err != nil {
-			return fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, out)
-		}
-		return nil
-	}}
+	g := &GateInstall{kube: kube, kubeconfig: o.Kubeconfig, dir: dir}
 	if err := writeGateOverlay(dir, filepath.Join(o.Root, "deploy", "gate"), o); err != nil {
 		return nil, err
 	}
@@ -94,7 +87,7 @@ func InstallGate(ctx context.Context, kube kubernetes.Interface, o GateInstallOp
 		}
 		return nil, errors.Join(err, g.Stop())
 	}
-	if err := g.kubectl(ctx, "apply", "-k", dir); err != nil {
+	if err := kubectl(ctx, g.kubeconfig, "apply", "-k", dir); err != nil {
 		return fail(err)
 	}
 	var ca []byte
@@ -148,7 +141,7 @@ func (g *GateInstall) Stop() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	defer os.RemoveAll(g.dir)
-	if err := g.kubectl(ctx, "delete", "-k", g.dir, "--ignore-not-found", "--wait=false"); err != nil {
+	if err := kubectl(ctx, g.kubeconfig, "delete", "-k", g.dir, "--ignore-not-found", "--wait=false"); err != nil {
 		return err
 	}
 	return wait(ctx, time.Minute, "the gate's pods gone", func() (bool, error) {
@@ -159,7 +152,10 @@ func (g *GateInstall) Stop() error {
 		if err != nil {
 			return false, err
 		}
-		return len(pods.Items) == 0, fmt.Errorf("%d pod(s) left", len(pods.Items))
+		if len(pods.Items) > 0 {
+			return false, fmt.Errorf("%d pod(s) left", len(pods.Items))
+		}
+		return true, nil
 	})
 }
 

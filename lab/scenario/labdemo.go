@@ -782,7 +782,13 @@ func warmupConfigPace(ro *v1alpha1.Rollout) (float64, int) {
 }
 
 func (l *lab) kubectl(ctx context.Context, args ...string) error {
-	cmd := exec.CommandContext(ctx, "kubectl", append([]string{"--kubeconfig", l.cfg.Kubeconfig}, args...)...)
+	return kubectl(ctx, l.cfg.Kubeconfig, args...)
+}
+
+// kubectl runs kubectl with args against the cluster of kubeconfig; its
+// error carries kubectl's output.
+func kubectl(ctx context.Context, kubeconfig string, args ...string) error {
+	cmd := exec.CommandContext(ctx, "kubectl", append([]string{"--kubeconfig", kubeconfig}, args...)...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("kubectl %s: %w\n%s", strings.Join(args, " "), err, out)

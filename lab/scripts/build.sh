@@ -135,8 +135,9 @@ build_prometheus() {
 	log "prometheus: $("$bin/prometheus" --version 2>&1 | head -1)"
 	# It loads the Helm chart's alerts, which helm renders (hack/helm.sh
 	# rules, at every lab up): built here once, cached with the tools.
-	"$repo/hack/helm.sh" --path >/dev/null
-	log "prometheus: helm for the chart's alerts: $("$repo/hack/helm.sh" version --short 2>/dev/null)"
+	local helm
+	helm=$("$repo/hack/helm.sh" --path)
+	log "prometheus: helm for the chart's alerts: $("$helm" version --short)"
 }
 
 build_istiod() {

@@ -87,16 +87,8 @@ func (w *trafficWatch) watchWrites(t *testing.T, ctx context.Context, istio isti
 		if !ok {
 			return
 		}
-		var weight int32
-		if len(vs.Spec.Http) > 0 {
-			for _, d := range vs.Spec.Http[0].Route {
-				if strings.HasPrefix(d.Destination.Host, "app-canary") {
-					weight = d.Weight
-				}
-			}
-		}
 		w.mu.Lock()
-		w.writes = append(w.writes, weightWrite{at: time.Now(), weight: weight})
+		w.writes = append(w.writes, weightWrite{at: time.Now(), weight: canaryWeightOf(vs)})
 		w.mu.Unlock()
 	}
 	informer := factory.Networking().V1().VirtualServices().Informer()
@@ -131,17 +123,27 @@ func (w *trafficWatch) weightsSince(t time.Time) []int32 {
 	return out
 }
 
+// canaryWeightOf is the weight of the route to app-canary in the first HTTP
+// route of the lab's VirtualService app (0 without one).
+func canaryWeightOf(vs *networkingv1.VirtualService) int32 {
+	var weight int32
+	if len(vs.Spec.Http) > 0 {
+		for _, d := range vs.Spec.Http[0].Route {
+			if strings.HasPrefix(d.Destination.Host, "app-canary") {
+				weight = d.Weight
+			}
+		}
+	}
+	return weight
+}
+
 func lookAtTraffic(ctx context.Context, istio istioclient.Interface) (trafficPoint, error) {
 	p := trafficPoint{at: time.Now()}
 	vs, err := istio.NetworkingV1().VirtualServices("default").Get(ctx, "app", metav1.GetOptions{})
 	if err != nil {
 		return p, err
 	}
-	for _, d := range vs.Spec.Http[0].Route {
-		if strings.HasPrefix(d.Destination.Host, "app-canary") {
-			p.canaryWeight = d.Weight
-		}
-	}
+	p.canaryWeight = canaryWeightOf(vs)
 	stats, err := adminGet("/stats?filter=upstream_rq_total")
 	if err != nil {
 		return p, err
