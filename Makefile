@@ -9,7 +9,9 @@ SHELL := /bin/bash
 export GOTOOLCHAIN ?= auto
 export GOFLAGS ?= -buildvcs=false
 
-DANKI_CACHE ?= $(CURDIR)/.cache
+# hack/cache-dir.sh: .cache, a link to one cache per machine outside the
+# clone (fresh clones reuse the lab built once), unless it exists or is set.
+DANKI_CACHE ?= $(shell hack/cache-dir.sh)
 export DANKI_CACHE
 TOOLS := $(DANKI_CACHE)/tools/bin
 STATICCHECK_VERSION := v0.8.2
@@ -101,5 +103,5 @@ lab-up: ## build danki + danki-lab, start the lab (control plane, pod network, i
 lab-down: ## stop what lab-up started (the controller's plugin processes too); fails if anything is left running
 	lab/scripts/down.sh
 
-clean: ## remove build outputs (keeps the lab cache; rm -rf .cache for that)
+clean: ## remove build outputs (keeps the lab cache: .cache, by default a link to ~/.cache/danki; remove its target for that)
 	rm -rf bin dist demo-results bench-results

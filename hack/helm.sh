@@ -13,7 +13,7 @@ set -euo pipefail
 HELM_VERSION=v3.22.0
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
-tools=${DANKI_CACHE:-$repo/.cache}/tools/bin
+tools=$("$repo/hack/cache-dir.sh")/tools/bin
 helm=$tools/helm
 stamp=$tools/helm.version
 export GOTOOLCHAIN=${GOTOOLCHAIN:-auto} GOFLAGS=-buildvcs=false

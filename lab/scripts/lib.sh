@@ -3,7 +3,7 @@
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
-cache=${DANKI_CACHE:-$repo/.cache}
+cache=$("$repo/hack/cache-dir.sh")
 bin=$cache/lab/bin
 run=$cache/lab/run
 pids=$run/pids
