@@ -36,7 +36,9 @@ const (
 // config, its webhook called by the API server through its Service, its
 // caBundle kept by the gate (scenario.InstallGate: the lab's overlay only
 // moves where it listens). lab/manifests/gate's gated Deployment runs under
-// user traffic through the gateway and is scaled 2 → 4. Every gated pod must
+// user traffic through the gateway, started with one replica (the shipped
+// manifest's 2 cost the test a second serial warm-up and prove nothing the
+// first does not) and scaled 1 → 3. Every gated pod must
 // get no user request before its danki.dev/warm condition is True (Envoy's
 // per-endpoint counters, read before the pod each time), must then become
 // Ready and receive users; a new pod deleted mid-warm-up must have its
@@ -67,12 +69,12 @@ func TestLabWarmGate(t *testing.T) {
 	})
 	t.Logf("danki gate installed from deploy/gate: pod danki-gate/%s Ready, its webhook trusted by its caBundle (log %s)", gp.Pod, logPath)
 
-	l.apply(t, filepath.Join(l.root, "lab", "manifests", "20-gateway.yaml"), filepath.Join(l.root, "lab", "manifests", "gate", "30-gated.yaml"))
+	l.apply(t, filepath.Join(l.root, "lab", "manifests", "20-gateway.yaml"), oneReplica(t, filepath.Join(l.root, "lab", "manifests", "gate", "30-gated.yaml")))
 	pods := kube.CoreV1().Pods("default")
 	// One pod at a time (--max-per-node), each up to its deadline (5m,
 	// 30-gated.yaml; ~2 min on a quiet lab).
-	waitFor(t, ctx, 11*time.Minute, "app-gated: 2 pods warmed by the gate and Ready", func() (bool, string) {
-		return gatedReady(ctx, l, 2)
+	waitFor(t, ctx, 6*time.Minute, "app-gated: its pod warmed by the gate and Ready", func() (bool, string) {
+		return gatedReady(ctx, l, 1)
 	})
 	initial := gatedPods(t, ctx, l)
 	for _, p := range initial {
@@ -101,9 +103,9 @@ func TestLabWarmGate(t *testing.T) {
 	w := watchGate(t, ctx, l)
 	time.Sleep(5 * time.Second)
 
-	t.Log("scale app-gated 2 → 4")
+	t.Log("scale app-gated 1 → 3")
 	scaled := time.Now()
-	patch := []byte(`{"spec":{"replicas":4}}`)
+	patch := []byte(`{"spec":{"replicas":3}}`)
 	if _, err := kube.AppsV1().Deployments("default").Patch(ctx, gatedApp, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatalf("scale: %v", err)
 	}
@@ -135,8 +137,8 @@ func TestLabWarmGate(t *testing.T) {
 		t.Errorf("the gate stopped %s's warm-up for another reason: %s", victim.Name, stopping)
 	}
 
-	waitFor(t, ctx, 15*time.Minute, "app-gated: 4 pods warmed and Ready (the deleted one re-created)", func() (bool, string) {
-		return gatedReady(ctx, l, 4)
+	waitFor(t, ctx, 15*time.Minute, "app-gated: 3 pods warmed and Ready (the deleted one re-created)", func() (bool, string) {
+		return gatedReady(ctx, l, 3)
 	})
 	var fresh []corev1.Pod
 	for _, p := range gatedPods(t, ctx, l) {
@@ -220,14 +222,14 @@ func TestLabWarmGate(t *testing.T) {
 	}
 
 	// The gate's own metrics (--metrics-bind-address), scraped by the lab's
-	// Prometheus (job danki-gate): 2 + 2 pods warmed, 1 deleted mid-warm-up,
-	// 5 admitted with the readiness gate; the dashboard's gate row.
+	// Prometheus (job danki-gate): 1 + 2 pods warmed, 1 deleted mid-warm-up,
+	// 4 admitted with the readiness gate; the dashboard's gate row.
 	wantCounted(t, l, gateStarted, map[string]float64{
-		`danki_gate_warmups_total{outcome="warm"}`:            4,
+		`danki_gate_warmups_total{outcome="warm"}`:            3,
 		`danki_gate_warmups_total{outcome="deleted"}`:         1,
-		`danki_gate_warmup_duration_seconds_count`:            4,
-		`danki_gate_warmup_requests_count`:                    4,
-		`danki_gate_webhook_admissions_total{result="gated"}`: 5,
+		`danki_gate_warmup_duration_seconds_count`:            3,
+		`danki_gate_warmup_requests_count`:                    3,
+		`danki_gate_webhook_admissions_total{result="gated"}`: 4,
 	})
 	checkDashboard(t, l, "default", gatedApp, gateStarted, "danki warm gate")
 }
@@ -429,4 +431,23 @@ func gateLogHas(path, msg, ref string) string {
 		}
 	}
 	return ""
+}
+
+// oneReplica writes a copy of the Deployment manifest at path with
+// replicas: 1 and returns the copy's path.
+func oneReplica(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const from, to = "\n  replicas: 2\n", "\n  replicas: 1\n"
+	if strings.Count(string(b), from) != 1 {
+		t.Fatalf("%s has no single %q to lower", path, strings.TrimSpace(from))
+	}
+	out := filepath.Join(t.TempDir(), filepath.Base(path))
+	if err := os.WriteFile(out, []byte(strings.Replace(string(b), from, to, 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
