@@ -23,9 +23,10 @@ export GOTOOLCHAIN=${GOTOOLCHAIN:-auto} GOFLAGS=-buildvcs=false
 # The matrix's oldest row; docs/install.md, "Compatibility", names it
 # (lab/scripts/compat_test.go checks that they agree).
 COMPAT_ARGO_VERSION=${COMPAT_ARGO_VERSION:-v1.8.5}
-# The controller as a local process (LAB_ARGO_INSTALL=process): v1.8.5 has
-# not been run from its own manifests in the lab yet.
-export LAB_ARGO_INSTALL=${LAB_ARGO_INSTALL:-process}
+# As make test runs v1.10.2: the controller installed from its own release's
+# manifests/base under its ServiceAccount, danki by URL and sha256
+# (LAB_ARGO_INSTALL=pod, mesh.sh's default; process runs it locally).
+export LAB_ARGO_INSTALL=${LAB_ARGO_INSTALL:-pod}
 COMPAT_RUN='^(TestLabDankiRollout|TestLabBlueGreenLoadAnalysis)$/^(good_version|abort_mid-ramp|slow_version:_fails_the_pre-promotion)'
 
 out=${COMPAT_OUT:-$repo/compat-results}
